@@ -1,0 +1,298 @@
+// Package binlog is the relay's replication client. Inspect connects to the
+// first reachable source host, detects the flavor and checks the server
+// settings and grants the relay depends on; Reader streams the row-based
+// binlog from a GTID set as Events: decoded rows of captured tables and one
+// Commit per source transaction, in binlog order.
+//
+// Errors wrap the sentinels below so callers (and operators) can tell a
+// misconfigured server from a passing network fault.
+package binlog
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// Sentinel errors; each names what to fix in its message.
+var (
+	// ErrUnreachable: no source host accepted a connection.
+	ErrUnreachable = errors.New("source unreachable")
+	// ErrAccessDenied: the server refused the user or password.
+	ErrAccessDenied = errors.New("source access denied")
+	// ErrServerConfig: a server setting the relay needs is wrong.
+	ErrServerConfig = errors.New("source server misconfigured")
+	// ErrGrants: the user lacks a privilege the relay needs.
+	ErrGrants = errors.New("source grants missing")
+	// ErrPurged: the binlogs needed to resume from a position are gone.
+	ErrPurged = errors.New("binlog position purged")
+	// ErrBadPosition: a GTID set that cannot be parsed for this flavor.
+	ErrBadPosition = errors.New("bad gtid set")
+)
+
+// Config is how to reach and read the source.
+type Config struct {
+	Hosts           []string
+	User            string
+	Password        string
+	ServerID        uint32
+	Flavor          string // auto | mysql | mariadb
+	Tables          []string
+	TLS             *tls.Config
+	ConnectTimeout  time.Duration
+	HeartbeatPeriod time.Duration
+}
+
+// Server is what Inspect learned about the reachable source.
+type Server struct {
+	Addr     string
+	Flavor   string // mysql | mariadb
+	Version  string
+	ServerID string // MySQL server_uuid, MariaDB server_id
+	// Head is the GTID set of everything in the binlog now.
+	Head string
+	// Earliest is the GTID set before the oldest binlog still on the server:
+	// starting there replays everything the server still has.
+	Earliest string
+}
+
+// Inspect connects to the first reachable host, detects the flavor and
+// verifies binlog settings and grants. Every host is tried in order.
+func Inspect(ctx context.Context, cfg Config) (*Server, error) {
+	var dialErrs []string
+	for _, addr := range cfg.Hosts {
+		conn, err := connect(ctx, cfg, addr)
+		if err != nil {
+			if errors.Is(err, ErrAccessDenied) {
+				return nil, err
+			}
+			dialErrs = append(dialErrs, err.Error())
+			continue
+		}
+		srv, err := inspect(conn, cfg, addr)
+		conn.Close()
+		return srv, err
+	}
+	return nil, fmt.Errorf("%w: tried %s: %s", ErrUnreachable, strings.Join(cfg.Hosts, ", "), strings.Join(dialErrs, "; "))
+}
+
+func connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	var opts []client.Option
+	if cfg.TLS != nil {
+		tlsCfg := cfg.TLS
+		opts = append(opts, func(c *client.Conn) error { c.SetTLSConfig(tlsCfg); return nil })
+	}
+	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
+	conn, err := client.ConnectWithDialer(ctx, "tcp", addr, cfg.User, cfg.Password, "", d.DialContext, opts...)
+	if err != nil {
+		var me *mysql.MyError
+		if errors.As(err, &me) && (me.Code == mysql.ER_ACCESS_DENIED_ERROR || me.Code == mysql.ER_DBACCESS_DENIED_ERROR) {
+			return nil, fmt.Errorf("%w: %s at %s: %s (check source.user and source.password)", ErrAccessDenied, cfg.User, addr, me.Message)
+		}
+		return nil, fmt.Errorf("connect %s: %v", addr, err)
+	}
+	return conn, nil
+}
+
+func query(conn *client.Conn, q string) ([][]string, error) {
+	res, err := conn.Execute(q)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	if res.Resultset == nil {
+		return nil, nil
+	}
+	rows := make([][]string, res.RowNumber())
+	for i := range rows {
+		rows[i] = make([]string, res.ColumnNumber())
+		for j := range rows[i] {
+			rows[i][j], _ = res.GetString(i, j)
+		}
+	}
+	return rows, nil
+}
+
+func variables(conn *client.Conn) (map[string]string, error) {
+	rows, err := query(conn, `SHOW GLOBAL VARIABLES WHERE Variable_name IN (
+		'version','version_comment','log_bin','binlog_format','binlog_row_image','binlog_row_metadata',
+		'gtid_mode','enforce_gtid_consistency','server_id','server_uuid',
+		'gtid_binlog_pos','gtid_executed','gtid_purged')`)
+	if err != nil {
+		return nil, fmt.Errorf("read server variables: %w", err)
+	}
+	vars := make(map[string]string, len(rows))
+	for _, r := range rows {
+		vars[strings.ToLower(r[0])] = r[1]
+	}
+	return vars, nil
+}
+
+func inspect(conn *client.Conn, cfg Config, addr string) (*Server, error) {
+	vars, err := variables(conn)
+	if err != nil {
+		return nil, err
+	}
+	srv := &Server{Addr: addr, Version: vars["version"]}
+	detected := mysql.MySQLFlavor
+	if strings.Contains(strings.ToLower(vars["version"]+vars["version_comment"]), "mariadb") {
+		detected = mysql.MariaDBFlavor
+	}
+	srv.Flavor = detected
+	if cfg.Flavor != "" && cfg.Flavor != "auto" {
+		if cfg.Flavor != detected {
+			return nil, fmt.Errorf("%w: source.flavor is %s but %s runs %s (%s)", ErrServerConfig, cfg.Flavor, addr, detected, srv.Version)
+		}
+	}
+	if err := checkSettings(vars, srv.Flavor); err != nil {
+		return nil, err
+	}
+	if err := checkGrants(conn); err != nil {
+		return nil, err
+	}
+	if srv.Flavor == mysql.MariaDBFlavor {
+		srv.ServerID = vars["server_id"]
+		srv.Head = vars["gtid_binlog_pos"]
+		srv.Earliest, err = mariadbEarliest(conn)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		srv.ServerID = vars["server_uuid"]
+		srv.Head = strings.ReplaceAll(vars["gtid_executed"], "\n", "")
+		srv.Earliest = strings.ReplaceAll(vars["gtid_purged"], "\n", "")
+	}
+	return srv, nil
+}
+
+// checkSettings verifies the binlog settings the relay depends on.
+func checkSettings(vars map[string]string, flavor string) error {
+	want := func(name, value, fix string) error {
+		got, ok := vars[name]
+		if !ok {
+			return nil // the server does not have the setting: its behaviour is fixed
+		}
+		if !strings.EqualFold(got, value) {
+			return fmt.Errorf("%w: %s is %s, need %s: %s", ErrServerConfig, name, orNone(got), value, fix)
+		}
+		return nil
+	}
+	checks := []error{
+		want("log_bin", "ON", "start the server with log_bin (the binary log) enabled"),
+		want("binlog_format", "ROW", "set binlog_format=ROW"),
+		want("binlog_row_image", "FULL", "set binlog_row_image=FULL"),
+		want("binlog_row_metadata", "FULL", "set binlog_row_metadata=FULL so the binlog carries column names"),
+	}
+	if flavor == mysql.MySQLFlavor {
+		checks = append(checks,
+			want("gtid_mode", "ON", "set gtid_mode=ON and enforce_gtid_consistency=ON"),
+			want("enforce_gtid_consistency", "ON", "set enforce_gtid_consistency=ON"))
+	}
+	return errors.Join(checks...)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "unset"
+	}
+	return s
+}
+
+// checkGrants requires REPLICATION SLAVE and REPLICATION CLIENT (MariaDB
+// 10.5+: BINLOG MONITOR) on *.*.
+func checkGrants(conn *client.Conn) error {
+	rows, err := query(conn, "SHOW GRANTS")
+	if err != nil {
+		return fmt.Errorf("read grants: %w", err)
+	}
+	var all strings.Builder
+	for _, r := range rows {
+		g := strings.ToUpper(r[0])
+		if strings.Contains(g, " ON *.* ") {
+			all.WriteString(g)
+		}
+	}
+	g := all.String()
+	has := func(names ...string) bool {
+		for _, n := range names {
+			if strings.Contains(g, n) {
+				return true
+			}
+		}
+		return false
+	}
+	if has("ALL PRIVILEGES") {
+		return nil
+	}
+	var missing []string
+	if !has("REPLICATION SLAVE", "REPLICATION REPLICA") {
+		missing = append(missing, "REPLICATION SLAVE")
+	}
+	if !has("REPLICATION CLIENT", "BINLOG MONITOR") {
+		missing = append(missing, "REPLICATION CLIENT")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the user lacks %s: GRANT %s ON *.* TO the relay user",
+			ErrGrants, strings.Join(missing, " and "), strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// mariadbEarliest returns the Gtid_list of the oldest binlog still present:
+// the GTID state before its first transaction.
+func mariadbEarliest(conn *client.Conn) (string, error) {
+	logs, err := query(conn, "SHOW BINARY LOGS")
+	if err != nil {
+		return "", fmt.Errorf("list binary logs: %w", err)
+	}
+	if len(logs) == 0 {
+		return "", fmt.Errorf("%w: the server has no binary logs", ErrServerConfig)
+	}
+	evs, err := query(conn, fmt.Sprintf("SHOW BINLOG EVENTS IN '%s' LIMIT 4", strings.ReplaceAll(logs[0][0], "'", "''")))
+	if err != nil {
+		return "", fmt.Errorf("read binary log %s: %w", logs[0][0], err)
+	}
+	for _, e := range evs {
+		if len(e) > 5 && e[2] == "Gtid_list" {
+			return strings.Trim(e[5], "[] "), nil
+		}
+	}
+	return "", nil
+}
+
+// ParseSet parses a GTID set in flavor's notation.
+func ParseSet(flavor, s string) (mysql.GTIDSet, error) {
+	set, err := mysql.ParseGTIDSet(flavor, strings.TrimSpace(s))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q for %s: %v", ErrBadPosition, s, flavor, err)
+	}
+	return set, nil
+}
+
+// CheckNotPurged returns ErrPurged if the server no longer has every binlog
+// needed to resume after pos.
+func (s *Server) CheckNotPurged(pos string) error {
+	have, err := ParseSet(s.Flavor, pos)
+	if err != nil {
+		return err
+	}
+	earliest, err := ParseSet(s.Flavor, s.Earliest)
+	if err != nil {
+		return err
+	}
+	if !have.Contain(earliest) {
+		return fmt.Errorf("%w: resuming after %q needs binlogs the server %s has purged (its oldest binlog starts after %q); "+
+			"events in between can no longer be read: set a new position with `outbox-relay checkpoint set` knowing they are skipped",
+			ErrPurged, pos, s.Addr, s.Earliest)
+	}
+	return nil
+}

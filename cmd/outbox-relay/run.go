@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+func loadConfig(fs *flag.FlagSet, args []string) (config.Config, error) {
+	path := fs.String("config", "", "configuration file (YAML)")
+	if err := fs.Parse(args); err != nil {
+		return config.Config{}, err
+	}
+	if *path == "" {
+		return config.Config{}, fmt.Errorf("%w: --config FILE is required", errUsage)
+	}
+	return config.Load(*path)
+}
+
+func runCmd(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	printCfg := fs.Bool("print-config", false, "print the effective configuration, secrets redacted, and exit")
+	logFormat := fs.String("log-format", "", "override log.format: json | console")
+	cfg, err := loadConfig(fs, args)
+	if err != nil {
+		return err
+	}
+	if *logFormat != "" {
+		cfg.Log.Format = *logFormat
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+	}
+	if *printCfg {
+		fmt.Print(cfg.Redacted().YAML())
+		return nil
+	}
+	log := newLogger(cfg.Log, nil)
+	m := metrics.New(version)
+	r, err := relay.New(cfg, log, m)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if cfg.HTTP.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+		if err != nil {
+			return fmt.Errorf("listen http %s: %w", cfg.HTTP.Listen, err)
+		}
+		srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		log.Info().Str("listen", ln.Addr().String()).Msg("serving /metrics /healthz /readyz")
+	}
+	log.Info().Str("name", cfg.Name).Str("version", version).Msg("starting")
+	err = r.Run(ctx)
+	if err != nil {
+		if errors.Is(err, relay.ErrFenced) {
+			log.Error().Err(err).Msg("fenced: another instance with the same name took over; exiting without committing")
+		} else {
+			log.Error().Err(err).Msg("relay stopped")
+		}
+		return err
+	}
+	log.Info().Msg("stopped")
+	return nil
+}
+
+func checkCmd(args []string) error {
+	return fmt.Errorf("check: not implemented yet")
+}

@@ -1,0 +1,281 @@
+// Package config holds the relay's one configuration struct, its defaults,
+// YAML loading with ${VAR} expansion, and Validate.
+//
+// Load never logs and never returns secrets inside errors; Redacted returns a
+// copy safe to print.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Delivery guarantees.
+const (
+	ExactlyOnce = "exactly-once"
+	AtLeastOnce = "at-least-once"
+)
+
+// Config is the whole relay configuration. The zero value is not valid; use
+// Default or Load.
+type Config struct {
+	Name   string       `yaml:"name"`
+	Source Source       `yaml:"source"`
+	Kafka  Kafka        `yaml:"kafka"`
+	Router RouterConfig `yaml:"router"`
+	HTTP   HTTP         `yaml:"http"`
+	Log    Log          `yaml:"log"`
+}
+
+// Source describes the MySQL/MariaDB server the relay replicates from.
+type Source struct {
+	Hosts    []string `yaml:"hosts"`
+	User     string   `yaml:"user"`
+	Password string   `yaml:"password"`
+	ServerID uint32   `yaml:"server_id"`
+	Flavor   string   `yaml:"flavor"` // auto | mysql | mariadb
+	Tables   []string `yaml:"tables"` // db.table
+	Start    string   `yaml:"start"`  // now | earliest | a GTID set
+	// ConnectTimeout bounds dialing one host.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// HeartbeatPeriod asks the server for a heartbeat event at this interval so
+	// a dead connection is noticed; ReadTimeout is set to three times it.
+	HeartbeatPeriod time.Duration `yaml:"heartbeat_period"`
+}
+
+// Kafka describes the target cluster and how records are written.
+type Kafka struct {
+	Brokers           []string `yaml:"brokers"`
+	Delivery          string   `yaml:"delivery"`
+	CheckpointTopic   string   `yaml:"checkpoint_topic"`
+	TopicPartitions   int32    `yaml:"topic_partitions"`
+	ReplicationFactor int16    `yaml:"replication_factor"`
+	// Batch bounds one Kafka transaction (or, at-least-once, one checkpoint
+	// interval). A batch always ends at a source-transaction boundary unless
+	// one source transaction alone exceeds MaxRecords or MaxBytes.
+	Batch Batch `yaml:"batch"`
+	// TransactionTimeout is the broker-side transaction timeout.
+	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+	// CheckpointInterval: while no outbox row arrives, a checkpoint-only
+	// transaction is written at this interval if the position moved.
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// RequestTimeout bounds one Kafka request (produce, commit, admin).
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+}
+
+// Batch bounds a Kafka transaction.
+type Batch struct {
+	MaxRecords int           `yaml:"max_records"`
+	MaxBytes   int           `yaml:"max_bytes"`
+	MaxWait    time.Duration `yaml:"max_wait"`
+}
+
+// RouterConfig selects columns and topic naming. Unset keys take the
+// defaults of the article's outbox table.
+type RouterConfig struct {
+	EventIDColumn       string `yaml:"event_id_column"`
+	AggregateTypeColumn string `yaml:"aggregate_type_column"`
+	AggregateIDColumn   string `yaml:"aggregate_id_column"`
+	EventTypeColumn     string `yaml:"event_type_column"`
+	PayloadColumn       string `yaml:"payload_column"`
+	TopicPrefix         string `yaml:"topic_prefix"`
+}
+
+// HTTP is the metrics and health listener.
+type HTTP struct {
+	Listen string `yaml:"listen"` // empty disables it
+}
+
+// Log selects the log format and level.
+type Log struct {
+	Format string `yaml:"format"` // json | console
+	Level  string `yaml:"level"`  // debug | info | warn | error
+}
+
+// Default returns a configuration with every default filled in.
+func Default() Config {
+	return Config{
+		Source: Source{
+			Flavor:          "auto",
+			Start:           "now",
+			ConnectTimeout:  5 * time.Second,
+			HeartbeatPeriod: 5 * time.Second,
+		},
+		Kafka: Kafka{
+			Delivery:           ExactlyOnce,
+			CheckpointTopic:    "outbox-relay.checkpoints",
+			TopicPartitions:    3,
+			ReplicationFactor:  -1,
+			Batch:              Batch{MaxRecords: 5000, MaxBytes: 8 << 20, MaxWait: 200 * time.Millisecond},
+			TransactionTimeout: time.Minute,
+			CheckpointInterval: 10 * time.Second,
+			RequestTimeout:     30 * time.Second,
+		},
+		Router: RouterConfig{
+			EventIDColumn:       "event_id",
+			AggregateTypeColumn: "aggregate_type",
+			AggregateIDColumn:   "aggregate_id",
+			EventTypeColumn:     "event_type",
+			PayloadColumn:       "payload",
+			TopicPrefix:         "outbox.event.",
+		},
+		HTTP: HTTP{Listen: "127.0.0.1:9464"},
+		Log:  Log{Format: "json", Level: "info"},
+	}
+}
+
+// ErrInvalid is wrapped by every error Validate returns.
+var ErrInvalid = errors.New("invalid configuration")
+
+var varRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// Load reads a YAML file, expands ${VAR} from the environment, applies the
+// defaults to unset keys and validates the result.
+func Load(path string) (Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(raw, os.LookupEnv)
+}
+
+// Parse is Load on bytes, with lookup standing in for the environment.
+func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
+	var missing []string
+	expanded := varRef.ReplaceAllFunc(raw, func(m []byte) []byte {
+		name := string(varRef.FindSubmatch(m)[1])
+		v, ok := lookup(name)
+		if !ok {
+			missing = append(missing, name)
+		}
+		return []byte(v)
+	})
+	if len(missing) > 0 {
+		return Config{}, fmt.Errorf("%w: environment variable %s is not set", ErrInvalid, strings.Join(missing, ", "))
+	}
+	cfg := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(expanded))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, fmt.Errorf("%w: parse yaml: %v", ErrInvalid, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
+
+// Validate reports the first problem found, wrapped in ErrInvalid.
+func (c *Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+	}
+	if !namePattern.MatchString(c.Name) {
+		return bad("name %q must be 1-200 characters of letters, digits, '.', '_' or '-'", c.Name)
+	}
+	s := c.Source
+	if len(s.Hosts) == 0 {
+		return bad("source.hosts is empty")
+	}
+	for _, h := range s.Hosts {
+		if !strings.Contains(h, ":") {
+			return bad("source.hosts entry %q needs host:port", h)
+		}
+	}
+	if s.User == "" {
+		return bad("source.user is empty")
+	}
+	if s.ServerID == 0 {
+		return bad("source.server_id must be set and unique among the server's replicas")
+	}
+	switch s.Flavor {
+	case "auto", "mysql", "mariadb":
+	default:
+		return bad("source.flavor %q must be auto, mysql or mariadb", s.Flavor)
+	}
+	if len(s.Tables) == 0 {
+		return bad("source.tables is empty")
+	}
+	for _, t := range s.Tables {
+		db, tbl, ok := strings.Cut(t, ".")
+		if !ok || db == "" || tbl == "" || strings.Contains(tbl, ".") {
+			return bad("source.tables entry %q must be db.table", t)
+		}
+	}
+	if s.Start == "" {
+		return bad("source.start is empty: use now, earliest or a GTID set")
+	}
+	if s.ConnectTimeout <= 0 || s.HeartbeatPeriod <= 0 {
+		return bad("source.connect_timeout and source.heartbeat_period must be positive")
+	}
+	k := c.Kafka
+	if len(k.Brokers) == 0 {
+		return bad("kafka.brokers is empty")
+	}
+	switch k.Delivery {
+	case ExactlyOnce, AtLeastOnce:
+	default:
+		return bad("kafka.delivery %q must be exactly-once or at-least-once", k.Delivery)
+	}
+	if k.CheckpointTopic == "" {
+		return bad("kafka.checkpoint_topic is empty")
+	}
+	if k.TopicPartitions <= 0 {
+		return bad("kafka.topic_partitions must be positive")
+	}
+	if k.ReplicationFactor == 0 || k.ReplicationFactor < -1 {
+		return bad("kafka.replication_factor must be positive, or -1 for the broker default")
+	}
+	if k.Batch.MaxRecords <= 0 || k.Batch.MaxBytes <= 0 || k.Batch.MaxWait <= 0 {
+		return bad("kafka.batch.max_records, max_bytes and max_wait must be positive")
+	}
+	if k.TransactionTimeout < time.Second || k.CheckpointInterval <= 0 || k.RequestTimeout <= 0 {
+		return bad("kafka.transaction_timeout must be at least 1s; checkpoint_interval and request_timeout positive")
+	}
+	r := c.Router
+	for key, v := range map[string]string{
+		"event_id_column": r.EventIDColumn, "aggregate_type_column": r.AggregateTypeColumn,
+		"aggregate_id_column": r.AggregateIDColumn, "payload_column": r.PayloadColumn,
+	} {
+		if v == "" {
+			return bad("router.%s is empty", key)
+		}
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		return bad("log.format %q must be json or console", c.Log.Format)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log.level %q must be debug, info, warn or error", c.Log.Level)
+	}
+	return nil
+}
+
+// Redacted returns a copy with every secret replaced, safe to print or log.
+func (c Config) Redacted() Config {
+	if c.Source.Password != "" {
+		c.Source.Password = "REDACTED"
+	}
+	return c
+}
+
+// YAML renders the configuration; callers print Redacted().YAML().
+func (c Config) YAML() string {
+	out, err := yaml.Marshal(c)
+	if err != nil {
+		return fmt.Sprintf("# marshal config: %v\n", err)
+	}
+	return string(out)
+}

@@ -1,0 +1,330 @@
+// Package devdb starts a scratch MariaDB server for demos and tests: its own
+// data directory and port on 127.0.0.1, the binary log on with the settings
+// the relay needs (ROW, FULL image, FULL row metadata, GTID), and a root
+// account with a password. The server process belongs to the caller: Stop,
+// Kill and Start manage it; nothing is left running after Stop.
+package devdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// RootPassword is the scratch server's root password.
+const RootPassword = "relay-dev"
+
+// Options configures a scratch server.
+type Options struct {
+	Dir  string // data, socket and log live here; created if missing
+	Port int    // 0 picks a free port
+	// Settings are extra mariadbd options (name -> value), overriding the
+	// defaults; a value of "" passes --name alone, "-" removes the option.
+	Settings map[string]string
+	// ServerID is the server's server_id (default 1).
+	ServerID int
+}
+
+// Server is a running scratch MariaDB.
+type Server struct {
+	opts Options
+	cmd  *exec.Cmd
+	done chan struct{}
+	Addr string
+}
+
+// ErrNotInstalled: mariadbd is not on this machine.
+var ErrNotInstalled = errors.New("mariadb server is not installed (apt-get install mariadb-server)")
+
+func binary(name string) (string, error) {
+	for _, dir := range []string{"", "/usr/sbin/", "/usr/bin/", "/usr/local/mysql/bin/"} {
+		if dir == "" {
+			if p, err := exec.LookPath(name); err == nil {
+				return p, nil
+			}
+			continue
+		}
+		if _, err := os.Stat(dir + name); err == nil {
+			return dir + name, nil
+		}
+	}
+	return "", ErrNotInstalled
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start initialises opts.Dir if it is new, starts mariadbd and waits until
+// it accepts connections.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Port == 0 {
+		p, err := FreePort()
+		if err != nil {
+			return nil, fmt.Errorf("pick port: %w", err)
+		}
+		opts.Port = p
+	}
+	if opts.ServerID == 0 {
+		opts.ServerID = 1
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	opts.Dir = dir
+	s := &Server{opts: opts, Addr: fmt.Sprintf("127.0.0.1:%d", opts.Port)}
+	fresh := false
+	if _, err := os.Stat(filepath.Join(dir, "data", "mysql")); err != nil {
+		if err := s.install(ctx); err != nil {
+			return nil, err
+		}
+		fresh = true
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	if fresh {
+		if err := s.secure(); err != nil {
+			s.Stop()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *Server) install(ctx context.Context) error {
+	bin, err := binary("mariadb-install-db")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(s.opts.Dir, "data"), 0o755); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, bin, "--no-defaults", "--user=root", "--auth-root-authentication-method=normal",
+		"--skip-test-db", "--datadir="+filepath.Join(s.opts.Dir, "data"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("initialise mariadb data directory: %w: %s", err, out)
+	}
+	return nil
+}
+
+// args are the mariadbd options: relay-ready defaults plus opts.Settings.
+func (s *Server) args() []string {
+	d := s.opts.Dir
+	set := map[string]string{
+		"datadir":                        filepath.Join(d, "data"),
+		"socket":                         filepath.Join(d, "mysqld.sock"),
+		"pid-file":                       filepath.Join(d, "mysqld.pid"),
+		"log-error":                      filepath.Join(d, "error.log"),
+		"port":                           strconv.Itoa(s.opts.Port),
+		"bind-address":                   "127.0.0.1",
+		"user":                           "root",
+		"server-id":                      strconv.Itoa(s.opts.ServerID),
+		"log-bin":                        filepath.Join(d, "data", "binlog"),
+		"binlog-format":                  "ROW",
+		"binlog-row-image":               "FULL",
+		"binlog-row-metadata":            "FULL",
+		"gtid-strict-mode":               "ON",
+		"innodb-buffer-pool-size":        "64M",
+		"innodb-log-file-size":           "48M",
+		"innodb-flush-log-at-trx-commit": "2",
+		"sync-binlog":                    "0",
+		"skip-name-resolve":              "",
+		"max-connections":                "200",
+		"character-set-server":           "utf8mb4",
+		"collation-server":               "utf8mb4_general_ci",
+	}
+	for k, v := range s.opts.Settings {
+		if v == "-" {
+			delete(set, k)
+			continue
+		}
+		set[k] = v
+	}
+	args := []string{"--no-defaults"}
+	for k, v := range set {
+		if v == "" {
+			args = append(args, "--"+k)
+		} else {
+			args = append(args, "--"+k+"="+v)
+		}
+	}
+	return args
+}
+
+// Start starts the server process (after Stop or Kill) and waits until it
+// answers.
+func (s *Server) Start(ctx context.Context) error {
+	bin, err := binary("mariadbd")
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, s.args()...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start mariadbd: %w", err)
+	}
+	s.cmd = cmd
+	s.done = make(chan struct{})
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := s.connect("root", RootPassword)
+		if err != nil {
+			c, err = s.connect("root", "") // fresh, not yet secured
+		}
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("mariadbd exited during start-up: %s", s.logTail())
+		case <-ctx.Done():
+			s.Kill()
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Kill()
+			return fmt.Errorf("mariadbd did not answer within 60s: %s", s.logTail())
+		}
+	}
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.opts.Dir, "error.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+func (s *Server) connect(user, pass string) (*client.Conn, error) {
+	return client.ConnectWithTimeout(s.Addr, user, pass, "", 2*time.Second)
+}
+
+func (s *Server) secure() error {
+	c, err := s.connect("root", "")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var stmts []string
+	for _, host := range []string{"localhost", "127.0.0.1", "::1", "%"} {
+		u := "'root'@'" + host + "'"
+		stmts = append(stmts,
+			"CREATE USER IF NOT EXISTS "+u,
+			"ALTER USER "+u+" IDENTIFIED BY '"+RootPassword+"'",
+			"GRANT ALL PRIVILEGES ON *.* TO "+u+" WITH GRANT OPTION")
+	}
+	for _, q := range append(stmts, "FLUSH PRIVILEGES") {
+		if _, err := c.Execute(q); err != nil {
+			return fmt.Errorf("secure scratch server: %s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// Root opens a connection as root.
+func (s *Server) Root() (*client.Conn, error) {
+	return s.connect("root", RootPassword)
+}
+
+// Exec runs statements as root, in order, on one connection.
+func (s *Server) Exec(stmts ...string) error {
+	c, err := s.Root()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for _, q := range stmts {
+		if _, err := c.Execute(q); err != nil {
+			return fmt.Errorf("%s: %w", abbreviate(q), err)
+		}
+	}
+	return nil
+}
+
+// Query runs one query as root and returns its rows as strings.
+func (s *Server) Query(q string) ([][]string, error) {
+	c, err := s.Root()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	res, err := c.Execute(q)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	var rows [][]string
+	for i := 0; i < res.RowNumber(); i++ {
+		row := make([]string, res.ColumnNumber())
+		for j := range row {
+			row[j], _ = res.GetString(i, j)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func abbreviate(q string) string {
+	q = strings.Join(strings.Fields(q), " ")
+	if len(q) > 80 {
+		return q[:80] + "..."
+	}
+	return q
+}
+
+// Stop shuts the server down cleanly and waits for it.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(60 * time.Second):
+		s.Kill()
+	}
+	s.cmd = nil
+}
+
+// Kill ends the server with SIGKILL, as a crash would.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.done
+	s.cmd = nil
+}
+
+// Port is the server's TCP port.
+func (s *Server) Port() int { return s.opts.Port }
+
+// IsMySQLError reports whether err is a server error with code.
+func IsMySQLError(err error, code uint16) bool {
+	var me *mysql.MyError
+	return errors.As(err, &me) && me.Code == code
+}

@@ -1,0 +1,391 @@
+package itest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"gopkg.in/yaml.v3"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+// RelayConfig returns a valid configuration for tables on db and k, with test
+// friendly timings; edit it before use.
+func (e *Env) RelayConfig(k *Kafka, tables ...string) config.Config {
+	cfg := config.Default()
+	cfg.Name = e.Unique("relay")
+	cfg.Source.Hosts = []string{e.DB.Addr}
+	cfg.Source.User = "relay"
+	cfg.Source.Password = "relay-pw"
+	cfg.Source.ServerID = uint32(1000 + e.counter.Add(1))
+	cfg.Source.Tables = tables
+	cfg.Source.HeartbeatPeriod = time.Second
+	cfg.Kafka.Brokers = k.Brokers
+	cfg.Kafka.CheckpointTopic = "outbox-relay.checkpoints." + cfg.Name
+	cfg.Kafka.CheckpointInterval = 200 * time.Millisecond
+	cfg.Kafka.TopicPartitions = 3
+	cfg.Router.TopicPrefix = "outbox.event." + cfg.Name + "."
+	cfg.HTTP.Listen = ""
+	cfg.Log.Level = "debug"
+	return cfg
+}
+
+// WriteConfig writes cfg as YAML into the test's directory; the password is
+// passed as ${RELAY_TEST_PASSWORD} so the file holds no secret.
+func WriteConfig(t testing.TB, cfg config.Config) string {
+	t.Helper()
+	pw := cfg.Source.Password
+	cfg.Source.Password = "${RELAY_TEST_PASSWORD}"
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("RELAY_TEST_PASSWORD", pw)
+	return path
+}
+
+// InProcess is a relay running in the test process.
+type InProcess struct {
+	Metrics *metrics.Metrics
+	Logs    *bytes.Buffer
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+type syncBuffer struct {
+	mu  chan struct{}
+	buf *bytes.Buffer
+}
+
+func (b syncBuffer) Write(p []byte) (int, error) {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.Write(p)
+}
+
+// RunRelay starts the relay in-process; Stop ends it.
+func RunRelay(t testing.TB, cfg config.Config) *InProcess {
+	t.Helper()
+	logs := &bytes.Buffer{}
+	log := zerolog.New(syncBuffer{mu: make(chan struct{}, 1), buf: logs}).Level(zerolog.DebugLevel)
+	m := metrics.New("test")
+	r, err := relay.New(cfg, log, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &InProcess{Metrics: m, Logs: logs, cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- r.Run(ctx) }()
+	t.Cleanup(func() { p.Stop() })
+	return p
+}
+
+// Stop cancels the relay and returns Run's error.
+func (p *InProcess) Stop() error {
+	p.cancel()
+	err, ok := <-p.done
+	if ok {
+		close(p.done)
+	}
+	return err
+}
+
+// Done receives Run's result if the relay ends by itself.
+func (p *InProcess) Done() <-chan error { return p.done }
+
+// Proc is the relay binary running as a child process.
+type Proc struct {
+	cmd  *exec.Cmd
+	Log  string // path of its combined output
+	done chan struct{}
+	err  error
+}
+
+// StartProc runs `outbox-relay run --config path`.
+func (e *Env) StartProc(t testing.TB, path string, extraEnv ...string) *Proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "relay.log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(e.Binary, "run", "--config", path)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), extraEnv...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{cmd: cmd, Log: logPath, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Cleanup(func() { p.Kill() })
+	return p
+}
+
+// Kill sends SIGKILL and waits.
+func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Terminate sends SIGTERM and returns the exit code.
+func (p *Proc) Terminate(timeout time.Duration) (int, error) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	return p.Wait(timeout)
+}
+
+// Wait waits for the process to exit and returns its exit code.
+func (p *Proc) Wait(timeout time.Duration) (int, error) {
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode(), nil
+	case <-time.After(timeout):
+		return -1, fmt.Errorf("relay did not exit within %s", timeout)
+	}
+}
+
+// Output is what the process wrote so far.
+func (p *Proc) Output() string {
+	b, _ := os.ReadFile(p.Log)
+	return string(b)
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Record is one consumed record.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       string
+	Value     []byte
+	ID        string // header "id"
+	Headers   map[string]string
+	Timestamp time.Time
+}
+
+// Consume reads every committed record of the topics matching prefix, with
+// read_committed, up to each partition's last stable offset at call time.
+func Consume(t testing.TB, brokers []string, prefix string) []Record {
+	t.Helper()
+	recs, err := consume(brokers, prefix)
+	if err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	return recs
+}
+
+func consume(brokers []string, prefix string) ([]Record, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admc, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, err
+	}
+	adm := kadm.NewClient(admc)
+	defer adm.Close()
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, tp := range topics.Sorted() {
+		if strings.HasPrefix(tp.Topic, prefix) {
+			names = append(names, tp.Topic)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]map[int32]kgo.Offset{}
+	remaining := map[string]map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil || o.Offset == 0 {
+			return
+		}
+		if want[o.Topic] == nil {
+			want[o.Topic] = map[int32]kgo.Offset{}
+			remaining[o.Topic] = map[int32]int64{}
+		}
+		want[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
+		remaining[o.Topic][o.Partition] = o.Offset
+	})
+	if len(want) == 0 {
+		return nil, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(want),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var out []Record
+	for len(remaining) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("consume %v: %w (still waiting for %v)", names, ctx.Err(), remaining)
+		}
+		if err := fs.Err(); err != nil {
+			return nil, err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := remaining[r.Topic][r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if r.Offset+1 >= end {
+				delete(remaining[r.Topic], r.Partition)
+				if len(remaining[r.Topic]) == 0 {
+					delete(remaining, r.Topic)
+				}
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			rec := Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: string(r.Key),
+				Value: r.Value, Timestamp: r.Timestamp, Headers: map[string]string{}}
+			for _, h := range r.Headers {
+				rec.Headers[h.Key] = string(h.Value)
+				if h.Key == "id" {
+					rec.ID = string(h.Value)
+				}
+			}
+			out = append(out, rec)
+		})
+	}
+	return out, nil
+}
+
+// WaitCheckpoint polls the committed checkpoint until it covers target.
+func WaitCheckpoint(t testing.TB, cfg config.Config, target string, timeout time.Duration) *checkpoint.Checkpoint {
+	t.Helper()
+	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, relay.KafkaOpts(cfg)...)
+	want, err := binlog.ParseSet("mariadb", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *checkpoint.Checkpoint
+	Eventually(t, timeout, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cp, err := store.Load(ctx, cfg.Name)
+		if err != nil {
+			return err
+		}
+		if cp == nil {
+			return fmt.Errorf("no checkpoint yet")
+		}
+		have, err := binlog.ParseSet(cp.Flavor, cp.GTIDSet)
+		if err != nil {
+			return err
+		}
+		if !have.Contain(want) || cp.Partial != nil {
+			return fmt.Errorf("checkpoint at %q (partial %v), want %q", cp.GTIDSet, cp.Partial, target)
+		}
+		got = cp
+		return nil
+	})
+	return got
+}
+
+// Report compares consumed records with the outbox table.
+type Report struct {
+	Expected, Received int
+	Missing            []string // committed rows never received
+	Duplicates         []string // event ids received more than once
+	Unexpected         []string // received, not in the outbox table (rolled back or invented)
+	OutOfOrder         []string // per-aggregate sequence not strictly increasing
+	WrongKey           []string // key differs from the row's aggregate_id
+}
+
+// OK reports a clean comparison.
+func (r Report) OK() bool {
+	return len(r.Missing)+len(r.Duplicates)+len(r.Unexpected)+len(r.OutOfOrder)+len(r.WrongKey) == 0
+}
+
+func (r Report) String() string {
+	cut := func(s []string) []string {
+		sort.Strings(s)
+		if len(s) > 5 {
+			return append(s[:5:5], fmt.Sprintf("... %d in all", len(s)))
+		}
+		return s
+	}
+	return fmt.Sprintf("expected %d, received %d; missing %v; duplicates %v; unexpected %v; out of order %v; wrong key %v",
+		r.Expected, r.Received, cut(r.Missing), cut(r.Duplicates), cut(r.Unexpected), cut(r.OutOfOrder), cut(r.WrongKey))
+}
+
+// Compare checks recs against the schema's outbox table: each row exactly
+// once with key = aggregate_id, nothing else, and per aggregate the payload's
+// "seq" strictly increasing in partition order.
+func Compare(t testing.TB, s *Schema, recs []Record) Report {
+	t.Helper()
+	rows := s.OutboxRows(t)
+	rep := Report{Expected: len(rows), Received: len(recs)}
+	seen := map[string]int{}
+	lastSeq := map[string]int64{}
+	for _, r := range recs {
+		seen[r.ID]++
+		if seen[r.ID] == 2 {
+			rep.Duplicates = append(rep.Duplicates, r.ID)
+		}
+		agg, ok := rows[r.ID]
+		if !ok {
+			rep.Unexpected = append(rep.Unexpected, r.ID)
+			continue
+		}
+		if agg != r.Key {
+			rep.WrongKey = append(rep.WrongKey, r.ID)
+		}
+		var p struct{ Seq int64 }
+		if err := json.Unmarshal(r.Value, &p); err == nil && p.Seq > 0 {
+			if p.Seq <= lastSeq[r.Key] {
+				rep.OutOfOrder = append(rep.OutOfOrder, fmt.Sprintf("%s: seq %d after %d", r.Key, p.Seq, lastSeq[r.Key]))
+			}
+			lastSeq[r.Key] = p.Seq
+		}
+	}
+	for id := range rows {
+		if seen[id] == 0 {
+			rep.Missing = append(rep.Missing, id)
+		}
+	}
+	return rep
+}

@@ -1,0 +1,258 @@
+// Package relay wires binlog, router and checkpoint into the running
+// pipeline. Run owns a loop of attempts: each attempt fences older producers,
+// loads the committed checkpoint, streams the binlog from it and commits
+// batches; any error that leaves an outcome unknown ends the attempt and the
+// next one resumes from the committed checkpoint, never from memory.
+//
+// One goroutine (the one that called Run) owns all pipeline state; the
+// binlog reader goroutine only feeds it events.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/router"
+)
+
+// Sentinels callers branch on.
+var (
+	// ErrKafkaUnreachable: no broker answered.
+	ErrKafkaUnreachable = errors.New("kafka unreachable")
+	// ErrFlavorMismatch: the checkpoint was written for another flavor.
+	ErrFlavorMismatch = errors.New("checkpoint flavor mismatch")
+	// ErrBadRow wraps router.ErrBadRow with table, event id and GTID.
+	ErrBadRow = router.ErrBadRow
+)
+
+// Relay is one pipeline.
+type Relay struct {
+	cfg     config.Config
+	log     zerolog.Logger
+	metrics *metrics.Metrics
+	router  *router.Router
+	kopts   []kgo.Opt
+	source  binlog.Config
+	store   *checkpoint.Store
+}
+
+// New builds a relay from a validated configuration.
+func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, error) {
+	rt, err := router.New(router.Config{
+		EventIDColumn:       cfg.Router.EventIDColumn,
+		AggregateTypeColumn: cfg.Router.AggregateTypeColumn,
+		AggregateIDColumn:   cfg.Router.AggregateIDColumn,
+		EventTypeColumn:     cfg.Router.EventTypeColumn,
+		PayloadColumn:       cfg.Router.PayloadColumn,
+		TopicPrefix:         cfg.Router.TopicPrefix,
+	})
+	if err != nil {
+		return nil, err
+	}
+	kopts := KafkaOpts(cfg)
+	return &Relay{
+		cfg:     cfg,
+		log:     log,
+		metrics: m,
+		router:  rt,
+		kopts:   kopts,
+		source:  SourceConfig(cfg),
+		store:   checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...),
+	}, nil
+}
+
+// KafkaOpts are the connection options every Kafka client of cfg uses.
+func KafkaOpts(cfg config.Config) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SeedBrokers(cfg.Kafka.Brokers...),
+		kgo.RequestTimeoutOverhead(cfg.Kafka.RequestTimeout),
+		kgo.RetryTimeout(cfg.Kafka.RequestTimeout),
+	}
+}
+
+// SourceConfig is the binlog configuration of cfg.
+func SourceConfig(cfg config.Config) binlog.Config {
+	return binlog.Config{
+		Hosts:           cfg.Source.Hosts,
+		User:            cfg.Source.User,
+		Password:        cfg.Source.Password,
+		ServerID:        cfg.Source.ServerID,
+		Flavor:          cfg.Source.Flavor,
+		Tables:          cfg.Source.Tables,
+		ConnectTimeout:  cfg.Source.ConnectTimeout,
+		HeartbeatPeriod: cfg.Source.HeartbeatPeriod,
+	}
+}
+
+// Run relays until ctx is canceled (then it commits what it has, writes the
+// final checkpoint and returns nil) or a fatal error occurs. Errors before
+// the first successful start are returned at once, so a misconfiguration
+// fails fast; later ones are retried with back-off and jitter.
+func (r *Relay) Run(ctx context.Context) error {
+	started := false
+	backoff := 250 * time.Millisecond
+	for {
+		began := time.Now()
+		err := r.attempt(ctx, &started)
+		r.metrics.Ready.Store(false)
+		if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+			return nil
+		}
+		if err == nil {
+			return nil
+		}
+		if !started || fatal(err) {
+			if errors.Is(err, ErrFenced) {
+				r.metrics.Fenced.Set(1)
+			}
+			return err
+		}
+		r.metrics.Restarts.WithLabelValues(reason(err)).Inc()
+		wait := backoff/2 + rand.N(backoff/2+1)
+		r.log.Warn().Err(err).Dur("retry_in", wait).Msg("pipeline stopped; resuming from the committed checkpoint")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+		if time.Since(began) > time.Minute { // it ran well for a while: start over
+			backoff = 250 * time.Millisecond
+		}
+	}
+}
+
+// fatal errors need an operator; retrying cannot fix them.
+func fatal(err error) bool {
+	for _, e := range []error{ErrFenced, ErrBadRow, ErrFlavorMismatch, config.ErrInvalid, checkpoint.ErrCorrupt,
+		checkpoint.ErrTopicLayout, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
+		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func reason(err error) string {
+	switch {
+	case errors.Is(err, binlog.ErrUnreachable):
+		return "source_unreachable"
+	case errors.Is(err, ErrKafkaUnreachable):
+		return "kafka_unreachable"
+	case errors.Is(err, errSourceStream):
+		return "binlog"
+	default:
+		return "kafka"
+	}
+}
+
+var errSourceStream = errors.New("binlog stream ended")
+
+// attempt runs one pipeline from the committed checkpoint.
+func (r *Relay) attempt(ctx context.Context, started *bool) error {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	opts := append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2 on the key, as the Java client
+		kgo.ProducerLinger(0),
+		kgo.MaxBufferedRecords(4 * r.cfg.Kafka.Batch.MaxRecords),
+	}, r.kopts...)
+	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce
+	if exactlyOnce {
+		opts = append(opts, kgo.TransactionalID(r.cfg.Name), kgo.TransactionTimeout(r.cfg.Kafka.TransactionTimeout))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("create kafka client: %w", err)
+	}
+	defer cl.Close()
+
+	pingCtx, pingCancel := context.WithTimeout(ctx, r.cfg.Kafka.RequestTimeout)
+	err = cl.Ping(pingCtx)
+	pingCancel()
+	if err != nil {
+		return fmt.Errorf("%w: %v: %w", ErrKafkaUnreachable, r.cfg.Kafka.Brokers, err)
+	}
+	adm := kadm.NewClient(cl)
+	if err := r.store.EnsureTopic(ctx, adm, r.cfg.Kafka.ReplicationFactor); err != nil {
+		return err
+	}
+	if exactlyOnce {
+		// Initialising the producer id fences any older instance and aborts its
+		// open transaction, so the checkpoint read next is final.
+		if _, _, err := cl.ProducerID(ctx); err != nil {
+			return fmt.Errorf("init transactional producer %s: %w", r.cfg.Name, classify(err))
+		}
+	}
+	cp, err := r.store.Load(ctx, r.cfg.Name)
+	if err != nil {
+		return err
+	}
+	srv, err := binlog.Inspect(ctx, r.source)
+	if err != nil {
+		return err
+	}
+	from, err := r.startPosition(srv, cp)
+	if err != nil {
+		return err
+	}
+
+	events := make(chan binlog.Event, 1024)
+	readErr := make(chan error, 1)
+	reader := binlog.NewReader(r.source, srv, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go func() { readErr <- reader.Run(runCtx, from, events) }()
+	defer func() {
+		cancel()
+		<-readErr
+	}()
+
+	l := newLoop(r, srv, cp, from, newSink(runCtx, cl, r.store, exactlyOnce, r.cfg.Kafka.RequestTimeout,
+		r.cfg.Kafka.TopicPartitions, r.cfg.Kafka.ReplicationFactor))
+	r.log.Info().Str("source", srv.Addr).Str("flavor", srv.Flavor).Str("server_version", srv.Version).
+		Str("from", from).Bool("checkpoint", cp != nil).Str("delivery", r.cfg.Kafka.Delivery).Msg("relay started")
+	*started = true
+	r.metrics.Ready.Store(true)
+	return l.run(ctx, events, readErr)
+}
+
+// startPosition is the checkpoint's GTID set, or source.start without one.
+func (r *Relay) startPosition(srv *binlog.Server, cp *checkpoint.Checkpoint) (string, error) {
+	if cp != nil {
+		if cp.Flavor != srv.Flavor {
+			return "", fmt.Errorf("%w: checkpoint of %s was written for %s, the source %s runs %s",
+				ErrFlavorMismatch, cp.Name, cp.Flavor, srv.Addr, srv.Flavor)
+		}
+		if err := srv.CheckNotPurged(cp.GTIDSet); err != nil {
+			return "", err
+		}
+		return cp.GTIDSet, nil
+	}
+	switch r.cfg.Source.Start {
+	case "now":
+		return srv.Head, nil
+	case "earliest":
+		return srv.Earliest, nil
+	default:
+		if _, err := binlog.ParseSet(srv.Flavor, r.cfg.Source.Start); err != nil {
+			return "", fmt.Errorf("source.start: %w", err)
+		}
+		if err := srv.CheckNotPurged(r.cfg.Source.Start); err != nil {
+			return "", err
+		}
+		return r.cfg.Source.Start, nil
+	}
+}
