@@ -79,7 +79,7 @@ func runCmd(args []string) error {
 		}
 		return err
 	}
-	log.Info().Msg("stopped")
+	log.Info().AnErr("cause", context.Cause(ctx)).Msg("stopped")
 	return nil
 }
 

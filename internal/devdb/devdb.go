@@ -179,7 +179,8 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	cmd := exec.Command(bin, s.args()...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: the server dies with its parent even when that is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start mariadbd: %w", err)
 	}

@@ -25,6 +25,7 @@ func TestCommittedRowsArriveOnce(t *testing.T) {
 	s := env.NewSchema(t)
 	cfg := env.RelayConfig(k, s.Table())
 	r := RunRelay(t, cfg)
+	r.WaitReady(t)
 
 	committed, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 150, Devices: 8, RollbackRate: 0.2})
 	if err != nil {
@@ -77,6 +78,7 @@ func TestRestartWithoutWritesPublishesNothing(t *testing.T) {
 	s := env.NewSchema(t)
 	cfg := env.RelayConfig(k, s.Table())
 	r := RunRelay(t, cfg)
+	r.WaitReady(t)
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 50}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +89,7 @@ func TestRestartWithoutWritesPublishesNothing(t *testing.T) {
 	before := Consume(t, k.Brokers, cfg.Router.TopicPrefix)
 
 	r = RunRelay(t, cfg)
+	r.WaitReady(t)
 	// A business-only transaction after the restart: once the checkpoint
 	// covers it, the restarted relay has read everything after its position.
 	if err := env.DB.Exec("INSERT INTO " + s.Name + ".alarm_record (device_id, level, temp, seq) VALUES ('x', 'INFO', 1, 0)"); err != nil {
@@ -111,6 +114,7 @@ func TestOnlyOutboxInsertsArePublished(t *testing.T) {
 	s := env.NewSchema(t)
 	cfg := env.RelayConfig(k, s.Table())
 	r := RunRelay(t, cfg)
+	r.WaitReady(t)
 	db := s.Name
 	err := env.DB.Exec(
 		// a table shaped like the outbox but not captured
@@ -149,6 +153,7 @@ func TestTwoOutboxTables(t *testing.T) {
 	a, b := env.NewSchema(t), env.NewSchema(t)
 	cfg := env.RelayConfig(k, a.Table(), b.Table())
 	r := RunRelay(t, cfg)
+	r.WaitReady(t)
 	ctx := context.Background()
 	if _, err := a.Write(ctx, WriteOptions{Writers: 2, Transactions: 40, AggregateType: "alarm"}); err != nil {
 		t.Fatal(err)

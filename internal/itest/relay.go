@@ -70,7 +70,8 @@ type InProcess struct {
 	Metrics *metrics.Metrics
 	Logs    *bytes.Buffer
 	cancel  context.CancelFunc
-	done    chan error
+	done    chan struct{}
+	err     error
 }
 
 type syncBuffer struct {
@@ -95,24 +96,41 @@ func RunRelay(t testing.TB, cfg config.Config) *InProcess {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &InProcess{Metrics: m, Logs: logs, cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- r.Run(ctx) }()
-	t.Cleanup(func() { p.Stop() })
+	p := &InProcess{Metrics: m, Logs: logs, cancel: cancel, done: make(chan struct{})}
+	go func() { p.err = r.Run(ctx); close(p.done) }()
+	t.Cleanup(func() { _ = p.Stop() })
 	return p
+}
+
+// WaitReady polls until the relay has written its starting checkpoint and
+// streams the binlog.
+func (p *InProcess) WaitReady(t testing.TB) {
+	t.Helper()
+	Eventually(t, time.Minute, func() error {
+		select {
+		case <-p.done:
+			return fmt.Errorf("relay stopped: %v", p.err)
+		default:
+		}
+		if !p.Metrics.Ready.Load() {
+			return fmt.Errorf("relay not ready")
+		}
+		return nil
+	})
 }
 
 // Stop cancels the relay and returns Run's error.
 func (p *InProcess) Stop() error {
 	p.cancel()
-	err, ok := <-p.done
-	if ok {
-		close(p.done)
-	}
-	return err
+	<-p.done
+	return p.err
 }
 
-// Done receives Run's result if the relay ends by itself.
-func (p *InProcess) Done() <-chan error { return p.done }
+// Done is closed when Run returns; Err is then its result.
+func (p *InProcess) Done() <-chan struct{} { return p.done }
+
+// Err is Run's result once Done is closed.
+func (p *InProcess) Err() error { return p.err }
 
 // Proc is the relay binary running as a child process.
 type Proc struct {
@@ -133,6 +151,7 @@ func (e *Env) StartProc(t testing.TB, path string, extraEnv ...string) *Proc {
 	cmd := exec.Command(e.Binary, "run", "--config", path)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), extraEnv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

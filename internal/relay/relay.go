@@ -83,6 +83,10 @@ func KafkaOpts(cfg config.Config) []kgo.Opt {
 	}
 }
 
+// Partitioner places records as the Java client does: murmur2 of the key,
+// made positive, modulo the partition count.
+func Partitioner() kgo.Partitioner { return kgo.StickyKeyPartitioner(nil) }
+
 // SourceConfig is the binlog configuration of cfg.
 func SourceConfig(cfg config.Config) binlog.Config {
 	return binlog.Config{
@@ -167,7 +171,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	opts := append([]kgo.Opt{
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2 on the key, as the Java client
+		kgo.RecordPartitioner(Partitioner()),
 		kgo.ProducerLinger(0),
 		kgo.MaxBufferedRecords(4 * r.cfg.Kafka.Batch.MaxRecords),
 	}, r.kopts...)
@@ -211,6 +215,17 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		return err
 	}
 
+	snk := newSink(runCtx, cl, r.store, exactlyOnce, r.cfg.Kafka.RequestTimeout,
+		r.cfg.Kafka.TopicPartitions, r.cfg.Kafka.ReplicationFactor)
+	l := newLoop(r, srv, cp, from, snk)
+	if cp == nil {
+		// Pin the start position first: a restart before the first batch must
+		// resume here, not at a later "now".
+		if err := l.commit(ctx); err != nil {
+			return fmt.Errorf("write initial checkpoint: %w", err)
+		}
+	}
+
 	events := make(chan binlog.Event, 1024)
 	readErr := make(chan error, 1)
 	reader := binlog.NewReader(r.source, srv, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -220,8 +235,6 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		<-readErr
 	}()
 
-	l := newLoop(r, srv, cp, from, newSink(runCtx, cl, r.store, exactlyOnce, r.cfg.Kafka.RequestTimeout,
-		r.cfg.Kafka.TopicPartitions, r.cfg.Kafka.ReplicationFactor))
 	r.log.Info().Str("source", srv.Addr).Str("flavor", srv.Flavor).Str("server_version", srv.Version).
 		Str("from", from).Bool("checkpoint", cp != nil).Str("delivery", r.cfg.Kafka.Delivery).Msg("relay started")
 	*started = true

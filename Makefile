@@ -1,0 +1,45 @@
+# outbox-relay: `make demo` runs it end to end, `make test` runs every test.
+GO        ?= go
+BIN       := bin/outbox-relay
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all build deps test test-unit test-integration fuzz demo bench vet clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
+
+# deps installs MariaDB from Debian's packages when it is missing.
+deps:
+	@command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || { \
+		echo "installing mariadb-server from apt"; \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q mariadb-server mariadb-client; }
+
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
+
+# Unit tests of the pure packages: no database, no broker.
+test-unit:
+	$(GO) test -count=1 ./...
+
+# Integration tests: the harness starts MariaDB in a scratch directory on its
+# own port and an embedded Kafka broker per test (RELAY_TEST_KAFKA=host:port
+# points them at a real broker instead).
+test-integration: deps
+	$(GO) test -count=1 -tags integration -timeout 20m ./internal/itest/
+
+test: deps vet test-unit test-integration
+
+fuzz:
+	$(GO) test ./router/ -run '^$$' -fuzz FuzzRoute -fuzztime 30s
+
+demo: deps build
+	$(GO) run ./examples/demo --relay $(BIN) $(DEMO_ARGS)
+
+clean:
+	rm -rf bin

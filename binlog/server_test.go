@@ -1,0 +1,68 @@
+package binlog
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCheckSettings(t *testing.T) {
+	good := func() map[string]string {
+		return map[string]string{"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
+			"binlog_row_metadata": "FULL", "gtid_mode": "ON", "enforce_gtid_consistency": "ON"}
+	}
+	tests := []struct {
+		flavor, name, value, want string
+	}{
+		{"mysql", "gtid_mode", "OFF", "gtid_mode=ON"},
+		{"mysql", "gtid_mode", "ON_PERMISSIVE", "gtid_mode=ON"},
+		{"mysql", "enforce_gtid_consistency", "WARN", "enforce_gtid_consistency=ON"},
+		{"mysql", "log_bin", "OFF", "log_bin"},
+		{"mysql", "binlog_format", "MIXED", "binlog_format=ROW"},
+		{"mysql", "binlog_row_image", "NOBLOB", "binlog_row_image=FULL"},
+		{"mariadb", "binlog_row_metadata", "NO_LOG", "binlog_row_metadata=FULL"},
+		{"mariadb", "gtid_mode", "OFF", ""}, // MariaDB has no gtid_mode: always GTIDs
+	}
+	for _, tt := range tests {
+		vars := good()
+		vars[tt.name] = tt.value
+		err := checkSettings(vars, tt.flavor)
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("%s %s=%s: unexpected %v", tt.flavor, tt.name, tt.value, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrServerConfig) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s %s=%s: error %v, want ErrServerConfig naming %q", tt.flavor, tt.name, tt.value, err, tt.want)
+		}
+	}
+	if err := checkSettings(good(), "mysql"); err != nil {
+		t.Fatalf("good settings: %v", err)
+	}
+}
+
+func TestCheckNotPurged(t *testing.T) {
+	tests := []struct {
+		flavor, earliest, pos string
+		purged                bool
+	}{
+		{"mariadb", "", "", false},
+		{"mariadb", "0-1-10", "0-1-10", false},
+		{"mariadb", "0-1-10", "0-1-9", true},
+		{"mariadb", "0-1-10,1-2-5", "0-1-20", true},
+		{"mysql", "", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", false},
+		{"mysql", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-7", false},
+		{"mysql", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-3", true},
+	}
+	for _, tt := range tests {
+		s := &Server{Flavor: tt.flavor, Earliest: tt.earliest, Addr: "db:3306"}
+		err := s.CheckNotPurged(tt.pos)
+		if tt.purged != errors.Is(err, ErrPurged) || (!tt.purged && err != nil) {
+			t.Errorf("%s earliest %q pos %q: %v", tt.flavor, tt.earliest, tt.pos, err)
+		}
+	}
+	if _, err := ParseSet("mariadb", "not-a-gtid"); !errors.Is(err, ErrBadPosition) {
+		t.Fatalf("want ErrBadPosition, got %v", err)
+	}
+}

@@ -1,0 +1,284 @@
+// Command demo runs outbox-relay end to end on the embedded defaults: a
+// scratch MariaDB on 127.0.0.1:3307, the embedded Kafka broker, the relay,
+// an application that writes IoT alarms (business row + outbox row in one
+// transaction, one transaction rolled back) and a read_committed consumer
+// that prints what it receives. Ctrl-C stops everything it started.
+//
+// Usage: go run ./examples/demo --relay ./bin/outbox-relay [--once]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const rootPassword = "relay-dev" // devdb.RootPassword
+
+func main() {
+	relayBin := flag.String("relay", "./bin/outbox-relay", "outbox-relay binary")
+	dbPort := flag.Int("db-port", 3307, "MariaDB port")
+	kafkaAddr := flag.String("kafka", "127.0.0.1:19092", "embedded Kafka listen address")
+	once := flag.Bool("once", false, "exit after the first round is received (for CI)")
+	flag.Parse()
+	if err := run(*relayBin, *dbPort, *kafkaAddr, *once); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+type procs struct{ list []*exec.Cmd }
+
+func (p *procs) start(name string, bin string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = prefixWriter{name}
+	cmd.Stderr = prefixWriter{name}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p.list = append(p.list, cmd)
+	return cmd, nil
+}
+
+// stopAll ends the processes in reverse order: SIGTERM, then SIGKILL.
+func (p *procs) stopAll() {
+	for i := len(p.list) - 1; i >= 0; i-- {
+		cmd := p.list[i]
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+}
+
+type prefixWriter struct{ name string }
+
+func (w prefixWriter) Write(b []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		fmt.Printf("  [%s] %s\n", w.name, line)
+	}
+	return len(b), nil
+}
+
+func run(relayBin string, dbPort int, kafkaAddr string, once bool) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir, err := os.MkdirTemp("", "outbox-relay-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var ps procs
+	defer ps.stopAll()
+
+	fmt.Println("== starting MariaDB (binlog ROW, FULL image, FULL metadata, GTID) and the embedded Kafka broker")
+	if _, err := ps.start("mariadb", relayBin, "dev", "mariadb", "--port", fmt.Sprint(dbPort), "--data-dir", filepath.Join(dir, "mariadb")); err != nil {
+		return err
+	}
+	if _, err := ps.start("kafka", relayBin, "dev", "kafka", "--listen", kafkaAddr, "--data-dir", filepath.Join(dir, "kafka")); err != nil {
+		return err
+	}
+	dbAddr := fmt.Sprintf("127.0.0.1:%d", dbPort)
+	db, err := waitDB(ctx, dbAddr)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	fmt.Println("== creating the outbox and alarm_record tables and the relay user")
+	for _, q := range []string{
+		"CREATE DATABASE IF NOT EXISTS iot",
+		`CREATE TABLE IF NOT EXISTS iot.alarm_record (
+			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, device_id VARCHAR(64) NOT NULL,
+			level VARCHAR(16) NOT NULL, temperature INT NOT NULL, created_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))`,
+		`CREATE TABLE IF NOT EXISTS iot.outbox (
+			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(64) NOT NULL UNIQUE,
+			aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, event_type VARCHAR(64) NOT NULL,
+			payload JSON NOT NULL, created_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))`,
+		"CREATE USER IF NOT EXISTS 'relay'@'%' IDENTIFIED BY 'relay-demo'",
+		"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO 'relay'@'%'",
+	} {
+		if _, err := db.Execute(q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	cfgPath := filepath.Join(dir, "relay.yaml")
+	cfg := fmt.Sprintf(`name: iot-alarms
+source:
+  hosts: ["%s"]
+  user: relay
+  password: ${RELAY_MYSQL_PASSWORD}
+  server_id: 4242
+  tables: ["iot.outbox"]
+  start: now
+kafka:
+  brokers: ["%s"]
+http:
+  listen: 127.0.0.1:0
+log:
+  format: console
+`, dbAddr, kafkaAddr)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	fmt.Println("== starting the relay:", relayBin, "run --config", cfgPath)
+	relay := exec.Command(relayBin, "run", "--config", cfgPath)
+	relay.Env = append(os.Environ(), "RELAY_MYSQL_PASSWORD=relay-demo")
+	relay.Stdout, relay.Stderr = prefixWriter{"relay"}, prefixWriter{"relay"}
+	relay.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := relay.Start(); err != nil {
+		return err
+	}
+	ps.list = append(ps.list, relay)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.ConsumeRegex(), kgo.ConsumeTopics(`^outbox\.event\..*`),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.MetadataMinAge(250*time.Millisecond), kgo.MetadataMaxAge(time.Second),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := waitRelay(ctx, kafkaAddr); err != nil {
+		return err
+	}
+
+	fmt.Println("== the application writes alarms: business row + outbox row in ONE transaction")
+	committed, err := writeAlarms(db, 1, 5, true)
+	if err != nil {
+		return err
+	}
+	fmt.Println("== a read_committed consumer receives:")
+	received := 0
+	for round := 1; ; round++ {
+		deadline := time.Now().Add(30 * time.Second)
+		for received < committed {
+			fctx, cancel := context.WithDeadline(ctx, deadline)
+			fs := cl.PollFetches(fctx)
+			expired := fctx.Err() != nil
+			cancel()
+			if ctx.Err() != nil {
+				fmt.Println("== stopping")
+				return nil
+			}
+			if expired {
+				return fmt.Errorf("received %d of %d events within 30s", received, committed)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				id := ""
+				for _, h := range r.Headers {
+					if h.Key == "id" {
+						id = string(h.Value)
+					}
+				}
+				received++
+				fmt.Printf("   topic=%s partition=%d key=%s id=%s value=%s\n", r.Topic, r.Partition, r.Key, id, r.Value)
+			})
+		}
+		fmt.Printf("== %d events committed, rolled-back ones never published; consumer received %d\n", committed, received)
+		if once {
+			return nil
+		}
+		fmt.Println("== (Ctrl-C to stop) another alarm in 3s ...")
+		select {
+		case <-ctx.Done():
+			fmt.Println("== stopping")
+			return nil
+		case <-time.After(3 * time.Second):
+		}
+		n, err := writeAlarms(db, round*100, 1, false)
+		if err != nil {
+			return err
+		}
+		committed += n
+	}
+}
+
+func waitDB(ctx context.Context, addr string) (*client.Conn, error) {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		c, err := client.ConnectWithTimeout(addr, "root", rootPassword, "", 2*time.Second)
+		if err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("mariadb at %s did not come up: %w", addr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitRelay polls until the relay has written its first checkpoint.
+func waitRelay(ctx context.Context, broker string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics("outbox-relay.checkpoints"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(wctx)
+		if wctx.Err() != nil {
+			return errors.New("the relay wrote no checkpoint within 60s")
+		}
+		if fs.NumRecords() > 0 {
+			return nil
+		}
+	}
+}
+
+// writeAlarms commits n alarms (and, if withRollback, one rolled back) the
+// way the application does. It returns how many committed.
+func writeAlarms(db *client.Conn, first, n int, withRollback bool) (int, error) {
+	tx := func(i int, commit bool) error {
+		dev := fmt.Sprintf("device-%d", i%3)
+		temp := 85 + i
+		for _, q := range []string{"BEGIN",
+			fmt.Sprintf("INSERT INTO iot.alarm_record (device_id, level, temperature) VALUES ('%s', 'CRITICAL', %d)", dev, temp),
+			fmt.Sprintf(`INSERT INTO iot.outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
+				VALUES ('alarm-%d', 'alarm', '%s', 'AlarmCreated', '{"deviceId":"%s","level":"CRITICAL","temperature":%d}')`, i, dev, dev, temp),
+		} {
+			if _, err := db.Execute(q); err != nil {
+				return err
+			}
+		}
+		end := "COMMIT"
+		if !commit {
+			end = "ROLLBACK"
+		}
+		_, err := db.Execute(end)
+		fmt.Printf("   app: alarm-%d for %s at %d°C: %s\n", i, dev, temp, end)
+		return err
+	}
+	committed := 0
+	for i := first; i < first+n; i++ {
+		if err := tx(i, true); err != nil {
+			return committed, err
+		}
+		committed++
+		if withRollback && i == first+1 {
+			if err := tx(first+n+50, false); err != nil {
+				return committed, err
+			}
+		}
+	}
+	return committed, nil
+}

@@ -1,0 +1,93 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+func TestTestdata(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata: %v", err)
+	}
+	lookup := env(map[string]string{"RELAY_MYSQL_PASSWORD": "s3cret"})
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Parse(raw, lookup)
+			switch {
+			case strings.HasSuffix(f, ".good.yaml") && err != nil:
+				t.Fatalf("want valid, got %v", err)
+			case strings.HasSuffix(f, ".bad.yaml"):
+				if err == nil {
+					t.Fatal("want an error, got none")
+				}
+				if !errors.Is(err, ErrInvalid) {
+					t.Fatalf("error %v does not wrap ErrInvalid", err)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaultsAndExpansion(t *testing.T) {
+	raw, _ := os.ReadFile("testdata/minimal.good.yaml")
+	cfg, err := Parse(raw, env(map[string]string{"RELAY_MYSQL_PASSWORD": "s3cret"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source.Password != "s3cret" {
+		t.Fatalf("password %q, want the expanded variable", cfg.Source.Password)
+	}
+	if cfg.Kafka.Delivery != ExactlyOnce || cfg.Source.Start != "now" || cfg.Source.Flavor != "auto" ||
+		cfg.Kafka.CheckpointTopic != "outbox-relay.checkpoints" || cfg.Router.TopicPrefix != "outbox.event." ||
+		cfg.Router.PayloadColumn != "payload" || cfg.HTTP.Listen != "127.0.0.1:9464" {
+		t.Fatalf("defaults not applied: %+v", cfg)
+	}
+	full, _ := os.ReadFile("testdata/full.good.yaml")
+	cfg, err = Parse(full, env(map[string]string{"RELAY_MYSQL_PASSWORD": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kafka.Batch.MaxWait != 50*time.Millisecond || cfg.Source.HeartbeatPeriod != 2*time.Second || cfg.Kafka.TopicPartitions != 12 {
+		t.Fatalf("values not read: %+v", cfg.Kafka)
+	}
+}
+
+func TestRedacted(t *testing.T) {
+	raw, _ := os.ReadFile("testdata/minimal.good.yaml")
+	cfg, err := Parse(raw, env(map[string]string{"RELAY_MYSQL_PASSWORD": "s3cret-value"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := cfg.Redacted().YAML()
+	if strings.Contains(out, "s3cret-value") || !strings.Contains(out, "REDACTED") {
+		t.Fatalf("redacted config shows the secret or no marker:\n%s", out)
+	}
+	if cfg.Source.Password != "s3cret-value" {
+		t.Fatal("Redacted changed the original")
+	}
+	// A rendered config parses back.
+	if _, err := Parse([]byte(out), env(nil)); err != nil {
+		t.Fatalf("rendered config does not parse: %v\n%s", err, out)
+	}
+}
+
+func TestUnsetVariableNamed(t *testing.T) {
+	raw, _ := os.ReadFile("testdata/unset-env.bad.yaml")
+	_, err := Parse(raw, env(nil))
+	if err == nil || !strings.Contains(err.Error(), "RELAY_TEST_NEVER_SET") {
+		t.Fatalf("error %v does not name the variable", err)
+	}
+}

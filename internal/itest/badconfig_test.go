@@ -1,0 +1,190 @@
+//go:build integration
+
+package itest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+// startServer starts an extra scratch server with settings and an outbox
+// schema "app" and the relay user.
+func startServer(t *testing.T, settings map[string]string) *devdb.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := devdb.Start(ctx, devdb.Options{Dir: filepath.Join(t.TempDir(), "db"), Settings: settings, ServerID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	err = srv.Exec("CREATE DATABASE app", fmt.Sprintf(OutboxDDL, "app"),
+		"CREATE USER 'relay'@'%' IDENTIFIED BY 'relay-pw'",
+		"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO 'relay'@'%'",
+		"CREATE USER 'weak'@'%' IDENTIFIED BY 'weak-pw'",
+		"GRANT SELECT ON *.* TO 'weak'@'%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// runExpectingError runs the relay and wants it to stop by itself with an
+// error wrapping want whose text contains hint, having published nothing.
+func runExpectingError(t *testing.T, k *Kafka, cfg config.Config, want error, hint string) {
+	t.Helper()
+	r := RunRelay(t, cfg)
+	var err error
+	select {
+	case <-r.Done():
+		err = r.Err()
+	case <-time.After(time.Minute):
+		t.Fatal("relay did not stop with an error within a minute")
+	}
+	if !errors.Is(err, want) {
+		t.Fatalf("error %v, want one wrapping %v", err, want)
+	}
+	if !strings.Contains(err.Error(), hint) {
+		t.Fatalf("error %q does not say %q", err, hint)
+	}
+	if strings.Contains(err.Error(), cfg.Source.Password) {
+		t.Fatalf("error %q shows the password", err)
+	}
+	if recs := Consume(t, k.Brokers, cfg.Router.TopicPrefix); len(recs) != 0 {
+		t.Fatalf("published %d records despite the error", len(recs))
+	}
+	t.Logf("got the expected error: %v", err)
+}
+
+func TestBadConfiguration(t *testing.T) {
+	k := StartKafka(t)
+	good := startServer(t, nil)
+	noBinlog := startServer(t, map[string]string{"log-bin": "-"})
+	base := func(srv *devdb.Server) config.Config {
+		cfg := env.RelayConfig(k, "app.outbox")
+		cfg.Source.Hosts = []string{srv.Addr}
+		cfg.Source.ConnectTimeout = 2 * time.Second
+		return cfg
+	}
+	setGlobal := func(t *testing.T, name, value, restore string) {
+		if err := good.Exec("SET GLOBAL " + name + " = '" + value + "'"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := good.Exec("SET GLOBAL " + name + " = '" + restore + "'"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+
+	t.Run("unreachable source", func(t *testing.T) {
+		port, _ := devdb.FreePort()
+		cfg := base(good)
+		cfg.Source.Hosts = []string{fmt.Sprintf("127.0.0.1:%d", port)}
+		runExpectingError(t, k, cfg, binlog.ErrUnreachable, cfg.Source.Hosts[0])
+	})
+	t.Run("wrong password", func(t *testing.T) {
+		cfg := base(good)
+		cfg.Source.Password = "not-the-password"
+		runExpectingError(t, k, cfg, binlog.ErrAccessDenied, "source.password")
+	})
+	t.Run("binary log off", func(t *testing.T) {
+		runExpectingError(t, k, base(noBinlog), binlog.ErrServerConfig, "log_bin")
+	})
+	t.Run("binlog_format not ROW", func(t *testing.T) {
+		setGlobal(t, "binlog_format", "STATEMENT", "ROW")
+		runExpectingError(t, k, base(good), binlog.ErrServerConfig, "binlog_format=ROW")
+	})
+	t.Run("binlog_row_image not FULL", func(t *testing.T) {
+		setGlobal(t, "binlog_row_image", "MINIMAL", "FULL")
+		runExpectingError(t, k, base(good), binlog.ErrServerConfig, "binlog_row_image=FULL")
+	})
+	t.Run("binlog_row_metadata not FULL", func(t *testing.T) {
+		setGlobal(t, "binlog_row_metadata", "MINIMAL", "FULL")
+		runExpectingError(t, k, base(good), binlog.ErrServerConfig, "binlog_row_metadata=FULL")
+	})
+	t.Run("missing replication grants", func(t *testing.T) {
+		cfg := base(good)
+		cfg.Source.User, cfg.Source.Password = "weak", "weak-pw"
+		runExpectingError(t, k, cfg, binlog.ErrGrants, "GRANT REPLICATION SLAVE, REPLICATION CLIENT")
+	})
+	t.Run("unreachable kafka", func(t *testing.T) {
+		port, _ := devdb.FreePort()
+		cfg := base(good)
+		cfg.Kafka.Brokers = []string{fmt.Sprintf("127.0.0.1:%d", port)}
+		cfg.Kafka.RequestTimeout = 2 * time.Second
+		runExpectingError(t, k, cfg, relay.ErrKafkaUnreachable, cfg.Kafka.Brokers[0])
+	})
+	t.Run("checkpoint purged", func(t *testing.T) {
+		cfg := base(good)
+		r := RunRelay(t, cfg)
+		r.WaitReady(t)
+		if err := good.Exec("INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('p1', 'alarm', 'd', 'X', '{}')"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Log(r.Logs.String())
+			}
+		})
+		WaitCheckpoint(t, cfg, Head(t, good), 20*time.Second)
+		if err := r.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		before := Consume(t, k.Brokers, cfg.Router.TopicPrefix)
+		// Rows the relay has not read, then their binlog purged.
+		err := good.Exec(
+			"INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('p2', 'alarm', 'd', 'X', '{}')",
+			"FLUSH BINARY LOGS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The server keeps a binlog while crash recovery or a dump thread may
+		// still need it: retry until only the newest one is left.
+		Eventually(t, 30*time.Second, func() error {
+			logs, err := good.Query("SHOW BINARY LOGS")
+			if err != nil {
+				return err
+			}
+			if len(logs) == 1 {
+				return nil
+			}
+			if err := good.Exec("PURGE BINARY LOGS TO '" + logs[len(logs)-1][0] + "'"); err != nil {
+				return err
+			}
+			return fmt.Errorf("%d binlogs left", len(logs))
+		})
+		r = RunRelay(t, cfg)
+		var runErr error
+		select {
+		case <-r.Done():
+			runErr = r.Err()
+		case <-time.After(time.Minute):
+			t.Fatal("relay did not stop")
+		}
+		if !errors.Is(runErr, binlog.ErrPurged) || !strings.Contains(runErr.Error(), "checkpoint set") {
+			t.Fatalf("error %v, want ErrPurged naming `checkpoint set`", runErr)
+		}
+		after := Consume(t, k.Brokers, cfg.Router.TopicPrefix)
+		if len(after) != len(before) || len(before) != 1 {
+			t.Fatalf("records %d before, %d after the purge error; want 1 and 1", len(before), len(after))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cp, err := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, relay.KafkaOpts(cfg)...).Load(ctx, cfg.Name)
+		if err != nil || cp == nil {
+			t.Fatalf("checkpoint %v, %v", cp, err)
+		}
+	})
+}

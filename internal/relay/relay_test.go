@@ -1,0 +1,50 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/router"
+)
+
+// Expected partitions computed with the Java client's formula
+// (Utils.toPositive(Utils.murmur2(key)) % n), independently of franz-go.
+func TestPartitionerIsJavaMurmur2(t *testing.T) {
+	for _, tt := range []struct {
+		key  string
+		n    int
+		want int
+	}{
+		{"device-0", 3, 1}, {"device-1", 3, 1}, {"device-2", 3, 1}, {"dev-7", 3, 2}, {"hello", 3, 0},
+	} {
+		p := Partitioner().ForTopic("t")
+		if got := p.Partition(&kgo.Record{Key: []byte(tt.key)}, tt.n); got != tt.want {
+			t.Errorf("key %q over %d partitions: %d, want %d", tt.key, tt.n, got, tt.want)
+		}
+	}
+}
+
+func TestFatalErrors(t *testing.T) {
+	for _, err := range []error{
+		classify(kerr.ProducerFenced), classify(fmt.Errorf("x: %w", kerr.InvalidProducerEpoch)),
+		fmt.Errorf("route: %w", router.ErrBadRow), binlog.ErrPurged, binlog.ErrServerConfig, ErrFlavorMismatch,
+	} {
+		if !fatal(err) {
+			t.Errorf("%v should be fatal", err)
+		}
+	}
+	for _, err := range []error{binlog.ErrUnreachable, ErrKafkaUnreachable, errors.New("broken pipe"),
+		fmt.Errorf("%w: eof", errSourceStream), kerr.NotLeaderForPartition} {
+		if fatal(err) {
+			t.Errorf("%v should be retried", err)
+		}
+	}
+	if !errors.Is(classify(kerr.ProducerFenced), ErrFenced) {
+		t.Error("classify does not wrap ErrFenced")
+	}
+}
