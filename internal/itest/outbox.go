@@ -85,6 +85,10 @@ type WriteOptions struct {
 	RollbackRate float64 // fraction of transactions rolled back
 	// AggregateType is the outbox aggregate_type (default "alarm").
 	AggregateType string
+	// Pace is a pause after each transaction, to spread writes over time.
+	Pace time.Duration
+	// Tag makes event ids unique across several runs on one schema.
+	Tag string
 }
 
 // Write runs writers that each commit (or roll back) Transactions
@@ -122,12 +126,15 @@ func (s *Schema) Write(ctx context.Context, opt WriteOptions) ([]Outcome, error)
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for i := 0; i < opt.Transactions && ctx.Err() == nil; i++ {
 				dev := fmt.Sprintf("dev-%d", rng.IntN(opt.Devices))
-				ev := fmt.Sprintf("%s-w%d-%d", s.Name, w, i)
+				ev := fmt.Sprintf("%s-%sw%d-%d", s.Name, opt.Tag, w, i)
 				rollback := rng.Float64() < opt.RollbackRate
 				seq, err := s.alarmTx(c, opt.AggregateType, dev, ev, rollback)
 				if err != nil {
 					errs[w] = fmt.Errorf("writer %d tx %d: %w", w, i, err)
 					return
+				}
+				if opt.Pace > 0 {
+					time.Sleep(opt.Pace)
 				}
 				if !rollback {
 					mu.Lock()
@@ -178,6 +185,15 @@ func (s *Schema) alarmTx(c *client.Conn, aggType, dev, eventID string, rollback 
 		return 0, err
 	}
 	return seq, nil
+}
+
+// BigInsert commits one transaction that inserts n outbox rows with one
+// INSERT ... SELECT (MariaDB's sequence engine), over 10 aggregates, each
+// row's payload seq increasing.
+func (s *Schema) BigInsert(n int, prefix string) error {
+	return s.DB.Exec(fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT CONCAT('%s-', seq), 'alarm', CONCAT('big-', seq %% 10), 'Bulk', JSON_OBJECT('seq', seq)
+		FROM %s.seq_1_to_%d`, s.Table(), prefix, s.Name, n))
 }
 
 // OutboxRows returns event_id -> aggregate_id of every committed outbox row.

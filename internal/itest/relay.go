@@ -157,7 +157,16 @@ func (e *Env) StartProc(t testing.TB, path string, extraEnv ...string) *Proc {
 	}
 	p := &Proc{cmd: cmd, Log: logPath, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()
-	t.Cleanup(func() { p.Kill() })
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			out := p.Output()
+			if len(out) > 6000 {
+				out = "..." + out[len(out)-6000:]
+			}
+			t.Logf("relay output (%s):\n%s", logPath, out)
+		}
+	})
 	return p
 }
 
@@ -186,6 +195,15 @@ func (p *Proc) Wait(timeout time.Duration) (int, error) {
 	case <-time.After(timeout):
 		return -1, fmt.Errorf("relay did not exit within %s", timeout)
 	}
+}
+
+// Killed reports whether the process ended by SIGKILL.
+func (p *Proc) Killed() bool {
+	if !p.Exited() {
+		return false
+	}
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
 // Output is what the process wrote so far.
@@ -310,6 +328,77 @@ func consume(brokers []string, prefix string) ([]Record, error) {
 		})
 	}
 	return out, nil
+}
+
+// CountAll counts every data record of the topics matching prefix, aborted
+// ones included (read_uncommitted, up to the high watermark).
+func CountAll(t testing.TB, brokers []string, prefix string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	defer adm.Close()
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[int32]kgo.Offset{}
+	remaining := map[string]map[int32]int64{}
+	var names []string
+	for _, tp := range topics.Sorted() {
+		if strings.HasPrefix(tp.Topic, prefix) {
+			names = append(names, tp.Topic)
+		}
+	}
+	if len(names) == 0 {
+		return 0
+	}
+	ends, err := adm.ListEndOffsets(ctx, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			if want[o.Topic] == nil {
+				want[o.Topic], remaining[o.Topic] = map[int32]kgo.Offset{}, map[int32]int64{}
+			}
+			want[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
+			remaining[o.Topic][o.Partition] = o.Offset
+		}
+	})
+	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(want),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	n := 0
+	for len(remaining) > 0 {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("count records: %v", ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := remaining[r.Topic][r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				n++
+			}
+			if r.Offset+1 >= end {
+				delete(remaining[r.Topic], r.Partition)
+				if len(remaining[r.Topic]) == 0 {
+					delete(remaining, r.Topic)
+				}
+			}
+		})
+	}
+	return n
 }
 
 // WaitCheckpoint polls the committed checkpoint until it covers target.

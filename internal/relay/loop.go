@@ -216,6 +216,11 @@ func (l *loop) commit(ctx context.Context) error {
 	l.batchRecords, l.batchBytes = 0, 0
 	l.dirty = false
 	l.lastCheckpoint = time.Now()
+	if cp.Partial != nil && cp.Partial.GTID == l.curGTID {
+		hit("after-partial")
+	} else {
+		hit("after-commit")
+	}
 	return nil
 }
 

@@ -227,12 +227,16 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 
 	events := make(chan binlog.Event, 1024)
-	readErr := make(chan error, 1)
+	readErr := make(chan error, 1) // the loop takes the reader's error from here
+	readerDone := make(chan struct{})
 	reader := binlog.NewReader(r.source, srv, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	go func() { readErr <- reader.Run(runCtx, from, events) }()
+	go func() {
+		defer close(readerDone)
+		readErr <- reader.Run(runCtx, from, events)
+	}()
 	defer func() {
 		cancel()
-		<-readErr
+		<-readerDone
 	}()
 
 	r.log.Info().Str("source", srv.Addr).Str("flavor", srv.Flavor).Str("server_version", srv.Version).

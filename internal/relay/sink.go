@@ -117,6 +117,7 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) error {
 		if err := s.err(); err != nil {
 			return fmt.Errorf("produce batch: %w", classify(err))
 		}
+		hit("after-flush")
 		if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 			return fmt.Errorf("commit kafka transaction: %w", classify(err))
 		}
@@ -129,6 +130,7 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) error {
 	if err := s.err(); err != nil {
 		return fmt.Errorf("produce batch: %w", classify(err))
 	}
+	hit("after-flush")
 	if err := s.cl.ProduceSync(ctx, s.store.Record(cp)).FirstErr(); err != nil {
 		return fmt.Errorf("write checkpoint: %w", classify(err))
 	}

@@ -1,0 +1,232 @@
+//go:build integration
+
+package itest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// requireExact fails unless the topic holds each committed outbox row exactly
+// once, nothing else, per-aggregate in commit order.
+func requireExact(t *testing.T, k *Kafka, s *Schema, prefix string) Report {
+	t.Helper()
+	rep := Compare(t, s, Consume(t, k.Brokers, prefix))
+	if !rep.OK() {
+		t.Fatal(rep)
+	}
+	return rep
+}
+
+// kill -9 at 20+ random instants while writers commit more than 20,000
+// events; the final relay completes the stream exactly once.
+func TestCrashKill9AtRandomInstants(t *testing.T) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(k, s.Table())
+	cfg.Kafka.Batch.MaxRecords = 500 // more, smaller transactions: more instants to land in
+	cfg.Log.Level = "info"
+	path := WriteConfig(t, cfg)
+
+	wrote := make(chan error, 1)
+	var committed []Outcome
+	go func() {
+		var err error
+		committed, err = s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 5600, RollbackRate: 0.05,
+			Devices: 20, Pace: 500 * time.Microsecond})
+		wrote <- err
+	}()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	kills, writing := 0, true
+	for kills < 20 || writing {
+		p := env.StartProc(t, path)
+		// A random instant: start-up, catch-up, mid-batch, mid-commit.
+		wait := time.Duration(rng.IntN(700)) * time.Millisecond
+		select {
+		case err := <-wrote:
+			if err != nil {
+				t.Fatal(err)
+			}
+			writing = false
+		case <-time.After(wait):
+		}
+		if p.Exited() {
+			t.Fatalf("relay exited by itself: %s", p.Output())
+		}
+		p.Kill()
+		kills++
+	}
+	if len(committed) < 20000 {
+		t.Fatalf("writers committed %d events, want at least 20,000", len(committed))
+	}
+	cp := loadCheckpoint(t, cfg)
+	t.Logf("%d kills; %d events committed; checkpoint had %d published at the last kill", kills, len(committed), cp.Events)
+	p := env.StartProc(t, path)
+	WaitCheckpoint(t, cfg, Head(t, env.DB), 3*time.Minute)
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	if rep.Expected != len(committed) {
+		t.Fatalf("outbox has %d rows, writers committed %d", rep.Expected, len(committed))
+	}
+	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
+		t.Fatalf("exit %d %v", code, err)
+	}
+}
+
+// crashAt runs the relay with a failpoint until it kills the relay, checks
+// the state left by the crash, restarts without the failpoint and requires
+// exactly-once. big > 0 writes one source transaction of big rows (split by
+// max_records 1000) instead of many small ones.
+func crashAt(t *testing.T, point string, big int, check func(t *testing.T, k *Kafka, prefix string, s *Schema)) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(k, s.Table())
+	cfg.Kafka.Batch.MaxRecords = 1000
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path, "OUTBOX_RELAY_FAILPOINT="+point)
+	waitStarted(t, p, cfg)
+	if big > 0 {
+		if err := s.BigInsert(big, "big"); err != nil {
+			t.Fatal(err)
+		}
+	} else if _, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 1000, RollbackRate: 0.1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(2 * time.Minute); err != nil || !p.Killed() {
+		t.Fatalf("the failpoint did not kill the relay (%v):\n%s", err, p.Output())
+	}
+	cp := loadCheckpoint(t, cfg)
+	if big > 0 && (cp.Partial == nil || cp.Partial.Rows == 0 || cp.Partial.Rows >= int64(big)) {
+		t.Fatalf("checkpoint at the crash %+v, want a partial count inside the big transaction", cp)
+	}
+	if check != nil {
+		check(t, k, cfg.Router.TopicPrefix, s)
+	}
+	env.StartProc(t, path)
+	WaitCheckpoint(t, cfg, Head(t, env.DB), 2*time.Minute)
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	t.Logf("crash at %s (checkpoint then: %d events, partial %v); after restart %s", point, cp.Events, cp.Partial, rep)
+}
+
+// producedNotCommitted checks that the crash left acknowledged records of an
+// open transaction in the log, invisible to read_committed.
+func producedNotCommitted(t *testing.T, k *Kafka, prefix string, _ *Schema) {
+	all, committed := CountAll(t, k.Brokers, prefix), len(Consume(t, k.Brokers, prefix))
+	if all <= committed {
+		t.Fatalf("log holds %d records, %d committed: the crash did not leave produced-but-uncommitted records", all, committed)
+	}
+}
+
+// A crash injected at each named point of the commit protocol.
+func TestCrashAtNamedPoints(t *testing.T) {
+	t.Run("records produced, not committed", func(t *testing.T) { crashAt(t, "after-flush:3", 0, producedNotCommitted) })
+	t.Run("committed, before the next batch", func(t *testing.T) { crashAt(t, "after-commit:4", 0, nil) })
+	t.Run("inside a split large transaction", func(t *testing.T) { crashAt(t, "after-partial:5", 20000, nil) })
+}
+
+// The embedded broker stops and starts again (same data) mid-stream.
+func TestCrashBrokerRestart(t *testing.T) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(k, s.Table())
+	cfg.Kafka.RequestTimeout = 5 * time.Second
+	p := env.StartProc(t, WriteConfig(t, cfg))
+	waitStarted(t, p, cfg)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 1500, Pace: time.Millisecond})
+		wrote <- err
+	}()
+	Eventually(t, time.Minute, func() error {
+		if cp := loadCheckpoint(t, cfg); cp.Events < 300 {
+			return fmt.Errorf("%d events so far", cp.Events)
+		}
+		return nil
+	})
+	k.Restart(t)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), 2*time.Minute)
+	requireExact(t, k, s, cfg.Router.TopicPrefix)
+	if p.Exited() {
+		t.Fatalf("relay exited instead of riding out the broker restart:\n%s", p.Output())
+	}
+}
+
+// The source MariaDB crashes (SIGKILL) and restarts mid-stream.
+func TestCrashSourceRestart(t *testing.T) {
+	k := StartKafka(t)
+	db := startServer(t, nil)
+	if err := db.Exec(fmt.Sprintf(AlarmDDL, "app"), fmt.Sprintf(SeqDDL, "app")); err != nil {
+		t.Fatal(err)
+	}
+	s := &Schema{DB: db, Name: "app"}
+	cfg := env.RelayConfig(k, s.Table())
+	cfg.Source.Hosts = []string{db.Addr}
+	cfg.Source.HeartbeatPeriod = 500 * time.Millisecond
+	p := env.StartProc(t, WriteConfig(t, cfg))
+	waitStarted(t, p, cfg)
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 500}); err != nil {
+		t.Fatal(err)
+	}
+	db.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := db.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 500, Tag: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, db), 2*time.Minute)
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	if rep.Expected != 4000 {
+		t.Fatalf("outbox has %d rows, want 4000", rep.Expected)
+	}
+	if p.Exited() {
+		t.Fatalf("relay exited instead of riding out the source restart:\n%s", p.Output())
+	}
+}
+
+// Two instances with the same name: the second fences the first, which
+// exits non-zero and never commits again; nothing is duplicated or lost.
+func TestCrashTwoInstancesSameName(t *testing.T) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(k, s.Table())
+	a := env.StartProc(t, WriteConfig(t, cfg))
+	waitStarted(t, a, cfg)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 1500, Pace: time.Millisecond})
+		wrote <- err
+	}()
+	Eventually(t, time.Minute, func() error {
+		if cp := loadCheckpoint(t, cfg); cp.Events < 200 {
+			return fmt.Errorf("%d events so far", cp.Events)
+		}
+		return nil
+	})
+	cfgB := cfg
+	cfgB.Source.ServerID++ // a second replica connection, same pipeline name
+	b := env.StartProc(t, WriteConfig(t, cfgB))
+	code, err := a.Wait(time.Minute)
+	if err != nil || code != 1 {
+		t.Fatalf("first instance: exit %d (%v), want 1 after being fenced:\n%s", code, err, a.Output())
+	}
+	if !strings.Contains(a.Output(), "fenced") {
+		t.Fatalf("first instance did not say it was fenced:\n%s", a.Output())
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), 2*time.Minute)
+	requireExact(t, k, s, cfg.Router.TopicPrefix)
+	if b.Exited() {
+		t.Fatalf("second instance exited:\n%s", b.Output())
+	}
+}
