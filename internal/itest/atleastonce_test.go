@@ -20,13 +20,14 @@ func TestAtLeastOnceLosesNothing(t *testing.T) {
 	cfg.Kafka.Delivery = config.AtLeastOnce
 	cfg.Kafka.Batch.MaxRecords = 200
 	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg) // pins "now" before the writers start
 	wrote := make(chan error, 1)
 	go func() {
 		_, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 1000, RollbackRate: 0.1, Pace: 500 * time.Microsecond})
 		wrote <- err
 	}()
-	for writing := true; writing; {
-		p := env.StartProc(t, path)
+	for writing := true; writing; p = env.StartProc(t, path) {
 		select {
 		case err := <-wrote:
 			if err != nil {
@@ -37,6 +38,7 @@ func TestAtLeastOnceLosesNothing(t *testing.T) {
 		}
 		p.Kill()
 	}
+	p.Kill()
 	env.StartProc(t, path)
 	WaitCheckpoint(t, cfg, Head(t, env.DB), 2*time.Minute)
 	rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix))

@@ -186,3 +186,29 @@ func TestTwoOutboxTables(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Heartbeat: with no outbox rows, checkpoint-only transactions still move the
+// position forward, and publish nothing.
+func TestHeartbeatAdvancesCheckpoint(t *testing.T) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(k, s.Table())
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	first := WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	for i := 0; i < 20; i++ {
+		if err := env.DB.Exec("INSERT INTO " + s.Name + ".alarm_record (device_id, level, temp, seq) VALUES ('x', 'INFO', 1, 0)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp := WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if cp.GTIDSet == first.GTIDSet || !cp.Time.After(first.Time) || cp.Events != 0 {
+		t.Fatalf("checkpoint %+v after business-only writes, first %+v", cp, first)
+	}
+	if recs := Consume(t, k.Brokers, cfg.Router.TopicPrefix); len(recs) != 0 {
+		t.Fatalf("published %d records without outbox rows", len(recs))
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -32,6 +32,9 @@ func TestCrashKill9AtRandomInstants(t *testing.T) {
 	cfg.Log.Level = "info"
 	path := WriteConfig(t, cfg)
 
+	// "now" is pinned by the first committed checkpoint: writers start after it.
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
 	wrote := make(chan error, 1)
 	var committed []Outcome
 	go func() {
@@ -41,9 +44,8 @@ func TestCrashKill9AtRandomInstants(t *testing.T) {
 		wrote <- err
 	}()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	kills, writing := 0, true
-	for kills < 20 || writing {
-		p := env.StartProc(t, path)
+	kills, writing, killsWhileWriting := 0, true, 0
+	for {
 		// A random instant: start-up, catch-up, mid-batch, mid-commit.
 		wait := time.Duration(rng.IntN(700)) * time.Millisecond
 		select {
@@ -59,13 +61,23 @@ func TestCrashKill9AtRandomInstants(t *testing.T) {
 		}
 		p.Kill()
 		kills++
+		if writing {
+			killsWhileWriting++
+		}
+		if kills >= 20 && !writing {
+			break
+		}
+		p = env.StartProc(t, path)
+	}
+	if killsWhileWriting < 5 {
+		t.Fatalf("only %d kills landed while writers were committing", killsWhileWriting)
 	}
 	if len(committed) < 20000 {
 		t.Fatalf("writers committed %d events, want at least 20,000", len(committed))
 	}
 	cp := loadCheckpoint(t, cfg)
-	t.Logf("%d kills; %d events committed; checkpoint had %d published at the last kill", kills, len(committed), cp.Events)
-	p := env.StartProc(t, path)
+	t.Logf("%d kills (%d while writers committed); %d events committed; checkpoint had %d published at the last kill", kills, killsWhileWriting, len(committed), cp.Events)
+	p = env.StartProc(t, path)
 	WaitCheckpoint(t, cfg, Head(t, env.DB), 3*time.Minute)
 	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
 	if rep.Expected != len(committed) {

@@ -119,6 +119,12 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) error {
 		}
 		hit("after-flush")
 		if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			if errors.Is(err, kerr.InvalidTxnState) {
+				// The coordinator no longer has our open transaction: a newer
+				// instance initialised the same transactional id and aborted it.
+				// (Kafka says PRODUCER_FENCED; kfake says INVALID_TXN_STATE.)
+				return fmt.Errorf("commit kafka transaction: %w: %w", ErrFenced, err)
+			}
 			return fmt.Errorf("commit kafka transaction: %w", classify(err))
 		}
 		s.open = false
