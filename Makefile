@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X main.version=$(VERSION)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps test test-unit test-integration fuzz demo bench vet clean
+.PHONY: all build deps test test-unit test-integration test-kafka fuzz demo bench vet clean
 
 all: build
 
@@ -34,6 +34,17 @@ test-integration: deps
 	$(GO) test -count=1 -tags integration -timeout 20m ./internal/itest/
 
 test: deps vet test-unit test-integration
+
+# The integration and crash suites against Apache Kafka (fetched from Maven
+# Central by deploy/dev/kafka.sh, cached), in a fresh data directory that is
+# removed afterwards.
+KAFKA_TEST_PORT ?= 39092
+test-kafka: deps
+	@export KAFKA_PORT=$(KAFKA_TEST_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-XXXXXX); \
+	deploy/dev/kafka.sh start || exit 1; \
+	RELAY_TEST_KAFKA=127.0.0.1:$(KAFKA_TEST_PORT) RELAY_TEST_KAFKA_RESTART="deploy/dev/kafka.sh restart" \
+		$(GO) test -count=1 -tags integration -timeout 20m ./internal/itest/; rc=$$?; \
+	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; exit $$rc
 
 fuzz:
 	$(GO) test ./router/ -run '^$$' -fuzz FuzzRoute -fuzztime 30s

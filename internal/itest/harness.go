@@ -119,12 +119,23 @@ func (k *Kafka) start(t testing.TB) {
 	k.Brokers = c.ListenAddrs()
 }
 
-// Restart stops the embedded broker and starts it again on the same port and
-// data; it skips the test with an external broker.
+// Restart stops the broker and starts it again with the same port and data:
+// the embedded one directly, an external one with the shell command in
+// RELAY_TEST_KAFKA_RESTART (make test-kafka sets it); without that command
+// the test is skipped.
 func (k *Kafka) Restart(t testing.TB) {
 	t.Helper()
 	if k.Cluster == nil {
-		t.Skip("broker restart needs the embedded broker")
+		script := os.Getenv("RELAY_TEST_KAFKA_RESTART")
+		if script == "" {
+			t.Skip("restarting an external broker needs RELAY_TEST_KAFKA_RESTART")
+		}
+		cmd := exec.Command("bash", "-c", script)
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("restart broker: %v\n%s", err, out)
+		}
+		return
 	}
 	k.Cluster.Close()
 	k.Cluster = nil

@@ -131,6 +131,12 @@ func TestSIGTERMWritesFinalCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	Eventually(t, time.Minute, func() error {
+		if got := scrape(t, cfg.HTTP.Listen, "outbox_relay_events_total"); got != float64(len(committed)) {
+			return fmt.Errorf("outbox_relay_events_total %v, want %d", got, len(committed))
+		}
+		return nil
+	})
 	before := scrape(t, cfg.HTTP.Listen, "outbox_relay_source_transactions_total")
 	for i := 0; i < 5; i++ {
 		if err := env.DB.Exec("INSERT INTO " + s.Name + ".alarm_record (device_id, level, temp, seq) VALUES ('x', 'INFO', 1, 0)"); err != nil {
@@ -139,9 +145,6 @@ func TestSIGTERMWritesFinalCheckpoint(t *testing.T) {
 	}
 	head := Head(t, env.DB)
 	Eventually(t, time.Minute, func() error {
-		if got := scrape(t, cfg.HTTP.Listen, "outbox_relay_events_total"); got != float64(len(committed)) {
-			return fmt.Errorf("outbox_relay_events_total %v, want %d", got, len(committed))
-		}
 		if got := scrape(t, cfg.HTTP.Listen, "outbox_relay_source_transactions_total"); got < before+5 {
 			return fmt.Errorf("source transactions %v, want at least %v", got, before+5)
 		}

@@ -173,6 +173,9 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	opts := append([]kgo.Opt{
 		kgo.RecordPartitioner(Partitioner()),
 		kgo.ProducerLinger(0),
+		// A topic the relay just created may be unknown to a broker for a
+		// moment (Apache Kafka, not kfake): refresh metadata quickly.
+		kgo.MetadataMinAge(250 * time.Millisecond),
 		kgo.MaxBufferedRecords(4 * r.cfg.Kafka.Batch.MaxRecords),
 	}, r.kopts...)
 	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Apache Kafka (KRaft, one node) for tests and local work.
+#
+#   deploy/dev/kafka.sh start|stop|restart|status
+#
+# start fetches org.apache.kafka:kafka_2.13:$KAFKA_VERSION and its runtime
+# dependencies from Maven Central with Maven (cached in $KAFKA_CACHE and
+# reused), formats a single-node KRaft store in $KAFKA_DIR if it is new, starts
+# the broker on 127.0.0.1:$KAFKA_PORT with single-node settings and waits until
+# it answers. stop ends only the process start started (its pid file).
+#
+# Environment (defaults):
+#   KAFKA_VERSION  4.1.1
+#   KAFKA_PORT     39092 (the controller listens on KAFKA_PORT+1)
+#   KAFKA_DIR      ${TMPDIR:-/tmp}/outbox-relay-kafka-$KAFKA_PORT
+#   KAFKA_CACHE    ${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/kafka-$KAFKA_VERSION
+#   KAFKA_HEAP     512m
+set -euo pipefail
+
+KAFKA_VERSION=${KAFKA_VERSION:-4.1.1}
+KAFKA_PORT=${KAFKA_PORT:-39092}
+CONTROLLER_PORT=$((KAFKA_PORT + 1))
+KAFKA_DIR=${KAFKA_DIR:-${TMPDIR:-/tmp}/outbox-relay-kafka-$KAFKA_PORT}
+KAFKA_CACHE=${KAFKA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/kafka-$KAFKA_VERSION}
+KAFKA_HEAP=${KAFKA_HEAP:-512m}
+PIDFILE=$KAFKA_DIR/kafka.pid
+
+log() { echo "kafka.sh: $*" >&2; }
+
+fetch() {
+  [ -f "$KAFKA_CACHE/.complete" ] && return 0
+  command -v mvn >/dev/null || { log "Maven (mvn) is needed to fetch Kafka"; exit 1; }
+  command -v java >/dev/null || { log "Java 17+ is needed to run Kafka"; exit 1; }
+  log "fetching Apache Kafka $KAFKA_VERSION and its dependencies from Maven Central"
+  local work; work=$(mktemp -d)
+  cat > "$work/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>dev.outbox-relay</groupId><artifactId>kafka-runtime</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>2.24.3</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>2.24.3</version></dependency>
+  </dependencies>
+</project>
+POM
+  mkdir -p "$KAFKA_CACHE/libs"
+  mvn -q -B -Dstyle.color=never -f "$work/pom.xml" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$KAFKA_CACHE/libs"
+  rm -rf "$work"
+  touch "$KAFKA_CACHE/.complete"
+}
+
+java_kafka() { java -Xmx"$KAFKA_HEAP" -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" "$@"; }
+
+configure() {
+  mkdir -p "$KAFKA_DIR/data"
+  cat > "$KAFKA_DIR/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$KAFKA_DIR/data
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=3
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+PROPS
+  cat > "$KAFKA_DIR/log4j2.properties" <<LOG
+rootLogger.level=WARN
+rootLogger.appenderRef.file.ref=file
+appender.file.type=File
+appender.file.name=file
+appender.file.fileName=$KAFKA_DIR/server.log
+appender.file.layout.type=PatternLayout
+appender.file.layout.pattern=[%d] %p %m (%c)%n
+logger.kafka.name=kafka.server.KafkaRaftServer
+logger.kafka.level=INFO
+LOG
+  if [ ! -f "$KAFKA_DIR/data/meta.properties" ]; then
+    local id; id=$(java_kafka kafka.tools.StorageTool random-uuid)
+    java_kafka kafka.tools.StorageTool format -t "$id" -c "$KAFKA_DIR/server.properties" --standalone >/dev/null
+  fi
+}
+
+running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null && grep -q "Kafka Server started" "$KAFKA_DIR/server.log" 2>/dev/null; }
+
+start() {
+  if running; then log "already running (pid $(cat "$PIDFILE")) on 127.0.0.1:$KAFKA_PORT"; return 0; fi
+  fetch
+  configure
+  : > "$KAFKA_DIR/server.log"
+  nohup java -Xmx"$KAFKA_HEAP" -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" \
+    kafka.Kafka "$KAFKA_DIR/server.properties" > "$KAFKA_DIR/kafka.out" 2>&1 &
+  echo $! > "$PIDFILE"
+  for _ in $(seq 1 600); do
+    if answers; then log "Apache Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"), data $KAFKA_DIR)"; return 0; fi
+    if ! running; then log "broker exited during start-up:"; tail -20 "$KAFKA_DIR/kafka.out" "$KAFKA_DIR/server.log" >&2; exit 1; fi
+    sleep 0.2
+  done
+  log "broker did not answer within 120s"; stop; exit 1
+}
+
+stop() {
+  running || { rm -f "$PIDFILE"; return 0; }
+  local pid; pid=$(cat "$PIDFILE")
+  kill "$pid"
+  for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  rm -f "$PIDFILE"
+  log "stopped pid $pid"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  restart) stop; start ;;
+  status) if running; then echo "running pid $(cat "$PIDFILE") on 127.0.0.1:$KAFKA_PORT"; else echo stopped; exit 1; fi ;;
+  *) echo "usage: $0 start|stop|restart|status" >&2; exit 2 ;;
+esac
