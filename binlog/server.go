@@ -68,7 +68,7 @@ type Server struct {
 func Inspect(ctx context.Context, cfg Config) (*Server, error) {
 	var dialErrs []string
 	for _, addr := range cfg.Hosts {
-		conn, err := connect(ctx, cfg, addr)
+		conn, err := Connect(ctx, cfg, addr)
 		if err != nil {
 			if errors.Is(err, ErrAccessDenied) {
 				return nil, err
@@ -83,7 +83,8 @@ func Inspect(ctx context.Context, cfg Config) (*Server, error) {
 	return nil, fmt.Errorf("%w: tried %s: %s", ErrUnreachable, strings.Join(cfg.Hosts, ", "), strings.Join(dialErrs, "; "))
 }
 
-func connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error) {
+// Connect opens a plain client connection to addr with cfg's credentials.
+func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	var opts []client.Option
@@ -103,7 +104,8 @@ func connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 	return conn, nil
 }
 
-func query(conn *client.Conn, q string) ([][]string, error) {
+// Query runs q and returns its rows as strings.
+func Query(conn *client.Conn, q string) ([][]string, error) {
 	res, err := conn.Execute(q)
 	if err != nil {
 		return nil, err
@@ -116,17 +118,20 @@ func query(conn *client.Conn, q string) ([][]string, error) {
 	for i := range rows {
 		rows[i] = make([]string, res.ColumnNumber())
 		for j := range rows[i] {
-			rows[i][j], _ = res.GetString(i, j)
+			v, _ := res.GetString(i, j)
+			rows[i][j] = strings.Clone(v) // go-mysql reuses result buffers after Close
 		}
 	}
 	return rows, nil
 }
 
-func variables(conn *client.Conn) (map[string]string, error) {
-	rows, err := query(conn, `SHOW GLOBAL VARIABLES WHERE Variable_name IN (
+// Variables reads the global variables the relay and its preflight use.
+func Variables(conn *client.Conn) (map[string]string, error) {
+	rows, err := Query(conn, `SHOW GLOBAL VARIABLES WHERE Variable_name IN (
 		'version','version_comment','log_bin','binlog_format','binlog_row_image','binlog_row_metadata',
 		'gtid_mode','enforce_gtid_consistency','server_id','server_uuid',
-		'gtid_binlog_pos','gtid_executed','gtid_purged')`)
+		'gtid_binlog_pos','gtid_executed','gtid_purged','log_slave_updates','log_replica_updates',
+		'expire_logs_days','binlog_expire_logs_seconds')`)
 	if err != nil {
 		return nil, fmt.Errorf("read server variables: %w", err)
 	}
@@ -137,16 +142,21 @@ func variables(conn *client.Conn) (map[string]string, error) {
 	return vars, nil
 }
 
+// DetectFlavor tells MariaDB from MySQL by the version variables.
+func DetectFlavor(vars map[string]string) string {
+	if strings.Contains(strings.ToLower(vars["version"]+vars["version_comment"]), "mariadb") {
+		return mysql.MariaDBFlavor
+	}
+	return mysql.MySQLFlavor
+}
+
 func inspect(conn *client.Conn, cfg Config, addr string) (*Server, error) {
-	vars, err := variables(conn)
+	vars, err := Variables(conn)
 	if err != nil {
 		return nil, err
 	}
 	srv := &Server{Addr: addr, Version: vars["version"]}
-	detected := mysql.MySQLFlavor
-	if strings.Contains(strings.ToLower(vars["version"]+vars["version_comment"]), "mariadb") {
-		detected = mysql.MariaDBFlavor
-	}
+	detected := DetectFlavor(vars)
 	srv.Flavor = detected
 	if cfg.Flavor != "" && cfg.Flavor != "auto" {
 		if cfg.Flavor != detected {
@@ -159,45 +169,73 @@ func inspect(conn *client.Conn, cfg Config, addr string) (*Server, error) {
 	if err := checkGrants(conn); err != nil {
 		return nil, err
 	}
-	if srv.Flavor == mysql.MariaDBFlavor {
-		srv.ServerID = vars["server_id"]
-		srv.Head = vars["gtid_binlog_pos"]
-		srv.Earliest, err = mariadbEarliest(conn)
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		srv.ServerID = vars["server_uuid"]
-		srv.Head = strings.ReplaceAll(vars["gtid_executed"], "\n", "")
-		srv.Earliest = strings.ReplaceAll(vars["gtid_purged"], "\n", "")
+	if err := srv.positions(conn, vars); err != nil {
+		return nil, err
 	}
 	return srv, nil
 }
 
-// checkSettings verifies the binlog settings the relay depends on.
-func checkSettings(vars map[string]string, flavor string) error {
-	want := func(name, value, fix string) error {
-		got, ok := vars[name]
-		if !ok {
-			return nil // the server does not have the setting: its behaviour is fixed
-		}
-		if !strings.EqualFold(got, value) {
-			return fmt.Errorf("%w: %s is %s, need %s: %s", ErrServerConfig, name, orNone(got), value, fix)
-		}
-		return nil
+// positions fills ServerID, Head and Earliest.
+func (srv *Server) positions(conn *client.Conn, vars map[string]string) error {
+	var err error
+	if srv.Flavor == mysql.MariaDBFlavor {
+		srv.ServerID = vars["server_id"]
+		srv.Head = vars["gtid_binlog_pos"]
+		srv.Earliest, err = mariadbEarliest(conn)
+		return err
 	}
-	checks := []error{
+	srv.ServerID = vars["server_uuid"]
+	srv.Head = strings.ReplaceAll(vars["gtid_executed"], "\n", "")
+	srv.Earliest = strings.ReplaceAll(vars["gtid_purged"], "\n", "")
+	return nil
+}
+
+// Describe reads what Inspect learns without judging settings or grants:
+// flavor, version and positions of the server conn is connected to. The
+// server is returned even when reading positions fails (binary log off,
+// missing grants); the error says why.
+func Describe(conn *client.Conn, addr string, vars map[string]string) (*Server, error) {
+	srv := &Server{Addr: addr, Version: vars["version"], Flavor: DetectFlavor(vars)}
+	return srv, srv.positions(conn, vars)
+}
+
+// Setting is one server setting the relay depends on, as found.
+type Setting struct {
+	Name, Got, Want, Fix string
+	OK                   bool
+	Present              bool // false: the server has no such variable
+}
+
+// Settings evaluates the binlog settings the relay depends on, for flavor,
+// from the server's global variables.
+func Settings(vars map[string]string, flavor string) []Setting {
+	want := func(name, value, fix string) Setting {
+		got, ok := vars[name]
+		return Setting{Name: name, Got: got, Want: value, Fix: fix, Present: ok, OK: !ok || strings.EqualFold(got, value)}
+	}
+	list := []Setting{
 		want("log_bin", "ON", "start the server with log_bin (the binary log) enabled"),
 		want("binlog_format", "ROW", "set binlog_format=ROW"),
 		want("binlog_row_image", "FULL", "set binlog_row_image=FULL"),
 		want("binlog_row_metadata", "FULL", "set binlog_row_metadata=FULL so the binlog carries column names"),
 	}
 	if flavor == mysql.MySQLFlavor {
-		checks = append(checks,
+		list = append(list,
 			want("gtid_mode", "ON", "set gtid_mode=ON and enforce_gtid_consistency=ON"),
 			want("enforce_gtid_consistency", "ON", "set enforce_gtid_consistency=ON"))
 	}
-	return errors.Join(checks...)
+	return list
+}
+
+// checkSettings verifies the binlog settings the relay depends on.
+func checkSettings(vars map[string]string, flavor string) error {
+	var errs []error
+	for _, st := range Settings(vars, flavor) {
+		if !st.OK {
+			errs = append(errs, fmt.Errorf("%w: %s is %s, need %s: %s", ErrServerConfig, st.Name, orNone(st.Got), st.Want, st.Fix))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func orNone(s string) string {
@@ -207,16 +245,25 @@ func orNone(s string) string {
 	return s
 }
 
-// checkGrants requires REPLICATION SLAVE and REPLICATION CLIENT (MariaDB
-// 10.5+: BINLOG MONITOR) on *.*.
-func checkGrants(conn *client.Conn) error {
-	rows, err := query(conn, "SHOW GRANTS")
+// Grants returns the user's grants, one statement a line.
+func Grants(conn *client.Conn) ([]string, error) {
+	rows, err := Query(conn, "SHOW GRANTS")
 	if err != nil {
-		return fmt.Errorf("read grants: %w", err)
+		return nil, fmt.Errorf("read grants: %w", err)
 	}
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r[0]
+	}
+	return out, nil
+}
+
+// MissingGrants lists what the relay needs and grants lacks: REPLICATION
+// SLAVE and REPLICATION CLIENT (MariaDB 10.5+: BINLOG MONITOR) on *.*.
+func MissingGrants(grants []string) []string {
 	var all strings.Builder
-	for _, r := range rows {
-		g := strings.ToUpper(r[0])
+	for _, g := range grants {
+		g = strings.ToUpper(g)
 		if strings.Contains(g, " ON *.* ") {
 			all.WriteString(g)
 		}
@@ -240,7 +287,15 @@ func checkGrants(conn *client.Conn) error {
 	if !has("REPLICATION CLIENT", "BINLOG MONITOR") {
 		missing = append(missing, "REPLICATION CLIENT")
 	}
-	if len(missing) > 0 {
+	return missing
+}
+
+func checkGrants(conn *client.Conn) error {
+	grants, err := Grants(conn)
+	if err != nil {
+		return err
+	}
+	if missing := MissingGrants(grants); len(missing) > 0 {
 		return fmt.Errorf("%w: the user lacks %s: GRANT %s ON *.* TO the relay user",
 			ErrGrants, strings.Join(missing, " and "), strings.Join(missing, ", "))
 	}
@@ -250,14 +305,14 @@ func checkGrants(conn *client.Conn) error {
 // mariadbEarliest returns the Gtid_list of the oldest binlog still present:
 // the GTID state before its first transaction.
 func mariadbEarliest(conn *client.Conn) (string, error) {
-	logs, err := query(conn, "SHOW BINARY LOGS")
+	logs, err := Query(conn, "SHOW BINARY LOGS")
 	if err != nil {
 		return "", fmt.Errorf("list binary logs: %w", err)
 	}
 	if len(logs) == 0 {
 		return "", fmt.Errorf("%w: the server has no binary logs", ErrServerConfig)
 	}
-	evs, err := query(conn, fmt.Sprintf("SHOW BINLOG EVENTS IN '%s' LIMIT 4", strings.ReplaceAll(logs[0][0], "'", "''")))
+	evs, err := Query(conn, fmt.Sprintf("SHOW BINLOG EVENTS IN '%s' LIMIT 4", strings.ReplaceAll(logs[0][0], "'", "''")))
 	if err != nil {
 		return "", fmt.Errorf("read binary log %s: %w", logs[0][0], err)
 	}

@@ -181,3 +181,32 @@ func (s *Store) bounds(ctx context.Context) (start, end int64, err error) {
 	start, _, err = lookup(adm.ListStartOffsets(ctx, s.topic))
 	return start, end, err
 }
+
+// Write commits cp for name (nil writes a tombstone: no checkpoint) in a
+// Kafka transaction whose transactional id is name, the relay's own: it
+// fences a running relay of that name, which then stops.
+func (s *Store) Write(ctx context.Context, name string, cp *Checkpoint) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID(name)}, s.opts...)...)
+	if err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	defer cl.Close()
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("write checkpoint: init transactional producer %s: %w", name, err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	rec := s.Tombstone(name)
+	if cp != nil {
+		rec = s.Record(cp)
+	}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		_ = cl.EndTransaction(ctx, kgo.TryAbort)
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("write checkpoint: commit: %w", err)
+	}
+	return nil
+}

@@ -82,7 +82,3 @@ func runCmd(args []string) error {
 	log.Info().AnErr("cause", context.Cause(ctx)).Msg("stopped")
 	return nil
 }
-
-func checkCmd(args []string) error {
-	return fmt.Errorf("check: not implemented yet")
-}

@@ -97,6 +97,9 @@ type HTTP struct {
 type Log struct {
 	Format string `yaml:"format"` // json | console
 	Level  string `yaml:"level"`  // debug | info | warn | error
+	// ProgressInterval: while events flow, log throughput, lag and position
+	// this often; 0 disables.
+	ProgressInterval time.Duration `yaml:"progress_interval"`
 }
 
 // Default returns a configuration with every default filled in.
@@ -127,7 +130,7 @@ func Default() Config {
 			TopicPrefix:         "outbox.event.",
 		},
 		HTTP: HTTP{Listen: "127.0.0.1:9464"},
-		Log:  Log{Format: "json", Level: "info"},
+		Log:  Log{Format: "json", Level: "info", ProgressInterval: 10 * time.Second},
 	}
 }
 

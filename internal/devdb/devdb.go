@@ -282,7 +282,8 @@ func (s *Server) Query(q string) ([][]string, error) {
 	for i := 0; i < res.RowNumber(); i++ {
 		row := make([]string, res.ColumnNumber())
 		for j := range row {
-			row[j], _ = res.GetString(i, j)
+			v, _ := res.GetString(i, j)
+			row[j] = strings.Clone(v) // go-mysql reuses result buffers after Close
 		}
 		rows = append(rows, row)
 	}

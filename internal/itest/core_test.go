@@ -64,7 +64,7 @@ func TestCommittedRowsArriveOnce(t *testing.T) {
 			t.Fatalf("record %s timestamp %s is %s away from its commit", rec.ID, rec.Timestamp, d)
 		}
 	}
-	if got := testutil.ToFloat64(r.Metrics.Events.WithLabelValues(cfg.Router.TopicPrefix + "alarm")); int(got) != len(committed) {
+	if got := testutil.ToFloat64(r.Metrics.Events.WithLabelValues(cfg.Router.TopicPrefix+"alarm", "published")); int(got) != len(committed) {
 		t.Fatalf("outbox_relay_events_total = %v, want %d", got, len(committed))
 	}
 	if err := r.Stop(); err != nil {

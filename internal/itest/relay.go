@@ -497,3 +497,22 @@ func Compare(t testing.TB, s *Schema, recs []Record) Report {
 	}
 	return rep
 }
+
+// CLI runs the relay binary with args (stdin not a terminal) and returns
+// its stdout, stderr and exit code.
+func (e *Env) CLI(t testing.TB, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(e.Binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("run %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return out.String(), errb.String(), code
+}

@@ -6,17 +6,19 @@ package metrics
 import (
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics holds every metric the relay updates.
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Events             *prometheus.CounterVec // by topic: records committed to Kafka
+	Events             *prometheus.CounterVec // by topic and outcome: records committed to Kafka
 	SourceTransactions prometheus.Counter
 	BinlogBytes        prometheus.Counter
 	KafkaTransactions  *prometheus.CounterVec // by result: commit | abort
@@ -27,7 +29,21 @@ type Metrics struct {
 	Restarts           *prometheus.CounterVec // by reason
 	Errors             *prometheus.CounterVec // by kind
 	Fenced             prometheus.Gauge
+	Position           *prometheus.GaugeVec // info: gtid_set of the last checkpoint
 	Ready              atomic.Bool
+
+	position string
+}
+
+// SetPosition makes gtid_set the one series of the position info metric.
+// Only the relay loop calls it.
+func (m *Metrics) SetPosition(gtidSet string) {
+	if gtidSet == m.position {
+		return
+	}
+	m.position = gtidSet
+	m.Position.Reset()
+	m.Position.WithLabelValues(gtidSet).Set(1)
 }
 
 // New registers the metrics on a fresh registry.
@@ -36,8 +52,8 @@ func New(version string) *Metrics {
 	f := func(c prometheus.Collector) { m.Registry.MustRegister(c) }
 	m.Events = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_relay_events_total",
-		Help: "Outbox records committed to Kafka, by topic.",
-	}, []string{"topic"})
+		Help: "Outbox records committed to Kafka, by topic and outcome (published).",
+	}, []string{"topic", "outcome"})
 	m.SourceTransactions = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "outbox_relay_source_transactions_total",
 		Help: "Source transactions read from the binlog (captured or not).",
@@ -80,6 +96,20 @@ func New(version string) *Metrics {
 		Name: "outbox_relay_fenced",
 		Help: "1 once another instance with the same name has fenced this one.",
 	})
+	m.Position = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "outbox_relay_position_info",
+		Help: "The GTID set of the last committed checkpoint, as a label.",
+	}, []string{"gtid_set"})
+	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "outbox_relay_checkpoint_age_seconds",
+		Help: "Seconds since the last committed checkpoint (0 before the first).",
+	}, func() float64 {
+		last := m.lastCheckpoint()
+		if last == 0 {
+			return 0
+		}
+		return float64(time.Now().UnixNano())/1e9 - last
+	})
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "outbox_relay_build_info",
 		Help:        "Build information.",
@@ -88,10 +118,19 @@ func New(version string) *Metrics {
 	build.Set(1)
 	for _, c := range []prometheus.Collector{m.Events, m.SourceTransactions, m.BinlogBytes, m.KafkaTransactions,
 		m.KafkaTxnSeconds, m.BatchRecords, m.SourceLag, m.CheckpointTime, m.Restarts, m.Errors, m.Fenced, build,
+		m.Position, age,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
 	return m
+}
+
+func (m *Metrics) lastCheckpoint() float64 {
+	var out dto.Metric
+	if err := m.CheckpointTime.Write(&out); err != nil || out.Gauge == nil {
+		return 0
+	}
+	return out.Gauge.GetValue()
 }
 
 // Handler serves /metrics, /healthz (alive) and /readyz (connected, not

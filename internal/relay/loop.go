@@ -38,13 +38,15 @@ type loop struct {
 	dirty          bool // position moved since the last checkpoint
 	lastCommitTime time.Time
 	lastCheckpoint time.Time
+	lastProgress   time.Time // progress log
+	progressEvents int64
 	events         int64 // cumulative published records, carried in checkpoints
 	topicCounters  map[string]prometheus.Counter
 }
 
 func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s *sink) *loop {
 	l := &loop{r: r, srv: srv, sink: s, setStr: from, batchTopics: map[string]int{},
-		topicCounters: map[string]prometheus.Counter{}, lastCheckpoint: time.Now()}
+		topicCounters: map[string]prometheus.Counter{}, lastCheckpoint: time.Now(), lastProgress: time.Now()}
 	l.set, _ = binlog.ParseSet(srv.Flavor, from) // validated by startPosition
 	if cp != nil {
 		l.partial = cp.Partial
@@ -63,9 +65,11 @@ func (l *loop) run(ctx context.Context, events <-chan binlog.Event, readErr <-ch
 	for {
 		select {
 		case <-ctx.Done():
+			l.r.metrics.Ready.Store(false)
 			return l.shutdown()
 		case err := <-readErr:
 			if ctx.Err() != nil {
+				l.r.metrics.Ready.Store(false)
 				return l.shutdown()
 			}
 			if fatal(err) {
@@ -159,19 +163,42 @@ func (l *loop) rows(ctx context.Context, ev binlog.Event) error {
 
 func (l *loop) onTick(ctx context.Context, now time.Time) error {
 	cfg := l.r.cfg.Kafka
+	if !l.lastCommitTime.IsZero() {
+		l.r.metrics.SourceLag.Set(now.Sub(l.lastCommitTime).Seconds())
+	}
+	l.progress(now)
 	if l.sink.open {
 		if l.curGTID == "" && now.Sub(l.batchStart) >= cfg.Batch.MaxWait {
 			return l.commit(ctx)
 		}
 		return nil
 	}
-	if l.dirty && now.Sub(l.lastCheckpoint) >= cfg.CheckpointInterval {
-		return l.commit(ctx) // heartbeat: a checkpoint-only transaction
-	}
-	if !l.lastCommitTime.IsZero() {
-		l.r.metrics.SourceLag.Set(now.Sub(l.lastCommitTime).Seconds())
+	if now.Sub(l.lastCheckpoint) >= cfg.CheckpointInterval {
+		// Heartbeat: a checkpoint-only transaction, even when idle, so a
+		// restart starts near the head, the binlogs it needs are not purged,
+		// and the checkpoint's time shows the relay is alive.
+		return l.commit(ctx)
 	}
 	return nil
+}
+
+// progress logs throughput, lag and position at log.progress_interval while
+// events flow.
+func (l *loop) progress(now time.Time) {
+	interval := l.r.cfg.Log.ProgressInterval
+	if interval <= 0 || now.Sub(l.lastProgress) < interval {
+		return
+	}
+	n := l.events - l.progressEvents
+	if n > 0 {
+		el := now.Sub(l.lastProgress).Seconds()
+		if l.setStr == "" {
+			l.setStr = l.set.String()
+		}
+		l.r.log.Info().Int64("events", n).Float64("events_per_second", float64(n)/el).
+			Float64("lag_seconds", now.Sub(l.lastCommitTime).Seconds()).Str("gtid_set", l.setStr).Msg("progress")
+	}
+	l.lastProgress, l.progressEvents = now, l.events
 }
 
 // commit ends the open batch (or writes a checkpoint-only batch) with the
@@ -203,10 +230,11 @@ func (l *loop) commit(ctx context.Context) error {
 	l.r.metrics.KafkaTxnSeconds.Observe(time.Since(began).Seconds())
 	l.r.metrics.BatchRecords.Observe(float64(l.batchRecords))
 	l.r.metrics.CheckpointTime.Set(float64(cp.Time.UnixNano()) / 1e9)
+	l.r.metrics.SetPosition(cp.GTIDSet)
 	for topic, n := range l.batchTopics {
 		c := l.topicCounters[topic]
 		if c == nil {
-			c = l.r.metrics.Events.WithLabelValues(topic)
+			c = l.r.metrics.Events.WithLabelValues(topic, "published")
 			l.topicCounters[topic] = c
 		}
 		c.Add(float64(n))

@@ -118,24 +118,25 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
+		r.metrics.Errors.WithLabelValues(kind(err)).Inc()
 		if !started || fatal(err) {
 			if errors.Is(err, ErrFenced) {
 				r.metrics.Fenced.Set(1)
 			}
 			return err
 		}
-		r.metrics.Restarts.WithLabelValues(reason(err)).Inc()
+		r.metrics.Restarts.WithLabelValues(kind(err)).Inc()
+		if time.Since(began) > time.Minute { // it ran well for a while: start over
+			backoff = 250 * time.Millisecond
+		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		r.log.Warn().Err(err).Dur("retry_in", wait).Msg("pipeline stopped; resuming from the committed checkpoint")
+		r.log.Warn().Err(err).Str("kind", kind(err)).Dur("retry_in", wait).Msg("pipeline stopped; resuming from the committed checkpoint")
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
 		backoff = min(backoff*2, 30*time.Second)
-		if time.Since(began) > time.Minute { // it ran well for a while: start over
-			backoff = 250 * time.Millisecond
-		}
 	}
 }
 
@@ -151,14 +152,26 @@ func fatal(err error) bool {
 	return false
 }
 
-func reason(err error) string {
+// kind names an error for metrics and logs.
+func kind(err error) string {
 	switch {
+	case errors.Is(err, ErrFenced):
+		return "fenced"
+	case errors.Is(err, ErrBadRow):
+		return "bad_row"
+	case errors.Is(err, binlog.ErrPurged):
+		return "purged"
 	case errors.Is(err, binlog.ErrUnreachable):
 		return "source_unreachable"
-	case errors.Is(err, ErrKafkaUnreachable):
-		return "kafka_unreachable"
+	case errors.Is(err, binlog.ErrAccessDenied), errors.Is(err, binlog.ErrServerConfig), errors.Is(err, binlog.ErrGrants),
+		errors.Is(err, binlog.ErrNoColumnNames), errors.Is(err, binlog.ErrBadPosition), errors.Is(err, ErrFlavorMismatch):
+		return "source_config"
 	case errors.Is(err, errSourceStream):
 		return "binlog"
+	case errors.Is(err, ErrKafkaUnreachable):
+		return "kafka_unreachable"
+	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrTopicLayout):
+		return "checkpoint"
 	default:
 		return "kafka"
 	}

@@ -1,0 +1,404 @@
+// Package preflight checks, item by item, that a configuration can run:
+// every source host (settings, grants, tables, retention, checkpoint not
+// purged) and Kafka (reachable, transactions, checkpoint topic, target
+// topics). Each failed item carries its fix. Run never stops at the first
+// failure.
+package preflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+// Status of one item.
+type Status string
+
+// Statuses. Only FAIL makes the check fail.
+const (
+	Pass Status = "PASS"
+	Warn Status = "WARN"
+	Fail Status = "FAIL"
+)
+
+// Item is one checked property.
+type Item struct {
+	Target string // "source host:port" or "kafka"
+	Name   string
+	Status Status
+	Detail string
+	Fix    string
+}
+
+// Report is the list of items.
+type Report []Item
+
+// OK reports whether no item failed.
+func (r Report) OK() bool {
+	for _, it := range r {
+		if it.Status == Fail {
+			return false
+		}
+	}
+	return true
+}
+
+// Find returns the first item with target prefix and name, for tests.
+func (r Report) Find(name string) (Item, bool) {
+	for _, it := range r {
+		if it.Name == name {
+			return it, true
+		}
+	}
+	return Item{}, false
+}
+
+type collector struct {
+	target string
+	items  *Report
+}
+
+func (c collector) add(name string, st Status, detail, fix string) {
+	*c.items = append(*c.items, Item{Target: c.target, Name: name, Status: st, Detail: detail, Fix: fix})
+}
+
+// Run checks cfg against its source hosts and Kafka.
+func Run(ctx context.Context, cfg config.Config) Report {
+	var r Report
+	cp := checkKafka(ctx, cfg, collector{"kafka", &r})
+	for _, addr := range cfg.Source.Hosts {
+		checkSource(ctx, cfg, addr, cp, collector{"source " + addr, &r})
+	}
+	return r
+}
+
+func checkSource(ctx context.Context, cfg config.Config, addr string, cp *checkpoint.Checkpoint, c collector) {
+	src := relay.SourceConfig(cfg)
+	conn, err := binlog.Connect(ctx, src, addr)
+	if err != nil {
+		fix := "check that the server runs and source.hosts names it"
+		if errors.Is(err, binlog.ErrAccessDenied) {
+			fix = "check source.user and source.password"
+		}
+		c.add("connect", Fail, err.Error(), fix)
+		return
+	}
+	defer conn.Close()
+	c.add("connect", Pass, "connected as "+cfg.Source.User, "")
+	vars, err := binlog.Variables(conn)
+	if err != nil {
+		c.add("variables", Fail, err.Error(), "grant the relay user the right to read server variables")
+		return
+	}
+	srv, posErr := binlog.Describe(conn, addr, vars)
+	if cfg.Source.Flavor != "auto" && cfg.Source.Flavor != srv.Flavor {
+		c.add("version", Fail, fmt.Sprintf("%s (%s), but source.flavor is %s", srv.Version, srv.Flavor, cfg.Source.Flavor),
+			"set source.flavor to auto or "+srv.Flavor)
+	} else {
+		c.add("version", Pass, fmt.Sprintf("%s (%s)", srv.Version, srv.Flavor), "")
+	}
+	for _, st := range binlog.Settings(vars, srv.Flavor) {
+		switch {
+		case !st.Present:
+			c.add(st.Name, Pass, "not a setting of this server", "")
+		case st.OK:
+			c.add(st.Name, Pass, st.Got, "")
+		default:
+			c.add(st.Name, Fail, fmt.Sprintf("%s, need %s", orUnset(st.Got), st.Want), st.Fix)
+		}
+	}
+	checkReplica(conn, vars, srv.Flavor, c)
+	checkRetention(vars, cp, c)
+	checkGrants(conn, cfg, c)
+	checkTables(conn, cfg, c)
+	switch {
+	case posErr != nil:
+		c.add("binlog positions", Fail, posErr.Error(), "enable the binary log and grant REPLICATION CLIENT (MariaDB: BINLOG MONITOR)")
+	case cp != nil:
+		if cp.Flavor != srv.Flavor {
+			c.add("checkpoint", Fail, fmt.Sprintf("checkpoint is for %s, the server runs %s", cp.Flavor, srv.Flavor),
+				"use another name or reset the checkpoint")
+		} else if err := srv.CheckNotPurged(cp.GTIDSet); err != nil {
+			c.add("checkpoint", Fail, err.Error(), "`outbox-relay checkpoint set` to a position the server has, knowing the events in between are skipped")
+		} else {
+			c.add("checkpoint", Pass, "the server still has the binlogs after "+cp.GTIDSet, "")
+		}
+	default:
+		c.add("checkpoint", Pass, "no checkpoint yet: the relay starts at source.start ("+cfg.Source.Start+")", "")
+	}
+}
+
+func orUnset(s string) string {
+	if s == "" {
+		return "unset"
+	}
+	return s
+}
+
+// checkReplica: a replica must log what it replicates, or the relay misses
+// every transaction that came from its primary.
+func checkReplica(conn *client.Conn, vars map[string]string, flavor string, c collector) {
+	q := "SHOW REPLICA STATUS"
+	if flavor == "mariadb" {
+		q = "SHOW ALL SLAVES STATUS"
+	}
+	rows, err := binlog.Query(conn, q)
+	if err != nil {
+		c.add("log_replica_updates", Warn, "cannot tell whether the server is a replica: "+err.Error(),
+			"grant REPLICATION CLIENT (MariaDB: SLAVE MONITOR) to let the check see replica status")
+		return
+	}
+	if len(rows) == 0 {
+		c.add("log_replica_updates", Pass, "the server is not a replica", "")
+		return
+	}
+	v := vars["log_replica_updates"]
+	if v == "" {
+		v = vars["log_slave_updates"]
+	}
+	if strings.EqualFold(v, "ON") {
+		c.add("log_replica_updates", Pass, "replica logs replicated transactions", "")
+		return
+	}
+	c.add("log_replica_updates", Fail, "the server is a replica with log_replica_updates/log_slave_updates "+orUnset(v),
+		"set log_slave_updates=ON (MySQL: log_replica_updates=ON) so replicated transactions reach its binlog")
+}
+
+// checkRetention compares binlog retention with the checkpoint's age.
+func checkRetention(vars map[string]string, cp *checkpoint.Checkpoint, c collector) {
+	var retention time.Duration
+	if s, err := strconv.ParseFloat(vars["binlog_expire_logs_seconds"], 64); err == nil && s > 0 {
+		retention = time.Duration(s * float64(time.Second))
+	} else if d, err := strconv.ParseFloat(vars["expire_logs_days"], 64); err == nil && d > 0 {
+		retention = time.Duration(d * 24 * float64(time.Hour))
+	}
+	if retention == 0 {
+		c.add("binlog retention", Pass, "binlogs are never expired automatically", "")
+		return
+	}
+	if cp == nil {
+		c.add("binlog retention", Pass, "retention "+retention.String()+"; no checkpoint yet", "")
+		return
+	}
+	age := time.Since(cp.Time)
+	switch {
+	case age >= retention:
+		c.add("binlog retention", Fail, fmt.Sprintf("the checkpoint is %s old, retention is %s", age.Round(time.Second), retention),
+			"start the relay now; raise binlog_expire_logs_seconds (expire_logs_days) above the longest relay outage")
+	case age >= retention/2:
+		c.add("binlog retention", Warn, fmt.Sprintf("the checkpoint is %s old, over half the retention of %s", age.Round(time.Second), retention),
+			"start the relay soon")
+	default:
+		c.add("binlog retention", Pass, fmt.Sprintf("retention %s, checkpoint %s old", retention, age.Round(time.Second)), "")
+	}
+}
+
+func checkGrants(conn *client.Conn, cfg config.Config, c collector) {
+	grants, err := binlog.Grants(conn)
+	if err != nil {
+		c.add("grants", Fail, err.Error(), "")
+		return
+	}
+	if missing := binlog.MissingGrants(grants); len(missing) > 0 {
+		c.add("grants", Fail, "missing "+strings.Join(missing, " and "),
+			fmt.Sprintf("GRANT %s ON *.* TO '%s'", strings.Join(missing, ", "), cfg.Source.User))
+	} else {
+		c.add("grants", Pass, "REPLICATION SLAVE and REPLICATION CLIENT", "")
+	}
+	all := strings.ToUpper(strings.Join(grants, "\n"))
+	for _, t := range cfg.Source.Tables {
+		db, tbl, _ := strings.Cut(t, ".")
+		ok := false
+		for _, g := range strings.Split(all, "\n") {
+			if !strings.Contains(g, "SELECT") && !strings.Contains(g, "ALL PRIVILEGES") {
+				continue
+			}
+			on := strings.ReplaceAll(g, "`", "")
+			if strings.Contains(on, " ON *.* ") || strings.Contains(on, " ON "+strings.ToUpper(db)+".* ") ||
+				strings.Contains(on, " ON "+strings.ToUpper(db+"."+tbl)+" ") {
+				ok = true
+			}
+		}
+		if ok {
+			c.add("grant SELECT "+t, Pass, "", "")
+		} else {
+			c.add("grant SELECT "+t, Warn, "the user cannot read "+t+"'s definition",
+				fmt.Sprintf("GRANT SELECT ON %s TO '%s' (lets check verify the columns)", t, cfg.Source.User))
+		}
+	}
+}
+
+func checkTables(conn *client.Conn, cfg config.Config, c collector) {
+	want := []string{cfg.Router.EventIDColumn, cfg.Router.AggregateTypeColumn, cfg.Router.AggregateIDColumn, cfg.Router.PayloadColumn}
+	for _, t := range cfg.Source.Tables {
+		db, tbl, _ := strings.Cut(t, ".")
+		rows, err := binlog.Query(conn, fmt.Sprintf(
+			"SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s'",
+			strings.ReplaceAll(db, "'", "''"), strings.ReplaceAll(tbl, "'", "''")))
+		if err != nil {
+			c.add("table "+t, Fail, err.Error(), "")
+			continue
+		}
+		if len(rows) == 0 {
+			c.add("table "+t, Fail, "table not found (or not visible to the user)",
+				"create the outbox table, fix source.tables, or grant SELECT on it")
+			continue
+		}
+		have := map[string]bool{}
+		for _, r := range rows {
+			have[r[0]] = true
+		}
+		var missing []string
+		for _, col := range want {
+			if !have[col] {
+				missing = append(missing, col)
+			}
+		}
+		if len(missing) > 0 {
+			c.add("table "+t, Fail, "missing columns "+strings.Join(missing, ", "),
+				"add the columns or point router.*_column at the existing ones")
+			continue
+		}
+		c.add("table "+t, Pass, fmt.Sprintf("%d columns, the router's present", len(rows)), "")
+	}
+}
+
+// checkKafka checks the cluster and returns the committed checkpoint, if any.
+func checkKafka(ctx context.Context, cfg config.Config, c collector) *checkpoint.Checkpoint {
+	cl, err := kgo.NewClient(relay.KafkaOpts(cfg)...)
+	if err != nil {
+		c.add("connect", Fail, err.Error(), "check kafka.brokers")
+		return nil
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, cfg.Kafka.RequestTimeout)
+	defer cancel()
+	if err := cl.Ping(pctx); err != nil {
+		c.add("connect", Fail, fmt.Sprintf("%v: %v", cfg.Kafka.Brokers, err), "check kafka.brokers and that the cluster runs")
+		return nil
+	}
+	c.add("connect", Pass, strings.Join(cfg.Kafka.Brokers, ","), "")
+	adm := kadm.NewClient(cl)
+	versions, err := adm.ApiVersions(pctx)
+	txns := err == nil
+	if err == nil {
+		versions.Each(func(v kadm.BrokerApiVersions) {
+			if v.Err != nil {
+				txns = false
+				return
+			}
+			if _, ok := v.KeyMaxVersion(26); !ok { // EndTxn
+				txns = false
+			}
+		})
+	}
+	switch {
+	case txns:
+		c.add("transactions", Pass, "brokers support transactions", "")
+	case cfg.Kafka.Delivery == config.AtLeastOnce:
+		c.add("transactions", Pass, "not needed: kafka.delivery is at-least-once", "")
+	default:
+		c.add("transactions", Fail, "the brokers do not support transactions", "upgrade the brokers or set kafka.delivery: at-least-once")
+	}
+	var cp *checkpoint.Checkpoint
+	topics, err := adm.ListTopics(pctx)
+	if err != nil {
+		c.add("topics", Fail, err.Error(), "")
+		return nil
+	}
+	if d, ok := topics[cfg.Kafka.CheckpointTopic]; !ok {
+		c.add("checkpoint topic", Pass, cfg.Kafka.CheckpointTopic+" does not exist yet: the relay creates it compacted with 1 partition", "")
+	} else {
+		checkCheckpointTopic(pctx, adm, cfg, d, c)
+		cp, err = checkpoint.NewStore(cfg.Kafka.CheckpointTopic, relay.KafkaOpts(cfg)...).Load(pctx, cfg.Name)
+		if err != nil {
+			c.add("checkpoint", Fail, err.Error(), "")
+		}
+	}
+	checkTargetTopics(pctx, adm, cfg, topics, c)
+	return cp
+}
+
+func checkCheckpointTopic(ctx context.Context, adm *kadm.Client, cfg config.Config, d kadm.TopicDetail, c collector) {
+	name := "checkpoint topic"
+	if n := len(d.Partitions); n != 1 {
+		c.add(name, Fail, fmt.Sprintf("%s has %d partitions", d.Topic, n), "use a topic with exactly one partition (kafka.checkpoint_topic)")
+		return
+	}
+	rc, err := adm.DescribeTopicConfigs(ctx, d.Topic)
+	if err != nil {
+		c.add(name, Fail, err.Error(), "")
+		return
+	}
+	policy := ""
+	if cfgs, err := rc.On(d.Topic, nil); err == nil {
+		for _, e := range cfgs.Configs {
+			if e.Key == "cleanup.policy" {
+				policy = e.MaybeValue()
+			}
+		}
+	}
+	if !strings.Contains(policy, "compact") {
+		c.add(name, Fail, fmt.Sprintf("%s has cleanup.policy=%s", d.Topic, orUnset(policy)),
+			"kafka-configs --alter --entity-type topics --entity-name "+d.Topic+" --add-config cleanup.policy=compact")
+		return
+	}
+	c.add(name, Pass, d.Topic+": 1 partition, compacted", "")
+}
+
+func checkTargetTopics(ctx context.Context, adm *kadm.Client, cfg config.Config, topics kadm.TopicDetails, c collector) {
+	var names []string
+	for name := range topics {
+		if strings.HasPrefix(name, cfg.Router.TopicPrefix) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		c.add("target topics", Pass, "none yet: the relay creates them with kafka.topic_partitions and kafka.replication_factor", "")
+		return
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		c.add("target topics", Fail, err.Error(), "")
+		return
+	}
+	for _, name := range names {
+		d := topics[name]
+		rf := 0
+		for _, p := range d.Partitions {
+			rf = len(p.Replicas)
+		}
+		minISR := 1
+		if rc, err := rcs.On(name, nil); err == nil {
+			for _, e := range rc.Configs {
+				if e.Key == "min.insync.replicas" {
+					if v, err := strconv.Atoi(e.MaybeValue()); err == nil {
+						minISR = v
+					}
+				}
+			}
+		}
+		detail := fmt.Sprintf("replication factor %d, min.insync.replicas %d", rf, minISR)
+		switch {
+		case minISR > rf:
+			c.add("topic "+name, Fail, detail+": acks=all writes fail", "lower min.insync.replicas or add replicas")
+		case rf < 3 || minISR < 2:
+			c.add("topic "+name, Warn, detail+": a broker failure can lose or block records",
+				"for production use replication factor 3 and min.insync.replicas 2")
+		default:
+			c.add("topic "+name, Pass, detail, "")
+		}
+	}
+}
