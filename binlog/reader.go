@@ -130,7 +130,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- Event) error {
 		Port:             uint16(port),
 		User:             r.cfg.User,
 		Password:         r.cfg.Password,
-		TLSConfig:        r.cfg.TLS,
+		TLSConfig:        tlsFor(r.cfg.TLS, r.srv.Addr),
 		HeartbeatPeriod:  r.cfg.HeartbeatPeriod,
 		ReadTimeout:      3 * r.cfg.HeartbeatPeriod,
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory

@@ -88,8 +88,7 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	var opts []client.Option
-	if cfg.TLS != nil {
-		tlsCfg := cfg.TLS
+	if tlsCfg := tlsFor(cfg.TLS, addr); tlsCfg != nil {
 		opts = append(opts, func(c *client.Conn) error { c.SetTLSConfig(tlsCfg); return nil })
 	}
 	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
@@ -102,6 +101,16 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 		return nil, fmt.Errorf("connect %s: %v", addr, err)
 	}
 	return conn, nil
+}
+
+// tlsFor returns c for dialing addr: ServerName defaults to addr's host.
+func tlsFor(c *tls.Config, addr string) *tls.Config {
+	if c == nil || c.ServerName != "" {
+		return c
+	}
+	c = c.Clone()
+	c.ServerName, _, _ = net.SplitHostPort(addr)
+	return c
 }
 
 // Query runs q and returns its rows as strings.

@@ -36,8 +36,12 @@ func checkpointCmd(args []string) error {
 	}
 }
 
-func checkpointStore(cfg config.Config) *checkpoint.Store {
-	return checkpoint.NewStore(cfg.Kafka.CheckpointTopic, relay.KafkaOpts(cfg)...)
+func checkpointStore(cfg config.Config) (*checkpoint.Store, error) {
+	opts, err := relay.KafkaOpts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...), nil
 }
 
 func checkpointShow(args []string) error {
@@ -49,7 +53,11 @@ func checkpointShow(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	cp, err := checkpointStore(cfg).Load(ctx, cfg.Name)
+	store, err := checkpointStore(cfg)
+	if err != nil {
+		return err
+	}
+	cp, err := store.Load(ctx, cfg.Name)
 	if err != nil {
 		return err
 	}
@@ -94,7 +102,11 @@ func checkpointHistory(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	list, err := checkpointStore(cfg).History(ctx, cfg.Name, *n)
+	store, err := checkpointStore(cfg)
+	if err != nil {
+		return err
+	}
+	list, err := store.History(ctx, cfg.Name, *n)
 	if err != nil {
 		return err
 	}
@@ -170,7 +182,11 @@ func checkpointSet(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	srv, err := binlog.Inspect(ctx, relay.SourceConfig(cfg))
+	src, err := relay.SourceConfig(cfg)
+	if err != nil {
+		return err
+	}
+	srv, err := binlog.Inspect(ctx, src)
 	if err != nil {
 		return err
 	}
@@ -187,7 +203,10 @@ func checkpointSet(args []string) error {
 	if err := srv.CheckNotPurged(pos); err != nil {
 		return err
 	}
-	store := checkpointStore(cfg)
+	store, err := checkpointStore(cfg)
+	if err != nil {
+		return err
+	}
 	cur, err := store.Load(ctx, cfg.Name)
 	if err != nil {
 		return err
@@ -220,7 +239,10 @@ func checkpointReset(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	store := checkpointStore(cfg)
+	store, err := checkpointStore(cfg)
+	if err != nil {
+		return err
+	}
 	cur, err := store.Load(ctx, cfg.Name)
 	if err != nil {
 		return err

@@ -39,10 +39,14 @@ type Source struct {
 	Hosts    []string `yaml:"hosts"`
 	User     string   `yaml:"user"`
 	Password string   `yaml:"password"`
-	ServerID uint32   `yaml:"server_id"`
-	Flavor   string   `yaml:"flavor"` // auto | mysql | mariadb
-	Tables   []string `yaml:"tables"` // db.table
-	Start    string   `yaml:"start"`  // now | earliest | a GTID set
+	// PasswordFile is read at start-up instead of Password (trailing newline
+	// dropped), for secrets mounted as files.
+	PasswordFile string   `yaml:"password_file"`
+	TLS          TLS      `yaml:"tls"`
+	ServerID     uint32   `yaml:"server_id"`
+	Flavor       string   `yaml:"flavor"` // auto | mysql | mariadb
+	Tables       []string `yaml:"tables"` // db.table
+	Start        string   `yaml:"start"`  // now | earliest | a GTID set
 	// ConnectTimeout bounds dialing one host.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	// HeartbeatPeriod asks the server for a heartbeat event at this interval so
@@ -53,6 +57,8 @@ type Source struct {
 // Kafka describes the target cluster and how records are written.
 type Kafka struct {
 	Brokers           []string `yaml:"brokers"`
+	TLS               TLS      `yaml:"tls"`
+	SASL              SASL     `yaml:"sasl"`
 	Delivery          string   `yaml:"delivery"`
 	CheckpointTopic   string   `yaml:"checkpoint_topic"`
 	TopicPartitions   int32    `yaml:"topic_partitions"`
@@ -172,7 +178,29 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
+	if err := cfg.readSecrets(); err != nil {
+		return Config{}, err
+	}
 	return cfg, nil
+}
+
+// readSecrets fills passwords from their files.
+func (c *Config) readSecrets() error {
+	if f := c.Source.PasswordFile; f != "" {
+		pw, err := readSecret(f)
+		if err != nil {
+			return fmt.Errorf("%w: source.password_file: %v", ErrInvalid, err)
+		}
+		c.Source.Password = pw
+	}
+	if f := c.Kafka.SASL.PasswordFile; f != "" {
+		pw, err := readSecret(f)
+		if err != nil {
+			return fmt.Errorf("%w: kafka.sasl.password_file: %v", ErrInvalid, err)
+		}
+		c.Kafka.SASL.Password = pw
+	}
+	return nil
 }
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
@@ -196,6 +224,12 @@ func (c *Config) Validate() error {
 	}
 	if s.User == "" {
 		return bad("source.user is empty")
+	}
+	if s.Password != "" && s.PasswordFile != "" {
+		return bad("source: set password or password_file, not both")
+	}
+	if err := s.TLS.validate("source.tls"); err != nil {
+		return bad("%v", err)
 	}
 	if s.ServerID == 0 {
 		return bad("source.server_id must be set and unique among the server's replicas")
@@ -223,6 +257,12 @@ func (c *Config) Validate() error {
 	k := c.Kafka
 	if len(k.Brokers) == 0 {
 		return bad("kafka.brokers is empty")
+	}
+	if err := k.TLS.validate("kafka.tls"); err != nil {
+		return bad("%v", err)
+	}
+	if err := k.SASL.validate(); err != nil {
+		return bad("%v", err)
 	}
 	switch k.Delivery {
 	case ExactlyOnce, AtLeastOnce:
@@ -270,6 +310,9 @@ func (c *Config) Validate() error {
 func (c Config) Redacted() Config {
 	if c.Source.Password != "" {
 		c.Source.Password = "REDACTED"
+	}
+	if c.Kafka.SASL.Password != "" {
+		c.Kafka.SASL.Password = "REDACTED"
 	}
 	return c
 }

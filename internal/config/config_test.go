@@ -91,3 +91,27 @@ func TestUnsetVariableNamed(t *testing.T) {
 		t.Fatalf("error %v does not name the variable", err)
 	}
 }
+
+func TestSecretsFromFilesAndRedaction(t *testing.T) {
+	raw, _ := os.ReadFile("testdata/secure.good.yaml")
+	cfg, err := Parse(raw, env(map[string]string{"RELAY_MYSQL_PASSWORD": "sasl-secret"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source.Password != "s3cret-from-file" || cfg.Kafka.SASL.Password != "sasl-secret" {
+		t.Fatalf("passwords %q %q", cfg.Source.Password, cfg.Kafka.SASL.Password)
+	}
+	out := cfg.Redacted().YAML()
+	if strings.Contains(out, "s3cret-from-file") || strings.Contains(out, "sasl-secret") {
+		t.Fatalf("a secret in the redacted config:\n%s", out)
+	}
+	if c, err := cfg.Kafka.TLS.Config(); err != nil || c == nil {
+		t.Fatalf("kafka tls enabled: %v %v", c, err)
+	}
+	if _, err := cfg.Source.TLS.Config(); err == nil {
+		t.Fatal("a CA file without a certificate in it should fail")
+	}
+	if c, _ := (TLS{}).Config(); c != nil {
+		t.Fatal("TLS off should give no config")
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
@@ -182,7 +181,7 @@ func TestBadConfiguration(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		cp, err := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, relay.KafkaOpts(cfg)...).Load(ctx, cfg.Name)
+		cp, err := Store(t, cfg).Load(ctx, cfg.Name)
 		if err != nil || cp == nil {
 			t.Fatalf("checkpoint %v, %v", cp, err)
 		}

@@ -17,14 +17,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 func loadCheckpoint(t testing.TB, cfg config.Config) *checkpoint.Checkpoint {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cp, err := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, relay.KafkaOpts(cfg)...).Load(ctx, cfg.Name)
+	cp, err := Store(t, cfg).Load(ctx, cfg.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +39,7 @@ func waitStarted(t testing.TB, p *Proc, cfg config.Config) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		cp, err := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, relay.KafkaOpts(cfg)...).Load(ctx, cfg.Name)
+		cp, err := Store(t, cfg).Load(ctx, cfg.Name)
 		if err != nil || cp == nil {
 			return fmt.Errorf("no checkpoint yet (%v)", err)
 		}

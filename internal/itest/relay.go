@@ -404,7 +404,7 @@ func CountAll(t testing.TB, brokers []string, prefix string) int {
 // WaitCheckpoint polls the committed checkpoint until it covers target.
 func WaitCheckpoint(t testing.TB, cfg config.Config, target string, timeout time.Duration) *checkpoint.Checkpoint {
 	t.Helper()
-	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, relay.KafkaOpts(cfg)...)
+	store := Store(t, cfg)
 	want, err := binlog.ParseSet("mariadb", target)
 	if err != nil {
 		t.Fatal(err)
@@ -515,4 +515,14 @@ func (e *Env) CLI(t testing.TB, args ...string) (string, string, int) {
 		code = ee.ExitCode()
 	}
 	return out.String(), errb.String(), code
+}
+
+// Store is cfg's checkpoint store.
+func Store(t testing.TB, cfg config.Config) *checkpoint.Store {
+	t.Helper()
+	opts, err := relay.KafkaOpts(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...)
 }

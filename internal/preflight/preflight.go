@@ -77,15 +77,24 @@ func (c collector) add(name string, st Status, detail, fix string) {
 // Run checks cfg against its source hosts and Kafka.
 func Run(ctx context.Context, cfg config.Config) Report {
 	var r Report
-	cp := checkKafka(ctx, cfg, collector{"kafka", &r})
+	kopts, err := relay.KafkaOpts(cfg)
+	if err != nil {
+		collector{"kafka", &r}.add("tls", Fail, err.Error(), "fix kafka.tls")
+		return r
+	}
+	src, err := relay.SourceConfig(cfg)
+	if err != nil {
+		collector{"source", &r}.add("tls", Fail, err.Error(), "fix source.tls")
+		return r
+	}
+	cp := checkKafka(ctx, cfg, kopts, collector{"kafka", &r})
 	for _, addr := range cfg.Source.Hosts {
-		checkSource(ctx, cfg, addr, cp, collector{"source " + addr, &r})
+		checkSource(ctx, cfg, src, addr, cp, collector{"source " + addr, &r})
 	}
 	return r
 }
 
-func checkSource(ctx context.Context, cfg config.Config, addr string, cp *checkpoint.Checkpoint, c collector) {
-	src := relay.SourceConfig(cfg)
+func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr string, cp *checkpoint.Checkpoint, c collector) {
 	conn, err := binlog.Connect(ctx, src, addr)
 	if err != nil {
 		fix := "check that the server runs and source.hosts names it"
@@ -276,8 +285,8 @@ func checkTables(conn *client.Conn, cfg config.Config, c collector) {
 }
 
 // checkKafka checks the cluster and returns the committed checkpoint, if any.
-func checkKafka(ctx context.Context, cfg config.Config, c collector) *checkpoint.Checkpoint {
-	cl, err := kgo.NewClient(relay.KafkaOpts(cfg)...)
+func checkKafka(ctx context.Context, cfg config.Config, kopts []kgo.Opt, c collector) *checkpoint.Checkpoint {
+	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		c.add("connect", Fail, err.Error(), "check kafka.brokers")
 		return nil
@@ -322,7 +331,7 @@ func checkKafka(ctx context.Context, cfg config.Config, c collector) *checkpoint
 		c.add("checkpoint topic", Pass, cfg.Kafka.CheckpointTopic+" does not exist yet: the relay creates it compacted with 1 partition", "")
 	} else {
 		checkCheckpointTopic(pctx, adm, cfg, d, c)
-		cp, err = checkpoint.NewStore(cfg.Kafka.CheckpointTopic, relay.KafkaOpts(cfg)...).Load(pctx, cfg.Name)
+		cp, err = checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...).Load(pctx, cfg.Name)
 		if err != nil {
 			c.add("checkpoint", Fail, err.Error(), "")
 		}

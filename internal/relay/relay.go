@@ -20,6 +20,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -62,25 +64,50 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 	if err != nil {
 		return nil, err
 	}
-	kopts := KafkaOpts(cfg)
+	kopts, err := KafkaOpts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	src, err := SourceConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &Relay{
 		cfg:     cfg,
 		log:     log,
 		metrics: m,
 		router:  rt,
 		kopts:   kopts,
-		source:  SourceConfig(cfg),
+		source:  src,
 		store:   checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...),
 	}, nil
 }
 
-// KafkaOpts are the connection options every Kafka client of cfg uses.
-func KafkaOpts(cfg config.Config) []kgo.Opt {
-	return []kgo.Opt{
+// KafkaOpts are the connection options every Kafka client of cfg uses:
+// brokers, timeouts, TLS and SASL.
+func KafkaOpts(cfg config.Config) ([]kgo.Opt, error) {
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Kafka.Brokers...),
 		kgo.RequestTimeoutOverhead(cfg.Kafka.RequestTimeout),
 		kgo.RetryTimeout(cfg.Kafka.RequestTimeout),
 	}
+	tlsCfg, err := cfg.Kafka.TLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("kafka tls: %w", err)
+	}
+	if tlsCfg != nil {
+		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
+	}
+	s := cfg.Kafka.SASL
+	switch s.Mechanism {
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: s.User, Pass: s.Password}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.User, Pass: s.Password}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: s.User, Pass: s.Password}.AsSha512Mechanism()))
+	}
+	return opts, nil
 }
 
 // Partitioner places records as the Java client does: murmur2 of the key,
@@ -88,8 +115,13 @@ func KafkaOpts(cfg config.Config) []kgo.Opt {
 func Partitioner() kgo.Partitioner { return kgo.StickyKeyPartitioner(nil) }
 
 // SourceConfig is the binlog configuration of cfg.
-func SourceConfig(cfg config.Config) binlog.Config {
+func SourceConfig(cfg config.Config) (binlog.Config, error) {
+	tlsCfg, err := cfg.Source.TLS.Config()
+	if err != nil {
+		return binlog.Config{}, fmt.Errorf("source tls: %w", err)
+	}
 	return binlog.Config{
+		TLS:             tlsCfg,
 		Hosts:           cfg.Source.Hosts,
 		User:            cfg.Source.User,
 		Password:        cfg.Source.Password,
@@ -98,7 +130,7 @@ func SourceConfig(cfg config.Config) binlog.Config {
 		Tables:          cfg.Source.Tables,
 		ConnectTimeout:  cfg.Source.ConnectTimeout,
 		HeartbeatPeriod: cfg.Source.HeartbeatPeriod,
-	}
+	}, nil
 }
 
 // Run relays until ctx is canceled (then it commits what it has, writes the
@@ -205,7 +237,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	err = cl.Ping(pingCtx)
 	pingCancel()
 	if err != nil {
-		return fmt.Errorf("%w: %v: %w", ErrKafkaUnreachable, r.cfg.Kafka.Brokers, err)
+		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", ErrKafkaUnreachable, r.cfg.Kafka.Brokers, err)
 	}
 	adm := kadm.NewClient(cl)
 	if err := r.store.EnsureTopic(ctx, adm, r.cfg.Kafka.ReplicationFactor); err != nil {

@@ -1,0 +1,171 @@
+//go:build integration
+
+package itest
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+// waitPublished runs the relay until the checkpoint covers one new outbox
+// row on db, through cfg's own connection settings.
+func waitPublished(t *testing.T, cfg config.Config, exec func(...string) error, head func() string) {
+	t.Helper()
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if err := exec("INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('" +
+		cfg.Name + "', 'alarm', 'd', 'X', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	cp := WaitCheckpoint(t, cfg, head(), time.Minute)
+	if cp.Events != 1 {
+		t.Fatalf("checkpoint counts %d events, want 1", cp.Events)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSourceTLS(t *testing.T) {
+	certs := NewCerts(t, "mariadb")
+	db := startServer(t, map[string]string{"ssl-ca": certs.CAFile, "ssl-cert": certs.CertFile, "ssl-key": certs.KeyFile})
+	if err := db.Exec("ALTER USER 'relay'@'%' REQUIRE SSL"); err != nil {
+		t.Fatal(err)
+	}
+	k := StartKafka(t)
+	base := func() config.Config {
+		cfg := env.RelayConfig(k, "app.outbox")
+		cfg.Source.Hosts = []string{db.Addr}
+		return cfg
+	}
+	head := func() string { return Head(t, db) }
+	t.Run("verified with the CA", func(t *testing.T) {
+		cfg := base()
+		cfg.Source.TLS = config.TLS{CAFile: certs.CAFile}
+		waitPublished(t, cfg, db.Exec, head)
+	})
+	t.Run("skip verify, only when asked", func(t *testing.T) {
+		cfg := base()
+		cfg.Source.TLS = config.TLS{Enabled: true, InsecureSkipVerify: true}
+		waitPublished(t, cfg, db.Exec, head)
+	})
+	t.Run("without TLS the server refuses", func(t *testing.T) {
+		runExpectingError(t, k, base(), binlog.ErrAccessDenied, "Access denied")
+	})
+	t.Run("a CA that did not sign the server", func(t *testing.T) {
+		cfg := base()
+		cfg.Source.TLS = config.TLS{CAFile: NewCerts(t, "other").CAFile}
+		runExpectingError(t, k, cfg, binlog.ErrUnreachable, "certificate")
+	})
+}
+
+func TestKafkaSASLOverTLS(t *testing.T) {
+	certs := NewCerts(t, "kafka")
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(),
+		kfake.Superuser("PLAIN", "plain-user", "plain-secret"),
+		kfake.Superuser("SCRAM-SHA-256", "scram256", "scram256-secret"),
+		kfake.Superuser("SCRAM-SHA-512", "scram512", "scram512-secret"),
+		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{certs.Server}, MinVersion: tls.VersionTLS12}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	k := &Kafka{Brokers: c.ListenAddrs()}
+	for _, m := range []struct{ mech, user, pass string }{
+		{"PLAIN", "plain-user", "plain-secret"},
+		{"SCRAM-SHA-256", "scram256", "scram256-secret"},
+		{"SCRAM-SHA-512", "scram512", "scram512-secret"},
+	} {
+		t.Run(m.mech, func(t *testing.T) {
+			s := env.NewSchema(t)
+			cfg := env.RelayConfig(k, s.Table())
+			cfg.Kafka.TLS = config.TLS{CAFile: certs.CAFile}
+			cfg.Kafka.SASL = config.SASL{Mechanism: m.mech, User: m.user, Password: m.pass}
+			r := RunRelay(t, cfg)
+			r.WaitReady(t)
+			if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 10}); err != nil {
+				t.Fatal(err)
+			}
+			if cp := WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute); cp.Events != 10 {
+				t.Fatalf("checkpoint counts %d events, want 10", cp.Events)
+			}
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(r.Logs.String(), m.pass) {
+				t.Fatal("the SASL password reached the log")
+			}
+		})
+	}
+	t.Run("wrong password", func(t *testing.T) {
+		cfg := env.RelayConfig(k, "app.outbox")
+		cfg.Kafka.TLS = config.TLS{CAFile: certs.CAFile}
+		cfg.Kafka.SASL = config.SASL{Mechanism: "SCRAM-SHA-256", User: "scram256", Password: "not-the-secret"}
+		cfg.Kafka.RequestTimeout = 3 * time.Second
+		r := RunRelay(t, cfg)
+		<-r.Done()
+		if !errors.Is(r.Err(), relay.ErrKafkaUnreachable) || !strings.Contains(r.Err().Error(), "kafka.sasl") {
+			t.Fatalf("error %v, want ErrKafkaUnreachable naming kafka.sasl", r.Err())
+		}
+		if strings.Contains(r.Err().Error()+r.Logs.String(), "not-the-secret") {
+			t.Fatal("the password reached the error or the log")
+		}
+	})
+}
+
+// Secrets reach neither the logs (debug level, through start, errors and
+// stop) nor --print-config; password files are read.
+func TestSecretsNeverLogged(t *testing.T) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(k, s.Table())
+	pwFile := filepath.Join(t.TempDir(), "mysql-password")
+	if err := os.WriteFile(pwFile, []byte(cfg.Source.Password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret := cfg.Source.Password
+	cfg.Source.Password, cfg.Source.PasswordFile = "", pwFile
+	cfg.Log.Level = "debug"
+	path := WriteConfig(t, cfg)
+	out, errOut, code := env.CLI(t, "run", "--print-config", "--config", path)
+	if code != 0 || strings.Contains(out+errOut, secret) || !strings.Contains(out, "REDACTED") {
+		t.Fatalf("print-config: exit %d, redacted %v, secret shown %v:\n%s", code, strings.Contains(out, "REDACTED"), strings.Contains(out, secret), out)
+	}
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 5}); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
+		t.Fatalf("exit %d %v", code, err)
+	}
+	// A failing start: wrong password from the file, logged at debug.
+	if err := os.WriteFile(pwFile, []byte("wrong-"+secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p = env.StartProc(t, path)
+	if code, _ := p.Wait(time.Minute); code != 1 {
+		t.Fatalf("exit %d with a wrong password", code)
+	}
+	for _, o := range []string{p.Output()} {
+		if strings.Contains(o, secret) {
+			t.Fatalf("a password reached the log:\n%s", o)
+		}
+	}
+	if !strings.Contains(p.Output(), "source access denied") {
+		t.Fatalf("no clear error:\n%s", p.Output())
+	}
+}
