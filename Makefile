@@ -12,20 +12,26 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
 
-# deps installs MariaDB from Debian's packages when it is missing.
+# deps installs what the tests need from Debian's packages when it is
+# missing: MariaDB, and promtool (package prometheus) for the alert rules.
 deps:
-	@command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || { \
-		echo "installing mariadb-server from apt"; \
+	@need=""; \
+	{ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || need="$$need mariadb-server mariadb-client"; \
+	command -v promtool >/dev/null 2>&1 || need="$$need prometheus"; \
+	if [ -n "$$need" ]; then \
+		echo "installing from apt:$$need"; \
 		$(SUDO) apt-get update -q && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q mariadb-server mariadb-client; }
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$need; \
+	fi
 
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
 
-# Unit tests of the pure packages: no database, no broker.
-test-unit:
-	$(GO) test -count=1 ./...
+# Unit tests of the pure packages (no database, no broker) and the checks of
+# deploy/ (promtool required).
+test-unit: deps
+	OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./...
 
 # Integration tests: the harness starts MariaDB in a scratch directory on its
 # own port and an embedded Kafka broker per test (RELAY_TEST_KAFKA=host:port
