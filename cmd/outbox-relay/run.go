@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -32,6 +33,7 @@ func runCmd(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	printCfg := fs.Bool("print-config", false, "print the effective configuration, secrets redacted, and exit")
 	logFormat := fs.String("log-format", "", "override log.format: json | console")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until exit (diagnostics)")
 	cfg, err := loadConfig(fs, args)
 	if err != nil {
 		return err
@@ -45,6 +47,16 @@ func runCmd(args []string) error {
 	if *printCfg {
 		fmt.Print(cfg.Redacted().YAML())
 		return nil
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("create cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("start cpu profile: %w", err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	log := newLogger(cfg.Log, nil)
 	m := metrics.New(version)

@@ -58,7 +58,7 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 
 // run consumes events until ctx ends (then it commits what it holds) or an
 // error ends the attempt.
-func (l *loop) run(ctx context.Context, events <-chan binlog.Event, readErr <-chan error) error {
+func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
 	cfg := l.r.cfg.Kafka
 	tick := time.NewTicker(min(cfg.Batch.MaxWait, cfg.CheckpointInterval, time.Second))
 	defer tick.Stop()
@@ -76,9 +76,11 @@ func (l *loop) run(ctx context.Context, events <-chan binlog.Event, readErr <-ch
 				return err
 			}
 			return fmt.Errorf("%w: %w", errSourceStream, err)
-		case ev := <-events:
-			if err := l.handle(ctx, ev, len(events) == 0); err != nil {
-				return err
+		case batch := <-events:
+			for i := range batch {
+				if err := l.handle(ctx, &batch[i], i == len(batch)-1 && len(events) == 0); err != nil {
+					return err
+				}
 			}
 		case now := <-tick.C:
 			if err := l.onTick(ctx, now); err != nil {
@@ -88,7 +90,7 @@ func (l *loop) run(ctx context.Context, events <-chan binlog.Event, readErr <-ch
 	}
 }
 
-func (l *loop) handle(ctx context.Context, ev binlog.Event, caughtUp bool) error {
+func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) error {
 	l.r.metrics.BinlogBytes.Add(float64(ev.Size))
 	switch ev.Kind {
 	case binlog.KindRows:
@@ -114,7 +116,7 @@ func (l *loop) handle(ctx context.Context, ev binlog.Event, caughtUp bool) error
 	return nil
 }
 
-func (l *loop) rows(ctx context.Context, ev binlog.Event) error {
+func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 	if ev.Op != binlog.OpInsert {
 		l.r.log.Debug().Str("table", ev.Table.String()).Str("op", ev.Op.String()).Str("gtid", ev.GTID).
 			Int("rows", len(ev.Rows)).Msg("ignoring non-insert on outbox table")

@@ -274,7 +274,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		}
 	}
 
-	events := make(chan binlog.Event, 1024)
+	events := make(chan []binlog.Event, 4)
 	readErr := make(chan error, 1) // the loop takes the reader's error from here
 	readerDone := make(chan struct{})
 	reader := binlog.NewReader(r.source, srv, slog.New(slog.NewTextHandler(io.Discard, nil)))

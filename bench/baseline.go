@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// baselineMain is the naive relay the report compares against: read the
+// binlog from a GTID set, produce each outbox INSERT asynchronously, exit when
+// n records are acknowledged. No checkpoint, no transactions, no routing
+// beyond picking three columns by position.
+func baselineMain(args []string) error {
+	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
+	addr := fs.String("source", "", "host:port")
+	user := fs.String("user", "root", "")
+	pass := fs.String("password", "", "")
+	from := fs.String("from", "", "MariaDB GTID position to start after")
+	db := fs.String("db", "", "database of the outbox table")
+	brokers := fs.String("brokers", "", "")
+	prefix := fs.String("topic-prefix", "", "")
+	n := fs.Int64("n", 0, "records to publish before exiting")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	host, portStr, _ := net.SplitHostPort(*addr)
+	port, _ := strconv.Atoi(portStr)
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID: 9999, Flavor: mysql.MariaDBFlavor, Host: host, Port: uint16(port), User: *user, Password: *pass,
+	})
+	defer syncer.Close()
+	set, err := mysql.ParseMariadbGTIDSet(*from)
+	if err != nil {
+		return err
+	}
+	stream, err := syncer.StartSyncGTID(set)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(*brokers), kgo.ProducerLinger(0))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var acked, failed atomic.Int64
+	done := make(chan struct{})
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+		if acked.Add(1) == *n {
+			close(done)
+		}
+	}
+	ctx := context.Background()
+	var produced int64
+	for produced < *n {
+		ev, err := stream.GetEvent(ctx)
+		if err != nil {
+			return err
+		}
+		re, ok := ev.Event.(*replication.RowsEvent)
+		if !ok || string(re.Table.Schema) != *db || string(re.Table.Table) != "outbox" || re.Type() != replication.EnumRowsEventTypeInsert {
+			continue
+		}
+		for _, row := range re.Rows {
+			// id, event_id, aggregate_type, aggregate_id, event_type, payload, created_at
+			rec := &kgo.Record{
+				Topic:   *prefix + str(row[2]),
+				Key:     []byte(str(row[3])),
+				Value:   []byte(str(row[5])),
+				Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(str(row[1]))}},
+			}
+			cl.Produce(ctx, rec, promise)
+			produced++
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("only %d of %d acknowledged", acked.Load(), *n)
+	}
+	if f := failed.Load(); f > 0 {
+		return fmt.Errorf("%d records failed", f)
+	}
+	return nil
+}
+
+func str(v any) string {
+	switch t := v.(type) {
+	case string:
+		return t
+	case []byte:
+		return string(t)
+	default:
+		return fmt.Sprint(t)
+	}
+}
