@@ -55,6 +55,13 @@ test-kafka: deps
 fuzz:
 	$(GO) test ./router/ -run '^$$' -fuzz FuzzRoute -fuzztime 30s
 
+# Benchmarks (not part of make test): catch-up throughput against a naive
+# baseline, latency, memory, CPU profile; the report goes to BENCHMARKS.md.
+# BENCH_N=100000 for a quick run.
+BENCH_N ?= 1000000
+bench: deps
+	$(GO) run ./bench -n $(BENCH_N) -out BENCHMARKS.md
+
 demo: deps build
 	$(GO) run ./examples/demo --relay $(BIN) $(DEMO_ARGS)
 

@@ -266,6 +266,9 @@ func (l *loop) shutdown() error {
 	if err := l.commit(ctx); err != nil {
 		return fmt.Errorf("write final checkpoint: %w", err)
 	}
+	if err := l.sink.finish(ctx); err != nil {
+		return fmt.Errorf("write final checkpoint: %w", err)
+	}
 	l.r.log.Info().Str("gtid_set", l.setStr).Int64("events", l.events).Msg("final checkpoint written")
 	return nil
 }

@@ -130,6 +130,10 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) error {
 		s.open = false
 		return nil
 	}
+	// At-least-once: the checkpoint goes out only once every record before it
+	// is acknowledged. It is not waited for: the next commit's flush (or
+	// finish) covers it, and if it fails that flush reports it and the relay
+	// resumes from the previous checkpoint, publishing some records again.
 	if err := s.cl.Flush(ctx); err != nil {
 		return fmt.Errorf("flush batch: %w", err)
 	}
@@ -137,10 +141,25 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) error {
 		return fmt.Errorf("produce batch: %w", classify(err))
 	}
 	hit("after-flush")
-	if err := s.cl.ProduceSync(ctx, s.store.Record(cp)).FirstErr(); err != nil {
+	s.cl.Produce(s.pctx, s.store.Record(cp), s.promise)
+	s.open = false
+	return nil
+}
+
+// finish waits until everything committed so far is durable: at-least-once,
+// the last checkpoint's acknowledgement.
+func (s *sink) finish(ctx context.Context) error {
+	if s.txn {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("flush checkpoint: %w", err)
+	}
+	if err := s.err(); err != nil {
 		return fmt.Errorf("write checkpoint: %w", classify(err))
 	}
-	s.open = false
 	return nil
 }
 
