@@ -82,11 +82,14 @@ func run(n, bigTx, latencySeconds int, out string) error {
 
 	h.printf("## 1. Catch-up throughput (%d outbox rows, from the position before them)\n\n", n)
 	h.printf("| shape | run | seconds | events/s | vs baseline | peak RSS | first record after |\n|---|---|---|---|---|---|---|\n")
-	var profile string
+	var profile, singleDB, singleFrom string
 	for _, shape := range []string{"single", "multi200"} {
 		schema, from, err := h.load(shape, n)
 		if err != nil {
 			return err
+		}
+		if shape == "single" {
+			singleDB, singleFrom = schema, from
 		}
 		base, err := h.baseline(self, schema, from, n)
 		if err != nil {
@@ -106,6 +109,18 @@ func run(n, bigTx, latencySeconds int, out string) error {
 			h.printf("| %s | %s | %.2f | %.0f | %.2f | %.0f MB | %d ms |\n", shape, delivery, res.elapsed.Seconds(),
 				float64(n)/res.elapsed.Seconds(), base.Seconds()/res.elapsed.Seconds(), float64(res.rssKB)/1024, res.first.Milliseconds())
 		}
+	}
+
+	h.printf("\n### Batch bound (kafka.batch.max_records), exactly-once, single-row shape\n\n")
+	h.printf("| max_records | seconds | events/s | peak RSS |\n|---|---|---|---|\n")
+	for _, records := range []int{500, 2000, 5000, 20000} {
+		res, err := h.relayCatchUp(singleDB, singleFrom, n, config.ExactlyOnce, "", func(c *config.Config) {
+			c.Kafka.Batch.MaxRecords = records
+		})
+		if err != nil {
+			return err
+		}
+		h.printf("| %d | %.2f | %.0f | %.0f MB |\n", records, res.elapsed.Seconds(), float64(n)/res.elapsed.Seconds(), float64(res.rssKB)/1024)
 	}
 
 	h.printf("\n## 2. Commit-to-receive latency, exactly-once (%d s per rate)\n\n", latencySeconds)
@@ -357,7 +372,7 @@ type catchUp struct {
 // relayCatchUp runs the relay from `from` until its checkpoint counts n
 // events, polling the checkpoint; it records peak RSS and the time to the
 // first record a read_committed consumer sees.
-func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile string) (catchUp, error) {
+func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile string, tune ...func(*config.Config)) (catchUp, error) {
 	h.seq++
 	cfg := config.Default()
 	cfg.Name = fmt.Sprintf("bench%d", h.seq)
@@ -372,6 +387,9 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 	cfg.Router.TopicPrefix = cfg.Name + "."
 	cfg.HTTP.Listen = ""
 	cfg.Log.Level = "warn"
+	for _, f := range tune {
+		f(&cfg)
+	}
 	if err := h.createTopic(cfg.Router.TopicPrefix + "alarm"); err != nil {
 		return catchUp{}, err
 	}

@@ -128,13 +128,13 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	}
 	watch := &watchdog{}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID:         r.cfg.ServerID,
-		Flavor:           r.srv.Flavor,
-		Host:             host,
-		Port:             uint16(port),
-		User:             r.cfg.User,
-		Password:         r.cfg.Password,
-		TLSConfig:        tlsFor(r.cfg.TLS, r.srv.Addr),
+		ServerID:        r.cfg.ServerID,
+		Flavor:          r.srv.Flavor,
+		Host:            host,
+		Port:            uint16(port),
+		User:            r.cfg.User,
+		Password:        r.cfg.Password,
+		TLSConfig:       tlsFor(r.cfg.TLS, r.srv.Addr),
 		HeartbeatPeriod: r.cfg.HeartbeatPeriod,
 		// No ReadTimeout: go-mysql would set a socket deadline per packet,
 		// a quarter of the relay's CPU in catch-up. The watchdog below

@@ -8,6 +8,8 @@
 package router
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -22,14 +24,39 @@ import (
 // dead-letter) without advancing the checkpoint.
 var ErrBadRow = errors.New("bad outbox row")
 
-// Config names the outbox columns and the topic prefix.
+// Value formats.
+const (
+	FormatPayload  = "payload"  // the payload bytes exactly as stored (default)
+	FormatEnvelope = "envelope" // a JSON object with the event's fields and the payload embedded as JSON
+)
+
+// Placements of an additional column.
+const (
+	PlaceHeader   = "header"
+	PlaceEnvelope = "envelope"
+)
+
+// Field is an additional column copied into the record.
+type Field struct {
+	Column    string
+	Placement string // header | envelope
+	Alias     string // name in the record; default the column name
+}
+
+// Config names the outbox columns and says how records look.
 type Config struct {
 	EventIDColumn       string
 	AggregateTypeColumn string
 	AggregateIDColumn   string
 	EventTypeColumn     string // optional: becomes header "type" when set and present
 	PayloadColumn       string
+	TimestampColumn     string // optional: the record timestamp (default: commit time)
+	SchemaVersionColumn string // optional: envelope schemaVersion
 	TopicPrefix         string
+	Format              string // payload | envelope
+	Additional          []Field
+	// NullPayloadError makes a NULL payload a bad row instead of a tombstone.
+	NullPayloadError bool
 }
 
 // Header is one record header; an alias so records pass to the Kafka client
@@ -65,67 +92,202 @@ func New(cfg Config) (*Router, error) {
 	if cfg.EventIDColumn == "" || cfg.AggregateTypeColumn == "" || cfg.AggregateIDColumn == "" || cfg.PayloadColumn == "" {
 		return nil, errors.New("new router: event id, aggregate type, aggregate id and payload columns are required")
 	}
+	switch cfg.Format {
+	case "":
+		cfg.Format = FormatPayload
+	case FormatPayload, FormatEnvelope:
+	default:
+		return nil, fmt.Errorf("new router: value format %q: want payload or envelope", cfg.Format)
+	}
+	for _, f := range cfg.Additional {
+		if f.Column == "" {
+			return nil, errors.New("new router: an additional field has no column")
+		}
+		if f.Placement != PlaceHeader && f.Placement != PlaceEnvelope {
+			return nil, fmt.Errorf("new router: additional field %s: placement %q: want header or envelope", f.Column, f.Placement)
+		}
+		if f.Placement == PlaceEnvelope && cfg.Format != FormatEnvelope {
+			return nil, fmt.Errorf("new router: additional field %s is placed in the envelope, but the value format is %s", f.Column, cfg.Format)
+		}
+	}
 	return &Router{cfg: cfg}, nil
 }
 
 // Route builds the record for row.
 func (r *Router) Route(row Row) (Record, error) {
-	var (
-		idIdx, typeIdx, aggIdx, evIdx, payIdx = -1, -1, -1, -1, -1
-	)
-	for i, c := range row.Columns {
-		switch c {
-		case r.cfg.EventIDColumn:
-			idIdx = i
-		case r.cfg.AggregateTypeColumn:
-			typeIdx = i
-		case r.cfg.AggregateIDColumn:
-			aggIdx = i
-		case r.cfg.PayloadColumn:
-			payIdx = i
-		}
-		if r.cfg.EventTypeColumn != "" && c == r.cfg.EventTypeColumn {
-			evIdx = i
-		}
-	}
-	eventID, err := r.text(row, idIdx, r.cfg.EventIDColumn, true)
+	c := &r.cfg
+	eventID, err := r.text(row, index(row, c.EventIDColumn), c.EventIDColumn, true)
 	if err != nil {
 		return Record{}, err
 	}
-	aggType, err := r.text(row, typeIdx, r.cfg.AggregateTypeColumn, true)
+	rec := Record{EventID: eventID, Timestamp: row.CommitTime}
+	aggType, err := r.text(row, index(row, c.AggregateTypeColumn), c.AggregateTypeColumn, true)
 	if err != nil {
-		return Record{EventID: eventID}, err
+		return rec, err
 	}
-	aggID, err := r.text(row, aggIdx, r.cfg.AggregateIDColumn, true)
+	aggID, err := r.text(row, index(row, c.AggregateIDColumn), c.AggregateIDColumn, true)
 	if err != nil {
-		return Record{EventID: eventID}, err
+		return rec, err
 	}
-	if payIdx < 0 || payIdx >= len(row.Values) {
-		return Record{EventID: eventID}, fmt.Errorf("%w: column %q is missing", ErrBadRow, r.cfg.PayloadColumn)
+	payIdx := index(row, c.PayloadColumn)
+	if payIdx < 0 {
+		return rec, fmt.Errorf("%w: column %q is missing", ErrBadRow, c.PayloadColumn)
 	}
 	payload, err := asBytes(row.Values[payIdx])
 	if err != nil {
-		return Record{EventID: eventID}, fmt.Errorf("%w: column %q: %v", ErrBadRow, r.cfg.PayloadColumn, err)
+		return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.PayloadColumn, err)
 	}
-	topic := r.cfg.TopicPrefix + aggType
-	if err := ValidTopic(topic); err != nil {
-		return Record{EventID: eventID}, fmt.Errorf("%w: column %q: %v", ErrBadRow, r.cfg.AggregateTypeColumn, err)
+	if payload == nil && c.NullPayloadError {
+		return rec, fmt.Errorf("%w: column %q is NULL", ErrBadRow, c.PayloadColumn)
 	}
-	headers := make([]Header, 1, 2)
-	headers[0] = Header{Key: "id", Value: []byte(eventID)}
-	if evIdx >= 0 {
-		if v, err := r.text(row, evIdx, r.cfg.EventTypeColumn, false); err == nil && v != "" {
-			headers = append(headers, Header{Key: "type", Value: []byte(v)})
+	rec.Topic = c.TopicPrefix + aggType
+	if err := ValidTopic(rec.Topic); err != nil {
+		return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.AggregateTypeColumn, err)
+	}
+	var eventType string
+	if c.EventTypeColumn != "" {
+		if i := index(row, c.EventTypeColumn); i >= 0 {
+			eventType, _ = r.text(row, i, c.EventTypeColumn, false)
 		}
 	}
-	return Record{
-		Topic:     topic,
-		Key:       []byte(aggID),
-		Value:     payload,
-		Headers:   headers,
-		Timestamp: row.CommitTime,
-		EventID:   eventID,
-	}, nil
+	if c.TimestampColumn != "" {
+		ts, err := timestamp(row, index(row, c.TimestampColumn), c.TimestampColumn)
+		if err != nil {
+			return rec, err
+		}
+		rec.Timestamp = ts
+	}
+	rec.Headers = make([]Header, 1, 2+len(c.Additional))
+	rec.Headers[0] = Header{Key: "id", Value: []byte(eventID)}
+	if eventType != "" {
+		rec.Headers = append(rec.Headers, Header{Key: "type", Value: []byte(eventType)})
+	}
+	var envelopeExtra []envelopeField
+	for _, f := range c.Additional {
+		name := f.Alias
+		if name == "" {
+			name = f.Column
+		}
+		i := index(row, f.Column)
+		if i < 0 {
+			return rec, fmt.Errorf("%w: additional column %q is missing", ErrBadRow, f.Column)
+		}
+		if f.Placement == PlaceEnvelope {
+			envelopeExtra = append(envelopeExtra, envelopeField{name, row.Values[i]})
+			continue
+		}
+		v, err := r.text(row, i, f.Column, false)
+		if err != nil {
+			return rec, err
+		}
+		rec.Headers = append(rec.Headers, Header{Key: name, Value: []byte(v)})
+	}
+	rec.Key = []byte(aggID)
+	rec.Value = payload
+	if c.Format == FormatEnvelope && payload != nil {
+		var version any
+		if c.SchemaVersionColumn != "" {
+			if i := index(row, c.SchemaVersionColumn); i >= 0 {
+				version = row.Values[i]
+			}
+		}
+		rec.Value, err = envelope(eventID, eventType, aggType, aggID, rec.Timestamp, version, payload, envelopeExtra)
+		if err != nil {
+			return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.PayloadColumn, err)
+		}
+	}
+	return rec, nil
+}
+
+func index(row Row, name string) int {
+	for i, c := range row.Columns {
+		if c == name {
+			if i < len(row.Values) {
+				return i
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
+// timestamp reads a DATETIME/TIMESTAMP column: go-mysql renders it as text
+// ("2006-01-02 15:04:05.999999"), taken as UTC.
+func timestamp(row Row, idx int, name string) (time.Time, error) {
+	if idx < 0 {
+		return time.Time{}, fmt.Errorf("%w: column %q is missing", ErrBadRow, name)
+	}
+	switch v := row.Values[idx].(type) {
+	case time.Time:
+		return v, nil
+	case string:
+		t, err := time.Parse("2006-01-02 15:04:05.999999999", v)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%w: column %q: %q is not a timestamp", ErrBadRow, name, v)
+		}
+		return t, nil
+	case nil:
+		return time.Time{}, fmt.Errorf("%w: column %q is NULL", ErrBadRow, name)
+	default:
+		return time.Time{}, fmt.Errorf("%w: column %q has unsupported type %T", ErrBadRow, name, v)
+	}
+}
+
+type envelopeField struct {
+	name  string
+	value any
+}
+
+// envelope renders the article's event structure (section 23) with the
+// payload embedded as JSON, never as an escaped string.
+func envelope(id, typ, aggType, aggID string, at time.Time, version any, payload []byte, extra []envelopeField) ([]byte, error) {
+	if !json.Valid(payload) {
+		return nil, errors.New("payload is not valid JSON: the envelope embeds it as JSON")
+	}
+	var b bytes.Buffer
+	b.Grow(len(payload) + 192)
+	field := func(name string, v any) error {
+		enc, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("envelope field %s: %w", name, err)
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		nb, _ := json.Marshal(name)
+		b.Write(nb)
+		b.WriteByte(':')
+		b.Write(enc)
+		return nil
+	}
+	b.WriteByte('{')
+	for _, f := range []envelopeField{{"eventId", id}, {"eventType", typ}, {"aggregateType", aggType},
+		{"aggregateId", aggID}, {"occurredAt", at.UTC().Format(time.RFC3339Nano)}} {
+		if err := field(f.name, f.value); err != nil {
+			return nil, err
+		}
+	}
+	if version != nil {
+		if bv, ok := version.([]byte); ok {
+			version = string(bv)
+		}
+		if err := field("schemaVersion", version); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range extra {
+		v := f.value
+		if bv, ok := v.([]byte); ok {
+			v = string(bv)
+		}
+		if err := field(f.name, v); err != nil {
+			return nil, err
+		}
+	}
+	b.WriteString(`,"payload":`)
+	b.Write(payload)
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // text renders column idx as text; required columns must be present and

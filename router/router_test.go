@@ -129,3 +129,64 @@ func FuzzRoute(f *testing.F) {
 		}
 	})
 }
+
+func TestEnvelopeAndAdditionalFields(t *testing.T) {
+	c := defaults()
+	c.Format = FormatEnvelope
+	c.SchemaVersionColumn = "schema_version"
+	c.TimestampColumn = "created_at"
+	c.Additional = []Field{{Column: "tenant", Placement: PlaceHeader}, {Column: "site", Placement: PlaceEnvelope, Alias: "siteId"}}
+	r, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	columns := []string{"event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "created_at", "schema_version", "tenant", "site"}
+	rec, err := r.Route(Row{Columns: columns, Values: []any{"e-1", "alarm", "dev-7", "AlarmCreated",
+		[]byte(`{"t": 90, "unit":"C"}`), "2026-11-30 01:02:03.456", int64(2), "acme", "plant-7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"eventId":"e-1","eventType":"AlarmCreated","aggregateType":"alarm","aggregateId":"dev-7",` +
+		`"occurredAt":"2026-11-30T01:02:03.456Z","schemaVersion":2,"siteId":"plant-7","payload":{"t": 90, "unit":"C"}}`
+	if string(rec.Value) != want {
+		t.Fatalf("envelope\n got %s\nwant %s", rec.Value, want)
+	}
+	if !rec.Timestamp.Equal(time.Date(2026, 11, 30, 1, 2, 3, 456e6, time.UTC)) {
+		t.Fatalf("timestamp %v, want the created_at column", rec.Timestamp)
+	}
+	if len(rec.Headers) != 3 || rec.Headers[2].Key != "tenant" || string(rec.Headers[2].Value) != "acme" {
+		t.Fatalf("headers %+v, want id, type, tenant", rec.Headers)
+	}
+	// A payload that is not JSON cannot be embedded: a bad row, not an escaped string.
+	_, err = r.Route(Row{Columns: columns, Values: []any{"e-2", "alarm", "d", "X", "not json", "2026-11-30 01:02:03", 1, "a", "b"}})
+	if !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), "not valid JSON") {
+		t.Fatalf("error %v, want a bad row for a non-JSON payload", err)
+	}
+	// A missing additional column is a bad row.
+	_, err = r.Route(Row{Columns: columns[:8], Values: []any{"e-3", "alarm", "d", "X", "{}", "2026-11-30 01:02:03", 1, "a"}})
+	if !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), `"site" is missing`) {
+		t.Fatalf("error %v, want a bad row naming the missing column", err)
+	}
+}
+
+func TestNullPayloadPolicy(t *testing.T) {
+	c := defaults()
+	c.NullPayloadError = true
+	r, _ := New(c)
+	_, err := r.Route(Row{Columns: cols, Values: []any{int64(1), "e", "alarm", "d", "X", nil, nil}})
+	if !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), `"payload" is NULL`) {
+		t.Fatalf("error %v, want a bad row for a NULL payload", err)
+	}
+}
+
+func TestNewRejectsBadFormats(t *testing.T) {
+	for _, c := range []Config{
+		func() Config { c := defaults(); c.Format = "xml"; return c }(),
+		func() Config { c := defaults(); c.Additional = []Field{{Column: "a", Placement: "partition"}}; return c }(),
+		func() Config { c := defaults(); c.Additional = []Field{{Column: "a", Placement: PlaceEnvelope}}; return c }(),
+	} {
+		if _, err := New(c); err == nil {
+			t.Errorf("New(%+v) accepted a bad configuration", c)
+		}
+	}
+}

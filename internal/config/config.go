@@ -83,15 +83,49 @@ type Batch struct {
 	MaxWait    time.Duration `yaml:"max_wait"`
 }
 
-// RouterConfig selects columns and topic naming. Unset keys take the
-// defaults of the article's outbox table.
+// RouterConfig selects columns and says how records look. Unset columns
+// take the preset's names: "outbox" (default) the article's table, "debezium"
+// the Debezium Outbox Event Router's.
 type RouterConfig struct {
+	Preset              string `yaml:"preset"` // outbox | debezium
 	EventIDColumn       string `yaml:"event_id_column"`
 	AggregateTypeColumn string `yaml:"aggregate_type_column"`
 	AggregateIDColumn   string `yaml:"aggregate_id_column"`
 	EventTypeColumn     string `yaml:"event_type_column"`
 	PayloadColumn       string `yaml:"payload_column"`
+	TimestampColumn     string `yaml:"timestamp_column"`      // optional: record timestamp instead of the commit time
+	SchemaVersionColumn string `yaml:"schema_version_column"` // optional: envelope schemaVersion
 	TopicPrefix         string `yaml:"topic_prefix"`
+	ValueFormat         string `yaml:"value_format"` // payload | envelope
+	// AdditionalFields copies more columns into headers or the envelope.
+	AdditionalFields []AdditionalField `yaml:"additional_fields"`
+	// NullPayload: tombstone (a record with a null value) or error.
+	NullPayload string `yaml:"null_payload"`
+}
+
+// AdditionalField is one more column in the record.
+type AdditionalField struct {
+	Column    string `yaml:"column"`
+	Placement string `yaml:"placement"` // header | envelope
+	Alias     string `yaml:"alias"`
+}
+
+var presets = map[string][5]string{ // event id, aggregate type, aggregate id, event type, payload
+	"outbox":   {"event_id", "aggregate_type", "aggregate_id", "event_type", "payload"},
+	"debezium": {"id", "aggregatetype", "aggregateid", "type", "payload"},
+}
+
+// applyPreset fills unset router columns from the preset.
+func (r *RouterConfig) applyPreset() {
+	p, ok := presets[r.Preset]
+	if !ok {
+		return // Validate reports it
+	}
+	for i, f := range []*string{&r.EventIDColumn, &r.AggregateTypeColumn, &r.AggregateIDColumn, &r.EventTypeColumn, &r.PayloadColumn} {
+		if *f == "" {
+			*f = p[i]
+		}
+	}
 }
 
 // HTTP is the metrics and health listener.
@@ -110,6 +144,12 @@ type Log struct {
 
 // Default returns a configuration with every default filled in.
 func Default() Config {
+	c := defaults()
+	c.Router.applyPreset()
+	return c
+}
+
+func defaults() Config {
 	return Config{
 		Source: Source{
 			Flavor:          "auto",
@@ -128,12 +168,10 @@ func Default() Config {
 			RequestTimeout:     30 * time.Second,
 		},
 		Router: RouterConfig{
-			EventIDColumn:       "event_id",
-			AggregateTypeColumn: "aggregate_type",
-			AggregateIDColumn:   "aggregate_id",
-			EventTypeColumn:     "event_type",
-			PayloadColumn:       "payload",
-			TopicPrefix:         "outbox.event.",
+			Preset:      "outbox",
+			TopicPrefix: "outbox.event.",
+			ValueFormat: "payload",
+			NullPayload: "tombstone",
 		},
 		HTTP: HTTP{Listen: "127.0.0.1:9464"},
 		Log:  Log{Format: "json", Level: "info", ProgressInterval: 10 * time.Second},
@@ -169,12 +207,13 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	if len(missing) > 0 {
 		return Config{}, fmt.Errorf("%w: environment variable %s is not set", ErrInvalid, strings.Join(missing, ", "))
 	}
-	cfg := Default()
+	cfg := defaults()
 	dec := yaml.NewDecoder(bytes.NewReader(expanded))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil {
 		return Config{}, fmt.Errorf("%w: parse yaml: %v", ErrInvalid, err)
 	}
+	cfg.Router.applyPreset()
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -285,6 +324,33 @@ func (c *Config) Validate() error {
 		return bad("kafka.transaction_timeout must be at least 1s; checkpoint_interval and request_timeout positive")
 	}
 	r := c.Router
+	if _, ok := presets[r.Preset]; !ok {
+		return bad("router.preset %q must be outbox or debezium", r.Preset)
+	}
+	switch r.ValueFormat {
+	case "payload", "envelope":
+	default:
+		return bad("router.value_format %q must be payload or envelope", r.ValueFormat)
+	}
+	switch r.NullPayload {
+	case "tombstone", "error":
+	default:
+		return bad("router.null_payload %q must be tombstone or error", r.NullPayload)
+	}
+	for _, f := range r.AdditionalFields {
+		if f.Column == "" {
+			return bad("router.additional_fields: an entry has no column")
+		}
+		switch f.Placement {
+		case "header":
+		case "envelope":
+			if r.ValueFormat != "envelope" {
+				return bad("router.additional_fields %s: placement envelope needs value_format envelope", f.Column)
+			}
+		default:
+			return bad("router.additional_fields %s: placement %q must be header or envelope", f.Column, f.Placement)
+		}
+	}
 	for key, v := range map[string]string{
 		"event_id_column": r.EventIDColumn, "aggregate_type_column": r.AggregateTypeColumn,
 		"aggregate_id_column": r.AggregateIDColumn, "payload_column": r.PayloadColumn,

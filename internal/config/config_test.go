@@ -115,3 +115,22 @@ func TestSecretsFromFilesAndRedaction(t *testing.T) {
 		t.Fatal("TLS off should give no config")
 	}
 }
+
+func TestDebeziumPreset(t *testing.T) {
+	raw, _ := os.ReadFile("testdata/debezium.good.yaml")
+	cfg, err := Parse(raw, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Router
+	if r.EventIDColumn != "id" || r.AggregateTypeColumn != "aggregatetype" || r.AggregateIDColumn != "aggregateid" ||
+		r.EventTypeColumn != "type" || r.PayloadColumn != "payload" {
+		t.Fatalf("debezium preset columns: %+v", r)
+	}
+	// A column set explicitly wins over the preset.
+	raw = []byte(strings.Replace(string(raw), "preset: debezium", "preset: debezium\n  aggregate_id_column: deviceid", 1))
+	cfg, err = Parse(raw, env(nil))
+	if err != nil || cfg.Router.AggregateIDColumn != "deviceid" || cfg.Router.EventIDColumn != "id" {
+		t.Fatalf("explicit column with preset: %+v %v", cfg.Router, err)
+	}
+}

@@ -134,7 +134,7 @@ func TestBadConfiguration(t *testing.T) {
 		}
 		t.Cleanup(func() {
 			if t.Failed() {
-				t.Log(r.Logs.String())
+				t.Log(r.Logs())
 			}
 		})
 		WaitCheckpoint(t, cfg, Head(t, good), 20*time.Second)

@@ -212,3 +212,56 @@ func TestHeartbeatAdvancesCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// source.start without a checkpoint: earliest replays what the server still
+// has; an explicit GTID set starts right after it; now skips the past.
+func TestStartPositions(t *testing.T) {
+	k := StartKafka(t)
+	for _, tc := range []struct {
+		name, want string
+	}{
+		{"earliest", "old-1,old-2,new"},
+		{"gtid", "old-2,new"},
+		{"now", "new"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := startServer(t, nil)
+			insert := func(id string) {
+				t.Helper()
+				if err := db.Exec("INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('" + id + "', 'alarm', 'd', 'X', '{}')"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			insert("old-1")
+			middle := Head(t, db)
+			insert("old-2")
+			cfg := env.RelayConfig(k, "app.outbox")
+			cfg.Source.Hosts = []string{db.Addr}
+			cfg.Source.Start = tc.name
+			if tc.name == "gtid" {
+				cfg.Source.Start = middle
+			}
+			cfg.Log.ProgressInterval = 20 * time.Millisecond
+			r := RunRelay(t, cfg)
+			r.WaitReady(t)
+			insert("new")
+			WaitCheckpoint(t, cfg, Head(t, db), time.Minute)
+			var ids []string
+			for _, rec := range Consume(t, k.Brokers, cfg.Router.TopicPrefix) {
+				ids = append(ids, rec.ID)
+			}
+			if got := strings.Join(ids, ","); got != tc.want {
+				t.Fatalf("start %q published %s, want %s", cfg.Source.Start, got, tc.want)
+			}
+			Eventually(t, time.Minute, func() error {
+				if !strings.Contains(r.Logs(), `"message":"progress"`) {
+					return fmt.Errorf("no progress line in the log yet")
+				}
+				return nil
+			})
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

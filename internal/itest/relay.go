@@ -68,7 +68,7 @@ func WriteConfig(t testing.TB, cfg config.Config) string {
 // InProcess is a relay running in the test process.
 type InProcess struct {
 	Metrics *metrics.Metrics
-	Logs    *bytes.Buffer
+	logs    syncBuffer
 	cancel  context.CancelFunc
 	done    chan struct{}
 	err     error
@@ -88,18 +88,25 @@ func (b syncBuffer) Write(p []byte) (int, error) {
 // RunRelay starts the relay in-process; Stop ends it.
 func RunRelay(t testing.TB, cfg config.Config) *InProcess {
 	t.Helper()
-	logs := &bytes.Buffer{}
-	log := zerolog.New(syncBuffer{mu: make(chan struct{}, 1), buf: logs}).Level(zerolog.DebugLevel)
+	logs := syncBuffer{mu: make(chan struct{}, 1), buf: &bytes.Buffer{}}
+	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	m := metrics.New("test")
 	r, err := relay.New(cfg, log, m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &InProcess{Metrics: m, Logs: logs, cancel: cancel, done: make(chan struct{})}
+	p := &InProcess{Metrics: m, logs: logs, cancel: cancel, done: make(chan struct{})}
 	go func() { p.err = r.Run(ctx); close(p.done) }()
 	t.Cleanup(func() { _ = p.Stop() })
 	return p
+}
+
+// Logs is what the relay logged so far.
+func (p *InProcess) Logs() string {
+	p.logs.mu <- struct{}{}
+	defer func() { <-p.logs.mu }()
+	return p.logs.buf.String()
 }
 
 // WaitReady polls until the relay has written its starting checkpoint and
@@ -109,7 +116,7 @@ func (p *InProcess) WaitReady(t testing.TB) {
 	Eventually(t, time.Minute, func() error {
 		select {
 		case <-p.done:
-			return fmt.Errorf("relay stopped: %v", p.err)
+			t.Fatalf("relay stopped: %v", p.err)
 		default:
 		}
 		if !p.Metrics.Ready.Load() {
@@ -525,4 +532,10 @@ func Store(t testing.TB, cfg config.Config) *checkpoint.Store {
 		t.Fatal(err)
 	}
 	return checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...)
+}
+
+// WithHeader returns cfg with column copied into a record header.
+func WithHeader(cfg config.Config, column string) config.Config {
+	cfg.Router.AdditionalFields = append(cfg.Router.AdditionalFields, config.AdditionalField{Column: column, Placement: "header"})
+	return cfg
 }

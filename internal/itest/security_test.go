@@ -104,7 +104,7 @@ func TestKafkaSASLOverTLS(t *testing.T) {
 			if err := r.Stop(); err != nil {
 				t.Fatal(err)
 			}
-			if strings.Contains(r.Logs.String(), m.pass) {
+			if strings.Contains(r.Logs(), m.pass) {
 				t.Fatal("the SASL password reached the log")
 			}
 		})
@@ -119,7 +119,7 @@ func TestKafkaSASLOverTLS(t *testing.T) {
 		if !errors.Is(r.Err(), relay.ErrKafkaUnreachable) || !strings.Contains(r.Err().Error(), "kafka.sasl") {
 			t.Fatalf("error %v, want ErrKafkaUnreachable naming kafka.sasl", r.Err())
 		}
-		if strings.Contains(r.Err().Error()+r.Logs.String(), "not-the-secret") {
+		if strings.Contains(r.Err().Error()+r.Logs(), "not-the-secret") {
 			t.Fatal("the password reached the error or the log")
 		}
 	})

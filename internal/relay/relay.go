@@ -53,14 +53,7 @@ type Relay struct {
 
 // New builds a relay from a validated configuration.
 func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, error) {
-	rt, err := router.New(router.Config{
-		EventIDColumn:       cfg.Router.EventIDColumn,
-		AggregateTypeColumn: cfg.Router.AggregateTypeColumn,
-		AggregateIDColumn:   cfg.Router.AggregateIDColumn,
-		EventTypeColumn:     cfg.Router.EventTypeColumn,
-		PayloadColumn:       cfg.Router.PayloadColumn,
-		TopicPrefix:         cfg.Router.TopicPrefix,
-	})
+	rt, err := router.New(RouterConfig(cfg.Router))
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +74,26 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 		source:  src,
 		store:   checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...),
 	}, nil
+}
+
+// RouterConfig translates the router section of the configuration.
+func RouterConfig(c config.RouterConfig) router.Config {
+	rc := router.Config{
+		EventIDColumn:       c.EventIDColumn,
+		AggregateTypeColumn: c.AggregateTypeColumn,
+		AggregateIDColumn:   c.AggregateIDColumn,
+		EventTypeColumn:     c.EventTypeColumn,
+		PayloadColumn:       c.PayloadColumn,
+		TimestampColumn:     c.TimestampColumn,
+		SchemaVersionColumn: c.SchemaVersionColumn,
+		TopicPrefix:         c.TopicPrefix,
+		Format:              c.ValueFormat,
+		NullPayloadError:    c.NullPayload == "error",
+	}
+	for _, f := range c.AdditionalFields {
+		rc.Additional = append(rc.Additional, router.Field{Column: f.Column, Placement: f.Placement, Alias: f.Alias})
+	}
+	return rc
 }
 
 // KafkaOpts are the connection options every Kafka client of cfg uses:
