@@ -182,8 +182,16 @@ func TestNullPayloadPolicy(t *testing.T) {
 func TestNewRejectsBadFormats(t *testing.T) {
 	for _, c := range []Config{
 		func() Config { c := defaults(); c.Format = "xml"; return c }(),
-		func() Config { c := defaults(); c.Additional = []Field{{Column: "a", Placement: "partition"}}; return c }(),
-		func() Config { c := defaults(); c.Additional = []Field{{Column: "a", Placement: PlaceEnvelope}}; return c }(),
+		func() Config {
+			c := defaults()
+			c.Additional = []Field{{Column: "a", Placement: "partition"}}
+			return c
+		}(),
+		func() Config {
+			c := defaults()
+			c.Additional = []Field{{Column: "a", Placement: PlaceEnvelope}}
+			return c
+		}(),
 	} {
 		if _, err := New(c); err == nil {
 			t.Errorf("New(%+v) accepted a bad configuration", c)

@@ -57,7 +57,7 @@ func TestDebeziumPresetAndEnvelope(t *testing.T) {
 		}
 		var env struct {
 			EventID, EventType, AggregateType, AggregateID, OccurredAt string
-			Payload                                                  json.RawMessage
+			Payload                                                    json.RawMessage
 		}
 		if err := json.Unmarshal(rec.Value, &env); err != nil {
 			t.Fatalf("record %s: envelope is not JSON: %v: %s", row[0], err, rec.Value)
