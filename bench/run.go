@@ -160,10 +160,19 @@ func run(n, bigTx, latencySeconds int, out string) error {
 		h.printf("\n## 4. CPU profile of the exactly-once single-row catch-up\n\n```\n%s```\n", trimProfile(string(top)))
 	}
 	if out != "" {
-		return os.WriteFile(out, []byte(h.report.String()), 0o644)
+		report := h.report.String()
+		// Hand-written notes below the marker survive a new run.
+		if old, err := os.ReadFile(out); err == nil {
+			if i := strings.Index(string(old), notesMarker); i >= 0 {
+				report += "\n" + string(old[i:])
+			}
+		}
+		return os.WriteFile(out, []byte(report), 0o644)
 	}
 	return nil
 }
+
+const notesMarker = "<!-- notes: kept across runs -->"
 
 // execMulti runs a multi-statement query in one round trip.
 func execMulti(c *client.Conn, q string) error {
@@ -364,6 +373,25 @@ func (h *harness) baseline(self, db, from string, n int) (time.Duration, error) 
 	return time.Since(began), nil
 }
 
+// relayConfig is a relay configuration of defaults for db's outbox from a
+// GTID position, with its own name, checkpoint topic and topic prefix.
+func (h *harness) relayConfig(prefix, db, from string) config.Config {
+	h.seq++
+	cfg := config.Default()
+	cfg.Name = fmt.Sprintf("%s%d", prefix, h.seq)
+	cfg.Source.Hosts = []string{h.db.Addr}
+	cfg.Source.User, cfg.Source.Password = "root", devdb.RootPassword
+	cfg.Source.ServerID = uint32(5000 + h.seq)
+	cfg.Source.Tables = []string{db + ".outbox"}
+	cfg.Source.Start = from
+	cfg.Kafka.Brokers = []string{h.broker}
+	cfg.Kafka.CheckpointTopic = "cp." + cfg.Name
+	cfg.Router.TopicPrefix = cfg.Name + "."
+	cfg.HTTP.Listen = ""
+	cfg.Log.Level = "warn"
+	return cfg
+}
+
 type catchUp struct {
 	elapsed, first time.Duration
 	rssKB          int
@@ -373,20 +401,8 @@ type catchUp struct {
 // events, polling the checkpoint; it records peak RSS and the time to the
 // first record a read_committed consumer sees.
 func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile string, tune ...func(*config.Config)) (catchUp, error) {
-	h.seq++
-	cfg := config.Default()
-	cfg.Name = fmt.Sprintf("bench%d", h.seq)
-	cfg.Source.Hosts = []string{h.db.Addr}
-	cfg.Source.User, cfg.Source.Password = "root", devdb.RootPassword
-	cfg.Source.ServerID = uint32(5000 + h.seq)
-	cfg.Source.Tables = []string{db + ".outbox"}
-	cfg.Source.Start = from
-	cfg.Kafka.Brokers = []string{h.broker}
+	cfg := h.relayConfig("bench", db, from)
 	cfg.Kafka.Delivery = delivery
-	cfg.Kafka.CheckpointTopic = "cp." + cfg.Name
-	cfg.Router.TopicPrefix = cfg.Name + "."
-	cfg.HTTP.Listen = ""
-	cfg.Log.Level = "warn"
 	for _, f := range tune {
 		f(&cfg)
 	}
@@ -497,19 +513,7 @@ func (h *harness) latency(rate int, d time.Duration) (latencyResult, error) {
 	if err != nil {
 		return latencyResult{}, err
 	}
-	h.seq++
-	cfg := config.Default()
-	cfg.Name = fmt.Sprintf("lat%d", h.seq)
-	cfg.Source.Hosts = []string{h.db.Addr}
-	cfg.Source.User, cfg.Source.Password = "root", devdb.RootPassword
-	cfg.Source.ServerID = uint32(6000 + h.seq)
-	cfg.Source.Tables = []string{db + ".outbox"}
-	cfg.Source.Start = from
-	cfg.Kafka.Brokers = []string{h.broker}
-	cfg.Kafka.CheckpointTopic = "cp." + cfg.Name
-	cfg.Router.TopicPrefix = cfg.Name + "."
-	cfg.HTTP.Listen = ""
-	cfg.Log.Level = "warn"
+	cfg := h.relayConfig("lat", db, from)
 	topic := cfg.Router.TopicPrefix + "alarm"
 	if err := h.createTopic(topic); err != nil {
 		return latencyResult{}, err

@@ -44,6 +44,17 @@ func checkpointStore(cfg config.Config) (*checkpoint.Store, error) {
 	return checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...), nil
 }
 
+// currentCheckpoint opens cfg's store and loads its committed checkpoint
+// (nil when there is none).
+func currentCheckpoint(ctx context.Context, cfg config.Config) (*checkpoint.Store, *checkpoint.Checkpoint, error) {
+	store, err := checkpointStore(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	cp, err := store.Load(ctx, cfg.Name)
+	return store, cp, err
+}
+
 func checkpointShow(args []string) error {
 	fs := flag.NewFlagSet("checkpoint show", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print a JSON object")
@@ -53,11 +64,7 @@ func checkpointShow(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	store, err := checkpointStore(cfg)
-	if err != nil {
-		return err
-	}
-	cp, err := store.Load(ctx, cfg.Name)
+	_, cp, err := currentCheckpoint(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -203,11 +210,7 @@ func checkpointSet(args []string) error {
 	if err := srv.CheckNotPurged(pos); err != nil {
 		return err
 	}
-	store, err := checkpointStore(cfg)
-	if err != nil {
-		return err
-	}
-	cur, err := store.Load(ctx, cfg.Name)
+	store, cur, err := currentCheckpoint(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -239,11 +242,7 @@ func checkpointReset(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	store, err := checkpointStore(cfg)
-	if err != nil {
-		return err
-	}
-	cur, err := store.Load(ctx, cfg.Name)
+	store, cur, err := currentCheckpoint(ctx, cfg)
 	if err != nil {
 		return err
 	}
