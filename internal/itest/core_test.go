@@ -4,6 +4,7 @@ package itest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/outbox-relay/outbox-relay/router"
 )
 
 var env *Env
@@ -263,5 +266,47 @@ func TestStartPositions(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A row the router cannot handle stops the relay with an error naming the
+// table, event_id and GTID; the checkpoint stays before it and nothing of its
+// transaction is published.
+func TestBadRowStopsWithoutAdvancing(t *testing.T) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(k, s.Table())
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if err := env.DB.Exec(fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('good-1', 'alarm', 'd', 'X', '{}')", s.Table())); err != nil {
+		t.Fatal(err)
+	}
+	before := WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	err := env.DB.Exec("BEGIN",
+		fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('good-2', 'alarm', 'd', 'X', '{}')", s.Table()),
+		fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('bad-1', 'alarm', '', 'X', '{}')", s.Table()),
+		"COMMIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	badGTID := Head(t, env.DB)
+	select {
+	case <-r.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the relay did not stop on a bad row")
+	}
+	msg := fmt.Sprint(r.Err())
+	if !errors.Is(r.Err(), router.ErrBadRow) || !strings.Contains(msg, s.Table()) || !strings.Contains(msg, `"bad-1"`) || !strings.Contains(msg, badGTID) {
+		t.Fatalf("error %q, want a bad row naming %s, bad-1 and %s", msg, s.Table(), badGTID)
+	}
+	if cp := loadCheckpoint(t, cfg); cp.GTIDSet != before.GTIDSet {
+		t.Fatalf("checkpoint moved from %s to %s past the bad row", before.GTIDSet, cp.GTIDSet)
+	}
+	var ids []string
+	for _, rec := range Consume(t, k.Brokers, cfg.Router.TopicPrefix) {
+		ids = append(ids, rec.ID)
+	}
+	if strings.Join(ids, ",") != "good-1" {
+		t.Fatalf("published %v, want only good-1 (good-2 shares the bad row's transaction)", ids)
 	}
 }
