@@ -57,6 +57,25 @@ type Table struct {
 	Schema  string
 	Name    string
 	Columns []string
+	// Latin1 marks character columns stored in latin1; nil when none is.
+	Latin1 []bool
+}
+
+// latin1Collations are the collation ids of MySQL's and MariaDB's latin1.
+var latin1Collations = map[uint64]bool{5: true, 8: true, 15: true, 31: true, 47: true, 48: true, 49: true, 94: true,
+	1032: true, 1071: true}
+
+func latin1Columns(t *replication.TableMapEvent, n int) []bool {
+	var out []bool
+	for i, coll := range t.CollationMap() {
+		if latin1Collations[coll] && i < n {
+			if out == nil {
+				out = make([]bool, n)
+			}
+			out[i] = true
+		}
+	}
+	return out
 }
 
 // String is db.table.
@@ -238,7 +257,8 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 				return batch, fmt.Errorf("%w: table %s.%s at %s: set binlog_row_metadata=FULL on the server",
 					ErrNoColumnNames, e.Table.Schema, e.Table.Table, st.gtid)
 			}
-			t = &Table{Schema: string(e.Table.Schema), Name: string(e.Table.Table), Columns: cols}
+			t = &Table{Schema: string(e.Table.Schema), Name: string(e.Table.Table), Columns: cols,
+				Latin1: latin1Columns(e.Table, len(cols))}
 			st.tableCache[e.Table] = t
 		}
 		out := Event{Kind: KindRows, GTID: st.gtid, Table: t, Time: st.commitTime, Size: st.size}

@@ -12,11 +12,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/text/encoding/charmap"
 )
 
 // ErrBadRow is wrapped by every error Route returns: the row cannot become a
@@ -32,8 +34,9 @@ const (
 
 // Placements of an additional column.
 const (
-	PlaceHeader   = "header"
-	PlaceEnvelope = "envelope"
+	PlaceHeader    = "header"
+	PlaceEnvelope  = "envelope"
+	PlacePartition = "partition" // the column's integer value is the partition
 )
 
 // Field is an additional column copied into the record.
@@ -53,8 +56,17 @@ type Config struct {
 	TimestampColumn     string // optional: the record timestamp (default: commit time)
 	SchemaVersionColumn string // optional: envelope schemaVersion
 	TopicPrefix         string
-	Format              string // payload | envelope
-	Additional          []Field
+	// TopicRegex and TopicReplacement, when TopicReplacement is set, name the
+	// topic from the aggregate type as Debezium's route.topic.regex and
+	// route.topic.replacement do: ${routedByValue} (the default regex's group)
+	// or $1 in the replacement. Otherwise the topic is TopicPrefix + type.
+	TopicRegex       *regexp.Regexp
+	TopicReplacement string
+	Format           string // payload | envelope
+	Additional       []Field
+	// SkipMissingAdditional leaves out an additional column the row lacks
+	// instead of making the row bad.
+	SkipMissingAdditional bool
 	// NullPayloadError makes a NULL payload a bad row instead of a tombstone.
 	NullPayloadError bool
 }
@@ -71,6 +83,10 @@ type Record struct {
 	Headers   []Header
 	Timestamp time.Time
 	EventID   string // for error messages and logs
+	// Partition is the record's partition when HasPartition (placement
+	// partition); otherwise the key decides.
+	Partition    int32
+	HasPartition bool
 }
 
 // Row is one inserted outbox row: column names and values, in table order,
@@ -79,6 +95,9 @@ type Row struct {
 	Columns    []string
 	Values     []any
 	CommitTime time.Time
+	// Latin1 marks columns stored in latin1 (MySQL's latin1 is cp1252):
+	// their text is converted to UTF-8. Nil means none.
+	Latin1 []bool
 }
 
 // Router routes rows. It keeps no state between calls and is safe for
@@ -103,15 +122,20 @@ func New(cfg Config) (*Router, error) {
 		if f.Column == "" {
 			return nil, errors.New("new router: an additional field has no column")
 		}
-		if f.Placement != PlaceHeader && f.Placement != PlaceEnvelope {
-			return nil, fmt.Errorf("new router: additional field %s: placement %q: want header or envelope", f.Column, f.Placement)
+		if f.Placement != PlaceHeader && f.Placement != PlaceEnvelope && f.Placement != PlacePartition {
+			return nil, fmt.Errorf("new router: additional field %s: placement %q: want header, envelope or partition", f.Column, f.Placement)
 		}
 		if f.Placement == PlaceEnvelope && cfg.Format != FormatEnvelope {
 			return nil, fmt.Errorf("new router: additional field %s is placed in the envelope, but the value format is %s", f.Column, cfg.Format)
 		}
 	}
+	if cfg.TopicReplacement != "" && cfg.TopicRegex == nil {
+		cfg.TopicRegex = defaultTopicRegex
+	}
 	return &Router{cfg: cfg}, nil
 }
+
+var defaultTopicRegex = regexp.MustCompile(`^(?P<routedByValue>.*)$`)
 
 // Route builds the record for row.
 func (r *Router) Route(row Row) (Record, error) {
@@ -134,13 +158,20 @@ func (r *Router) Route(row Row) (Record, error) {
 		return rec, fmt.Errorf("%w: column %q is missing", ErrBadRow, c.PayloadColumn)
 	}
 	payload, err := asBytes(row.Values[payIdx])
+	if err == nil && latin1(row, payIdx) {
+		payload, err = fromLatin1(payload)
+	}
 	if err != nil {
 		return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.PayloadColumn, err)
 	}
 	if payload == nil && c.NullPayloadError {
 		return rec, fmt.Errorf("%w: column %q is NULL", ErrBadRow, c.PayloadColumn)
 	}
-	rec.Topic = c.TopicPrefix + aggType
+	if c.TopicReplacement != "" {
+		rec.Topic = c.TopicRegex.ReplaceAllString(aggType, c.TopicReplacement)
+	} else {
+		rec.Topic = c.TopicPrefix + aggType
+	}
 	if err := ValidTopic(rec.Topic); err != nil {
 		return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.AggregateTypeColumn, err)
 	}
@@ -170,7 +201,22 @@ func (r *Router) Route(row Row) (Record, error) {
 		}
 		i := index(row, f.Column)
 		if i < 0 {
+			if c.SkipMissingAdditional {
+				continue
+			}
 			return rec, fmt.Errorf("%w: additional column %q is missing", ErrBadRow, f.Column)
+		}
+		if f.Placement == PlacePartition {
+			p, err := r.text(row, i, f.Column, true)
+			if err != nil {
+				return rec, err
+			}
+			n, err := strconv.ParseInt(p, 10, 32)
+			if err != nil || n < 0 {
+				return rec, fmt.Errorf("%w: column %q: partition %q is not a non-negative integer", ErrBadRow, f.Column, p)
+			}
+			rec.Partition, rec.HasPartition = int32(n), true
+			continue
 		}
 		if f.Placement == PlaceEnvelope {
 			envelopeExtra = append(envelopeExtra, envelopeField{name, row.Values[i]})
@@ -330,10 +376,31 @@ func (r *Router) text(row Row, idx int, name string, required bool) (string, err
 	if required && s == "" {
 		return "", fmt.Errorf("%w: column %q is empty", ErrBadRow, name)
 	}
+	if latin1(row, idx) {
+		b, err := fromLatin1([]byte(s))
+		if err != nil {
+			return "", fmt.Errorf("%w: column %q: %v", ErrBadRow, name, err)
+		}
+		s = string(b)
+	}
 	if !utf8.ValidString(s) {
 		return "", fmt.Errorf("%w: column %q is not valid UTF-8", ErrBadRow, name)
 	}
 	return s, nil
+}
+
+func latin1(row Row, idx int) bool { return idx < len(row.Latin1) && row.Latin1[idx] }
+
+// fromLatin1 converts MySQL latin1 (cp1252) text to UTF-8.
+func fromLatin1(b []byte) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	out, err := charmap.Windows1252.NewDecoder().Bytes(b)
+	if err != nil {
+		return nil, fmt.Errorf("convert latin1 to UTF-8: %v", err)
+	}
+	return out, nil
 }
 
 // asBytes returns the payload exactly as stored; NULL is nil.

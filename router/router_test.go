@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -184,7 +185,7 @@ func TestNewRejectsBadFormats(t *testing.T) {
 		func() Config { c := defaults(); c.Format = "xml"; return c }(),
 		func() Config {
 			c := defaults()
-			c.Additional = []Field{{Column: "a", Placement: "partition"}}
+			c.Additional = []Field{{Column: "a", Placement: "key"}}
 			return c
 		}(),
 		func() Config {
@@ -196,5 +197,59 @@ func TestNewRejectsBadFormats(t *testing.T) {
 		if _, err := New(c); err == nil {
 			t.Errorf("New(%+v) accepted a bad configuration", c)
 		}
+	}
+}
+
+func TestTopicRegexReplacement(t *testing.T) {
+	c := defaults()
+	c.TopicReplacement = "events.${routedByValue}.v1"
+	r, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := r.Route(Row{Columns: cols, Values: []any{int64(1), "e", "Order", "o-1", "X", "{}", nil}})
+	if err != nil || rec.Topic != "events.Order.v1" {
+		t.Fatalf("topic %q, %v; want events.Order.v1", rec.Topic, err)
+	}
+	c.TopicRegex = regexp.MustCompile(`^(?<domain>[a-z]+)_(.*)$`)
+	c.TopicReplacement = "${domain}.$2"
+	r, _ = New(c)
+	rec, err = r.Route(Row{Columns: cols, Values: []any{int64(1), "e", "billing_invoice", "i-1", "X", "{}", nil}})
+	if err != nil || rec.Topic != "billing.invoice" {
+		t.Fatalf("topic %q, %v; want billing.invoice", rec.Topic, err)
+	}
+}
+
+func TestPartitionPlacementAndMissingAdditional(t *testing.T) {
+	c := defaults()
+	c.Additional = []Field{{Column: "shard", Placement: PlacePartition}, {Column: "tenant", Placement: PlaceHeader}}
+	r, _ := New(c)
+	columns := []string{"event_id", "aggregate_type", "aggregate_id", "payload", "shard"}
+	_, err := r.Route(Row{Columns: columns, Values: []any{"e", "a", "k", "{}", int64(2)}})
+	if !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), `"tenant" is missing`) {
+		t.Fatalf("error %v, want a bad row for the missing additional column", err)
+	}
+	c.SkipMissingAdditional = true
+	r, _ = New(c)
+	rec, err := r.Route(Row{Columns: columns, Values: []any{"e", "a", "k", "{}", int64(2)}})
+	if err != nil || !rec.HasPartition || rec.Partition != 2 || len(rec.Headers) != 1 {
+		t.Fatalf("record %+v, %v; want partition 2 and no tenant header", rec, err)
+	}
+	_, err = r.Route(Row{Columns: columns, Values: []any{"e", "a", "k", "{}", "-1"}})
+	if !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), "partition") {
+		t.Fatalf("error %v, want a bad row for a negative partition", err)
+	}
+}
+
+func TestLatin1ColumnsBecomeUTF8(t *testing.T) {
+	r, _ := New(defaults())
+	// "Zürich" and "€5" in cp1252
+	rec, err := r.Route(Row{Columns: cols, Values: []any{int64(1), "e", "alarm", []byte("Z\xfcrich"), "X", []byte("{\"p\":\"\x805\"}"), nil},
+		Latin1: []bool{false, false, false, true, false, true, false}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(rec.Key) != "Zürich" || string(rec.Value) != `{"p":"€5"}` {
+		t.Fatalf("key %q value %q, want UTF-8", rec.Key, rec.Value)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,6 +102,63 @@ type RouterConfig struct {
 	AdditionalFields []AdditionalField `yaml:"additional_fields"`
 	// NullPayload: tombstone (a record with a null value) or error.
 	NullPayload string `yaml:"null_payload"`
+	// TopicRegex and TopicReplacement name the topic from the aggregate type
+	// (Debezium's route.topic.regex/replacement) when TopicReplacement is set.
+	TopicRegex       string `yaml:"topic_regex"`
+	TopicReplacement string `yaml:"topic_replacement"`
+	// AdditionalMissing: error (a bad row) or skip, when a row lacks an
+	// additional column.
+	AdditionalMissing string `yaml:"additional_missing"`
+	// OnError: fail stops the relay at a bad row; dead-letter sends it to
+	// DeadLetterTopic in the same Kafka transaction and goes on.
+	OnError         string `yaml:"on_error"`
+	DeadLetterTopic string `yaml:"dead_letter_topic"`
+	// InvalidOp is what an UPDATE or DELETE on an outbox table does: warn
+	// (log, count, skip), error (the same at error level) or fatal (stop).
+	InvalidOp string `yaml:"invalid_op"`
+	// Tables overrides these settings for single outbox tables (db.table).
+	Tables map[string]RouterConfig `yaml:"tables"`
+}
+
+// For returns the settings of table: the table's overrides on top of r.
+func (r RouterConfig) For(table string) RouterConfig {
+	o, ok := r.Tables[table]
+	if !ok {
+		return r
+	}
+	out := r
+	out.Tables = nil
+	pick := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	pick(&out.Preset, o.Preset)
+	if o.Preset != "" && o.Preset != r.Preset {
+		// a different preset renames the columns the table does not set
+		out.EventIDColumn, out.AggregateTypeColumn, out.AggregateIDColumn, out.EventTypeColumn, out.PayloadColumn = "", "", "", "", ""
+	}
+	pick(&out.EventIDColumn, o.EventIDColumn)
+	pick(&out.AggregateTypeColumn, o.AggregateTypeColumn)
+	pick(&out.AggregateIDColumn, o.AggregateIDColumn)
+	pick(&out.EventTypeColumn, o.EventTypeColumn)
+	pick(&out.PayloadColumn, o.PayloadColumn)
+	pick(&out.TimestampColumn, o.TimestampColumn)
+	pick(&out.SchemaVersionColumn, o.SchemaVersionColumn)
+	pick(&out.TopicPrefix, o.TopicPrefix)
+	pick(&out.ValueFormat, o.ValueFormat)
+	pick(&out.NullPayload, o.NullPayload)
+	pick(&out.TopicRegex, o.TopicRegex)
+	pick(&out.TopicReplacement, o.TopicReplacement)
+	pick(&out.AdditionalMissing, o.AdditionalMissing)
+	pick(&out.OnError, o.OnError)
+	pick(&out.DeadLetterTopic, o.DeadLetterTopic)
+	pick(&out.InvalidOp, o.InvalidOp)
+	if o.AdditionalFields != nil {
+		out.AdditionalFields = o.AdditionalFields
+	}
+	out.applyPreset()
+	return out
 }
 
 // AdditionalField is one more column in the record.
@@ -168,10 +226,13 @@ func defaults() Config {
 			RequestTimeout:     30 * time.Second,
 		},
 		Router: RouterConfig{
-			Preset:      "outbox",
-			TopicPrefix: "outbox.event.",
-			ValueFormat: "payload",
-			NullPayload: "tombstone",
+			Preset:            "outbox",
+			TopicPrefix:       "outbox.event.",
+			ValueFormat:       "payload",
+			NullPayload:       "tombstone",
+			AdditionalMissing: "error",
+			OnError:           "fail",
+			InvalidOp:         "warn",
 		},
 		HTTP: HTTP{Listen: "127.0.0.1:9464"},
 		Log:  Log{Format: "json", Level: "info", ProgressInterval: 10 * time.Second},
@@ -181,7 +242,9 @@ func defaults() Config {
 // ErrInvalid is wrapped by every error Validate returns.
 var ErrInvalid = errors.New("invalid configuration")
 
-var varRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+// varRef matches ${VAR}: environment variable names are upper case, so
+// ${routedByValue} in router.topic_replacement is left alone; $${ escapes.
+var varRef = regexp.MustCompile(`\$?\$\{([A-Z_][A-Z0-9_]*)\}`)
 
 // Load reads a YAML file, expands ${VAR} from the environment, applies the
 // defaults to unset keys and validates the result.
@@ -197,6 +260,9 @@ func Load(path string) (Config, error) {
 func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	var missing []string
 	expanded := varRef.ReplaceAllFunc(raw, func(m []byte) []byte {
+		if bytes.HasPrefix(m, []byte("$$")) {
+			return m[1:] // $${X} is the literal ${X}
+		}
 		name := string(varRef.FindSubmatch(m)[1])
 		v, ok := lookup(name)
 		if !ok {
@@ -323,40 +389,22 @@ func (c *Config) Validate() error {
 	if k.TransactionTimeout < time.Second || k.CheckpointInterval <= 0 || k.RequestTimeout <= 0 {
 		return bad("kafka.transaction_timeout must be at least 1s; checkpoint_interval and request_timeout positive")
 	}
-	r := c.Router
-	if _, ok := presets[r.Preset]; !ok {
-		return bad("router.preset %q must be outbox or debezium", r.Preset)
-	}
-	switch r.ValueFormat {
-	case "payload", "envelope":
-	default:
-		return bad("router.value_format %q must be payload or envelope", r.ValueFormat)
-	}
-	switch r.NullPayload {
-	case "tombstone", "error":
-	default:
-		return bad("router.null_payload %q must be tombstone or error", r.NullPayload)
-	}
-	for _, f := range r.AdditionalFields {
-		if f.Column == "" {
-			return bad("router.additional_fields: an entry has no column")
+	for t := range c.Router.Tables {
+		if !slices.Contains(s.Tables, t) {
+			return bad("router.tables has %q, which is not in source.tables", t)
 		}
-		switch f.Placement {
-		case "header":
-		case "envelope":
-			if r.ValueFormat != "envelope" {
-				return bad("router.additional_fields %s: placement envelope needs value_format envelope", f.Column)
+	}
+	for _, t := range append([]string{""}, s.Tables...) {
+		r := c.Router
+		where := "router"
+		if t != "" {
+			if _, ok := r.Tables[t]; !ok {
+				continue
 			}
-		default:
-			return bad("router.additional_fields %s: placement %q must be header or envelope", f.Column, f.Placement)
+			r, where = r.For(t), "router.tables."+t
 		}
-	}
-	for key, v := range map[string]string{
-		"event_id_column": r.EventIDColumn, "aggregate_type_column": r.AggregateTypeColumn,
-		"aggregate_id_column": r.AggregateIDColumn, "payload_column": r.PayloadColumn,
-	} {
-		if v == "" {
-			return bad("router.%s is empty", key)
+		if err := r.validate(); err != nil {
+			return bad("%s: %v", where, err)
 		}
 	}
 	switch c.Log.Format {
@@ -368,6 +416,60 @@ func (c *Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return bad("log.level %q must be debug, info, warn or error", c.Log.Level)
+	}
+	return nil
+}
+
+func (r RouterConfig) validate() error {
+	if _, ok := presets[r.Preset]; !ok {
+		return fmt.Errorf("preset %q must be outbox or debezium", r.Preset)
+	}
+	oneOf := func(key, v string, allowed ...string) error {
+		if !slices.Contains(allowed, v) {
+			return fmt.Errorf("%s %q must be one of %s", key, v, strings.Join(allowed, ", "))
+		}
+		return nil
+	}
+	for _, e := range []error{
+		oneOf("value_format", r.ValueFormat, "payload", "envelope"),
+		oneOf("null_payload", r.NullPayload, "tombstone", "error"),
+		oneOf("additional_missing", r.AdditionalMissing, "error", "skip"),
+		oneOf("on_error", r.OnError, "fail", "dead-letter"),
+		oneOf("invalid_op", r.InvalidOp, "warn", "error", "fatal"),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	for _, f := range r.AdditionalFields {
+		if f.Column == "" {
+			return fmt.Errorf("additional_fields: an entry has no column")
+		}
+		switch f.Placement {
+		case "header", "partition":
+		case "envelope":
+			if r.ValueFormat != "envelope" {
+				return fmt.Errorf("additional_fields %s: placement envelope needs value_format envelope", f.Column)
+			}
+		default:
+			return fmt.Errorf("additional_fields %s: placement %q must be header, envelope or partition", f.Column, f.Placement)
+		}
+	}
+	if r.TopicRegex != "" {
+		if _, err := regexp.Compile(r.TopicRegex); err != nil {
+			return fmt.Errorf("topic_regex: %v", err)
+		}
+		if r.TopicReplacement == "" {
+			return fmt.Errorf("topic_regex needs topic_replacement")
+		}
+	}
+	for key, v := range map[string]string{
+		"event_id_column": r.EventIDColumn, "aggregate_type_column": r.AggregateTypeColumn,
+		"aggregate_id_column": r.AggregateIDColumn, "payload_column": r.PayloadColumn,
+	} {
+		if v == "" {
+			return fmt.Errorf("%s is empty", key)
+		}
 	}
 	return nil
 }

@@ -134,3 +134,30 @@ func TestDebeziumPreset(t *testing.T) {
 		t.Fatalf("explicit column with preset: %+v %v", cfg.Router, err)
 	}
 }
+
+func TestPerTableRouter(t *testing.T) {
+	raw, _ := os.ReadFile("testdata/per-table.good.yaml")
+	cfg, err := Parse(raw, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, legacy := cfg.Router.For("app.outbox"), cfg.Router.For("legacy.outboxevent")
+	if base.EventIDColumn != "event_id" || base.OnError != "dead-letter" || base.InvalidOp != "error" || base.TopicReplacement != "" {
+		t.Fatalf("app.outbox: %+v", base)
+	}
+	if legacy.EventIDColumn != "id" || legacy.AggregateTypeColumn != "aggregatetype" || legacy.OnError != "dead-letter" ||
+		legacy.TopicReplacement != "${domain}.$2" || legacy.AdditionalMissing != "skip" || len(legacy.AdditionalFields) != 1 {
+		t.Fatalf("legacy.outboxevent: %+v", legacy)
+	}
+}
+
+func TestExpansionEscapes(t *testing.T) {
+	raw := []byte("name: a\nsource: {hosts: [\"db:1\"], user: \"$${USER}-${WHO}\", server_id: 1, tables: [a.b]}\nkafka: {brokers: [k:1]}\nrouter: {topic_replacement: \"ev.${routedByValue}\"}\n")
+	cfg, err := Parse(raw, env(map[string]string{"WHO": "relay", "USER": "wrong"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source.User != "${USER}-relay" || cfg.Router.TopicReplacement != "ev.${routedByValue}" {
+		t.Fatalf("user %q replacement %q", cfg.Source.User, cfg.Router.TopicReplacement)
+	}
+}

@@ -29,7 +29,8 @@ type Metrics struct {
 	Restarts           *prometheus.CounterVec // by reason
 	Errors             *prometheus.CounterVec // by kind
 	Fenced             prometheus.Gauge
-	Position           *prometheus.GaugeVec // info: gtid_set of the last checkpoint
+	InvalidOps         *prometheus.CounterVec // by table and op
+	Position           *prometheus.GaugeVec   // info: gtid_set of the last checkpoint
 	Ready              atomic.Bool
 
 	position string
@@ -52,7 +53,7 @@ func New(version string) *Metrics {
 	f := func(c prometheus.Collector) { m.Registry.MustRegister(c) }
 	m.Events = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_relay_events_total",
-		Help: "Outbox records committed to Kafka, by topic and outcome (published).",
+		Help: "Records committed to Kafka, by topic and outcome (published, or dead_letter for bad rows).",
 	}, []string{"topic", "outcome"})
 	m.SourceTransactions = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "outbox_relay_source_transactions_total",
@@ -96,6 +97,10 @@ func New(version string) *Metrics {
 		Name: "outbox_relay_fenced",
 		Help: "1 once another instance with the same name has fenced this one.",
 	})
+	m.InvalidOps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outbox_relay_invalid_ops_total",
+		Help: "Rows updated or deleted in an outbox table (op update, delete, or delete_after_insert for the expected pattern).",
+	}, []string{"table", "op"})
 	m.Position = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outbox_relay_position_info",
 		Help: "The GTID set of the last committed checkpoint, as a label.",
@@ -118,7 +123,7 @@ func New(version string) *Metrics {
 	build.Set(1)
 	for _, c := range []prometheus.Collector{m.Events, m.SourceTransactions, m.BinlogBytes, m.KafkaTransactions,
 		m.KafkaTxnSeconds, m.BatchRecords, m.SourceLag, m.CheckpointTime, m.Restarts, m.Errors, m.Fenced, build,
-		m.Position, age,
+		m.Position, age, m.InvalidOps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}

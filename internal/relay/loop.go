@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -33,7 +35,8 @@ type loop struct {
 	batchRecords int
 	batchBytes   int
 	batchStart   time.Time
-	batchTopics  map[string]int
+	batchTopics  map[topicOutcome]int
+	inserted     map[string]bool // event ids inserted by curGTID, for delete-after-insert
 
 	dirty          bool // position moved since the last checkpoint
 	lastCommitTime time.Time
@@ -41,12 +44,12 @@ type loop struct {
 	lastProgress   time.Time // progress log
 	progressEvents int64
 	events         int64 // cumulative published records, carried in checkpoints
-	topicCounters  map[string]prometheus.Counter
+	topicCounters  map[topicOutcome]prometheus.Counter
 }
 
 func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s *sink) *loop {
-	l := &loop{r: r, srv: srv, sink: s, setStr: from, batchTopics: map[string]int{},
-		topicCounters: map[string]prometheus.Counter{}, lastCheckpoint: time.Now(), lastProgress: time.Now()}
+	l := &loop{r: r, srv: srv, sink: s, setStr: from, batchTopics: map[topicOutcome]int{}, inserted: map[string]bool{},
+		topicCounters: map[topicOutcome]prometheus.Counter{}, lastCheckpoint: time.Now(), lastProgress: time.Now()}
 	l.set, _ = binlog.ParseSet(srv.Flavor, from) // validated by startPosition
 	if cp != nil {
 		l.partial = cp.Partial
@@ -102,6 +105,7 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 			l.partial = nil
 		}
 		l.curGTID, l.curRows = "", 0
+		clear(l.inserted)
 		l.dirty = true
 		l.lastCommitTime = ev.Time
 		l.r.metrics.SourceLag.Set(time.Since(ev.Time).Seconds())
@@ -117,13 +121,16 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 }
 
 func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
-	if ev.Op != binlog.OpInsert {
-		l.r.log.Debug().Str("table", ev.Table.String()).Str("op", ev.Op.String()).Str("gtid", ev.GTID).
-			Int("rows", len(ev.Rows)).Msg("ignoring non-insert on outbox table")
-		return nil
+	rt := l.r.routes[tableKey{ev.Table.Schema, ev.Table.Name}]
+	if rt == nil {
+		return fmt.Errorf("rows of %s, which is not a captured table", ev.Table)
 	}
 	if l.curGTID != ev.GTID {
 		l.curGTID, l.curRows = ev.GTID, 0
+		clear(l.inserted)
+	}
+	if ev.Op != binlog.OpInsert {
+		return l.invalidOp(rt, ev)
 	}
 	k := l.r.cfg.Kafka.Batch
 	for _, values := range ev.Rows {
@@ -131,23 +138,32 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 		if l.partial != nil && l.partial.GTID == ev.GTID && l.curRows <= l.partial.Rows {
 			continue // published before the restart
 		}
-		rec, err := l.r.router.Route(router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time})
+		row := router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time, Latin1: ev.Table.Latin1}
+		rec, err := l.record(ctx, rt, row)
 		if err != nil {
-			return fmt.Errorf("route row of %s (event_id %q, gtid %s): %w", ev.Table, rec.EventID, ev.GTID, err)
+			if !errors.Is(err, router.ErrBadRow) {
+				return err
+			}
+			err = fmt.Errorf("route row of %s (event_id %q, gtid %s): %w", ev.Table, rec.EventID, ev.GTID, err)
+			if rt.deadLetter == "" {
+				return err
+			}
+			if rec, err = l.deadLetter(ctx, rt, ev, row, rec.EventID, err); err != nil {
+				return err
+			}
 		}
-		if err := l.sink.ensureTopic(ctx, rec.Topic); err != nil {
-			return err
+		if len(l.inserted) < maxTrackedInserts {
+			l.inserted[rec.EventID] = true
 		}
 		if !l.sink.open {
 			l.batchStart = time.Now()
 		}
-		if err := l.sink.produce(&kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value,
-			Headers: rec.Headers, Timestamp: rec.Timestamp}); err != nil {
+		if err := l.sink.produce(rec.kafka); err != nil {
 			return err
 		}
 		l.batchRecords++
-		l.batchBytes += len(rec.Key) + len(rec.Value)
-		l.batchTopics[rec.Topic]++
+		l.batchBytes += len(rec.kafka.Key) + len(rec.kafka.Value)
+		l.batchTopics[topicOutcome{rec.kafka.Topic, rec.outcome}]++
 		if l.partial == nil || l.partial.GTID != ev.GTID {
 			l.partial = &checkpoint.Partial{GTID: ev.GTID}
 		}
@@ -159,6 +175,114 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// maxTrackedInserts bounds the event ids of one source transaction kept to
+// recognise the delete-after-insert pattern.
+const maxTrackedInserts = 10_000
+
+// outgoing is a record ready to produce and what it counts as.
+type outgoing struct {
+	kafka   *kgo.Record
+	outcome string // published | dead_letter
+	EventID string
+}
+
+type topicOutcome struct{ topic, outcome string }
+
+// record routes row and checks it against its topic: a bad row, or a record
+// Kafka would refuse, is an error wrapping router.ErrBadRow.
+func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing, error) {
+	rec, err := rt.router.Route(row)
+	out := outgoing{EventID: rec.EventID, outcome: "published"}
+	if err != nil {
+		return out, err
+	}
+	info, err := l.sink.ensureTopic(ctx, rec.Topic)
+	if err != nil {
+		return out, err
+	}
+	out.kafka = &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
+	if rec.HasPartition {
+		if rec.Partition >= info.partitions {
+			return out, fmt.Errorf("%w: partition %d, topic %s has %d", router.ErrBadRow, rec.Partition, rec.Topic, info.partitions)
+		}
+		out.kafka.Partition, out.kafka.Context = rec.Partition, explicitPartitionCtx
+	}
+	if n := recordSize(out.kafka); n > info.maxBytes {
+		return out, fmt.Errorf("%w: record of %d bytes, topic %s takes at most %d (max.message.bytes)", router.ErrBadRow, n, rec.Topic, info.maxBytes)
+	}
+	return out, nil
+}
+
+// deadLetter builds the record that carries a bad row to the dead-letter
+// topic: the row's columns as a JSON object, headers naming the error, the
+// source table and GTID.
+func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row router.Row, eventID string, cause error) (outgoing, error) {
+	info, err := l.sink.ensureTopic(ctx, rt.deadLetter)
+	if err != nil {
+		return outgoing{}, err
+	}
+	cols := make(map[string]any, len(row.Columns))
+	for i, c := range row.Columns {
+		if i < len(row.Values) {
+			v := row.Values[i]
+			if b, ok := v.([]byte); ok {
+				v = string(b)
+			}
+			cols[c] = v
+		}
+	}
+	value, err := json.Marshal(cols)
+	if err != nil {
+		value = nil
+	}
+	rec := &kgo.Record{Topic: rt.deadLetter, Key: []byte(eventID), Value: value, Timestamp: row.CommitTime, Headers: []kgo.RecordHeader{
+		{Key: "error", Value: []byte(cause.Error())},
+		{Key: "source.table", Value: []byte(rt.table)},
+		{Key: "source.gtid", Value: []byte(ev.GTID)},
+		{Key: "id", Value: []byte(eventID)},
+	}}
+	if recordSize(rec) > info.maxBytes {
+		// The row stays in the outbox table; the headers say where.
+		rec.Value = nil
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "truncated", Value: []byte("true")})
+	}
+	l.r.log.Warn().Err(cause).Str("dead_letter_topic", rt.deadLetter).Msg("bad row sent to the dead-letter topic")
+	return outgoing{kafka: rec, outcome: "dead_letter", EventID: eventID}, nil
+}
+
+// invalidOp handles UPDATE and DELETE on an outbox table. A DELETE of a row
+// inserted earlier in the same transaction is the delete-after-insert
+// pattern and is expected.
+func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
+	n := len(ev.Rows)
+	if ev.Op == binlog.OpDelete {
+		expected := 0
+		for _, values := range ev.Rows {
+			rec, err := rt.router.Route(router.Row{Columns: ev.Table.Columns, Values: values})
+			if err == nil && l.inserted[rec.EventID] {
+				expected++
+			}
+		}
+		if expected > 0 {
+			l.r.metrics.InvalidOps.WithLabelValues(rt.table, "delete_after_insert").Add(float64(expected))
+		}
+		if n -= expected; n == 0 {
+			return nil
+		}
+	}
+	l.r.metrics.InvalidOps.WithLabelValues(rt.table, ev.Op.String()).Add(float64(n))
+	msg := "outbox rows must only be inserted: skipped"
+	switch rt.invalidOp {
+	case "fatal":
+		return fmt.Errorf("%w: %s of %d rows of %s at %s (router.invalid_op fatal)", ErrInvalidOp, ev.Op, n, ev.Table, ev.GTID)
+	case "error":
+		l.r.log.Error().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int("rows", n).Msg(msg)
+	default:
+		l.r.log.Warn().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int("rows", n).Msg(msg)
 	}
 	return nil
 }
@@ -233,11 +357,11 @@ func (l *loop) commit(ctx context.Context) error {
 	l.r.metrics.BatchRecords.Observe(float64(l.batchRecords))
 	l.r.metrics.CheckpointTime.Set(float64(cp.Time.UnixNano()) / 1e9)
 	l.r.metrics.SetPosition(cp.GTIDSet)
-	for topic, n := range l.batchTopics {
-		c := l.topicCounters[topic]
+	for to, n := range l.batchTopics {
+		c := l.topicCounters[to]
 		if c == nil {
-			c = l.r.metrics.Events.WithLabelValues(topic, "published")
-			l.topicCounters[topic] = c
+			c = l.r.metrics.Events.WithLabelValues(to.topic, to.outcome)
+			l.topicCounters[to] = c
 		}
 		c.Add(float64(n))
 	}

@@ -15,6 +15,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -38,6 +40,8 @@ var (
 	ErrFlavorMismatch = errors.New("checkpoint flavor mismatch")
 	// ErrBadRow wraps router.ErrBadRow with table, event id and GTID.
 	ErrBadRow = router.ErrBadRow
+	// ErrInvalidOp: an UPDATE or DELETE on an outbox table with invalid_op fatal.
+	ErrInvalidOp = errors.New("invalid operation on an outbox table")
 )
 
 // Relay is one pipeline.
@@ -45,17 +49,45 @@ type Relay struct {
 	cfg     config.Config
 	log     zerolog.Logger
 	metrics *metrics.Metrics
-	router  *router.Router
+	routes  map[tableKey]*route
 	kopts   []kgo.Opt
 	source  binlog.Config
 	store   *checkpoint.Store
 }
 
+// tableKey names a captured table without allocating.
+type tableKey struct{ schema, name string }
+
+// route is how the rows of one outbox table are published.
+type route struct {
+	router     *router.Router
+	deadLetter string // topic; "" when on_error is fail
+	invalidOp  string // warn | error | fatal
+	table      string
+}
+
 // New builds a relay from a validated configuration.
 func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, error) {
-	rt, err := router.New(RouterConfig(cfg.Router))
-	if err != nil {
-		return nil, err
+	routes := make(map[tableKey]*route, len(cfg.Source.Tables))
+	for _, t := range cfg.Source.Tables {
+		rc := cfg.Router.For(t)
+		rcfg, err := RouterConfig(rc)
+		if err != nil {
+			return nil, fmt.Errorf("router for %s: %w", t, err)
+		}
+		rt, err := router.New(rcfg)
+		if err != nil {
+			return nil, fmt.Errorf("router for %s: %w", t, err)
+		}
+		db, tbl, _ := strings.Cut(t, ".")
+		r := &route{router: rt, invalidOp: rc.InvalidOp, table: t}
+		if rc.OnError == "dead-letter" {
+			r.deadLetter = rc.DeadLetterTopic
+			if r.deadLetter == "" {
+				r.deadLetter = "outbox-relay.dead-letter." + cfg.Name
+			}
+		}
+		routes[tableKey{db, tbl}] = r
 	}
 	kopts, err := KafkaOpts(cfg)
 	if err != nil {
@@ -69,31 +101,40 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 		cfg:     cfg,
 		log:     log,
 		metrics: m,
-		router:  rt,
+		routes:  routes,
 		kopts:   kopts,
 		source:  src,
 		store:   checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...),
 	}, nil
 }
 
-// RouterConfig translates the router section of the configuration.
-func RouterConfig(c config.RouterConfig) router.Config {
+// RouterConfig translates one table's router settings.
+func RouterConfig(c config.RouterConfig) (router.Config, error) {
 	rc := router.Config{
-		EventIDColumn:       c.EventIDColumn,
-		AggregateTypeColumn: c.AggregateTypeColumn,
-		AggregateIDColumn:   c.AggregateIDColumn,
-		EventTypeColumn:     c.EventTypeColumn,
-		PayloadColumn:       c.PayloadColumn,
-		TimestampColumn:     c.TimestampColumn,
-		SchemaVersionColumn: c.SchemaVersionColumn,
-		TopicPrefix:         c.TopicPrefix,
-		Format:              c.ValueFormat,
-		NullPayloadError:    c.NullPayload == "error",
+		EventIDColumn:         c.EventIDColumn,
+		AggregateTypeColumn:   c.AggregateTypeColumn,
+		AggregateIDColumn:     c.AggregateIDColumn,
+		EventTypeColumn:       c.EventTypeColumn,
+		PayloadColumn:         c.PayloadColumn,
+		TimestampColumn:       c.TimestampColumn,
+		SchemaVersionColumn:   c.SchemaVersionColumn,
+		TopicPrefix:           c.TopicPrefix,
+		Format:                c.ValueFormat,
+		NullPayloadError:      c.NullPayload == "error",
+		TopicReplacement:      c.TopicReplacement,
+		SkipMissingAdditional: c.AdditionalMissing == "skip",
+	}
+	if c.TopicRegex != "" {
+		re, err := regexp.Compile(c.TopicRegex)
+		if err != nil {
+			return rc, fmt.Errorf("topic_regex: %w", err)
+		}
+		rc.TopicRegex = re
 	}
 	for _, f := range c.AdditionalFields {
 		rc.Additional = append(rc.Additional, router.Field{Column: f.Column, Placement: f.Placement, Alias: f.Alias})
 	}
-	return rc
+	return rc, nil
 }
 
 // KafkaOpts are the connection options every Kafka client of cfg uses:
@@ -124,8 +165,33 @@ func KafkaOpts(cfg config.Config) ([]kgo.Opt, error) {
 }
 
 // Partitioner places records as the Java client does: murmur2 of the key,
-// made positive, modulo the partition count.
-func Partitioner() kgo.Partitioner { return kgo.StickyKeyPartitioner(nil) }
+// made positive, modulo the partition count; a record produced with
+// explicitPartitionCtx keeps its Partition (placement partition).
+func Partitioner() kgo.Partitioner { return explicitOrKey{kgo.StickyKeyPartitioner(nil)} }
+
+type explicitPartition struct{}
+
+// explicitPartitionCtx marks records whose Partition the router chose.
+var explicitPartitionCtx = context.WithValue(context.Background(), explicitPartition{}, true)
+
+type explicitOrKey struct{ key kgo.Partitioner }
+
+func (p explicitOrKey) ForTopic(t string) kgo.TopicPartitioner {
+	return explicitTopic{p.key.ForTopic(t)}
+}
+
+type explicitTopic struct{ kgo.TopicPartitioner }
+
+func (p explicitTopic) RequiresConsistency(r *kgo.Record) bool {
+	return r.Context == explicitPartitionCtx || p.TopicPartitioner.RequiresConsistency(r)
+}
+
+func (p explicitTopic) Partition(r *kgo.Record, n int) int {
+	if r.Context == explicitPartitionCtx {
+		return int(r.Partition)
+	}
+	return p.TopicPartitioner.Partition(r, n)
+}
 
 // SourceConfig is the binlog configuration of cfg.
 func SourceConfig(cfg config.Config) (binlog.Config, error) {
@@ -187,7 +253,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // fatal errors need an operator; retrying cannot fix them.
 func fatal(err error) bool {
-	for _, e := range []error{ErrFenced, ErrBadRow, ErrFlavorMismatch, config.ErrInvalid, checkpoint.ErrCorrupt,
+	for _, e := range []error{ErrFenced, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, config.ErrInvalid, checkpoint.ErrCorrupt,
 		checkpoint.ErrTopicLayout, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames} {
 		if errors.Is(err, e) {
@@ -204,6 +270,8 @@ func kind(err error) string {
 		return "fenced"
 	case errors.Is(err, ErrBadRow):
 		return "bad_row"
+	case errors.Is(err, ErrInvalidOp):
+		return "invalid_op"
 	case errors.Is(err, binlog.ErrPurged):
 		return "purged"
 	case errors.Is(err, binlog.ErrUnreachable):

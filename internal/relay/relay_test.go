@@ -48,3 +48,14 @@ func TestFatalErrors(t *testing.T) {
 		t.Error("classify does not wrap ErrFenced")
 	}
 }
+
+func TestPartitionerKeepsExplicitPartitions(t *testing.T) {
+	p := Partitioner().ForTopic("t")
+	rec := &kgo.Record{Key: []byte("hello"), Partition: 2, Context: explicitPartitionCtx}
+	if got := p.Partition(rec, 3); got != 2 || !p.RequiresConsistency(rec) {
+		t.Fatalf("explicit partition: got %d", got)
+	}
+	if got := p.Partition(&kgo.Record{Key: []byte("hello"), Partition: 2}, 3); got != 0 {
+		t.Fatalf("a record without the marker is placed by its key: got %d, want 0", got)
+	}
+}

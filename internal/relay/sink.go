@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,7 +33,7 @@ type sink struct {
 	timeout  time.Duration
 	parts    int32
 	repl     int16
-	topics   map[string]bool
+	topics   map[string]topicInfo
 	open     bool // a batch has begun (exactly-once: a Kafka transaction is open)
 	pctx     context.Context
 	errMu    sync.Mutex
@@ -42,7 +43,7 @@ type sink struct {
 
 func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, txn bool, timeout time.Duration, parts int32, repl int16) *sink {
 	s := &sink{cl: cl, adm: kadm.NewClient(cl), store: store, txn: txn, timeout: timeout,
-		parts: parts, repl: repl, topics: map[string]bool{store.Topic(): true}, pctx: ctx}
+		parts: parts, repl: repl, topics: map[string]topicInfo{store.Topic(): {partitions: 1, maxBytes: maxBatchBytes}}, pctx: ctx}
 	s.promise = func(_ *kgo.Record, err error) {
 		if err != nil {
 			s.errMu.Lock()
@@ -61,10 +62,21 @@ func (s *sink) err() error {
 	return s.firstErr
 }
 
-// ensureTopic creates topic if this sink has not seen it yet.
-func (s *sink) ensureTopic(ctx context.Context, topic string) error {
-	if s.topics[topic] {
-		return nil
+// topicInfo is what the sink knows of a topic it writes to.
+type topicInfo struct {
+	partitions int32
+	maxBytes   int // largest record the topic accepts
+}
+
+// maxBatchBytes is franz-go's default ProducerBatchMaxBytes: no record may
+// be larger, whatever the topic allows.
+const maxBatchBytes = 1_000_012
+
+// ensureTopic creates topic if this sink has not seen it yet and learns its
+// partition count and max.message.bytes.
+func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error) {
+	if info, ok := s.topics[topic]; ok {
+		return info, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -73,10 +85,36 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) error {
 		err = resp.Err
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("create topic %s: %w", topic, err)
+		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, err)
 	}
-	s.topics[topic] = true
-	return nil
+	info := topicInfo{partitions: s.parts, maxBytes: maxBatchBytes}
+	if details, err := s.adm.ListTopics(ctx, topic); err == nil {
+		if d, ok := details[topic]; ok && d.Err == nil && len(d.Partitions) > 0 {
+			info.partitions = int32(len(d.Partitions))
+		}
+	}
+	if rc, err := s.adm.DescribeTopicConfigs(ctx, topic); err == nil {
+		if cfgs, err := rc.On(topic, nil); err == nil {
+			for _, c := range cfgs.Configs {
+				if c.Key == "max.message.bytes" {
+					if v, err := strconv.Atoi(c.MaybeValue()); err == nil && v > 0 {
+						info.maxBytes = min(info.maxBytes, v)
+					}
+				}
+			}
+		}
+	}
+	s.topics[topic] = info
+	return info, nil
+}
+
+// recordSize is an upper bound of rec's size in a record batch.
+func recordSize(rec *kgo.Record) int {
+	n := len(rec.Key) + len(rec.Value) + 64
+	for _, h := range rec.Headers {
+		n += len(h.Key) + len(h.Value) + 8
+	}
+	return n
 }
 
 func (s *sink) begin() error {
