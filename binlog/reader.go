@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,10 +16,17 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/google/uuid"
+
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// ErrNoColumnNames: a captured table's rows arrived without column names.
+// ErrNoColumnNames: a captured table's rows arrived without column names
+// and its layout is not known from the DDL read so far.
 var ErrNoColumnNames = errors.New("binlog has no column names")
+
+// ErrSchemaMismatch: the binlog's column names disagree with the layout
+// tracked from DDL.
+var ErrSchemaMismatch = errors.New("binlog columns disagree with the tracked schema")
 
 // Kind tells an Event's meaning.
 type Kind uint8
@@ -28,6 +36,9 @@ const (
 	KindRows Kind = iota + 1
 	// KindCommit ends a source transaction: everything before it is committed.
 	KindCommit
+	// KindDDL reports a statement that changed a captured table's layout,
+	// or one the schema tracker could not parse (Note says which).
+	KindDDL
 )
 
 // Op is the row operation.
@@ -91,8 +102,12 @@ type Event struct {
 	Table *Table
 	Op    Op
 	Rows  [][]any
-	// Commit: the GTID set including this transaction.
-	Set mysql.GTIDSet
+	// Commit: the GTID set including this transaction, and the captured
+	// tables' layout after it (an immutable snapshot).
+	Set    mysql.GTIDSet
+	Schema schema.Tables
+	// DDL: the statement and what became of it.
+	Note string
 	// Time is the transaction's commit time (on rows and commits).
 	Time time.Time
 	// Size is the number of binlog bytes the event accounts for.
@@ -101,14 +116,17 @@ type Event struct {
 
 // Reader streams one server's binlog. Use it once: Run, then discard.
 type Reader struct {
-	cfg    Config
-	srv    *Server
-	tables map[string]map[string]bool
-	logger *slog.Logger
+	cfg     Config
+	srv     *Server
+	tables  map[string]map[string]bool
+	logger  *slog.Logger
+	tracker *schema.Tracker
 }
 
-// NewReader returns a reader of srv (from Inspect) for cfg.Tables.
-func NewReader(cfg Config, srv *Server, logger *slog.Logger) *Reader {
+// NewReader returns a reader of srv (from Inspect) for cfg.Tables; tracker
+// holds the captured tables' layout at the start position (it may know
+// nothing when the binlog carries column names).
+func NewReader(cfg Config, srv *Server, tracker *schema.Tracker, logger *slog.Logger) *Reader {
 	tables := make(map[string]map[string]bool)
 	for _, t := range cfg.Tables {
 		db, tbl, _ := strings.Cut(t, ".")
@@ -120,7 +138,7 @@ func NewReader(cfg Config, srv *Server, logger *slog.Logger) *Reader {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Reader{cfg: cfg, srv: srv, tables: tables, logger: logger}
+	return &Reader{cfg: cfg, srv: srv, tables: tables, logger: logger, tracker: tracker}
 }
 
 func (r *Reader) captured(schema, table []byte) bool {
@@ -252,10 +270,9 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 		}
 		t := st.tableCache[e.Table]
 		if t == nil {
-			cols := e.Table.ColumnNameString()
-			if len(cols) == 0 {
-				return batch, fmt.Errorf("%w: table %s.%s at %s: set binlog_row_metadata=FULL on the server",
-					ErrNoColumnNames, e.Table.Schema, e.Table.Table, st.gtid)
+			cols, err := r.columns(e.Table, st.gtid)
+			if err != nil {
+				return batch, err
 			}
 			t = &Table{Schema: string(e.Table.Schema), Name: string(e.Table.Table), Columns: cols,
 				Latin1: latin1Columns(e.Table, len(cols))}
@@ -280,21 +297,59 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 	case *replication.XIDEvent:
 		return r.commit(st, e.GSet, batch)
 	case *replication.QueryEvent:
-		if q := strings.TrimSpace(string(e.Query)); strings.EqualFold(q, "BEGIN") {
+		q := strings.TrimSpace(string(e.Query))
+		if strings.EqualFold(q, "BEGIN") {
 			return batch, nil
 		}
 		// COMMIT of a non-transactional change, or a DDL statement: both end
 		// their transaction.
+		if !strings.EqualFold(q, "COMMIT") {
+			changed, err := r.tracker.Apply(string(e.Schema), q)
+			switch {
+			case errors.Is(err, schema.ErrUnparsed):
+				return batch, fmt.Errorf("read binlog at %s: %w (statement: %.200s)", st.gtid, err, q)
+			case err != nil:
+				batch = append(batch, Event{Kind: KindDDL, GTID: st.gtid, Note: fmt.Sprintf("%v (statement: %.200s)", err, q)})
+			case changed:
+				batch = append(batch, Event{Kind: KindDDL, GTID: st.gtid, Note: fmt.Sprintf("schema changed: %.200s", q)})
+				clear(st.tableCache)
+			}
+		}
 		return r.commit(st, e.GSet, batch)
 	}
 	return batch, nil
+}
+
+// columns is the layout of a captured table for a rows event: the binlog's
+// own column names (checked against, or seeding, the tracker), else the
+// layout tracked from DDL.
+func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) ([]string, error) {
+	db, tbl := string(tm.Schema), string(tm.Table)
+	tracked, known := r.tracker.Columns(db, tbl)
+	names := tm.ColumnNameString()
+	if len(names) > 0 {
+		if known && !slices.Equal(names, tracked) {
+			return nil, fmt.Errorf("%w: %s.%s at %s: binlog has %v, DDL read so far gives %v", ErrSchemaMismatch, db, tbl, gtid, names, tracked)
+		}
+		r.tracker.Seed(db, tbl, names)
+		return names, nil
+	}
+	if !known {
+		return nil, fmt.Errorf("%w: table %s.%s at %s: set binlog_row_metadata=FULL on the server, or start where the binlog "+
+			"still holds its CREATE TABLE (or at `now`, with SELECT granted on it)", ErrNoColumnNames, db, tbl, gtid)
+	}
+	if len(tracked) != int(tm.ColumnCount) {
+		return nil, fmt.Errorf("%w: %s.%s at %s: the row has %d columns, DDL read so far gives %d (%v)",
+			ErrSchemaMismatch, db, tbl, gtid, tm.ColumnCount, len(tracked), tracked)
+	}
+	return tracked, nil
 }
 
 func (r *Reader) commit(st *streamState, set mysql.GTIDSet, batch []Event) ([]Event, error) {
 	if set == nil {
 		return batch, fmt.Errorf("read binlog: commit of %s without a gtid set", st.gtid)
 	}
-	ev := Event{Kind: KindCommit, GTID: st.gtid, Set: set, Time: st.commitTime, Size: st.size}
+	ev := Event{Kind: KindCommit, GTID: st.gtid, Set: set, Schema: r.tracker.Tables(), Time: st.commitTime, Size: st.size}
 	st.size = 0
 	clear(st.tableCache)
 	return append(batch, ev), nil

@@ -213,6 +213,8 @@ type Setting struct {
 	Name, Got, Want, Fix string
 	OK                   bool
 	Present              bool // false: the server has no such variable
+	// Advisory settings are recommended, not required.
+	Advisory bool
 }
 
 // Settings evaluates the binlog settings the relay depends on, for flavor,
@@ -226,8 +228,10 @@ func Settings(vars map[string]string, flavor string) []Setting {
 		want("log_bin", "ON", "start the server with log_bin (the binary log) enabled"),
 		want("binlog_format", "ROW", "set binlog_format=ROW"),
 		want("binlog_row_image", "FULL", "set binlog_row_image=FULL"),
-		want("binlog_row_metadata", "FULL", "set binlog_row_metadata=FULL so the binlog carries column names"),
+		want("binlog_row_metadata", "FULL", "set binlog_row_metadata=FULL so the binlog carries column names; "+
+			"without it the relay tracks the outbox tables' columns from DDL"),
 	}
+	list[3].Advisory = true
 	if flavor == mysql.MySQLFlavor {
 		list = append(list,
 			want("gtid_mode", "ON", "set gtid_mode=ON and enforce_gtid_consistency=ON"),
@@ -240,7 +244,7 @@ func Settings(vars map[string]string, flavor string) []Setting {
 func checkSettings(vars map[string]string, flavor string) error {
 	var errs []error
 	for _, st := range Settings(vars, flavor) {
-		if !st.OK {
+		if !st.OK && !st.Advisory {
 			errs = append(errs, fmt.Errorf("%w: %s is %s, need %s: %s", ErrServerConfig, st.Name, orNone(st.Got), st.Want, st.Fix))
 		}
 	}
@@ -359,4 +363,28 @@ func (s *Server) CheckNotPurged(pos string) error {
 			ErrPurged, pos, s.Addr, s.Earliest)
 	}
 	return nil
+}
+
+// CurrentColumns reads the captured tables' columns, in order, from
+// information_schema (the user needs a privilege on each table to see it).
+// Tables it cannot see are left out.
+func CurrentColumns(ctx context.Context, cfg Config, addr string) (map[string][]string, error) {
+	conn, err := Connect(ctx, cfg, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	out := map[string][]string{}
+	for _, t := range cfg.Tables {
+		db, tbl, _ := strings.Cut(t, ".")
+		rows, err := Query(conn, fmt.Sprintf("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s' ORDER BY ORDINAL_POSITION",
+			strings.ReplaceAll(db, "'", "''"), strings.ReplaceAll(tbl, "'", "''")))
+		if err != nil {
+			return nil, fmt.Errorf("read columns of %s: %w", t, err)
+		}
+		for _, r := range rows {
+			out[t] = append(out[t], r[0])
+		}
+	}
+	return out, nil
 }

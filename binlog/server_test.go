@@ -20,8 +20,8 @@ func TestCheckSettings(t *testing.T) {
 		{"mysql", "log_bin", "OFF", "log_bin"},
 		{"mysql", "binlog_format", "MIXED", "binlog_format=ROW"},
 		{"mysql", "binlog_row_image", "NOBLOB", "binlog_row_image=FULL"},
-		{"mariadb", "binlog_row_metadata", "NO_LOG", "binlog_row_metadata=FULL"},
-		{"mariadb", "gtid_mode", "OFF", ""}, // MariaDB has no gtid_mode: always GTIDs
+		{"mariadb", "binlog_row_metadata", "NO_LOG", ""}, // advisory: the schema tracker covers it
+		{"mariadb", "gtid_mode", "OFF", ""},              // MariaDB has no gtid_mode: always GTIDs
 	}
 	for _, tt := range tests {
 		vars := good()
@@ -64,5 +64,13 @@ func TestCheckNotPurged(t *testing.T) {
 	}
 	if _, err := ParseSet("mariadb", "not-a-gtid"); !errors.Is(err, ErrBadPosition) {
 		t.Fatalf("want ErrBadPosition, got %v", err)
+	}
+}
+
+func TestRowMetadataIsAdvisory(t *testing.T) {
+	for _, st := range Settings(map[string]string{"binlog_row_metadata": "MINIMAL"}, "mariadb") {
+		if st.Name == "binlog_row_metadata" && (st.OK || !st.Advisory) {
+			t.Fatalf("binlog_row_metadata MINIMAL: %+v, want not OK and advisory", st)
+		}
 	}
 }

@@ -35,6 +35,10 @@ type Checkpoint struct {
 	Time time.Time `json:"time"`
 	// Events counts records published by this pipeline, cumulatively.
 	Events int64 `json:"events"`
+	// Schema is the captured tables' columns at GTIDSet ("db.table" ->
+	// columns), so a restart decodes rows without column names in the
+	// binlog with the layout they were written with.
+	Schema map[string][]string `json:"schema,omitempty"`
 }
 
 // Partial describes a source transaction that is published in part.

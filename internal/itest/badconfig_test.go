@@ -109,10 +109,6 @@ func TestBadConfiguration(t *testing.T) {
 		setGlobal(t, "binlog_row_image", "MINIMAL", "FULL")
 		runExpectingError(t, k, base(good), binlog.ErrServerConfig, "binlog_row_image=FULL")
 	})
-	t.Run("binlog_row_metadata not FULL", func(t *testing.T) {
-		setGlobal(t, "binlog_row_metadata", "MINIMAL", "FULL")
-		runExpectingError(t, k, base(good), binlog.ErrServerConfig, "binlog_row_metadata=FULL")
-	})
 	t.Run("missing replication grants", func(t *testing.T) {
 		cfg := base(good)
 		cfg.Source.User, cfg.Source.Password = "weak", "weak-pw"

@@ -84,7 +84,7 @@ func TestCheckCommand(t *testing.T) {
 	})
 	t.Run("binlog_row_metadata", func(t *testing.T) {
 		setGlobal(t, "binlog_row_metadata", "'MINIMAL'", "'FULL'")
-		requireItem(t, check(base()), "binlog_row_metadata", preflight.Fail, "MINIMAL")
+		requireItem(t, check(base()), "binlog_row_metadata", preflight.Warn, "MINIMAL")
 	})
 	t.Run("binary log off", func(t *testing.T) {
 		off := startServer(t, map[string]string{"log-bin": "-"})

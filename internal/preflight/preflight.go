@@ -124,6 +124,8 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 			c.add(st.Name, Pass, "not a setting of this server", "")
 		case st.OK:
 			c.add(st.Name, Pass, st.Got, "")
+		case st.Advisory:
+			c.add(st.Name, Warn, fmt.Sprintf("%s, %s recommended", orUnset(st.Got), st.Want), st.Fix)
 		default:
 			c.add(st.Name, Fail, fmt.Sprintf("%s, need %s", orUnset(st.Got), st.Want), st.Fix)
 		}

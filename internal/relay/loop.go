@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/router"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // loop is the state of one attempt, owned by the goroutine in run.
@@ -29,8 +30,9 @@ type loop struct {
 	// or produced into the open batch). Loaded from the checkpoint, it makes
 	// a restart skip exactly those rows.
 	partial *checkpoint.Partial
-	curGTID string // transaction whose rows are being read; "" between transactions
-	curRows int64  // routed rows of curGTID seen so far
+	schema  schema.Tables // captured tables' layout at set
+	curGTID string        // transaction whose rows are being read; "" between transactions
+	curRows int64         // routed rows of curGTID seen so far
 
 	batchRecords int
 	batchBytes   int
@@ -55,6 +57,7 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 		l.partial = cp.Partial
 		l.events = cp.Events
 		l.lastCommitTime = cp.CommitTime
+		l.schema = cp.Schema
 	}
 	return l
 }
@@ -98,9 +101,11 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 	switch ev.Kind {
 	case binlog.KindRows:
 		return l.rows(ctx, ev)
+	case binlog.KindDDL:
+		l.r.log.Info().Str("gtid", ev.GTID).Msg(ev.Note)
 	case binlog.KindCommit:
 		l.r.metrics.SourceTransactions.Inc()
-		l.set, l.setStr = ev.Set, ""
+		l.set, l.setStr, l.schema = ev.Set, "", ev.Schema
 		if l.partial != nil && l.partial.GTID == ev.GTID {
 			l.partial = nil
 		}
@@ -342,6 +347,7 @@ func (l *loop) commit(ctx context.Context) error {
 		CommitTime: l.lastCommitTime,
 		Time:       time.Now().UTC(),
 		Events:     l.events + int64(l.batchRecords),
+		Schema:     l.schema,
 	}
 	if l.partial != nil {
 		p := *l.partial

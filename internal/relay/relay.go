@@ -30,6 +30,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/router"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // Sentinels callers branch on.
@@ -255,7 +256,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func fatal(err error) bool {
 	for _, e := range []error{ErrFenced, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, config.ErrInvalid, checkpoint.ErrCorrupt,
 		checkpoint.ErrTopicLayout, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
-		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames} {
+		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames, binlog.ErrSchemaMismatch, schema.ErrUnparsed} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -279,6 +280,8 @@ func kind(err error) string {
 	case errors.Is(err, binlog.ErrAccessDenied), errors.Is(err, binlog.ErrServerConfig), errors.Is(err, binlog.ErrGrants),
 		errors.Is(err, binlog.ErrNoColumnNames), errors.Is(err, binlog.ErrBadPosition), errors.Is(err, ErrFlavorMismatch):
 		return "source_config"
+	case errors.Is(err, binlog.ErrSchemaMismatch), errors.Is(err, schema.ErrUnparsed):
+		return "schema"
 	case errors.Is(err, errSourceStream):
 		return "binlog"
 	case errors.Is(err, ErrKafkaUnreachable):
@@ -344,9 +347,14 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		return err
 	}
 
+	tracker, err := r.tracker(ctx, srv, cp)
+	if err != nil {
+		return err
+	}
 	snk := newSink(runCtx, cl, r.store, exactlyOnce, r.cfg.Kafka.RequestTimeout,
 		r.cfg.Kafka.TopicPartitions, r.cfg.Kafka.ReplicationFactor)
 	l := newLoop(r, srv, cp, from, snk)
+	l.schema = tracker.Tables()
 	if cp == nil {
 		// Pin the start position first: a restart before the first batch must
 		// resume here, not at a later "now".
@@ -358,7 +366,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	events := make(chan []binlog.Event, 4)
 	readErr := make(chan error, 1) // the loop takes the reader's error from here
 	readerDone := make(chan struct{})
-	reader := binlog.NewReader(r.source, srv, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	reader := binlog.NewReader(r.source, srv, tracker, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go func() {
 		defer close(readerDone)
 		readErr <- reader.Run(runCtx, from, events)
@@ -373,6 +381,25 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	*started = true
 	r.metrics.Ready.Store(true)
 	return l.run(ctx, events, readErr)
+}
+
+// tracker starts the schema tracker at the start position: the layout the
+// checkpoint recorded, or, starting at the head without a checkpoint, the
+// tables' current definitions. Otherwise it knows nothing yet and learns from
+// CREATE TABLE statements and column names in the binlog.
+func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.Checkpoint) (*schema.Tracker, error) {
+	var initial schema.Tables
+	switch {
+	case cp != nil && cp.Schema != nil:
+		initial = cp.Schema
+	case cp == nil && r.cfg.Source.Start == "now":
+		cur, err := binlog.CurrentColumns(ctx, r.source, srv.Addr)
+		if err != nil {
+			return nil, err
+		}
+		initial = cur
+	}
+	return schema.New(r.cfg.Source.Tables, initial), nil
 }
 
 // startPosition is the checkpoint's GTID set, or source.start without one.

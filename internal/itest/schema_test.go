@@ -1,0 +1,106 @@
+//go:build integration
+
+package itest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/devdb"
+)
+
+// schemaPhases write outbox rows around DDL that moves columns: the second
+// phase adds a column FIRST, the third moves aggregate_id after payload.
+// Each row's event id, key and payload say which phase wrote it.
+var schemaPhases = []struct{ ddl, insert string }{
+	{"", "INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('p1-%d', 'alarm', 'k1-%d', 'X', '{\"phase\":1}')"},
+	{"ALTER TABLE app.outbox ADD COLUMN tenant VARCHAR(16) NOT NULL DEFAULT 'acme' FIRST",
+		"INSERT INTO app.outbox (tenant, event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('t2', 'p2-%d', 'alarm', 'k2-%d', 'X', '{\"phase\":2}')"},
+	{"ALTER TABLE app.outbox MODIFY COLUMN aggregate_id VARCHAR(64) NOT NULL AFTER payload",
+		"INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('p3-%d', 'alarm', 'k3-%d', 'X', '{\"phase\":3}')"},
+}
+
+func writePhase(t *testing.T, db *devdb.Server, i int) {
+	t.Helper()
+	if p := schemaPhases[i]; p.ddl != "" {
+		if err := db.Exec(p.ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 0; n < 5; n++ {
+		if err := db.Exec(fmt.Sprintf(schemaPhases[i].insert, n, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// requirePhases checks that every row of the phases arrived with its own
+// columns: id pN-i, key kN-i, payload {"phase":N}.
+func requirePhases(t *testing.T, k *Kafka, cfg config.Config, phases int) {
+	t.Helper()
+	recs := Consume(t, k.Brokers, cfg.Router.TopicPrefix)
+	if len(recs) != 5*phases {
+		t.Fatalf("%d records, want %d", len(recs), 5*phases)
+	}
+	seen := map[string]bool{}
+	for _, r := range recs {
+		var phase, n int
+		if _, err := fmt.Sscanf(r.ID, "p%d-%d", &phase, &n); err != nil {
+			t.Fatalf("record id %q: decoded with the wrong columns", r.ID)
+		}
+		if r.Key != fmt.Sprintf("k%d-%d", phase, n) || string(r.Value) != fmt.Sprintf(`{"phase":%d}`, phase) {
+			t.Fatalf("record %s: key %q value %q: decoded with the wrong columns", r.ID, r.Key, r.Value)
+		}
+		if seen[r.ID] {
+			t.Fatalf("record %s twice", r.ID)
+		}
+		seen[r.ID] = true
+	}
+}
+
+// binlog_row_metadata MINIMAL: the binlog has no column names; the relay
+// follows the DDL from the earliest position and decodes every row with the
+// columns its table had when the row was written.
+func TestSchemaTrackingFromEarliest(t *testing.T) {
+	k := StartKafka(t)
+	db := startServer(t, map[string]string{"binlog-row-metadata": "MINIMAL"})
+	for i := range schemaPhases {
+		writePhase(t, db, i)
+	}
+	cfg := env.RelayConfig(k, "app.outbox")
+	cfg.Source.Hosts = []string{db.Addr}
+	cfg.Source.Start = "earliest"
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	cp := WaitCheckpoint(t, cfg, Head(t, db), time.Minute)
+	requirePhases(t, k, cfg, len(schemaPhases))
+	if got := strings.Join(cp.Schema["app.outbox"], ","); got != "tenant,id,event_id,aggregate_type,event_type,payload,aggregate_id,created_at" {
+		t.Fatalf("checkpoint schema %s", got)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The same with restarts between the DDL: each restart takes the layout
+// from its checkpoint, never today's definition.
+func TestSchemaTrackingAcrossRestarts(t *testing.T) {
+	k := StartKafka(t)
+	db := startServer(t, map[string]string{"binlog-row-metadata": "MINIMAL"})
+	cfg := env.RelayConfig(k, "app.outbox")
+	cfg.Source.Hosts = []string{db.Addr}
+	cfg.Source.Start = "earliest"
+	for i := range schemaPhases {
+		writePhase(t, db, i)
+		r := RunRelay(t, cfg)
+		r.WaitReady(t)
+		WaitCheckpoint(t, cfg, Head(t, db), time.Minute)
+		if err := r.Stop(); err != nil { // the next phase's DDL happens while the relay is down
+			t.Fatal(err)
+		}
+	}
+	requirePhases(t, k, cfg, len(schemaPhases))
+}
