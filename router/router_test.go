@@ -1,6 +1,7 @@
 package router
 
 import (
+	"encoding/json"
 	"errors"
 	"regexp"
 	"strings"
@@ -108,17 +109,47 @@ func TestNewRequiresColumns(t *testing.T) {
 }
 
 func FuzzRoute(f *testing.F) {
-	f.Add("e", "alarm", "dev", "T", []byte("{}"), uint8(0))
-	f.Add("", "", "", "", []byte(nil), uint8(255))
-	r, _ := New(defaults())
-	f.Fuzz(func(t *testing.T, id, typ, agg, evType string, payload []byte, nulls uint8) {
-		values := []any{int64(1), id, typ, agg, evType, payload, nil}
+	f.Add("e", "alarm", "dev", "T", []byte("{}"), uint8(0), uint8(0), "2026-01-02 03:04:05")
+	f.Add("", "", "", "", []byte(nil), uint8(255), uint8(255), "")
+	f.Fuzz(func(t *testing.T, id, typ, agg, evType string, payload []byte, nulls, knobs uint8, ts string) {
+		// knobs picks a configuration: value format, null payload policy,
+		// topic replacement, additional fields and their placement, latin1.
+		c := defaults()
+		if knobs&1 != 0 {
+			c.Format = FormatEnvelope
+		}
+		c.NullPayloadError = knobs&2 != 0
+		if knobs&4 != 0 {
+			c.TopicReplacement = "x.${routedByValue}.$1"
+		}
+		if knobs&8 != 0 {
+			c.TimestampColumn = "created_at"
+		}
+		if knobs&16 != 0 {
+			place := PlaceHeader
+			if knobs&1 != 0 && knobs&32 != 0 {
+				place = PlaceEnvelope
+			} else if knobs&32 != 0 {
+				place = PlacePartition
+			}
+			c.Additional = []Field{{Column: "event_type", Placement: place, Alias: "t"}}
+			c.SkipMissingAdditional = knobs&64 != 0
+		}
+		r, err := New(c)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		values := []any{int64(1), id, typ, agg, evType, payload, ts}
 		for i := range values {
 			if nulls&(1<<i) != 0 {
 				values[i] = nil
 			}
 		}
-		rec, err := r.Route(Row{Columns: cols, Values: values})
+		row := Row{Columns: cols, Values: values}
+		if knobs&128 != 0 {
+			row.Latin1 = []bool{false, true, true, true, true, true, false}
+		}
+		rec, err := r.Route(row)
 		if err != nil {
 			if !errors.Is(err, ErrBadRow) {
 				t.Fatalf("error %v does not wrap ErrBadRow", err)
@@ -127,6 +158,9 @@ func FuzzRoute(f *testing.F) {
 		}
 		if ValidTopic(rec.Topic) != nil || len(rec.Key) == 0 || rec.EventID == "" {
 			t.Fatalf("accepted a record Kafka or consumers cannot use: %+v", rec)
+		}
+		if c.Format == FormatEnvelope && rec.Value != nil && !json.Valid(rec.Value) {
+			t.Fatalf("envelope is not JSON: %s", rec.Value)
 		}
 	})
 }

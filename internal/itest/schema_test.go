@@ -3,14 +3,32 @@
 package itest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
+
+func kadmFor(t *testing.T, k *Kafka) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
 
 // schemaPhases write outbox rows around DDL that moves columns: the second
 // phase adds a column FIRST, the third moves aggregate_id after payload.
@@ -103,4 +121,56 @@ func TestSchemaTrackingAcrossRestarts(t *testing.T) {
 		}
 	}
 	requirePhases(t, k, cfg, len(schemaPhases))
+}
+
+// With column names in the binlog, the relay still checks them against the
+// layout it tracks and stops when they disagree.
+func TestSchemaMismatchStops(t *testing.T) {
+	k := StartKafka(t)
+	db := startServer(t, nil)
+	cfg := env.RelayConfig(k, "app.outbox")
+	cfg.Source.Hosts = []string{db.Addr}
+	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: Head(t, db), Flavor: "mariadb", Time: time.Now().UTC(),
+		Schema: map[string][]string{"app.outbox": {"id", "something", "else"}}}
+	if err := Store(t, cfg).EnsureTopic(context.Background(), kadmFor(t, k), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Store(t, cfg).Write(context.Background(), cfg.Name, cp); err != nil {
+		t.Fatal(err)
+	}
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if err := db.Exec("INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('m1', 'alarm', 'd', 'X', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the relay did not stop")
+	}
+	if !errors.Is(r.Err(), binlog.ErrSchemaMismatch) {
+		t.Fatalf("error %v, want ErrSchemaMismatch", r.Err())
+	}
+}
+
+// invalid_op fatal: an UPDATE of an outbox row stops the relay.
+func TestInvalidOpFatal(t *testing.T) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(k, s.Table())
+	cfg.Router.InvalidOp = "fatal"
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if err := env.DB.Exec(fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('u1', 'alarm', 'd', 'X', '{}')", s.Table()),
+		fmt.Sprintf("UPDATE %s SET event_type = 'Y'", s.Table())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the relay did not stop")
+	}
+	if !errors.Is(r.Err(), relay.ErrInvalidOp) || !strings.Contains(r.Err().Error(), "update") {
+		t.Fatalf("error %v, want ErrInvalidOp naming the update", r.Err())
+	}
 }
