@@ -219,3 +219,40 @@ func TestBadRowsDeadLetterPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Payload column types: BLOB and VARBINARY arrive as the stored bytes, a
+// utf8mb4 TEXT as its text, a NULL payload as a tombstone.
+func TestPayloadColumnTypes(t *testing.T) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	for _, typ := range []string{"BLOB", "VARBINARY(64)", "TEXT CHARACTER SET utf8mb4"} {
+		tbl := fmt.Sprintf("p_%d", len(typ))
+		if err := env.DB.Exec(fmt.Sprintf(`CREATE TABLE %s.%s (event_id VARCHAR(64) NOT NULL, aggregate_type VARCHAR(64) NOT NULL,
+			aggregate_id VARCHAR(64) NOT NULL, payload %s)`, s.Name, tbl, typ)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := env.RelayConfig(k, s.Name+".p_4", s.Name+".p_13", s.Name+".p_26")
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if err := env.DB.Exec(
+		fmt.Sprintf("INSERT INTO %s.p_4 VALUES ('blob', 'bin', 'k', 0x00FF10)", s.Name),
+		fmt.Sprintf("INSERT INTO %s.p_13 VALUES ('varbinary', 'bin', 'k', 0xCAFE)", s.Name),
+		fmt.Sprintf("INSERT INTO %s.p_26 VALUES ('text', 'txt', 'k', 'Grüße 🚨')", s.Name),
+		fmt.Sprintf("INSERT INTO %s.p_26 VALUES ('null', 'txt', 'k', NULL)", s.Name),
+	); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	got := map[string][]byte{}
+	for _, rec := range Consume(t, k.Brokers, cfg.Router.TopicPrefix) {
+		got[rec.ID] = rec.Value
+	}
+	want := map[string][]byte{"blob": {0x00, 0xff, 0x10}, "varbinary": {0xca, 0xfe}, "text": []byte("Grüße 🚨"), "null": nil}
+	for id, w := range want {
+		v, ok := got[id]
+		if !ok || string(v) != string(w) || (w == nil) != (v == nil) {
+			t.Fatalf("%s: value %q (present %v), want %q", id, v, ok, w)
+		}
+	}
+}
