@@ -44,7 +44,7 @@ test: deps vet test-unit test-integration
 # The integration and crash suites against Apache Kafka (fetched from Maven
 # Central by deploy/dev/kafka.sh, cached), in a fresh data directory that is
 # removed afterwards.
-KAFKA_TEST_PORT ?= 39092
+KAFKA_TEST_PORT ?= 29092
 test-kafka: deps
 	@export KAFKA_PORT=$(KAFKA_TEST_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-XXXXXX); \
 	deploy/dev/kafka.sh start || exit 1; \

@@ -11,14 +11,14 @@
 #
 # Environment (defaults):
 #   KAFKA_VERSION  4.1.1
-#   KAFKA_PORT     39092 (the controller listens on KAFKA_PORT+1)
+#   KAFKA_PORT     29092 (the controller listens on KAFKA_PORT+1)
 #   KAFKA_DIR      ${TMPDIR:-/tmp}/outbox-relay-kafka-$KAFKA_PORT
 #   KAFKA_CACHE    ${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/kafka-$KAFKA_VERSION
 #   KAFKA_HEAP     512m
 set -euo pipefail
 
 KAFKA_VERSION=${KAFKA_VERSION:-4.1.1}
-KAFKA_PORT=${KAFKA_PORT:-39092}
+KAFKA_PORT=${KAFKA_PORT:-29092}
 CONTROLLER_PORT=$((KAFKA_PORT + 1))
 KAFKA_DIR=${KAFKA_DIR:-${TMPDIR:-/tmp}/outbox-relay-kafka-$KAFKA_PORT}
 KAFKA_CACHE=${KAFKA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/kafka-$KAFKA_VERSION}
@@ -106,7 +106,7 @@ start() {
   echo $! > "$PIDFILE"
   for _ in $(seq 1 600); do
     if answers; then log "Apache Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"), data $KAFKA_DIR)"; return 0; fi
-    if ! running; then log "broker exited during start-up:"; tail -20 "$KAFKA_DIR/kafka.out" "$KAFKA_DIR/server.log" >&2; exit 1; fi
+    if ! running; then log "broker exited during start-up:"; tail -n 20 "$KAFKA_DIR/kafka.out" "$KAFKA_DIR/server.log" >&2; exit 1; fi
     sleep 0.2
   done
   log "broker did not answer within 120s"; stop; exit 1

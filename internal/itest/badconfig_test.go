@@ -44,13 +44,7 @@ func startServer(t *testing.T, settings map[string]string) *devdb.Server {
 func runExpectingError(t *testing.T, k *Kafka, cfg config.Config, want error, hint string) {
 	t.Helper()
 	r := RunRelay(t, cfg)
-	var err error
-	select {
-	case <-r.Done():
-		err = r.Err()
-	case <-time.After(time.Minute):
-		t.Fatal("relay did not stop with an error within a minute")
-	}
+	err := r.StoppedWith(t)
 	if !errors.Is(err, want) {
 		t.Fatalf("error %v, want one wrapping %v", err, want)
 	}
@@ -161,13 +155,7 @@ func TestBadConfiguration(t *testing.T) {
 			return fmt.Errorf("%d binlogs left", len(logs))
 		})
 		r = RunRelay(t, cfg)
-		var runErr error
-		select {
-		case <-r.Done():
-			runErr = r.Err()
-		case <-time.After(time.Minute):
-			t.Fatal("relay did not stop")
-		}
+		runErr := r.StoppedWith(t)
 		if !errors.Is(runErr, binlog.ErrPurged) || !strings.Contains(runErr.Error(), "checkpoint set") {
 			t.Fatalf("error %v, want ErrPurged naming `checkpoint set`", runErr)
 		}

@@ -133,6 +133,19 @@ func (p *InProcess) Stop() error {
 	return p.err
 }
 
+// StoppedWith waits for the relay to end by itself and returns Run's error;
+// it fails the test if the relay is still running after a minute.
+func (p *InProcess) StoppedWith(t testing.TB) error {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(time.Minute):
+		t.Fatal("the relay did not stop by itself within a minute")
+		return nil
+	}
+}
+
 // Done is closed when Run returns; Err is then its result.
 func (p *InProcess) Done() <-chan struct{} { return p.done }
 

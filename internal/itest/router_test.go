@@ -137,11 +137,7 @@ func TestBadRowsFailPolicy(t *testing.T) {
 			r.WaitReady(t)
 			before := loadCheckpoint(t, cfg)
 			insertEvent(t, s, bc.values)
-			select {
-			case <-r.Done():
-			case <-time.After(time.Minute):
-				t.Fatal("the relay did not stop")
-			}
+			_ = r.StoppedWith(t)
 			if !errors.Is(r.Err(), router.ErrBadRow) || !strings.Contains(r.Err().Error(), bc.reason) {
 				t.Fatalf("error %v, want a bad row saying %q", r.Err(), bc.reason)
 			}

@@ -143,11 +143,7 @@ func TestSchemaMismatchStops(t *testing.T) {
 	if err := db.Exec("INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('m1', 'alarm', 'd', 'X', '{}')"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-r.Done():
-	case <-time.After(time.Minute):
-		t.Fatal("the relay did not stop")
-	}
+	_ = r.StoppedWith(t)
 	if !errors.Is(r.Err(), binlog.ErrSchemaMismatch) {
 		t.Fatalf("error %v, want ErrSchemaMismatch", r.Err())
 	}
@@ -165,11 +161,7 @@ func TestInvalidOpFatal(t *testing.T) {
 		fmt.Sprintf("UPDATE %s SET event_type = 'Y'", s.Table())); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-r.Done():
-	case <-time.After(time.Minute):
-		t.Fatal("the relay did not stop")
-	}
+	_ = r.StoppedWith(t)
 	if !errors.Is(r.Err(), relay.ErrInvalidOp) || !strings.Contains(r.Err().Error(), "update") {
 		t.Fatalf("error %v, want ErrInvalidOp naming the update", r.Err())
 	}
