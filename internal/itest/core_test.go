@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/router"
 )
 
@@ -155,6 +156,8 @@ func TestTwoOutboxTables(t *testing.T) {
 	k := StartKafka(t)
 	a, b := env.NewSchema(t), env.NewSchema(t)
 	cfg := env.RelayConfig(k, a.Table(), b.Table())
+	// per-table settings: b's events go under their own prefix
+	cfg.Router.Tables = map[string]config.RouterConfig{b.Table(): {TopicPrefix: cfg.Router.TopicPrefix + "b."}}
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	ctx := context.Background()
@@ -176,8 +179,8 @@ func TestTwoOutboxTables(t *testing.T) {
 			rb = append(rb, r)
 		}
 	}
-	if perTopic[cfg.Router.TopicPrefix+"alarm"] != 80 || perTopic[cfg.Router.TopicPrefix+"order"] != 60 {
-		t.Fatalf("records per topic %v, want 80 alarm and 60 order", perTopic)
+	if perTopic[cfg.Router.TopicPrefix+"alarm"] != 80 || perTopic[cfg.Router.TopicPrefix+"b.order"] != 60 {
+		t.Fatalf("records per topic %v, want 80 alarm and 60 b.order", perTopic)
 	}
 	if rep := Compare(t, a, ra); !rep.OK() {
 		t.Fatal(rep)
