@@ -386,18 +386,20 @@ func (l *loop) commit(ctx context.Context) error {
 
 // shutdown commits what the loop holds: records already produced, even in
 // the middle of a source transaction, go out with a checkpoint whose partial
-// says so.
+// says so. It then waits until the last checkpoint is durable.
 func (l *loop) shutdown() error {
-	if !l.sink.open && !l.dirty {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.r.cfg.Kafka.RequestTimeout)
 	defer cancel()
-	if err := l.commit(ctx); err != nil {
-		return fmt.Errorf("write final checkpoint: %w", err)
+	if l.sink.open || l.dirty {
+		if err := l.commit(ctx); err != nil {
+			return fmt.Errorf("write final checkpoint: %w", err)
+		}
 	}
 	if err := l.sink.finish(ctx); err != nil {
 		return fmt.Errorf("write final checkpoint: %w", err)
+	}
+	if l.setStr == "" {
+		l.setStr = l.set.String()
 	}
 	l.r.log.Info().Str("gtid_set", l.setStr).Int64("events", l.events).Msg("final checkpoint written")
 	return nil
