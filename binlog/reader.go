@@ -114,6 +114,10 @@ type Event struct {
 	Size int
 }
 
+// eventCacheCount is go-mysql's event buffer; a batch the reader hands on
+// holds at most this many events plus one.
+const eventCacheCount = 1024
+
 // Reader streams one server's binlog. Use it once: Run, then discard.
 type Reader struct {
 	cfg     Config
@@ -179,7 +183,15 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		Dialer:           watch.dial,
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory
 		UseDecimal:       false,
-		Logger:           r.logger,
+		// MySQL's binary JSON rendered as MySQL itself prints it (key order,
+		// 1.0 stays 1.0): the closest text to what the application stored.
+		RenderJSONAsMySQLText: true,
+		// go-mysql buffers this many decoded events ahead of the reader; with
+		// the reader's batches and the relay loop's channel it bounds the rows
+		// held in memory (go-mysql's default of 10,240 row events of 200 rows
+		// each is two million rows).
+		EventCacheCount: eventCacheCount,
+		Logger:          r.logger,
 		RowsEventDecodeFunc: func(e *replication.RowsEvent, data []byte) error {
 			pos, err := e.DecodeHeader(data)
 			if err != nil {
