@@ -116,7 +116,7 @@ type Event struct {
 
 // eventCacheCount is go-mysql's event buffer; a batch the reader hands on
 // holds at most this many events plus one.
-const eventCacheCount = 1024
+const eventCacheCount = 512
 
 // Reader streams one server's binlog. Use it once: Run, then discard.
 type Reader struct {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -28,6 +29,9 @@ func loadConfig(fs *flag.FlagSet, args []string) (config.Config, error) {
 	}
 	return config.Load(*path)
 }
+
+// defaultMemoryLimit is the soft Go heap limit of `run` unless GOMEMLIMIT is set.
+const defaultMemoryLimit = 96 << 20
 
 func runCmd(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -57,6 +61,11 @@ func runCmd(args []string) error {
 			return fmt.Errorf("start cpu profile: %w", err)
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A soft heap limit keeps catch-up bursts small (GC works harder near
+		// it; it never fails an allocation). GOMEMLIMIT overrides it.
+		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
 	log := newLogger(cfg.Log, nil)
 	m := metrics.New(version)

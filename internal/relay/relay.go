@@ -364,7 +364,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 
 	events := make(chan []binlog.Event, 2) // with the reader's batch size, bounds rows in memory
-	readErr := make(chan error, 1) // the loop takes the reader's error from here
+	readErr := make(chan error, 1)         // the loop takes the reader's error from here
 	readerDone := make(chan struct{})
 	reader := binlog.NewReader(r.source, srv, tracker, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go func() {
