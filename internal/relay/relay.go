@@ -254,7 +254,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // fatal errors need an operator; retrying cannot fix them.
 func fatal(err error) bool {
-	for _, e := range []error{ErrFenced, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, config.ErrInvalid, checkpoint.ErrCorrupt,
+	for _, e := range []error{ErrFenced, ErrRejected, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, config.ErrInvalid, checkpoint.ErrCorrupt,
 		checkpoint.ErrTopicLayout, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames, binlog.ErrSchemaMismatch, schema.ErrUnparsed} {
 		if errors.Is(err, e) {
@@ -271,6 +271,8 @@ func kind(err error) string {
 		return "fenced"
 	case errors.Is(err, ErrBadRow):
 		return "bad_row"
+	case errors.Is(err, ErrRejected):
+		return "rejected"
 	case errors.Is(err, ErrInvalidOp):
 		return "invalid_op"
 	case errors.Is(err, binlog.ErrPurged):

@@ -33,6 +33,7 @@ func TestFatalErrors(t *testing.T) {
 	for _, err := range []error{
 		classify(kerr.ProducerFenced), classify(fmt.Errorf("x: %w", kerr.InvalidProducerEpoch)),
 		fmt.Errorf("route: %w", router.ErrBadRow), binlog.ErrPurged, binlog.ErrServerConfig, ErrFlavorMismatch,
+		classify(fmt.Errorf("produce: %w", kerr.MessageTooLarge)), classify(kerr.TopicAuthorizationFailed),
 	} {
 		if !fatal(err) {
 			t.Errorf("%v should be fatal", err)

@@ -201,11 +201,21 @@ func (s *sink) finish(ctx context.Context) error {
 	return nil
 }
 
-// classify wraps fencing errors in ErrFenced.
+// ErrRejected: Kafka refuses a record or topic for good (too large, invalid,
+// not authorised); retrying the same batch cannot succeed.
+var ErrRejected = errors.New("kafka rejected the batch")
+
+// classify wraps fencing errors in ErrFenced and permanent refusals in
+// ErrRejected.
 func classify(err error) error {
-	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+	switch {
+	case errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
 		return fmt.Errorf("%w: %w", ErrFenced, err)
+	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.InvalidTopicException) ||
+		errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	return err
 }
