@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
-	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
 // RootPassword is the scratch server's root password.
@@ -324,9 +323,3 @@ func (s *Server) Kill() {
 
 // Port is the server's TCP port.
 func (s *Server) Port() int { return s.opts.Port }
-
-// IsMySQLError reports whether err is a server error with code.
-func IsMySQLError(err error, code uint16) bool {
-	var me *mysql.MyError
-	return errors.As(err, &me) && me.Code == code
-}

@@ -14,9 +14,7 @@ import (
 // publish some records twice, never loses one, never publishes a rolled-back
 // row.
 func TestAtLeastOnceLosesNothing(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Delivery = config.AtLeastOnce
 	cfg.Kafka.Batch.MaxRecords = 200
 	path := WriteConfig(t, cfg)

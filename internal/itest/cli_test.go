@@ -173,9 +173,7 @@ func TestCheckCommand(t *testing.T) {
 }
 
 func TestCheckpointCommands(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	path := WriteConfig(t, cfg)
 	out, _, code := env.CLI(t, "checkpoint", "show", "--config", path)
 	if code != 0 || !strings.Contains(out, "no checkpoint") {

@@ -25,9 +25,7 @@ func TestMain(m *testing.M) { os.Exit(Main(m, &env)) }
 // arrives once on its topic, with key and id header, value exactly as
 // stored, and per-aggregate order equal to commit order.
 func TestCommittedRowsArriveOnce(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 
@@ -78,9 +76,7 @@ func TestCommittedRowsArriveOnce(t *testing.T) {
 
 // A restart with no new outbox rows publishes nothing new.
 func TestRestartWithoutWritesPublishesNothing(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 50}); err != nil {
@@ -114,9 +110,7 @@ func TestRestartWithoutWritesPublishesNothing(t *testing.T) {
 
 // Other tables, and UPDATE/DELETE anywhere, publish nothing.
 func TestOnlyOutboxInsertsArePublished(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	db := s.Name
@@ -196,9 +190,7 @@ func TestTwoOutboxTables(t *testing.T) {
 // Heartbeat: with no outbox rows, checkpoint-only transactions still move the
 // position forward, and publish nothing.
 func TestHeartbeatAdvancesCheckpoint(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	first := WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
@@ -276,9 +268,7 @@ func TestStartPositions(t *testing.T) {
 // table, event_id and GTID; the checkpoint stays before it and nothing of its
 // transaction is published.
 func TestBadRowStopsWithoutAdvancing(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	if err := env.DB.Exec(fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('good-1', 'alarm', 'd', 'X', '{}')", s.Table())); err != nil {

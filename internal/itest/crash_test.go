@@ -25,9 +25,7 @@ func requireExact(t *testing.T, k *Kafka, s *Schema, prefix string) Report {
 // kill -9 at 20+ random instants while writers commit more than 20,000
 // events; the final relay completes the stream exactly once.
 func TestCrashKill9AtRandomInstants(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Batch.MaxRecords = 500 // more, smaller transactions: more instants to land in
 	cfg.Log.Level = "info"
 	path := WriteConfig(t, cfg)
@@ -93,9 +91,7 @@ func TestCrashKill9AtRandomInstants(t *testing.T) {
 // exactly-once. big > 0 writes one source transaction of big rows (split by
 // max_records 1000) instead of many small ones.
 func crashAt(t *testing.T, point string, big int, check func(t *testing.T, k *Kafka, prefix string, s *Schema)) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Batch.MaxRecords = 1000
 	path := WriteConfig(t, cfg)
 	p := env.StartProc(t, path, "OUTBOX_RELAY_FAILPOINT="+point)
@@ -141,9 +137,7 @@ func TestCrashAtNamedPoints(t *testing.T) {
 
 // The embedded broker stops and starts again (same data) mid-stream.
 func TestCrashBrokerRestart(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.RequestTimeout = 5 * time.Second
 	p := env.StartProc(t, WriteConfig(t, cfg))
 	waitStarted(t, p, cfg)
@@ -207,9 +201,7 @@ func TestCrashSourceRestart(t *testing.T) {
 // Two instances with the same name: the second fences the first, which
 // exits non-zero and never commits again; nothing is duplicated or lost.
 func TestCrashTwoInstancesSameName(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	a := env.StartProc(t, WriteConfig(t, cfg))
 	waitStarted(t, a, cfg)
 	wrote := make(chan error, 1)

@@ -50,9 +50,7 @@ func waitStarted(t testing.TB, p *Proc, cfg config.Config) {
 // kill -9 of the relay while writers commit; the restarted relay completes
 // the stream with nothing missing and, exactly-once, nothing twice.
 func TestKill9MidStreamThenRestart(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	path := WriteConfig(t, cfg)
 	p := env.StartProc(t, path)
 	waitStarted(t, p, cfg)
@@ -111,9 +109,7 @@ func scrape(t testing.TB, addr, metric string) float64 {
 // (covering transactions only a heartbeat would otherwise record) and exits 0.
 // The metrics and health endpoints answer while it runs.
 func TestSIGTERMWritesFinalCheckpoint(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	port, _ := devdb.FreePort()
 	cfg.HTTP.Listen = fmt.Sprintf("127.0.0.1:%d", port)
 	cfg.Kafka.CheckpointInterval = time.Hour // only the final checkpoint can cover business-only transactions

@@ -47,6 +47,15 @@ func (e *Env) RelayConfig(k *Kafka, tables ...string) config.Config {
 	return cfg
 }
 
+// Pipeline is the usual start of a test: a broker, a fresh outbox schema and
+// a relay configuration capturing its outbox table.
+func (e *Env) Pipeline(t testing.TB) (*Kafka, *Schema, config.Config) {
+	t.Helper()
+	k := StartKafka(t)
+	s := e.NewSchema(t)
+	return k, s, e.RelayConfig(k, s.Table())
+}
+
 // WriteConfig writes cfg as YAML into the test's directory; the password is
 // passed as ${RELAY_TEST_PASSWORD} so the file holds no secret.
 func WriteConfig(t testing.TB, cfg config.Config) string {

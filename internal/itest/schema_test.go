@@ -151,9 +151,7 @@ func TestSchemaMismatchStops(t *testing.T) {
 
 // invalid_op fatal: an UPDATE of an outbox row stops the relay.
 func TestInvalidOpFatal(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	_, s, cfg := env.Pipeline(t)
 	cfg.Router.InvalidOp = "fatal"
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)

@@ -128,9 +128,7 @@ func TestKafkaSASLOverTLS(t *testing.T) {
 // Secrets reach neither the logs (debug level, through start, errors and
 // stop) nor --print-config; password files are read.
 func TestSecretsNeverLogged(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	_, s, cfg := env.Pipeline(t)
 	pwFile := filepath.Join(t.TempDir(), "mysql-password")
 	if err := os.WriteFile(pwFile, []byte(cfg.Source.Password+"\n"), 0o600); err != nil {
 		t.Fatal(err)

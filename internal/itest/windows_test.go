@@ -19,9 +19,7 @@ import (
 // transaction, however large, or one whose client vanished before COMMIT,
 // never produces a record, not even an aborted one.
 func TestWindow1RolledBackTransactionIsNeverPublished(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	RunRelay(t, cfg).WaitReady(t)
 
 	c, err := env.DB.Root()
@@ -63,9 +61,7 @@ func TestWindow1RolledBackTransactionIsNeverPublished(t *testing.T) {
 // event. The outbox row is in the binlog; the relay resumes from its
 // committed checkpoint and publishes every row committed while it was dead.
 func TestWindow2CommittedWhileRelayIsDeadIsPublished(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	path := WriteConfig(t, cfg)
 	p := env.StartProc(t, path)
 	waitStarted(t, p, cfg)
@@ -98,9 +94,7 @@ func TestWindow3AcknowledgedButUnknownIsNotDuplicated(t *testing.T) {
 // every delivery, so a consumer that records (consumer, event_id) in the same
 // local transaction as its effect applies each event once.
 func TestWindow4RedeliveryIsDeduplicatedByEventID(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(k, s.Table())
+	k, s, cfg := env.Pipeline(t)
 	RunRelay(t, cfg).WaitReady(t)
 	committed, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 100})
 	if err != nil {

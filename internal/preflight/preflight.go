@@ -55,7 +55,7 @@ func (r Report) OK() bool {
 	return true
 }
 
-// Find returns the first item with target prefix and name, for tests.
+// Find returns the first item with name.
 func (r Report) Find(name string) (Item, bool) {
 	for _, it := range r {
 		if it.Name == name {

@@ -33,12 +33,14 @@ type loop struct {
 	schema  schema.Tables // captured tables' layout at set
 	curGTID string        // transaction whose rows are being read; "" between transactions
 	curRows int64         // routed rows of curGTID seen so far
+	// curDeleted counts rows of curGTID deleted from outbox tables, taken as
+	// the delete-after-insert pattern while they do not outnumber curRows.
+	curDeleted int64
 
 	batchRecords int
 	batchBytes   int
 	batchStart   time.Time
 	batchTopics  map[topicOutcome]int
-	inserted     map[string]bool // event ids inserted by curGTID, for delete-after-insert
 
 	dirty          bool // position moved since the last checkpoint
 	lastCommitTime time.Time
@@ -50,7 +52,7 @@ type loop struct {
 }
 
 func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s *sink) *loop {
-	l := &loop{r: r, srv: srv, sink: s, setStr: from, batchTopics: map[topicOutcome]int{}, inserted: map[string]bool{},
+	l := &loop{r: r, srv: srv, sink: s, setStr: from, batchTopics: map[topicOutcome]int{},
 		topicCounters: map[topicOutcome]prometheus.Counter{}, lastCheckpoint: time.Now(), lastProgress: time.Now()}
 	l.set, _ = binlog.ParseSet(srv.Flavor, from) // validated by startPosition
 	if cp != nil {
@@ -109,16 +111,16 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		if l.partial != nil && l.partial.GTID == ev.GTID {
 			l.partial = nil
 		}
-		l.curGTID, l.curRows = "", 0
-		clear(l.inserted)
+		l.curGTID, l.curRows, l.curDeleted = "", 0, 0
 		l.dirty = true
 		l.lastCommitTime = ev.Time
-		l.r.metrics.SourceLag.Set(time.Since(ev.Time).Seconds())
+		now := time.Now()
+		l.r.metrics.SourceLag.Set(now.Sub(ev.Time).Seconds())
 		if !l.sink.open {
 			return nil // a checkpoint-only transaction waits for the tick
 		}
 		k := l.r.cfg.Kafka.Batch
-		if caughtUp || l.batchRecords >= k.MaxRecords || l.batchBytes >= k.MaxBytes || time.Since(l.batchStart) >= k.MaxWait {
+		if caughtUp || l.batchRecords >= k.MaxRecords || l.batchBytes >= k.MaxBytes || now.Sub(l.batchStart) >= k.MaxWait {
 			return l.commit(ctx)
 		}
 	}
@@ -131,8 +133,7 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 		return fmt.Errorf("rows of %s, which is not a captured table", ev.Table)
 	}
 	if l.curGTID != ev.GTID {
-		l.curGTID, l.curRows = ev.GTID, 0
-		clear(l.inserted)
+		l.curGTID, l.curRows, l.curDeleted = ev.GTID, 0, 0
 	}
 	if ev.Op != binlog.OpInsert {
 		return l.invalidOp(rt, ev)
@@ -157,9 +158,6 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 				return err
 			}
 		}
-		if len(l.inserted) < maxTrackedInserts {
-			l.inserted[rec.EventID] = true
-		}
 		if !l.sink.open {
 			l.batchStart = time.Now()
 		}
@@ -183,10 +181,6 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 	}
 	return nil
 }
-
-// maxTrackedInserts bounds the event ids of one source transaction kept to
-// recognise the delete-after-insert pattern.
-const maxTrackedInserts = 10_000
 
 // outgoing is a record ready to produce and what it counts as.
 type outgoing struct {
@@ -259,19 +253,15 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 	return outgoing{kafka: rec, outcome: "dead_letter", EventID: eventID}, nil
 }
 
-// invalidOp handles UPDATE and DELETE on an outbox table. A DELETE of a row
-// inserted earlier in the same transaction is the delete-after-insert
-// pattern and is expected.
+// invalidOp handles UPDATE and DELETE on an outbox table. DELETEs in a
+// transaction that inserted at least as many outbox rows before them are the
+// delete-after-insert pattern (the row was published by its INSERT) and are
+// only counted.
 func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
-	n := len(ev.Rows)
+	n := int64(len(ev.Rows))
 	if ev.Op == binlog.OpDelete {
-		expected := 0
-		for _, values := range ev.Rows {
-			rec, err := rt.router.Route(router.Row{Columns: ev.Table.Columns, Values: values})
-			if err == nil && l.inserted[rec.EventID] {
-				expected++
-			}
-		}
+		expected := min(n, l.curRows-l.curDeleted)
+		l.curDeleted += expected
 		if expected > 0 {
 			l.r.metrics.InvalidOps.WithLabelValues(rt.table, "delete_after_insert").Add(float64(expected))
 		}
@@ -285,9 +275,9 @@ func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
 	case "fatal":
 		return fmt.Errorf("%w: %s of %d rows of %s at %s (router.invalid_op fatal)", ErrInvalidOp, ev.Op, n, ev.Table, ev.GTID)
 	case "error":
-		l.r.log.Error().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int("rows", n).Msg(msg)
+		l.r.log.Error().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
 	default:
-		l.r.log.Warn().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int("rows", n).Msg(msg)
+		l.r.log.Warn().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
 	}
 	return nil
 }

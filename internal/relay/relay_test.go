@@ -45,6 +45,9 @@ func TestFatalErrors(t *testing.T) {
 			t.Errorf("%v should be retried", err)
 		}
 	}
+	if !errors.Is(classify(fmt.Errorf("end: %w", kerr.InvalidTxnState)), ErrFenced) {
+		t.Error("INVALID_TXN_STATE (kfake's answer to a fenced commit) is not ErrFenced")
+	}
 	if !errors.Is(classify(kerr.ProducerFenced), ErrFenced) {
 		t.Error("classify does not wrap ErrFenced")
 	}

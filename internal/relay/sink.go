@@ -87,20 +87,23 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, err)
 	}
-	info := topicInfo{partitions: s.parts, maxBytes: maxBatchBytes}
-	if details, err := s.adm.ListTopics(ctx, topic); err == nil {
-		if d, ok := details[topic]; ok && d.Err == nil && len(d.Partitions) > 0 {
-			info.partitions = int32(len(d.Partitions))
-		}
+	info := topicInfo{maxBytes: maxBatchBytes}
+	details, err := s.adm.ListTopics(ctx, topic)
+	if err == nil {
+		err = details[topic].Err
 	}
-	if rc, err := s.adm.DescribeTopicConfigs(ctx, topic); err == nil {
-		if cfgs, err := rc.On(topic, nil); err == nil {
-			for _, c := range cfgs.Configs {
-				if c.Key == "max.message.bytes" {
-					if v, err := strconv.Atoi(c.MaybeValue()); err == nil && v > 0 {
-						info.maxBytes = min(info.maxBytes, v)
-					}
-				}
+	if err != nil {
+		return topicInfo{}, fmt.Errorf("describe topic %s: %w", topic, err)
+	}
+	info.partitions = int32(len(details[topic].Partitions))
+	rc, err := s.adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return topicInfo{}, fmt.Errorf("describe topic %s configs: %w", topic, err)
+	}
+	if cfgs, err := rc.On(topic, nil); err == nil {
+		for _, c := range cfgs.Configs {
+			if v, err := strconv.Atoi(c.MaybeValue()); c.Key == "max.message.bytes" && err == nil && v > 0 {
+				info.maxBytes = min(info.maxBytes, v)
 			}
 		}
 	}
@@ -157,12 +160,6 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) error {
 		}
 		hit("after-flush")
 		if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			if errors.Is(err, kerr.InvalidTxnState) {
-				// The coordinator no longer has our open transaction: a newer
-				// instance initialised the same transactional id and aborted it.
-				// (Kafka says PRODUCER_FENCED; kfake says INVALID_TXN_STATE.)
-				return fmt.Errorf("commit kafka transaction: %w: %w", ErrFenced, err)
-			}
 			return fmt.Errorf("commit kafka transaction: %w", classify(err))
 		}
 		s.open = false
@@ -210,7 +207,11 @@ var ErrRejected = errors.New("kafka rejected the batch")
 func classify(err error) error {
 	switch {
 	case errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
+		// The coordinator no longer has our open transaction: a newer
+		// instance initialised the same transactional id and aborted it
+		// (Kafka says PRODUCER_FENCED, kfake INVALID_TXN_STATE).
+		errors.Is(err, kerr.InvalidTxnState):
 		return fmt.Errorf("%w: %w", ErrFenced, err)
 	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
 		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.InvalidTopicException) ||
