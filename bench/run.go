@@ -81,7 +81,7 @@ func run(n, bigTx, latencySeconds int, out string) error {
 		cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), h.version())
 
 	h.printf("## 1. Catch-up throughput (%d outbox rows, from the position before them)\n\n", n)
-	h.printf("| shape | run | seconds | events/s | vs baseline | peak RSS | first record after |\n|---|---|---|---|---|---|---|\n")
+	h.printf("| shape | run | seconds | events/s | vs baseline | CPU s | peak RSS | first record after |\n|---|---|---|---|---|---|---|---|\n")
 	var profile, singleDB, singleFrom string
 	for _, shape := range []string{"single", "multi200"} {
 		schema, from, err := h.load(shape, n)
@@ -95,7 +95,7 @@ func run(n, bigTx, latencySeconds int, out string) error {
 		if err != nil {
 			return err
 		}
-		h.printf("| %s | baseline | %.2f | %.0f | 1.00 | | |\n", shape, base.Seconds(), float64(n)/base.Seconds())
+		h.printf("| %s | baseline | %.2f | %.0f | 1.00 | %.2f | | |\n", shape, base.elapsed.Seconds(), float64(n)/base.elapsed.Seconds(), base.cpu.Seconds())
 		for _, delivery := range []string{config.ExactlyOnce, config.AtLeastOnce} {
 			prof := ""
 			if shape == "single" && delivery == config.ExactlyOnce {
@@ -106,8 +106,8 @@ func run(n, bigTx, latencySeconds int, out string) error {
 			if err != nil {
 				return err
 			}
-			h.printf("| %s | %s | %.2f | %.0f | %.2f | %.0f MB | %d ms |\n", shape, delivery, res.elapsed.Seconds(),
-				float64(n)/res.elapsed.Seconds(), base.Seconds()/res.elapsed.Seconds(), float64(res.rssKB)/1024, res.first.Milliseconds())
+			h.printf("| %s | %s | %.2f | %.0f | %.2f | %.2f | %.0f MB | %d ms |\n", shape, delivery, res.elapsed.Seconds(),
+				float64(n)/res.elapsed.Seconds(), base.elapsed.Seconds()/res.elapsed.Seconds(), res.cpu.Seconds(), float64(res.rssKB)/1024, res.first.Milliseconds())
 		}
 	}
 
@@ -357,21 +357,24 @@ func (h *harness) createTopic(topic string) error {
 	return err
 }
 
-func (h *harness) baseline(self, db, from string, n int) (time.Duration, error) {
+func (h *harness) baseline(self, db, from string, n int) (catchUp, error) {
 	h.seq++
 	prefix := fmt.Sprintf("base%d.", h.seq)
 	if err := h.createTopic(prefix + "alarm"); err != nil {
-		return 0, err
+		return catchUp{}, err
 	}
 	cmd := exec.Command(self, "baseline", "-source", h.db.Addr, "-password", devdb.RootPassword, "-from", from,
 		"-db", db, "-brokers", h.broker, "-topic-prefix", prefix, "-n", strconv.Itoa(n))
 	cmd.Stderr = os.Stderr
 	began := time.Now()
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("baseline: %w", err)
+		return catchUp{}, fmt.Errorf("baseline: %w", err)
 	}
-	return time.Since(began), nil
+	return catchUp{elapsed: time.Since(began), cpu: cpuTime(cmd.ProcessState)}, nil
 }
+
+// cpuTime is the user and system CPU time a finished process used.
+func cpuTime(ps *os.ProcessState) time.Duration { return ps.UserTime() + ps.SystemTime() }
 
 // relayConfig is a relay configuration of defaults for db's outbox from a
 // GTID position, with its own name, checkpoint topic and topic prefix.
@@ -394,6 +397,7 @@ func (h *harness) relayConfig(prefix, db, from string) config.Config {
 
 type catchUp struct {
 	elapsed, first time.Duration
+	cpu            time.Duration // the process's CPU time, start to exit
 	rssKB          int
 }
 
@@ -451,6 +455,7 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 	if err := cmd.Wait(); err != nil {
 		return res, fmt.Errorf("relay %s: %w", cfg.Name, err)
 	}
+	res.cpu = cpuTime(cmd.ProcessState)
 	select {
 	case res.first = <-firstCh:
 	case <-time.After(10 * time.Second):

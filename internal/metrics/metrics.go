@@ -65,11 +65,11 @@ func New(version string) *Metrics {
 	})
 	m.KafkaTransactions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_relay_kafka_transactions_total",
-		Help: "Kafka transactions (at-least-once: checkpoint flushes) ended, by result.",
+		Help: "Kafka transactions (at-least-once: batches) ended, by result.",
 	}, []string{"result"})
 	m.KafkaTxnSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "outbox_relay_kafka_transaction_duration_seconds",
-		Help:    "Time from flushing a batch to its commit.",
+		Help:    "Time from flushing a batch to its commit (exactly-once).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	})
 	m.BatchRecords = prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -90,6 +90,12 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 					return err
 				}
 			}
+		case <-l.sink.acked: // at-least-once only
+			cp, err := l.sink.drain()
+			if err != nil {
+				return err
+			}
+			l.written(cp)
 		case now := <-tick.C:
 			if err := l.onTick(ctx, now); err != nil {
 				return err
@@ -288,6 +294,11 @@ func (l *loop) onTick(ctx context.Context, now time.Time) error {
 		l.r.metrics.SourceLag.Set(now.Sub(l.lastCommitTime).Seconds())
 	}
 	l.progress(now)
+	cp, err := l.sink.drain() // at-least-once; a no-op exactly-once
+	if err != nil {
+		return err
+	}
+	l.written(cp)
 	if l.sink.open {
 		if l.curGTID == "" && now.Sub(l.batchStart) >= cfg.Batch.MaxWait {
 			return l.commit(ctx)
@@ -344,15 +355,17 @@ func (l *loop) commit(ctx context.Context) error {
 		cp.Partial = &p
 	}
 	began := time.Now()
-	if err := l.sink.commit(ctx, cp); err != nil {
+	written, err := l.sink.commit(ctx, cp)
+	if err != nil {
 		l.r.metrics.KafkaTransactions.WithLabelValues("abort").Inc()
 		return err
 	}
 	l.r.metrics.KafkaTransactions.WithLabelValues("commit").Inc()
-	l.r.metrics.KafkaTxnSeconds.Observe(time.Since(began).Seconds())
+	if l.sink.txn {
+		l.r.metrics.KafkaTxnSeconds.Observe(time.Since(began).Seconds())
+	}
 	l.r.metrics.BatchRecords.Observe(float64(l.batchRecords))
-	l.r.metrics.CheckpointTime.Set(float64(cp.Time.UnixNano()) / 1e9)
-	l.r.metrics.SetPosition(cp.GTIDSet)
+	l.written(written)
 	for to, n := range l.batchTopics {
 		c := l.topicCounters[to]
 		if c == nil {
@@ -374,6 +387,15 @@ func (l *loop) commit(ctx context.Context) error {
 	return nil
 }
 
+// written notes a checkpoint the sink wrote (nil: none).
+func (l *loop) written(cp *checkpoint.Checkpoint) {
+	if cp == nil {
+		return
+	}
+	l.r.metrics.CheckpointTime.Set(float64(cp.Time.UnixNano()) / 1e9)
+	l.r.metrics.SetPosition(cp.GTIDSet)
+}
+
 // shutdown commits what the loop holds: records already produced, even in
 // the middle of a source transaction, go out with a checkpoint whose partial
 // says so. It then waits until the last checkpoint is durable.
@@ -385,9 +407,11 @@ func (l *loop) shutdown() error {
 			return fmt.Errorf("write final checkpoint: %w", err)
 		}
 	}
-	if err := l.sink.finish(ctx); err != nil {
+	cp, err := l.sink.finish(ctx)
+	if err != nil {
 		return fmt.Errorf("write final checkpoint: %w", err)
 	}
+	l.written(cp)
 	if l.setStr == "" {
 		l.setStr = l.set.String()
 	}

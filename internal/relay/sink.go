@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -20,11 +21,12 @@ import (
 var ErrFenced = errors.New("producer fenced by another instance with the same name")
 
 // sink writes batches to Kafka. Exactly-once: each batch is one Kafka
-// transaction ending with its checkpoint record. At-least-once: the batch's
-// records are flushed and acknowledged, then the checkpoint is written.
+// transaction ending with its checkpoint record. At-least-once: a batch's
+// checkpoint is written once every record of it and of the batches before it
+// is acknowledged; the loop goes on reading meanwhile.
 //
-// Only the relay loop goroutine calls its methods; the produce callback only
-// records the first error.
+// Only the relay loop goroutine calls its methods; the produce callbacks only
+// record the first error and count acknowledgements.
 type sink struct {
 	cl       *kgo.Client
 	adm      *kadm.Client
@@ -39,6 +41,23 @@ type sink struct {
 	errMu    sync.Mutex
 	firstErr error
 	promise  func(*kgo.Record, error)
+
+	// At-least-once: the open batch, and batches ended but not yet
+	// acknowledged in full, oldest first. acked wakes the loop when a batch
+	// may have become complete.
+	cur        *aloBatch
+	sealed     []*aloBatch
+	acked      chan struct{}
+	cpInFlight atomic.Bool // a checkpoint record is not yet acknowledged
+	cpPromise  func(*kgo.Record, error)
+}
+
+// aloBatch is an at-least-once batch: its records not yet acknowledged and,
+// once it has ended, its checkpoint.
+type aloBatch struct {
+	pending atomic.Int64
+	cp      *checkpoint.Checkpoint
+	promise func(*kgo.Record, error)
 }
 
 func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, txn bool, timeout time.Duration, parts int32, repl int16) *sink {
@@ -53,7 +72,35 @@ func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, txn b
 			s.errMu.Unlock()
 		}
 	}
+	if !txn {
+		s.acked = make(chan struct{}, 1)
+		s.cpPromise = func(r *kgo.Record, err error) {
+			s.promise(r, err)
+			s.cpInFlight.Store(false)
+			s.wake()
+		}
+	}
 	return s
+}
+
+// wake tells the loop that drain may have work.
+func (s *sink) wake() {
+	select {
+	case s.acked <- struct{}{}:
+	default:
+	}
+}
+
+// newBatch starts an at-least-once batch whose records share one callback.
+func (s *sink) newBatch() *aloBatch {
+	b := &aloBatch{}
+	b.promise = func(r *kgo.Record, err error) {
+		s.promise(r, err) // the error is recorded before the count drops
+		if b.pending.Add(-1) == 0 {
+			s.wake()
+		}
+	}
+	return b
 }
 
 func (s *sink) err() error {
@@ -128,6 +175,8 @@ func (s *sink) begin() error {
 		if err := s.cl.BeginTransaction(); err != nil {
 			return fmt.Errorf("begin kafka transaction: %w", classify(err))
 		}
+	} else {
+		s.cur = s.newBatch()
 	}
 	s.open = true
 	return nil
@@ -138,64 +187,105 @@ func (s *sink) produce(rec *kgo.Record) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
+	if !s.txn {
+		s.cur.pending.Add(1)
+		s.cl.Produce(s.pctx, rec, s.cur.promise)
+		return nil
+	}
 	s.cl.Produce(s.pctx, rec, s.promise)
 	return nil
 }
 
-// commit ends the batch with cp: after it returns nil, every record of the
-// batch and cp are durably committed.
-func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) error {
+// commit ends the batch with cp. Exactly-once: after it returns nil, every
+// record of the batch and cp are durably committed, and it returns cp.
+// At-least-once: cp is written once the batch is acknowledged (see drain);
+// it returns the checkpoint it wrote, if any.
+func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoint.Checkpoint, error) {
 	if err := s.begin(); err != nil {
-		return err
+		return nil, err
+	}
+	if !s.txn {
+		s.cur.cp = cp
+		s.sealed = append(s.sealed, s.cur)
+		s.cur, s.open = nil, false
+		return s.drain()
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if s.txn {
-		s.cl.Produce(s.pctx, s.store.Record(cp), s.promise)
-		if err := s.cl.Flush(ctx); err != nil {
-			return fmt.Errorf("flush batch: %w", err)
-		}
-		if err := s.err(); err != nil {
-			return fmt.Errorf("produce batch: %w", classify(err))
-		}
-		hit("after-flush")
-		if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			return fmt.Errorf("commit kafka transaction: %w", classify(err))
-		}
-		s.open = false
-		return nil
-	}
-	// At-least-once: the checkpoint goes out only once every record before it
-	// is acknowledged. It is not waited for: the next commit's flush (or
-	// finish) covers it, and if it fails that flush reports it and the relay
-	// resumes from the previous checkpoint, publishing some records again.
+	s.cl.Produce(s.pctx, s.store.Record(cp), s.promise)
 	if err := s.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("flush batch: %w", err)
+		return nil, fmt.Errorf("flush batch: %w", err)
 	}
 	if err := s.err(); err != nil {
-		return fmt.Errorf("produce batch: %w", classify(err))
+		return nil, fmt.Errorf("produce batch: %w", classify(err))
 	}
 	hit("after-flush")
-	s.cl.Produce(s.pctx, s.store.Record(cp), s.promise)
+	if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return nil, fmt.Errorf("commit kafka transaction: %w", classify(err))
+	}
 	s.open = false
-	return nil
+	return cp, nil
+}
+
+// drain (at-least-once) writes the checkpoint of the newest ended batch that
+// is acknowledged together with every batch before it, and returns it (nil
+// when there is none, or while the previous checkpoint record is in flight:
+// its acknowledgement wakes the loop again, so a catch-up writes one
+// checkpoint per round trip, not one per batch). A failed record stops it:
+// the error ends the attempt and the relay resumes from the last checkpoint
+// written, publishing some records again, never skipping one. The checkpoint
+// record itself is not waited for: a later failure of it is reported by the
+// next drain or by finish.
+func (s *sink) drain() (*checkpoint.Checkpoint, error) {
+	if s.txn || s.cpInFlight.Load() {
+		return nil, nil
+	}
+	done := 0
+	for done < len(s.sealed) && s.sealed[done].pending.Load() == 0 {
+		done++
+	}
+	if err := s.err(); err != nil {
+		return nil, fmt.Errorf("produce batch: %w", classify(err))
+	}
+	if done == 0 {
+		return nil, nil
+	}
+	cp := s.sealed[done-1].cp
+	cp.Time = time.Now().UTC() // when written, which is later than the batch ended
+	clear(s.sealed[:done])
+	s.sealed = s.sealed[done:]
+	hit("after-flush")
+	s.cpInFlight.Store(true)
+	s.cl.Produce(s.pctx, s.store.Record(cp), s.cpPromise)
+	return cp, nil
 }
 
 // finish waits until everything committed so far is durable: at-least-once,
-// the last checkpoint's acknowledgement.
-func (s *sink) finish(ctx context.Context) error {
+// every ended batch acknowledged and its checkpoint written. It returns the
+// last checkpoint it wrote, if any.
+func (s *sink) finish(ctx context.Context) (*checkpoint.Checkpoint, error) {
 	if s.txn {
-		return nil
+		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("flush checkpoint: %w", err)
+		return nil, fmt.Errorf("flush batch: %w", err)
+	}
+	cp, err := s.drain()
+	if err != nil {
+		return nil, err
+	}
+	if len(s.sealed) > 0 {
+		return nil, fmt.Errorf("flush batch: %d batches not acknowledged", len(s.sealed))
+	}
+	if err := s.cl.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("flush checkpoint: %w", err)
 	}
 	if err := s.err(); err != nil {
-		return fmt.Errorf("write checkpoint: %w", classify(err))
+		return nil, fmt.Errorf("write checkpoint: %w", classify(err))
 	}
-	return nil
+	return cp, nil
 }
 
 // ErrRejected: Kafka refuses a record or topic for good (too large, invalid,

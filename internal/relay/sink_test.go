@@ -1,0 +1,180 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+)
+
+// aloSink is an at-least-once sink on an embedded broker whose produce
+// responses can be held back: hold() stops acknowledgements until the
+// returned function releases them.
+type aloSink struct {
+	*sink
+	store *checkpoint.Store
+	hold  func() (release func())
+}
+
+func newALOSink(t *testing.T) aloSink {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var mu sync.Mutex
+	var gate chan struct{} // nil: acknowledge at once
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		mu.Lock()
+		g := gate
+		mu.Unlock()
+		if g != nil {
+			c.SleepControl(func() { <-g })
+		}
+		return nil, nil, false // the broker handles it as usual
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	store := checkpoint.NewStore("cp", kgo.SeedBrokers(c.ListenAddrs()...))
+	if err := store.EnsureTopic(context.Background(), kadm.NewClient(cl), 1); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(context.Background(), cl, store, false, 10*time.Second, 3, 1)
+	return aloSink{sink: s, store: store, hold: func() func() {
+		g := make(chan struct{})
+		mu.Lock()
+		gate = g
+		mu.Unlock()
+		return func() {
+			mu.Lock()
+			gate = nil
+			mu.Unlock()
+			close(g)
+		}
+	}}
+}
+
+func cpAt(gtids string) *checkpoint.Checkpoint {
+	return &checkpoint.Checkpoint{Name: "t", GTIDSet: gtids, Flavor: "mariadb", Time: time.Now().UTC()}
+}
+
+func (a aloSink) stored(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cp, err := a.store.Load(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp == nil {
+		return ""
+	}
+	return cp.GTIDSet
+}
+
+// waitDrain waits for the sink's wake-ups until drain writes a checkpoint.
+func (a aloSink) waitDrain(t *testing.T) (*checkpoint.Checkpoint, error) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case <-a.acked:
+			if cp, err := a.drain(); cp != nil || err != nil {
+				return cp, err
+			}
+		case <-deadline:
+			t.Fatal("no checkpoint written after the acknowledgements")
+		}
+	}
+}
+
+// At-least-once: a checkpoint is written only once every record before it
+// is acknowledged, and then the newest such checkpoint.
+func TestAtLeastOnceCheckpointFollowsAcknowledgements(t *testing.T) {
+	ctx := context.Background()
+	a := newALOSink(t)
+	if _, err := a.commit(ctx, cpAt("0-1-1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.stored(t); got != "0-1-1" {
+		t.Fatalf("initial checkpoint: stored %q", got)
+	}
+
+	release := a.hold()
+	for i := range 3 {
+		if err := a.produce(&kgo.Record{Topic: "data", Key: []byte{byte(i)}, Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cp, err := a.commit(ctx, cpAt("0-1-2")); cp != nil || err != nil {
+		t.Fatalf("checkpoint of an unacknowledged batch written: %v, %v", cp, err)
+	}
+	// A heartbeat after it waits for it too.
+	if cp, err := a.commit(ctx, cpAt("0-1-3")); cp != nil || err != nil {
+		t.Fatalf("heartbeat checkpoint written before the batch before it: %v, %v", cp, err)
+	}
+	if cp, err := a.drain(); cp != nil || err != nil {
+		t.Fatalf("drain wrote %v, %v while records are unacknowledged", cp, err)
+	}
+	release()
+	cp, err := a.waitDrain(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.GTIDSet != "0-1-3" {
+		t.Fatalf("drain wrote %s, want the newest complete batch 0-1-3", cp.GTIDSet)
+	}
+	if _, err := a.finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.stored(t); got != "0-1-3" {
+		t.Fatalf("stored %q, want 0-1-3", got)
+	}
+}
+
+// A record that fails keeps its batch's checkpoint, and every later one,
+// out of the topic: the relay resumes before it.
+func TestAtLeastOnceFailedRecordWritesNoCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	a := newALOSink(t)
+	if _, err := a.commit(ctx, cpAt("0-1-1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Larger than any record batch the client sends: refused before it leaves.
+	big := bytes.Repeat([]byte("x"), 2<<20)
+	if err := a.produce(&kgo.Record{Topic: "data", Value: big}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.produce(&kgo.Record{Topic: "data", Value: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.commit(ctx, cpAt("0-1-2"))
+	if err == nil {
+		_, err = a.finish(ctx)
+	}
+	if !errors.Is(err, ErrRejected) {
+		t.Fatalf("a refused record ended the batch with %v, want ErrRejected", err)
+	}
+	if got := a.stored(t); got != "0-1-1" {
+		t.Fatalf("stored %q after a failed batch, want 0-1-1", got)
+	}
+}
