@@ -57,10 +57,11 @@ fuzz:
 
 # Benchmarks (not part of make test): catch-up throughput against a naive
 # baseline, latency, memory, CPU profile; the report goes to BENCHMARKS.md.
-# BENCH_N=100000 for a quick run.
+# BENCH_N=100000 BENCH_ROUNDS=1 for a quick run.
 BENCH_N ?= 1000000
+BENCH_ROUNDS ?= 3
 bench: deps
-	$(GO) run ./bench -n $(BENCH_N) -out BENCHMARKS.md
+	$(GO) run ./bench -n $(BENCH_N) -rounds $(BENCH_ROUNDS) -out BENCHMARKS.md
 
 demo: deps build
 	$(GO) run ./examples/demo --relay $(BIN) $(DEMO_ARGS)

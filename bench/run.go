@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,9 +18,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"gopkg.in/yaml.v3"
 
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 )
@@ -41,7 +38,7 @@ func (h *harness) printf(format string, a ...any) {
 	fmt.Printf(format, a...)
 }
 
-func run(n, bigTx, latencySeconds int, out string) error {
+func run(n, bigTx, latencySeconds, rounds int, out string) error {
 	dir, err := os.MkdirTemp("", "outbox-relay-bench-")
 	if err != nil {
 		return err
@@ -75,42 +72,16 @@ func run(n, bigTx, latencySeconds int, out string) error {
 	}
 
 	h.printf("# outbox-relay benchmarks\n\n")
-	h.printf("Measured by `go run ./bench -n %d -big-tx %d -latency-seconds %d` (`make bench`), %s.\n\n",
-		n, bigTx, latencySeconds, time.Now().UTC().Format("2006-01-02"))
+	h.printf("Measured by `go run ./bench -n %d -rounds %d -big-tx %d -latency-seconds %d` (`make bench`), %s.\n\n",
+		n, rounds, bigTx, latencySeconds, time.Now().UTC().Format("2006-01-02"))
 	h.printf("Machine: %s, %d cores, %s; %s; MariaDB %s (scratch, binlog ROW/FULL); Kafka: kfake (`outbox-relay dev kafka`, in memory, its own process).\n\n",
 		cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), h.version())
 
-	h.printf("## 1. Catch-up throughput (%d outbox rows, from the position before them)\n\n", n)
-	h.printf("| shape | run | seconds | events/s | vs baseline | CPU s | peak RSS | first record after |\n|---|---|---|---|---|---|---|---|\n")
-	var profile, singleDB, singleFrom string
-	for _, shape := range []string{"single", "multi200"} {
-		schema, from, err := h.load(shape, n)
-		if err != nil {
-			return err
-		}
-		if shape == "single" {
-			singleDB, singleFrom = schema, from
-		}
-		base, err := h.baseline(self, schema, from, n)
-		if err != nil {
-			return err
-		}
-		h.printf("| %s | baseline | %.2f | %.0f | 1.00 | %.2f | | |\n", shape, base.elapsed.Seconds(), float64(n)/base.elapsed.Seconds(), base.cpu.Seconds())
-		for _, delivery := range []string{config.ExactlyOnce, config.AtLeastOnce} {
-			prof := ""
-			if shape == "single" && delivery == config.ExactlyOnce {
-				prof = filepath.Join(dir, "cpu.prof")
-				profile = prof
-			}
-			res, err := h.relayCatchUp(schema, from, n, delivery, prof)
-			if err != nil {
-				return err
-			}
-			h.printf("| %s | %s | %.2f | %.0f | %.2f | %.2f | %.0f MB | %d ms |\n", shape, delivery, res.elapsed.Seconds(),
-				float64(n)/res.elapsed.Seconds(), base.elapsed.Seconds()/res.elapsed.Seconds(), res.cpu.Seconds(), float64(res.rssKB)/1024, res.first.Milliseconds())
-		}
+	profile := filepath.Join(dir, "cpu.prof")
+	singleDB, singleFrom, err := h.catchUpSection(self, n, rounds, profile)
+	if err != nil {
+		return err
 	}
-
 	h.printf("\n### Batch bound (kafka.batch.max_records), exactly-once, single-row shape\n\n")
 	h.printf("| max_records | seconds | events/s | peak RSS |\n|---|---|---|---|\n")
 	for _, records := range []int{500, 2000, 5000, 20000} {
@@ -146,18 +117,8 @@ func run(n, bigTx, latencySeconds int, out string) error {
 	h.printf("Exactly-once, split into Kafka transactions of kafka.batch.max_records: %.2f s, peak RSS %.0f MB.\n",
 		res.elapsed.Seconds(), float64(res.rssKB)/1024)
 
-	if profile != "" {
-		if keep := os.Getenv("BENCH_KEEP_PROFILE"); keep != "" {
-			if b, err := os.ReadFile(profile); err == nil {
-				_ = os.WriteFile(keep, b, 0o644)
-				_ = exec.Command("cp", h.bin, keep+".bin").Run()
-			}
-		}
-		top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", h.bin, profile).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("pprof: %v\n%s", err, top)
-		}
-		h.printf("\n## 4. CPU profile of the exactly-once single-row catch-up\n\n```\n%s```\n", trimProfile(string(top)))
+	if err := h.profileSection(profile); err != nil {
+		return err
 	}
 	if out != "" {
 		report := h.report.String()
@@ -169,6 +130,23 @@ func run(n, bigTx, latencySeconds int, out string) error {
 		}
 		return os.WriteFile(out, []byte(report), 0o644)
 	}
+	return nil
+}
+
+// profileSection writes section 4: the top of the CPU profile (kept, with
+// the binary, at $BENCH_KEEP_PROFILE when set).
+func (h *harness) profileSection(profile string) error {
+	if keep := os.Getenv("BENCH_KEEP_PROFILE"); keep != "" {
+		if b, err := os.ReadFile(profile); err == nil {
+			_ = os.WriteFile(keep, b, 0o644)
+			_ = exec.Command("cp", h.bin, keep+".bin").Run()
+		}
+	}
+	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", h.bin, profile).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pprof: %v\n%s", err, top)
+	}
+	h.printf("\n## 4. CPU profile of the exactly-once single-row catch-up (round 1)\n\n```\n%s```\n", trimProfile(string(top)))
 	return nil
 }
 
@@ -355,272 +333,4 @@ func (h *harness) createTopic(topic string) error {
 	defer cl.Close()
 	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), 3, 1, nil, topic)
 	return err
-}
-
-func (h *harness) baseline(self, db, from string, n int) (catchUp, error) {
-	h.seq++
-	prefix := fmt.Sprintf("base%d.", h.seq)
-	if err := h.createTopic(prefix + "alarm"); err != nil {
-		return catchUp{}, err
-	}
-	cmd := exec.Command(self, "baseline", "-source", h.db.Addr, "-password", devdb.RootPassword, "-from", from,
-		"-db", db, "-brokers", h.broker, "-topic-prefix", prefix, "-n", strconv.Itoa(n))
-	cmd.Stderr = os.Stderr
-	began := time.Now()
-	if err := cmd.Run(); err != nil {
-		return catchUp{}, fmt.Errorf("baseline: %w", err)
-	}
-	return catchUp{elapsed: time.Since(began), cpu: cpuTime(cmd.ProcessState)}, nil
-}
-
-// cpuTime is the user and system CPU time a finished process used.
-func cpuTime(ps *os.ProcessState) time.Duration { return ps.UserTime() + ps.SystemTime() }
-
-// relayConfig is a relay configuration of defaults for db's outbox from a
-// GTID position, with its own name, checkpoint topic and topic prefix.
-func (h *harness) relayConfig(prefix, db, from string) config.Config {
-	h.seq++
-	cfg := config.Default()
-	cfg.Name = fmt.Sprintf("%s%d", prefix, h.seq)
-	cfg.Source.Hosts = []string{h.db.Addr}
-	cfg.Source.User, cfg.Source.Password = "root", devdb.RootPassword
-	cfg.Source.ServerID = uint32(5000 + h.seq)
-	cfg.Source.Tables = []string{db + ".outbox"}
-	cfg.Source.Start = from
-	cfg.Kafka.Brokers = []string{h.broker}
-	cfg.Kafka.CheckpointTopic = "cp." + cfg.Name
-	cfg.Router.TopicPrefix = cfg.Name + "."
-	cfg.HTTP.Listen = ""
-	cfg.Log.Level = "warn"
-	return cfg
-}
-
-type catchUp struct {
-	elapsed, first time.Duration
-	cpu            time.Duration // the process's CPU time, start to exit
-	rssKB          int
-}
-
-// relayCatchUp runs the relay from `from` until its checkpoint counts n
-// events, polling the checkpoint; it records peak RSS and the time to the
-// first record a read_committed consumer sees.
-func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile string, tune ...func(*config.Config)) (catchUp, error) {
-	cfg := h.relayConfig("bench", db, from)
-	cfg.Kafka.Delivery = delivery
-	for _, f := range tune {
-		f(&cfg)
-	}
-	if err := h.createTopic(cfg.Router.TopicPrefix + "alarm"); err != nil {
-		return catchUp{}, err
-	}
-	raw, _ := yaml.Marshal(cfg)
-	path := filepath.Join(h.dir, cfg.Name+".yaml")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		return catchUp{}, err
-	}
-	args := []string{"run", "--config", path}
-	if cpuProfile != "" {
-		args = append(args, "--cpuprofile", cpuProfile)
-	}
-	firstCh := make(chan time.Duration, 1)
-	cmd := exec.Command(h.bin, args...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	began := time.Now()
-	if err := cmd.Start(); err != nil {
-		return catchUp{}, err
-	}
-	go h.firstRecord(cfg.Router.TopicPrefix+"alarm", began, firstCh)
-	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kgo.SeedBrokers(h.broker))
-	var res catchUp
-	deadline := time.Now().Add(30 * time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		cp, err := store.Load(ctx, cfg.Name)
-		cancel()
-		if err == nil && cp != nil && cp.Events >= int64(n) {
-			// The checkpoint says when the relay wrote it: polling slowly
-			// keeps the harness off the relay's CPU without losing precision.
-			res.elapsed = cp.Time.Sub(began)
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			return res, fmt.Errorf("relay %s did not catch up", cfg.Name)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	res.rssKB = peakRSS(cmd.Process.Pid)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		return res, fmt.Errorf("relay %s: %w", cfg.Name, err)
-	}
-	res.cpu = cpuTime(cmd.ProcessState)
-	select {
-	case res.first = <-firstCh:
-	case <-time.After(10 * time.Second):
-		res.first = -1
-	}
-	return res, nil
-}
-
-func (h *harness) firstRecord(topic string, began time.Time, out chan<- time.Duration) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.broker), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(10*time.Millisecond))
-	if err != nil {
-		return
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for ctx.Err() == nil {
-		if cl.PollRecords(ctx, 1).NumRecords() > 0 {
-			out <- time.Since(began)
-			return
-		}
-	}
-}
-
-// peakRSS is VmHWM of pid, in kB.
-func peakRSS(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmHWM:") {
-			kb, _ := strconv.Atoi(strings.Fields(l)[1])
-			return kb
-		}
-	}
-	return 0
-}
-
-type latencyResult struct {
-	samples  []time.Duration
-	achieved float64
-}
-
-func (l latencyResult) quantile(q float64) time.Duration {
-	if len(l.samples) == 0 {
-		return 0
-	}
-	i := int(q * float64(len(l.samples)-1))
-	return l.samples[i]
-}
-
-// latency runs the relay (exactly-once, defaults) and writers committing at
-// rate events/s for d; a read_committed consumer records, per event, the time
-// from the writer's COMMIT returning to the record's arrival.
-func (h *harness) latency(rate int, d time.Duration) (latencyResult, error) {
-	db, from, err := h.load("single", 0)
-	if err != nil {
-		return latencyResult{}, err
-	}
-	cfg := h.relayConfig("lat", db, from)
-	topic := cfg.Router.TopicPrefix + "alarm"
-	if err := h.createTopic(topic); err != nil {
-		return latencyResult{}, err
-	}
-	raw, _ := yaml.Marshal(cfg)
-	path := filepath.Join(h.dir, cfg.Name+".yaml")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		return latencyResult{}, err
-	}
-	cmd := exec.Command(h.bin, "run", "--config", path)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return latencyResult{}, err
-	}
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
-	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kgo.SeedBrokers(h.broker))
-	for { // wait for the relay to pin its start
-		cp, _ := store.Load(context.Background(), cfg.Name)
-		if cp != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-
-	var commits sync.Map // event id -> time.Time
-	total := int(float64(rate) * d.Seconds())
-	cons, err := kgo.NewClient(kgo.SeedBrokers(h.broker), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(10*time.Millisecond))
-	if err != nil {
-		return latencyResult{}, err
-	}
-	defer cons.Close()
-	// Warm up: one event through relay, broker and consumer before timing,
-	// so consumer start-up (metadata, offsets) is not counted.
-	if err := h.db.Exec(fmt.Sprintf(`INSERT INTO %s.outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
-		VALUES ('warm-up', 'alarm', 'dev-0', 'AlarmCreated', '{}')`, db)); err != nil {
-		return latencyResult{}, err
-	}
-	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
-	for warm := 0; warm == 0 && wctx.Err() == nil; {
-		warm = cons.PollFetches(wctx).NumRecords()
-	}
-	wcancel()
-	recvd := make(chan []time.Duration, 1)
-	go func() {
-		var lat []time.Duration
-		ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
-		defer cancel()
-		for len(lat) < total && ctx.Err() == nil {
-			fs := cons.PollFetches(ctx)
-			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				var id string
-				for _, hd := range r.Headers {
-					if hd.Key == "id" {
-						id = string(hd.Value)
-					}
-				}
-				for {
-					if t, ok := commits.Load(id); ok {
-						lat = append(lat, now.Sub(t.(time.Time)))
-						return
-					}
-					// the writer records its commit time right after COMMIT
-					// returns; a record can arrive a moment before that
-					runtime.Gosched()
-				}
-			})
-		}
-		recvd <- lat
-	}()
-
-	writers := 4
-	if rate <= 100 {
-		writers = 1
-	}
-	began := time.Now()
-	err = h.parallel(writers, total, func(c *client.Conn, i int) error {
-		due := began.Add(time.Duration(float64(i) / float64(rate) * float64(time.Second)))
-		if wait := time.Until(due); wait > 0 {
-			time.Sleep(wait)
-		}
-		id := fmt.Sprintf("l-%d", i)
-		q := fmt.Sprintf("BEGIN; INSERT INTO %s.alarm_record (device_id, temp) VALUES ('dev-%d', %d); "+
-			"INSERT INTO %s.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('%s', 'alarm', 'dev-%d', 'AlarmCreated', '"+payload+"'); COMMIT",
-			db, i%1000, 80+i%40, db, id, i%1000, i%1000, 80+i%40)
-		if err := execMulti(c, q); err != nil {
-			return err
-		}
-		commits.Store(id, time.Now())
-		return nil
-	})
-	if err != nil {
-		return latencyResult{}, err
-	}
-	achieved := float64(total) / time.Since(began).Seconds()
-	lat := <-recvd
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	if len(lat) < total {
-		return latencyResult{}, fmt.Errorf("received %d of %d events", len(lat), total)
-	}
-	return latencyResult{samples: lat, achieved: achieved}, nil
 }

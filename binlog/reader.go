@@ -1,6 +1,7 @@
 package binlog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -210,7 +211,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	if err != nil {
 		return mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, err))
 	}
-	st := &streamState{tableCache: map[*replication.TableMapEvent]*Table{}}
+	st := &streamState{tableCache: map[uint64]*cachedTable{}}
 	for {
 		ev, err := stream.GetEvent(ctx)
 		if err != nil {
@@ -247,7 +248,45 @@ type streamState struct {
 	gtid       string
 	commitTime time.Time
 	size       int
-	tableCache map[*replication.TableMapEvent]*Table
+	// tableCache holds, by table id, the Table built from a table map event;
+	// the server sends one per transaction, mostly identical to the last.
+	// Cleared when DDL changes a captured table's layout.
+	tableCache map[uint64]*cachedTable
+}
+
+// cachedTable is a Table and the table map metadata it was built from.
+type cachedTable struct {
+	table                  *Table
+	schema, name, colType  []byte
+	colMeta                []uint16
+	defCharset, colCharset []uint64
+	colNames               [][]byte
+}
+
+func newCachedTable(tm *replication.TableMapEvent, t *Table) *cachedTable {
+	names := make([][]byte, len(tm.ColumnName))
+	for i, n := range tm.ColumnName {
+		names[i] = slices.Clone(n)
+	}
+	return &cachedTable{table: t, schema: slices.Clone(tm.Schema), name: slices.Clone(tm.Table),
+		colType: slices.Clone(tm.ColumnType), colMeta: slices.Clone(tm.ColumnMeta),
+		defCharset: slices.Clone(tm.DefaultCharset), colCharset: slices.Clone(tm.ColumnCharset), colNames: names}
+}
+
+// matches reports whether tm describes the table exactly as the one c was
+// built from (all that columns and latin1Columns read).
+func (c *cachedTable) matches(tm *replication.TableMapEvent) bool {
+	if !bytes.Equal(c.schema, tm.Schema) || !bytes.Equal(c.name, tm.Table) || !bytes.Equal(c.colType, tm.ColumnType) ||
+		!slices.Equal(c.colMeta, tm.ColumnMeta) || !slices.Equal(c.defCharset, tm.DefaultCharset) ||
+		!slices.Equal(c.colCharset, tm.ColumnCharset) || len(c.colNames) != len(tm.ColumnName) {
+		return false
+	}
+	for i, n := range tm.ColumnName {
+		if !bytes.Equal(c.colNames[i], n) {
+			return false
+		}
+	}
+	return true
 }
 
 // convert appends the relay's view of ev (nothing, rows or a commit) to batch.
@@ -280,15 +319,17 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 		if e.Table == nil || len(e.Rows) == 0 || !r.captured(e.Table.Schema, e.Table.Table) {
 			return batch, nil
 		}
-		t := st.tableCache[e.Table]
-		if t == nil {
+		var t *Table
+		if c := st.tableCache[e.Table.TableID]; c != nil && c.matches(e.Table) {
+			t = c.table
+		} else {
 			cols, err := r.columns(e.Table, st.gtid)
 			if err != nil {
 				return batch, err
 			}
 			t = &Table{Schema: string(e.Table.Schema), Name: string(e.Table.Table), Columns: cols,
 				Latin1: latin1Columns(e.Table, len(cols))}
-			st.tableCache[e.Table] = t
+			st.tableCache[e.Table.TableID] = newCachedTable(e.Table, t)
 		}
 		out := Event{Kind: KindRows, GTID: st.gtid, Table: t, Time: st.commitTime, Size: st.size}
 		switch e.Type() {
@@ -363,7 +404,6 @@ func (r *Reader) commit(st *streamState, set mysql.GTIDSet, batch []Event) ([]Ev
 	}
 	ev := Event{Kind: KindCommit, GTID: st.gtid, Set: set, Schema: r.tracker.Tables(), Time: st.commitTime, Size: st.size}
 	st.size = 0
-	clear(st.tableCache)
 	return append(batch, ev), nil
 }
 

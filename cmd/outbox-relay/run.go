@@ -33,6 +33,10 @@ func loadConfig(fs *flag.FlagSet, args []string) (config.Config, error) {
 // defaultMemoryLimit is the soft Go heap limit of `run` unless GOMEMLIMIT is set.
 const defaultMemoryLimit = 96 << 20
 
+// defaultGCPercent is the GC target of `run` unless GOGC is set: with the
+// memory limit as the ceiling, a small live heap is collected less often.
+const defaultGCPercent = 400
+
 func runCmd(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	printCfg := fs.Bool("print-config", false, "print the effective configuration, secrets redacted, and exit")
@@ -66,6 +70,9 @@ func runCmd(args []string) error {
 		// A soft heap limit keeps catch-up bursts small (GC works harder near
 		// it; it never fails an allocation). GOMEMLIMIT overrides it.
 		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
 	}
 	log := newLogger(cfg.Log, nil)
 	m := metrics.New(version)

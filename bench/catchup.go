@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"gopkg.in/yaml.v3"
+)
+
+func (h *harness) baseline(self, db, from string, n int) (catchUp, error) {
+	h.seq++
+	prefix := fmt.Sprintf("base%d.", h.seq)
+	if err := h.createTopic(prefix + "alarm"); err != nil {
+		return catchUp{}, err
+	}
+	cmd := exec.Command(self, "baseline", "-source", h.db.Addr, "-password", devdb.RootPassword, "-from", from,
+		"-db", db, "-brokers", h.broker, "-topic-prefix", prefix, "-n", strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	began := time.Now()
+	if err := cmd.Run(); err != nil {
+		return catchUp{}, fmt.Errorf("baseline: %w", err)
+	}
+	return catchUp{elapsed: time.Since(began), cpu: cpuTime(cmd.ProcessState)}, nil
+}
+
+// cpuTime is the user and system CPU time a finished process used.
+func cpuTime(ps *os.ProcessState) time.Duration { return ps.UserTime() + ps.SystemTime() }
+
+// relayConfig is a relay configuration of defaults for db's outbox from a
+// GTID position, with its own name, checkpoint topic and topic prefix.
+func (h *harness) relayConfig(prefix, db, from string) config.Config {
+	h.seq++
+	cfg := config.Default()
+	cfg.Name = fmt.Sprintf("%s%d", prefix, h.seq)
+	cfg.Source.Hosts = []string{h.db.Addr}
+	cfg.Source.User, cfg.Source.Password = "root", devdb.RootPassword
+	cfg.Source.ServerID = uint32(5000 + h.seq)
+	cfg.Source.Tables = []string{db + ".outbox"}
+	cfg.Source.Start = from
+	cfg.Kafka.Brokers = []string{h.broker}
+	cfg.Kafka.CheckpointTopic = "cp." + cfg.Name
+	cfg.Router.TopicPrefix = cfg.Name + "."
+	cfg.HTTP.Listen = ""
+	cfg.Log.Level = "warn"
+	return cfg
+}
+
+type catchUp struct {
+	elapsed, first time.Duration
+	cpu            time.Duration // the process's CPU time, start to exit
+	rssKB          int
+}
+
+// relayCatchUp runs the relay from `from` until its checkpoint counts n
+// events, polling the checkpoint; it records peak RSS and the time to the
+// first record a read_committed consumer sees.
+func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile string, tune ...func(*config.Config)) (catchUp, error) {
+	cfg := h.relayConfig("bench", db, from)
+	cfg.Kafka.Delivery = delivery
+	for _, f := range tune {
+		f(&cfg)
+	}
+	if err := h.createTopic(cfg.Router.TopicPrefix + "alarm"); err != nil {
+		return catchUp{}, err
+	}
+	raw, _ := yaml.Marshal(cfg)
+	path := filepath.Join(h.dir, cfg.Name+".yaml")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		return catchUp{}, err
+	}
+	args := []string{"run", "--config", path}
+	if cpuProfile != "" {
+		args = append(args, "--cpuprofile", cpuProfile)
+	}
+	firstCh := make(chan time.Duration, 1)
+	cmd := exec.Command(h.bin, args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return catchUp{}, err
+	}
+	go h.firstRecord(cfg.Router.TopicPrefix+"alarm", began, firstCh)
+	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kgo.SeedBrokers(h.broker))
+	var res catchUp
+	deadline := time.Now().Add(30 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cp, err := store.Load(ctx, cfg.Name)
+		cancel()
+		if err == nil && cp != nil && cp.Events >= int64(n) {
+			// The checkpoint says when the relay wrote it: polling slowly
+			// keeps the harness off the relay's CPU without losing precision.
+			res.elapsed = cp.Time.Sub(began)
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			return res, fmt.Errorf("relay %s did not catch up", cfg.Name)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	res.rssKB = peakRSS(cmd.Process.Pid)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		return res, fmt.Errorf("relay %s: %w", cfg.Name, err)
+	}
+	res.cpu = cpuTime(cmd.ProcessState)
+	select {
+	case res.first = <-firstCh:
+	case <-time.After(10 * time.Second):
+		res.first = -1
+	}
+	return res, nil
+}
+
+func (h *harness) firstRecord(topic string, began time.Time, out chan<- time.Duration) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.broker), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(10*time.Millisecond))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		if cl.PollRecords(ctx, 1).NumRecords() > 0 {
+			out <- time.Since(began)
+			return
+		}
+	}
+}
+
+// peakRSS is VmHWM of pid, in kB.
+func peakRSS(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") {
+			kb, _ := strconv.Atoi(strings.Fields(l)[1])
+			return kb
+		}
+	}
+	return 0
+}
+
+// catchUpSection measures catch-up in both shapes over rounds and writes
+// section 1 of the report; the first exactly-once single-row run writes the
+// CPU profile. It returns the single-row database and start for later runs.
+func (h *harness) catchUpSection(self string, n, rounds int, profile string) (string, string, error) {
+	h.printf("## 1. Catch-up throughput (%d outbox rows, from the position before them)\n\n", n)
+	h.printf("Each shape runs %d rounds of baseline, exactly-once and at-least-once over the same binlog; "+
+		"a ratio is the baseline's time over the relay's in the same round. Medians, then each round.\n\n", rounds)
+	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | CPU s | peak RSS | first record after |\n|---|---|---|---|---|---|---|---|\n")
+	var detail strings.Builder
+	var singleDB, singleFrom string
+	runs := []string{"baseline", config.ExactlyOnce, config.AtLeastOnce}
+	for _, shape := range []string{"single", "multi200"} {
+		db, from, err := h.load(shape, n)
+		if err != nil {
+			return "", "", err
+		}
+		if shape == "single" {
+			singleDB, singleFrom = db, from
+		}
+		res := map[string][]catchUp{}
+		ratios := map[string][]float64{}
+		for r := 0; r < rounds; r++ {
+			fmt.Fprintf(&detail, "| %s | %d |", shape, r+1)
+			for _, run := range runs {
+				var c catchUp
+				switch {
+				case run == "baseline":
+					c, err = h.baseline(self, db, from, n)
+				case shape == "single" && run == config.ExactlyOnce && r == 0:
+					c, err = h.relayCatchUp(db, from, n, run, profile)
+				default:
+					c, err = h.relayCatchUp(db, from, n, run, "")
+				}
+				if err != nil {
+					return "", "", err
+				}
+				res[run] = append(res[run], c)
+				ratio := res["baseline"][r].elapsed.Seconds() / c.elapsed.Seconds()
+				ratios[run] = append(ratios[run], ratio)
+				fmt.Fprintf(&detail, " %.2f s (%.2f) |", c.elapsed.Seconds(), ratio)
+			}
+			detail.WriteString("\n")
+		}
+		for _, run := range runs {
+			el := median(durations(res[run], func(c catchUp) time.Duration { return c.elapsed }))
+			cpu := median(durations(res[run], func(c catchUp) time.Duration { return c.cpu }))
+			lo, mid, hi := spread(ratios[run])
+			row := fmt.Sprintf("| %s | %s | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f |", shape, run, el.Seconds(), float64(n)/el.Seconds(), mid, lo, hi, cpu.Seconds())
+			if run == "baseline" {
+				h.printf("%s | |\n", row)
+				continue
+			}
+			rss := 0
+			for _, c := range res[run] {
+				rss = max(rss, c.rssKB)
+			}
+			first := median(durations(res[run], func(c catchUp) time.Duration { return c.first }))
+			h.printf("%s %.0f MB | %d ms |\n", row, float64(rss)/1024, first.Milliseconds())
+		}
+	}
+	h.printf("\nSeconds per round (ratio to that round's baseline); peak RSS is the largest of the rounds:\n\n")
+	h.printf("| shape | round | baseline | exactly-once | at-least-once |\n|---|---|---|---|---|\n%s", detail.String())
+	return singleDB, singleFrom, nil
+}
+
+func durations(cs []catchUp, f func(catchUp) time.Duration) []time.Duration {
+	out := make([]time.Duration, len(cs))
+	for i, c := range cs {
+		out[i] = f(c)
+	}
+	return out
+}
+
+// median of ds (the lower middle one for an even count).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+// spread is the minimum, median and maximum of fs.
+func spread(fs []float64) (lo, mid, hi float64) {
+	s := slices.Clone(fs)
+	slices.Sort(s)
+	return s[0], s[(len(s)-1)/2], s[len(s)-1]
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"gopkg.in/yaml.v3"
+)
+
+type latencyResult struct {
+	samples  []time.Duration
+	achieved float64
+}
+
+func (l latencyResult) quantile(q float64) time.Duration {
+	if len(l.samples) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(l.samples)-1))
+	return l.samples[i]
+}
+
+// latency runs the relay (exactly-once, defaults) and writers committing at
+// rate events/s for d; a read_committed consumer records, per event, the time
+// from the writer's COMMIT returning to the record's arrival.
+func (h *harness) latency(rate int, d time.Duration) (latencyResult, error) {
+	db, from, err := h.load("single", 0)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	cfg := h.relayConfig("lat", db, from)
+	topic := cfg.Router.TopicPrefix + "alarm"
+	if err := h.createTopic(topic); err != nil {
+		return latencyResult{}, err
+	}
+	raw, _ := yaml.Marshal(cfg)
+	path := filepath.Join(h.dir, cfg.Name+".yaml")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		return latencyResult{}, err
+	}
+	cmd := exec.Command(h.bin, "run", "--config", path)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return latencyResult{}, err
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kgo.SeedBrokers(h.broker))
+	for { // wait for the relay to pin its start
+		cp, _ := store.Load(context.Background(), cfg.Name)
+		if cp != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	var commits sync.Map // event id -> time.Time
+	total := int(float64(rate) * d.Seconds())
+	cons, err := kgo.NewClient(kgo.SeedBrokers(h.broker), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(10*time.Millisecond))
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer cons.Close()
+	// Warm up: one event through relay, broker and consumer before timing,
+	// so consumer start-up (metadata, offsets) is not counted.
+	if err := h.db.Exec(fmt.Sprintf(`INSERT INTO %s.outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('warm-up', 'alarm', 'dev-0', 'AlarmCreated', '{}')`, db)); err != nil {
+		return latencyResult{}, err
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+	for warm := 0; warm == 0 && wctx.Err() == nil; {
+		warm = cons.PollFetches(wctx).NumRecords()
+	}
+	wcancel()
+	recvd := make(chan []time.Duration, 1)
+	go func() {
+		var lat []time.Duration
+		ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+		defer cancel()
+		for len(lat) < total && ctx.Err() == nil {
+			fs := cons.PollFetches(ctx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				var id string
+				for _, hd := range r.Headers {
+					if hd.Key == "id" {
+						id = string(hd.Value)
+					}
+				}
+				for {
+					if t, ok := commits.Load(id); ok {
+						lat = append(lat, now.Sub(t.(time.Time)))
+						return
+					}
+					// the writer records its commit time right after COMMIT
+					// returns; a record can arrive a moment before that
+					runtime.Gosched()
+				}
+			})
+		}
+		recvd <- lat
+	}()
+
+	writers := 4
+	if rate <= 100 {
+		writers = 1
+	}
+	began := time.Now()
+	err = h.parallel(writers, total, func(c *client.Conn, i int) error {
+		due := began.Add(time.Duration(float64(i) / float64(rate) * float64(time.Second)))
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+		}
+		id := fmt.Sprintf("l-%d", i)
+		q := fmt.Sprintf("BEGIN; INSERT INTO %s.alarm_record (device_id, temp) VALUES ('dev-%d', %d); "+
+			"INSERT INTO %s.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('%s', 'alarm', 'dev-%d', 'AlarmCreated', '"+payload+"'); COMMIT",
+			db, i%1000, 80+i%40, db, id, i%1000, i%1000, 80+i%40)
+		if err := execMulti(c, q); err != nil {
+			return err
+		}
+		commits.Store(id, time.Now())
+		return nil
+	})
+	if err != nil {
+		return latencyResult{}, err
+	}
+	achieved := float64(total) / time.Since(began).Seconds()
+	lat := <-recvd
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	if len(lat) < total {
+		return latencyResult{}, fmt.Errorf("received %d of %d events", len(lat), total)
+	}
+	return latencyResult{samples: lat, achieved: achieved}, nil
+}

@@ -1,0 +1,51 @@
+package binlog
+
+import (
+	"testing"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+)
+
+func tableMap() *replication.TableMapEvent {
+	return &replication.TableMapEvent{
+		TableID: 7, Schema: []byte("app"), Table: []byte("outbox"), ColumnCount: 3,
+		ColumnType: []byte{8, 15, 245}, ColumnMeta: []uint16{0, 256, 4},
+		DefaultCharset: []uint64{45}, ColumnCharset: nil,
+		ColumnName: [][]byte{[]byte("id"), []byte("event_id"), []byte("payload")},
+	}
+}
+
+// A table map event reuses the cached Table only when everything the
+// columns and their latin1 flags are read from is the same.
+func TestCachedTableMatches(t *testing.T) {
+	c := newCachedTable(tableMap(), &Table{})
+	if !c.matches(tableMap()) {
+		t.Fatal("an identical table map event does not match")
+	}
+	for name, change := range map[string]func(*replication.TableMapEvent){
+		"schema":          func(tm *replication.TableMapEvent) { tm.Schema = []byte("other") },
+		"table":           func(tm *replication.TableMapEvent) { tm.Table = []byte("outbox2") },
+		"column type":     func(tm *replication.TableMapEvent) { tm.ColumnType[2] = 252 },
+		"column meta":     func(tm *replication.TableMapEvent) { tm.ColumnMeta[1] = 1024 },
+		"default charset": func(tm *replication.TableMapEvent) { tm.DefaultCharset = []uint64{8} },
+		"column charset":  func(tm *replication.TableMapEvent) { tm.ColumnCharset = []uint64{8, 45} },
+		"column renamed":  func(tm *replication.TableMapEvent) { tm.ColumnName[1] = []byte("event_uuid") },
+		"column added": func(tm *replication.TableMapEvent) {
+			tm.ColumnName = append(tm.ColumnName, []byte("extra"))
+		},
+		"names dropped": func(tm *replication.TableMapEvent) { tm.ColumnName = nil },
+	} {
+		tm := tableMap()
+		change(tm)
+		if c.matches(tm) {
+			t.Errorf("%s changed, the cached table still matches", name)
+		}
+	}
+	// The cache holds copies: go-mysql may reuse the event's buffers.
+	tm := tableMap()
+	c = newCachedTable(tm, &Table{})
+	tm.ColumnName[0][0] = 'X'
+	if !c.matches(tableMap()) {
+		t.Error("the cached table changed with the event it was built from")
+	}
+}
