@@ -14,6 +14,7 @@ import (
 // string comparison. Points:
 //
 //	after-flush    every record of a batch is acknowledged, the transaction not committed
+//	               (at-least-once: the batch's checkpoint not yet produced)
 //	after-commit   a batch is committed, before the next one begins
 //	after-partial  a part of a split source transaction is committed
 const failpointEnv = "OUTBOX_RELAY_FAILPOINT"
