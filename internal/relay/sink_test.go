@@ -85,6 +85,21 @@ func (a aloSink) stored(t *testing.T) string {
 	return cp.GTIDSet
 }
 
+// pin writes a first checkpoint at gtids and waits until it is stored.
+func (a aloSink) pin(t *testing.T, gtids string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := a.commit(ctx, cpAt(gtids)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.stored(t); got != gtids {
+		t.Fatalf("first checkpoint: stored %q, want %q", got, gtids)
+	}
+}
+
 // waitDrain waits for the sink's wake-ups until drain writes a checkpoint.
 func (a aloSink) waitDrain(t *testing.T) (*checkpoint.Checkpoint, error) {
 	t.Helper()
@@ -106,15 +121,7 @@ func (a aloSink) waitDrain(t *testing.T) (*checkpoint.Checkpoint, error) {
 func TestAtLeastOnceCheckpointFollowsAcknowledgements(t *testing.T) {
 	ctx := context.Background()
 	a := newALOSink(t)
-	if _, err := a.commit(ctx, cpAt("0-1-1")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.finish(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := a.stored(t); got != "0-1-1" {
-		t.Fatalf("initial checkpoint: stored %q", got)
-	}
+	a.pin(t, "0-1-1")
 
 	release := a.hold()
 	for i := range 3 {
@@ -153,12 +160,7 @@ func TestAtLeastOnceCheckpointFollowsAcknowledgements(t *testing.T) {
 func TestAtLeastOnceFailedRecordWritesNoCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	a := newALOSink(t)
-	if _, err := a.commit(ctx, cpAt("0-1-1")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.finish(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a.pin(t, "0-1-1")
 	// Larger than any record batch the client sends: refused before it leaves.
 	big := bytes.Repeat([]byte("x"), 2<<20)
 	if err := a.produce(&kgo.Record{Topic: "data", Value: big}); err != nil {
