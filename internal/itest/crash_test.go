@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // requireExact fails unless the topic holds each committed outbox row exactly
@@ -137,7 +139,14 @@ func TestCrashAtNamedPoints(t *testing.T) {
 
 // The embedded broker stops and starts again (same data) mid-stream.
 func TestCrashBrokerRestart(t *testing.T) {
+	for _, delivery := range []string{config.ExactlyOnce, config.AtLeastOnce} {
+		t.Run(delivery, func(t *testing.T) { brokerRestart(t, delivery) })
+	}
+}
+
+func brokerRestart(t *testing.T, delivery string) {
 	k, s, cfg := env.Pipeline(t)
+	cfg.Kafka.Delivery = delivery
 	cfg.Kafka.RequestTimeout = 5 * time.Second
 	p := env.StartProc(t, WriteConfig(t, cfg))
 	waitStarted(t, p, cfg)
@@ -157,7 +166,15 @@ func TestCrashBrokerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	WaitCheckpoint(t, cfg, Head(t, env.DB), 2*time.Minute)
-	requireExact(t, k, s, cfg.Router.TopicPrefix)
+	if delivery == config.ExactlyOnce {
+		requireExact(t, k, s, cfg.Router.TopicPrefix)
+	} else {
+		rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix))
+		if len(rep.Missing) != 0 || len(rep.Unexpected) != 0 || len(rep.WrongKey) != 0 {
+			t.Fatal(rep)
+		}
+		t.Logf("at-least-once across a broker restart: %d rows, %d records, %d duplicated", rep.Expected, rep.Received, len(rep.Duplicates))
+	}
 	if p.Exited() {
 		t.Fatalf("relay exited instead of riding out the broker restart:\n%s", p.Output())
 	}

@@ -167,7 +167,7 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 		if !l.sink.open {
 			l.batchStart = time.Now()
 		}
-		if err := l.sink.produce(rec.kafka); err != nil {
+		if err := l.sink.produce(ctx, rec.kafka); err != nil {
 			return err
 		}
 		l.batchRecords++

@@ -301,13 +301,16 @@ var errSourceStream = errors.New("binlog stream ended")
 func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	// Exactly-once, a batch (at most max_records) never fills the buffer;
+	// at-least-once, the sink keeps half of it free.
+	maxBuffered := 4 * r.cfg.Kafka.Batch.MaxRecords
 	opts := append([]kgo.Opt{
 		kgo.RecordPartitioner(Partitioner()),
 		kgo.ProducerLinger(0),
 		// A topic the relay just created may be unknown to a broker for a
 		// moment (Apache Kafka, not kfake): refresh metadata quickly.
 		kgo.MetadataMinAge(250 * time.Millisecond),
-		kgo.MaxBufferedRecords(4 * r.cfg.Kafka.Batch.MaxRecords),
+		kgo.MaxBufferedRecords(maxBuffered),
 	}, r.kopts...)
 	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce
 	if exactlyOnce {
@@ -353,8 +356,8 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	if err != nil {
 		return err
 	}
-	snk := newSink(runCtx, cl, r.store, exactlyOnce, r.cfg.Kafka.RequestTimeout,
-		r.cfg.Kafka.TopicPartitions, r.cfg.Kafka.ReplicationFactor)
+	snk := newSink(runCtx, cl, r.store, sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
+		parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor, maxUnacked: int64(maxBuffered / 2)})
 	l := newLoop(r, srv, cp, from, snk)
 	l.schema = tracker.Tables()
 	if cp == nil {

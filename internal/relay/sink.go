@@ -28,13 +28,10 @@ var ErrFenced = errors.New("producer fenced by another instance with the same na
 // Only the relay loop goroutine calls its methods; the produce callbacks only
 // record the first error and count acknowledgements.
 type sink struct {
+	sinkOptions
 	cl       *kgo.Client
 	adm      *kadm.Client
 	store    *checkpoint.Store
-	txn      bool
-	timeout  time.Duration
-	parts    int32
-	repl     int16
 	topics   map[string]topicInfo
 	open     bool // a batch has begun (exactly-once: a Kafka transaction is open)
 	pctx     context.Context
@@ -50,6 +47,19 @@ type sink struct {
 	acked      chan struct{}
 	cpInFlight atomic.Bool // a checkpoint record is not yet acknowledged
 	cpPromise  func(*kgo.Record, error)
+	unacked    atomic.Int64 // records produced, not yet acknowledged
+}
+
+// sinkOptions are the sink's settings.
+type sinkOptions struct {
+	txn     bool          // exactly-once: one Kafka transaction per batch
+	timeout time.Duration // bound of each wait on Kafka
+	parts   int32         // partitions of a topic the sink creates
+	repl    int16         // its replication factor
+	// maxUnacked (at-least-once) bounds records produced and not yet
+	// acknowledged; keep it below the client's MaxBufferedRecords so that
+	// Produce never blocks on a full buffer, where no context would end it.
+	maxUnacked int64
 }
 
 // aloBatch is an at-least-once batch: its records not yet acknowledged and,
@@ -60,9 +70,9 @@ type aloBatch struct {
 	promise func(*kgo.Record, error)
 }
 
-func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, txn bool, timeout time.Duration, parts int32, repl int16) *sink {
-	s := &sink{cl: cl, adm: kadm.NewClient(cl), store: store, txn: txn, timeout: timeout,
-		parts: parts, repl: repl, topics: map[string]topicInfo{store.Topic(): {partitions: 1, maxBytes: maxBatchBytes}}, pctx: ctx}
+func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *sink {
+	s := &sink{sinkOptions: opts, cl: cl, adm: kadm.NewClient(cl), store: store,
+		topics: map[string]topicInfo{store.Topic(): {partitions: 1, maxBytes: maxBatchBytes}}, pctx: ctx}
 	s.promise = func(_ *kgo.Record, err error) {
 		if err != nil {
 			s.errMu.Lock()
@@ -72,7 +82,7 @@ func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, txn b
 			s.errMu.Unlock()
 		}
 	}
-	if !txn {
+	if !opts.txn {
 		s.acked = make(chan struct{}, 1)
 		s.cpPromise = func(r *kgo.Record, err error) {
 			s.promise(r, err)
@@ -96,6 +106,7 @@ func (s *sink) newBatch() *aloBatch {
 	b := &aloBatch{}
 	b.promise = func(r *kgo.Record, err error) {
 		s.promise(r, err) // the error is recorded before the count drops
+		s.unacked.Add(-1)
 		if b.pending.Add(-1) == 0 {
 			s.wake()
 		}
@@ -183,11 +194,24 @@ func (s *sink) begin() error {
 }
 
 // produce sends rec asynchronously within the open batch.
-func (s *sink) produce(rec *kgo.Record) error {
+func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
 	if !s.txn {
+		if s.unacked.Load() >= s.maxUnacked {
+			// Far ahead of the acknowledgements (a slow or unreachable
+			// broker): wait for them, for a bounded time. A stop signal
+			// does not cut the wait short: the loop then writes its final
+			// checkpoint.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+			err := s.cl.Flush(fctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("wait for acknowledgements: %w", err)
+			}
+		}
+		s.unacked.Add(1)
 		s.cur.pending.Add(1)
 		s.cl.Produce(s.pctx, rec, s.cur.promise)
 		return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ type aloSink struct {
 	hold  func() (release func())
 }
 
-func newALOSink(t *testing.T) aloSink {
+func newALOSink(t *testing.T, opts sinkOptions) aloSink {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	if err != nil {
@@ -52,7 +53,7 @@ func newALOSink(t *testing.T) aloSink {
 	if err := store.EnsureTopic(context.Background(), kadm.NewClient(cl), 1); err != nil {
 		t.Fatal(err)
 	}
-	s := newSink(context.Background(), cl, store, false, 10*time.Second, 3, 1)
+	s := newSink(context.Background(), cl, store, opts)
 	return aloSink{sink: s, store: store, hold: func() func() {
 		g := make(chan struct{})
 		mu.Lock()
@@ -66,6 +67,8 @@ func newALOSink(t *testing.T) aloSink {
 		}
 	}}
 }
+
+var aloOptions = sinkOptions{timeout: 10 * time.Second, parts: 3, repl: 1, maxUnacked: 1000}
 
 func cpAt(gtids string) *checkpoint.Checkpoint {
 	return &checkpoint.Checkpoint{Name: "t", GTIDSet: gtids, Flavor: "mariadb", Time: time.Now().UTC()}
@@ -120,12 +123,12 @@ func (a aloSink) waitDrain(t *testing.T) (*checkpoint.Checkpoint, error) {
 // is acknowledged, and then the newest such checkpoint.
 func TestAtLeastOnceCheckpointFollowsAcknowledgements(t *testing.T) {
 	ctx := context.Background()
-	a := newALOSink(t)
+	a := newALOSink(t, aloOptions)
 	a.pin(t, "0-1-1")
 
 	release := a.hold()
 	for i := range 3 {
-		if err := a.produce(&kgo.Record{Topic: "data", Key: []byte{byte(i)}, Value: []byte("v")}); err != nil {
+		if err := a.produce(ctx, &kgo.Record{Topic: "data", Key: []byte{byte(i)}, Value: []byte("v")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,14 +162,14 @@ func TestAtLeastOnceCheckpointFollowsAcknowledgements(t *testing.T) {
 // out of the topic: the relay resumes before it.
 func TestAtLeastOnceFailedRecordWritesNoCheckpoint(t *testing.T) {
 	ctx := context.Background()
-	a := newALOSink(t)
+	a := newALOSink(t, aloOptions)
 	a.pin(t, "0-1-1")
 	// Larger than any record batch the client sends: refused before it leaves.
 	big := bytes.Repeat([]byte("x"), 2<<20)
-	if err := a.produce(&kgo.Record{Topic: "data", Value: big}); err != nil {
+	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: big}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.produce(&kgo.Record{Topic: "data", Value: []byte("ok")}); err != nil {
+	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := a.commit(ctx, cpAt("0-1-2"))
@@ -178,5 +181,31 @@ func TestAtLeastOnceFailedRecordWritesNoCheckpoint(t *testing.T) {
 	}
 	if got := a.stored(t); got != "0-1-1" {
 		t.Fatalf("stored %q after a failed batch, want 0-1-1", got)
+	}
+}
+
+// Far ahead of the acknowledgements, produce waits for them for a bounded
+// time and then fails, instead of blocking on a full client buffer.
+func TestAtLeastOnceBoundsUnacknowledgedRecords(t *testing.T) {
+	ctx := context.Background()
+	opts := aloOptions
+	opts.maxUnacked, opts.timeout = 2, 300*time.Millisecond
+	a := newALOSink(t, opts)
+	release := a.hold()
+	defer release()
+	for i := range 2 {
+		if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("third")}) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "wait for acknowledgements") {
+			t.Fatalf("third record with two unacknowledged (bound 2): %v, want a timeout waiting for acknowledgements", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("produce blocked beyond its timeout")
 	}
 }
