@@ -254,35 +254,39 @@ type streamState struct {
 	tableCache map[uint64]*cachedTable
 }
 
-// cachedTable is a Table and the table map metadata it was built from.
+// cachedTable is a Table and the table map metadata it was built from
+// beyond what the Table itself holds.
 type cachedTable struct {
-	table                  *Table
-	schema, name, colType  []byte
+	table *Table
+	// named: the columns are the binlog's own names (not the tracked layout).
+	named                  bool
+	colType                []byte
 	colMeta                []uint16
 	defCharset, colCharset []uint64
-	colNames               [][]byte
 }
 
 func newCachedTable(tm *replication.TableMapEvent, t *Table) *cachedTable {
-	names := make([][]byte, len(tm.ColumnName))
-	for i, n := range tm.ColumnName {
-		names[i] = slices.Clone(n)
-	}
-	return &cachedTable{table: t, schema: slices.Clone(tm.Schema), name: slices.Clone(tm.Table),
-		colType: slices.Clone(tm.ColumnType), colMeta: slices.Clone(tm.ColumnMeta),
-		defCharset: slices.Clone(tm.DefaultCharset), colCharset: slices.Clone(tm.ColumnCharset), colNames: names}
+	return &cachedTable{table: t, named: len(tm.ColumnName) > 0, colType: slices.Clone(tm.ColumnType),
+		colMeta: slices.Clone(tm.ColumnMeta), defCharset: slices.Clone(tm.DefaultCharset), colCharset: slices.Clone(tm.ColumnCharset)}
 }
 
 // matches reports whether tm describes the table exactly as the one c was
 // built from (all that columns and latin1Columns read).
 func (c *cachedTable) matches(tm *replication.TableMapEvent) bool {
-	if !bytes.Equal(c.schema, tm.Schema) || !bytes.Equal(c.name, tm.Table) || !bytes.Equal(c.colType, tm.ColumnType) ||
+	t := c.table
+	if string(tm.Schema) != t.Schema || string(tm.Table) != t.Name || !bytes.Equal(c.colType, tm.ColumnType) ||
 		!slices.Equal(c.colMeta, tm.ColumnMeta) || !slices.Equal(c.defCharset, tm.DefaultCharset) ||
-		!slices.Equal(c.colCharset, tm.ColumnCharset) || len(c.colNames) != len(tm.ColumnName) {
+		!slices.Equal(c.colCharset, tm.ColumnCharset) || c.named != (len(tm.ColumnName) > 0) {
+		return false
+	}
+	if !c.named {
+		return true
+	}
+	if len(tm.ColumnName) != len(t.Columns) {
 		return false
 	}
 	for i, n := range tm.ColumnName {
-		if !bytes.Equal(c.colNames[i], n) {
+		if string(n) != t.Columns[i] {
 			return false
 		}
 	}
@@ -316,8 +320,8 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 			strconv.FormatUint(g.SequenceNumber, 10)
 		st.commitTime = time.Unix(int64(ev.Header.Timestamp), 0)
 	case *replication.RowsEvent:
-		if e.Table == nil || len(e.Rows) == 0 || !r.captured(e.Table.Schema, e.Table.Table) {
-			return batch, nil
+		if e.Table == nil || len(e.Rows) == 0 {
+			return batch, nil // RowsEventDecodeFunc leaves other tables' rows undecoded
 		}
 		var t *Table
 		if c := st.tableCache[e.Table.TableID]; c != nil && c.matches(e.Table) {

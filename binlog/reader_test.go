@@ -18,7 +18,8 @@ func tableMap() *replication.TableMapEvent {
 // A table map event reuses the cached Table only when everything the
 // columns and their latin1 flags are read from is the same.
 func TestCachedTableMatches(t *testing.T) {
-	c := newCachedTable(tableMap(), &Table{})
+	table := &Table{Schema: "app", Name: "outbox", Columns: []string{"id", "event_id", "payload"}}
+	c := newCachedTable(tableMap(), table)
 	if !c.matches(tableMap()) {
 		t.Fatal("an identical table map event does not match")
 	}
@@ -41,10 +42,23 @@ func TestCachedTableMatches(t *testing.T) {
 			t.Errorf("%s changed, the cached table still matches", name)
 		}
 	}
+	// Columns from the tracked layout (no names in the binlog): names
+	// appearing is a change too.
+	unnamed := tableMap()
+	unnamed.ColumnName = nil
+	c = newCachedTable(unnamed, table)
+	if c.matches(tableMap()) {
+		t.Error("a table built without binlog names matches an event with names")
+	}
+	again := tableMap()
+	again.ColumnName = nil
+	if !c.matches(again) {
+		t.Error("an identical event without names does not match")
+	}
 	// The cache holds copies: go-mysql may reuse the event's buffers.
 	tm := tableMap()
-	c = newCachedTable(tm, &Table{})
-	tm.ColumnName[0][0] = 'X'
+	c = newCachedTable(tm, table)
+	tm.ColumnType[0], tm.ColumnMeta[0], tm.DefaultCharset[0] = 1, 1, 1
 	if !c.matches(tableMap()) {
 		t.Error("the cached table changed with the event it was built from")
 	}

@@ -127,7 +127,10 @@ func Query(conn *client.Conn, q string) ([][]string, error) {
 	for i := range rows {
 		rows[i] = make([]string, res.ColumnNumber())
 		for j := range rows[i] {
-			v, _ := res.GetString(i, j)
+			v, err := res.GetString(i, j)
+			if err != nil {
+				return nil, fmt.Errorf("read %.60q row %d column %d: %w", q, i, j, err)
+			}
 			rows[i][j] = strings.Clone(v) // go-mysql reuses result buffers after Close
 		}
 	}

@@ -178,7 +178,9 @@ func (r *Router) Route(row Row) (Record, error) {
 	var eventType string
 	if c.EventTypeColumn != "" {
 		if i := index(row, c.EventTypeColumn); i >= 0 {
-			eventType, _ = r.text(row, i, c.EventTypeColumn, false)
+			if eventType, err = r.text(row, i, c.EventTypeColumn, false); err != nil {
+				return rec, err
+			}
 		}
 	}
 	if c.TimestampColumn != "" {

@@ -46,6 +46,8 @@ func TestRoute(t *testing.T) {
 		{name: "topic Kafka refuses", values: []any{int64(1), "e-8", "al arm/x", "d", "X", "{}", nil}, wantErr: "Kafka allows"},
 		{name: "missing payload column", values: []any{int64(1), "e-9", "alarm", "d", "X"}, wantErr: `"payload" is missing`},
 		{name: "unsupported payload type", values: []any{int64(1), "e-10", "alarm", "d", "X", 3.5, nil}, wantErr: "unsupported payload type"},
+		{name: "event type not text", values: []any{int64(1), "e-12", "alarm", "d", 2.5, "{}", nil}, wantErr: `"event_type" has unsupported type`},
+		{name: "event type not UTF-8", values: []any{int64(1), "e-13", "alarm", "d", []byte{0xff, 'X'}, "{}", nil}, wantErr: `"event_type" is not valid UTF-8`},
 		{name: "invalid utf-8 key", values: []any{int64(1), "e-11", "alarm", "\xff", "X", "{}", nil}, wantErr: "not valid UTF-8"},
 	}
 	r, err := New(defaults())

@@ -89,7 +89,11 @@ func runCmd(args []string) error {
 			return fmt.Errorf("listen http %s: %w", cfg.HTTP.Listen, err)
 		}
 		srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		go func() {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				log.Error().Err(err).Msg("http server stopped: /metrics, /healthz and /readyz no longer answer")
+			}
+		}()
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()

@@ -20,11 +20,7 @@ func TestAtLeastOnceLosesNothing(t *testing.T) {
 	path := WriteConfig(t, cfg)
 	p := env.StartProc(t, path)
 	waitStarted(t, p, cfg) // pins "now" before the writers start
-	wrote := make(chan error, 1)
-	go func() {
-		_, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 1000, RollbackRate: 0.1, Pace: 500 * time.Microsecond})
-		wrote <- err
-	}()
+	wrote := writeInBackground(s, WriteOptions{Writers: 4, Transactions: 1000, RollbackRate: 0.1, Pace: 500 * time.Microsecond})
 	for writing := true; writing; p = env.StartProc(t, path) {
 		select {
 		case err := <-wrote:
@@ -39,10 +35,7 @@ func TestAtLeastOnceLosesNothing(t *testing.T) {
 	p.Kill()
 	env.StartProc(t, path)
 	WaitCheckpoint(t, cfg, Head(t, env.DB), 2*time.Minute)
-	rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix))
-	if len(rep.Missing) != 0 || len(rep.Unexpected) != 0 || len(rep.WrongKey) != 0 {
-		t.Fatal(rep)
-	}
+	rep := requireAtLeastOnce(t, k, s, cfg.Router.TopicPrefix)
 	t.Logf("at-least-once after kills: %d rows, %d records, %d duplicated", rep.Expected, rep.Received, len(rep.Duplicates))
 }
 
@@ -71,10 +64,7 @@ func TestAtLeastOnceCrashBeforeCheckpoint(t *testing.T) {
 	}
 	env.StartProc(t, path)
 	WaitCheckpoint(t, cfg, Head(t, env.DB), 2*time.Minute)
-	rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix))
-	if len(rep.Missing) != 0 || len(rep.Unexpected) != 0 || len(rep.WrongKey) != 0 {
-		t.Fatal(rep)
-	}
+	rep := requireAtLeastOnce(t, k, s, cfg.Router.TopicPrefix)
 	if len(rep.Duplicates) == 0 {
 		t.Fatalf("records acknowledged after the last checkpoint were not published again: %s", rep)
 	}

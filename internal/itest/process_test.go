@@ -30,6 +30,27 @@ func loadCheckpoint(t testing.TB, cfg config.Config) *checkpoint.Checkpoint {
 	return cp
 }
 
+// waitEvents polls until the committed checkpoint counts at least n events.
+func waitEvents(t testing.TB, cfg config.Config, n int64) {
+	t.Helper()
+	Eventually(t, time.Minute, func() error {
+		if cp := loadCheckpoint(t, cfg); cp == nil || cp.Events < n {
+			return fmt.Errorf("fewer than %d events committed", n)
+		}
+		return nil
+	})
+}
+
+// writeInBackground runs s.Write(opts); its error arrives on the channel.
+func writeInBackground(s *Schema, opts WriteOptions) <-chan error {
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.Write(context.Background(), opts)
+		wrote <- err
+	}()
+	return wrote
+}
+
 // waitStarted polls until the relay process has pinned its start position.
 func waitStarted(t testing.TB, p *Proc, cfg config.Config) {
 	t.Helper()
@@ -55,18 +76,9 @@ func TestKill9MidStreamThenRestart(t *testing.T) {
 	p := env.StartProc(t, path)
 	waitStarted(t, p, cfg)
 
-	wrote := make(chan error, 1)
-	go func() {
-		_, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 1500, RollbackRate: 0.1})
-		wrote <- err
-	}()
+	wrote := writeInBackground(s, WriteOptions{Writers: 4, Transactions: 1500, RollbackRate: 0.1})
 	// Kill once part of the stream is committed, while writers still run.
-	Eventually(t, time.Minute, func() error {
-		if cp := loadCheckpoint(t, cfg); cp == nil || cp.Events < 500 {
-			return fmt.Errorf("fewer than 500 events committed")
-		}
-		return nil
-	})
+	waitEvents(t, cfg, 500)
 	p.Kill()
 	killedAt := loadCheckpoint(t, cfg).Events
 	if err := <-wrote; err != nil {

@@ -28,8 +28,8 @@ type loop struct {
 	setStr string // set rendered, or "" when it changed since
 	// partial: rows of one source transaction already published (committed,
 	// or produced into the open batch). Loaded from the checkpoint, it makes
-	// a restart skip exactly those rows.
-	partial *checkpoint.Partial
+	// a restart skip exactly those rows. GTID "" when there is none.
+	partial checkpoint.Partial
 	schema  schema.Tables // captured tables' layout at set
 	curGTID string        // transaction whose rows are being read; "" between transactions
 	curRows int64         // routed rows of curGTID seen so far
@@ -51,17 +51,23 @@ type loop struct {
 	topicCounters  map[topicOutcome]prometheus.Counter
 }
 
-func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s *sink) *loop {
-	l := &loop{r: r, srv: srv, sink: s, setStr: from, batchTopics: map[topicOutcome]int{},
-		topicCounters: map[topicOutcome]prometheus.Counter{}, lastCheckpoint: time.Now(), lastProgress: time.Now()}
-	l.set, _ = binlog.ParseSet(srv.Flavor, from) // validated by startPosition
+func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s *sink) (*loop, error) {
+	set, err := binlog.ParseSet(srv.Flavor, from)
+	if err != nil {
+		return nil, fmt.Errorf("start position: %w", err)
+	}
+	now := time.Now()
+	l := &loop{r: r, srv: srv, sink: s, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
+		topicCounters: map[topicOutcome]prometheus.Counter{}, lastCheckpoint: now, lastProgress: now}
 	if cp != nil {
-		l.partial = cp.Partial
+		if cp.Partial != nil {
+			l.partial = *cp.Partial
+		}
 		l.events = cp.Events
 		l.lastCommitTime = cp.CommitTime
 		l.schema = cp.Schema
 	}
-	return l
+	return l, nil
 }
 
 // run consumes events until ctx ends (then it commits what it holds) or an
@@ -114,8 +120,8 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 	case binlog.KindCommit:
 		l.r.metrics.SourceTransactions.Inc()
 		l.set, l.setStr, l.schema = ev.Set, "", ev.Schema
-		if l.partial != nil && l.partial.GTID == ev.GTID {
-			l.partial = nil
+		if l.partial.GTID == ev.GTID {
+			l.partial = checkpoint.Partial{}
 		}
 		l.curGTID, l.curRows, l.curDeleted = "", 0, 0
 		l.dirty = true
@@ -147,7 +153,7 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 	k := l.r.cfg.Kafka.Batch
 	for _, values := range ev.Rows {
 		l.curRows++
-		if l.partial != nil && l.partial.GTID == ev.GTID && l.curRows <= l.partial.Rows {
+		if l.partial.GTID == ev.GTID && l.curRows <= l.partial.Rows {
 			continue // published before the restart
 		}
 		row := router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time, Latin1: ev.Table.Latin1}
@@ -173,10 +179,7 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 		l.batchRecords++
 		l.batchBytes += len(rec.kafka.Key) + len(rec.kafka.Value)
 		l.batchTopics[topicOutcome{rec.kafka.Topic, rec.outcome}]++
-		if l.partial == nil || l.partial.GTID != ev.GTID {
-			l.partial = &checkpoint.Partial{GTID: ev.GTID}
-		}
-		l.partial.Rows = l.curRows
+		l.partial = checkpoint.Partial{GTID: ev.GTID, Rows: l.curRows}
 		if l.batchRecords >= k.MaxRecords || l.batchBytes >= k.MaxBytes {
 			// One source transaction outgrew the batch: commit the part read so
 			// far; the checkpoint's partial says how many rows to skip.
@@ -242,7 +245,8 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 	}
 	value, err := json.Marshal(cols)
 	if err != nil {
-		value = nil
+		// cause wraps router.ErrBadRow: the relay stops before the row.
+		return outgoing{}, fmt.Errorf("encode dead-letter row: %w; %w", err, cause)
 	}
 	rec := &kgo.Record{Topic: rt.deadLetter, Key: []byte(eventID), Value: value, Timestamp: row.CommitTime, Headers: []kgo.RecordHeader{
 		{Key: "error", Value: []byte(cause.Error())},
@@ -339,6 +343,7 @@ func (l *loop) commit(ctx context.Context) error {
 	if l.setStr == "" {
 		l.setStr = l.set.String()
 	}
+	now := time.Now()
 	cp := &checkpoint.Checkpoint{
 		Name:       l.r.cfg.Name,
 		GTIDSet:    l.setStr,
@@ -346,15 +351,14 @@ func (l *loop) commit(ctx context.Context) error {
 		ServerID:   l.srv.ServerID,
 		Host:       l.srv.Addr,
 		CommitTime: l.lastCommitTime,
-		Time:       time.Now().UTC(),
+		Time:       now.UTC(),
 		Events:     l.events + int64(l.batchRecords),
 		Schema:     l.schema,
 	}
-	if l.partial != nil {
-		p := *l.partial
+	if l.partial.GTID != "" {
+		p := l.partial
 		cp.Partial = &p
 	}
-	began := time.Now()
 	written, err := l.sink.commit(ctx, cp)
 	if err != nil {
 		l.r.metrics.KafkaTransactions.WithLabelValues("abort").Inc()
@@ -362,7 +366,7 @@ func (l *loop) commit(ctx context.Context) error {
 	}
 	l.r.metrics.KafkaTransactions.WithLabelValues("commit").Inc()
 	if l.sink.txn {
-		l.r.metrics.KafkaTxnSeconds.Observe(time.Since(began).Seconds())
+		l.r.metrics.KafkaTxnSeconds.Observe(time.Since(now).Seconds())
 	}
 	l.r.metrics.BatchRecords.Observe(float64(l.batchRecords))
 	l.written(written)
@@ -378,7 +382,7 @@ func (l *loop) commit(ctx context.Context) error {
 	l.events = cp.Events
 	l.batchRecords, l.batchBytes = 0, 0
 	l.dirty = false
-	l.lastCheckpoint = time.Now()
+	l.lastCheckpoint = now
 	if cp.Partial != nil && cp.Partial.GTID == l.curGTID {
 		hit("after-partial")
 	} else {

@@ -358,7 +358,10 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	snk := newSink(runCtx, cl, r.store, sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
 		parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor, maxUnacked: int64(maxBuffered / 2)})
-	l := newLoop(r, srv, cp, from, snk)
+	l, err := newLoop(r, srv, cp, from, snk)
+	if err != nil {
+		return err
+	}
 	l.schema = tracker.Tables()
 	if cp == nil {
 		// Pin the start position first: a restart before the first batch must
