@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -201,12 +202,50 @@ func (s *Store) Write(ctx context.Context, name string, cp *Checkpoint) error {
 	if cp != nil {
 		rec = s.Record(cp)
 	}
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+	written, err := cl.ProduceSync(ctx, rec).First()
+	if err != nil {
 		_ = cl.EndTransaction(ctx, kgo.TryAbort)
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fmt.Errorf("write checkpoint: commit: %w", err)
 	}
-	return nil
+	return s.AwaitVisible(ctx, kadm.NewClient(cl), written.Offset)
+}
+
+// ErrNotVisible is returned by AwaitVisible when its context ends before a
+// committed checkpoint record is visible to read_committed readers (an older
+// open transaction on the topic holds the last stable offset below it). The
+// record stays committed: it becomes visible once that transaction ends.
+var ErrNotVisible = errors.New("committed checkpoint not yet visible")
+
+// AwaitVisible waits until the checkpoint record at offset is below the
+// topic's last stable offset, so that Load returns it (or something newer).
+// A broker answers a transaction's commit before it has written the commit
+// markers; a reader that comes right after would still see the previous
+// checkpoint. It polls every few milliseconds until ctx ends.
+func (s *Store) AwaitVisible(ctx context.Context, adm *kadm.Client, offset int64) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var lso int64 = -1
+	for {
+		l, err := adm.ListCommittedOffsets(ctx, s.topic)
+		if err == nil {
+			if o, ok := l.Lookup(s.topic, 0); ok && o.Err == nil {
+				if lso = o.Offset; lso > offset {
+					return nil
+				}
+			} else if ok {
+				err = o.Err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+			return fmt.Errorf("await checkpoint at offset %d of %s (last stable offset %d): %w: %w", offset, s.topic, lso, ErrNotVisible, err)
+		case <-tick.C:
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/rs/zerolog"
 )
 
 func checkpointCmd(args []string) error {
@@ -224,10 +226,10 @@ func checkpointSet(args []string) error {
 	}
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
 		Time: time.Now().UTC(), Events: events}
-	if err := store.Write(ctx, cfg.Name, cp); err != nil {
+	log := newLogger(cfg.Log, nil)
+	if err := writeCheckpoint(cfg, store, cp, log); err != nil {
 		return err
 	}
-	log := newLogger(cfg.Log, nil)
 	log.Info().Str("name", cfg.Name).Str("from", from).Str("to", pos).Msg("checkpoint set")
 	fmt.Printf("checkpoint of %s: %s -> %s\n", cfg.Name, from, pos)
 	return nil
@@ -253,11 +255,27 @@ func checkpointReset(args []string) error {
 	if err := w.guard(cfg, cur, fmt.Sprintf("delete the checkpoint of %s (at %q); the relay then starts at source.start (%s)", cfg.Name, cur.GTIDSet, cfg.Source.Start)); err != nil {
 		return err
 	}
-	if err := store.Write(ctx, cfg.Name, nil); err != nil {
+	log := newLogger(cfg.Log, nil)
+	if err := writeCheckpoint(cfg, store, nil, log); err != nil {
 		return err
 	}
-	log := newLogger(cfg.Log, nil)
 	log.Info().Str("name", cfg.Name).Str("from", cur.GTIDSet).Msg("checkpoint reset")
 	fmt.Printf("checkpoint of %s: %s -> (none)\n", cfg.Name, cur.GTIDSet)
 	return nil
+}
+
+// writeCheckpoint commits cp (nil: a tombstone) with a deadline of its own,
+// so that the time a user took to confirm does not count against it. A
+// checkpoint committed but held back from readers by an older open
+// transaction is a warning: it is written, and visible once that ends.
+func writeCheckpoint(cfg config.Config, store *checkpoint.Store, cp *checkpoint.Checkpoint, log zerolog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
+	defer cancel()
+	err := store.Write(ctx, cfg.Name, cp)
+	if errors.Is(err, checkpoint.ErrNotVisible) {
+		log.Warn().Err(err).Str("topic", store.Topic()).
+			Msg("checkpoint committed; readers see it once the older open transaction on the topic ends (at most the producers' transaction timeout)")
+		return nil
+	}
+	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
@@ -252,4 +253,47 @@ func TestCheckpointCommands(t *testing.T) {
 	if !strings.Contains(out, "no checkpoint") {
 		t.Fatalf("show after reset: %s", out)
 	}
+}
+
+// A checkpoint set behind another pipeline's open transaction on the
+// checkpoint topic is committed but not yet visible: the command says so and
+// succeeds, and readers see the checkpoint once that transaction ends.
+func TestCheckpointSetBehindOpenTransaction(t *testing.T) {
+	k, _, cfg := env.Pipeline(t)
+	cfg.Kafka.RequestTimeout = 2 * time.Second
+	path := WriteConfig(t, cfg)
+	store := Store(t, cfg)
+	ctx := context.Background()
+	if err := store.EnsureTopic(ctx, kadmFor(t, k), 1); err != nil {
+		t.Fatal(err)
+	}
+	other, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID(cfg.Name+"-other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	held := &checkpoint.Checkpoint{Name: cfg.Name + "-other", GTIDSet: "0-1-1", Flavor: "mariadb"}
+	if err := other.ProduceSync(ctx, store.Record(held)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	head := Head(t, env.DB)
+	out, errOut, code := env.CLI(t, "checkpoint", "set", "--to", "now", "--yes", "--config", path)
+	if code != 0 || !strings.Contains(out, "-> "+head) || !strings.Contains(errOut, "older open transaction") {
+		t.Fatalf("set behind an open transaction: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if cp := loadCheckpoint(t, cfg); cp != nil {
+		t.Fatalf("checkpoint visible past an open transaction: %+v", cp)
+	}
+	if err := other.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, func() error {
+		if cp := loadCheckpoint(t, cfg); cp == nil || cp.GTIDSet != head {
+			return fmt.Errorf("checkpoint %+v, want %s", cp, head)
+		}
+		return nil
+	})
 }

@@ -402,7 +402,8 @@ func (l *loop) written(cp *checkpoint.Checkpoint) {
 
 // shutdown commits what the loop holds: records already produced, even in
 // the middle of a source transaction, go out with a checkpoint whose partial
-// says so. It then waits until the last checkpoint is durable.
+// says so. It then waits until the last checkpoint is durable and visible to
+// read_committed readers.
 func (l *loop) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.r.cfg.Kafka.RequestTimeout)
 	defer cancel()
@@ -416,6 +417,9 @@ func (l *loop) shutdown() error {
 		return fmt.Errorf("write final checkpoint: %w", err)
 	}
 	l.written(cp)
+	if err := l.sink.awaitVisible(ctx); err != nil {
+		l.r.log.Warn().Err(err).Msg("final checkpoint committed; readers see it once an older open transaction on the checkpoint topic ends")
+	}
 	if l.setStr == "" {
 		l.setStr = l.set.String()
 	}

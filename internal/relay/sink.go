@@ -45,9 +45,10 @@ type sink struct {
 	cur        *aloBatch
 	sealed     []*aloBatch
 	acked      chan struct{}
-	cpInFlight atomic.Bool // a checkpoint record is not yet acknowledged
-	cpPromise  func(*kgo.Record, error)
-	unacked    atomic.Int64 // records produced, not yet acknowledged
+	cpInFlight atomic.Bool              // a checkpoint record is not yet acknowledged
+	cpPromise  func(*kgo.Record, error) // the checkpoint record's callback
+	cpOffset   atomic.Int64             // offset of the last checkpoint record acknowledged; -1: none
+	unacked    atomic.Int64             // records produced, not yet acknowledged
 }
 
 // sinkOptions are the sink's settings.
@@ -82,15 +83,32 @@ func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts 
 			s.errMu.Unlock()
 		}
 	}
-	if !opts.txn {
-		s.acked = make(chan struct{}, 1)
-		s.cpPromise = func(r *kgo.Record, err error) {
-			s.promise(r, err)
+	s.cpOffset.Store(-1)
+	s.cpPromise = func(r *kgo.Record, err error) {
+		s.promise(r, err)
+		if err == nil {
+			s.cpOffset.Store(r.Offset)
+		}
+		if !opts.txn {
 			s.cpInFlight.Store(false)
 			s.wake()
 		}
 	}
+	if !opts.txn {
+		s.acked = make(chan struct{}, 1)
+	}
 	return s
+}
+
+// awaitVisible waits until the last checkpoint record acknowledged is visible
+// to read_committed readers (see checkpoint.Store.AwaitVisible), so that a
+// `checkpoint show` right after the relay stops shows it.
+func (s *sink) awaitVisible(ctx context.Context) error {
+	o := s.cpOffset.Load()
+	if o < 0 {
+		return nil
+	}
+	return s.store.AwaitVisible(ctx, s.adm, o)
 }
 
 // wake tells the loop that drain may have work.
@@ -236,7 +254,7 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoi
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	s.cl.Produce(s.pctx, s.store.Record(cp), s.promise)
+	s.cl.Produce(s.pctx, s.store.Record(cp), s.cpPromise)
 	if err := s.cl.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("flush batch: %w", err)
 	}
