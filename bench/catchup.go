@@ -63,6 +63,23 @@ type catchUp struct {
 	rssKB          int
 }
 
+// relayCommand writes cfg to a file and returns the relay's `run` on it,
+// not yet started.
+func (h *harness) relayCommand(cfg config.Config, args ...string) (*exec.Cmd, error) {
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("encode relay config: %w", err)
+	}
+	path := filepath.Join(h.dir, cfg.Name+".yaml")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(h.bin, append([]string{"run", "--config", path}, args...)...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd, nil
+}
+
 // relayCatchUp runs the relay from `from` until its checkpoint counts n
 // events, polling the checkpoint; it records peak RSS and the time to the
 // first record a read_committed consumer sees.
@@ -75,19 +92,15 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 	if err := h.createTopic(cfg.Router.TopicPrefix + "alarm"); err != nil {
 		return catchUp{}, err
 	}
-	raw, _ := yaml.Marshal(cfg)
-	path := filepath.Join(h.dir, cfg.Name+".yaml")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		return catchUp{}, err
-	}
-	args := []string{"run", "--config", path}
+	var args []string
 	if cpuProfile != "" {
 		args = append(args, "--cpuprofile", cpuProfile)
 	}
+	cmd, err := h.relayCommand(cfg, args...)
+	if err != nil {
+		return catchUp{}, err
+	}
 	firstCh := make(chan time.Duration, 1)
-	cmd := exec.Command(h.bin, args...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		return catchUp{}, err

@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"sync"
@@ -15,7 +12,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"gopkg.in/yaml.v3"
 )
 
 type latencyResult struct {
@@ -44,23 +40,24 @@ func (h *harness) latency(rate int, d time.Duration) (latencyResult, error) {
 	if err := h.createTopic(topic); err != nil {
 		return latencyResult{}, err
 	}
-	raw, _ := yaml.Marshal(cfg)
-	path := filepath.Join(h.dir, cfg.Name+".yaml")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
+	cmd, err := h.relayCommand(cfg)
+	if err != nil {
 		return latencyResult{}, err
 	}
-	cmd := exec.Command(h.bin, "run", "--config", path)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return latencyResult{}, err
 	}
 	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
 	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kgo.SeedBrokers(h.broker))
-	for { // wait for the relay to pin its start
-		cp, _ := store.Load(context.Background(), cfg.Name)
+	for deadline := time.Now().Add(time.Minute); ; { // wait for the relay to pin its start
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cp, err := store.Load(ctx, cfg.Name)
+		cancel()
 		if cp != nil {
 			break
+		}
+		if time.Now().After(deadline) {
+			return latencyResult{}, fmt.Errorf("relay %s wrote no checkpoint within a minute (last error: %v)", cfg.Name, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

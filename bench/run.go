@@ -59,7 +59,10 @@ func run(n, bigTx, latencySeconds, rounds int, out string) error {
 		return err
 	}
 	defer h.db.Stop()
-	port, _ := devdb.FreePort()
+	port, err := devdb.FreePort()
+	if err != nil {
+		return err
+	}
 	h.broker = fmt.Sprintf("127.0.0.1:%d", port)
 	h.kafka = exec.Command(h.bin, "dev", "kafka", "--listen", h.broker)
 	h.kafka.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

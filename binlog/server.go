@@ -328,7 +328,7 @@ func mariadbEarliest(conn *client.Conn) (string, error) {
 	if len(logs) == 0 {
 		return "", fmt.Errorf("%w: the server has no binary logs", ErrServerConfig)
 	}
-	evs, err := Query(conn, fmt.Sprintf("SHOW BINLOG EVENTS IN '%s' LIMIT 4", strings.ReplaceAll(logs[0][0], "'", "''")))
+	evs, err := Query(conn, "SHOW BINLOG EVENTS IN "+quote(logs[0][0])+" LIMIT 4")
 	if err != nil {
 		return "", fmt.Errorf("read binary log %s: %w", logs[0][0], err)
 	}
@@ -380,14 +380,35 @@ func CurrentColumns(ctx context.Context, cfg Config, addr string) (map[string][]
 	out := map[string][]string{}
 	for _, t := range cfg.Tables {
 		db, tbl, _ := strings.Cut(t, ".")
-		rows, err := Query(conn, fmt.Sprintf("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s' ORDER BY ORDINAL_POSITION",
-			strings.ReplaceAll(db, "'", "''"), strings.ReplaceAll(tbl, "'", "''")))
+		cols, err := TableColumns(conn, db, tbl)
 		if err != nil {
-			return nil, fmt.Errorf("read columns of %s: %w", t, err)
+			return nil, err
 		}
-		for _, r := range rows {
-			out[t] = append(out[t], r[0])
+		if len(cols) > 0 {
+			out[t] = cols
 		}
 	}
 	return out, nil
+}
+
+// TableColumns returns db.tbl's column names in table order, from
+// information_schema; none when the table is missing or not visible to the
+// user.
+func TableColumns(conn *client.Conn, db, tbl string) ([]string, error) {
+	rows, err := Query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "+quote(db)+
+		" AND TABLE_NAME = "+quote(tbl)+" ORDER BY ORDINAL_POSITION")
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s.%s: %w", db, tbl, err)
+	}
+	cols := make([]string, len(rows))
+	for i, r := range rows {
+		cols[i] = r[0]
+	}
+	return cols, nil
+}
+
+// quote renders s as an SQL string literal: quotes doubled, backslashes
+// escaped (the server's default sql_mode treats backslash as an escape).
+func quote(s string) string {
+	return "'" + strings.NewReplacer("'", "''", `\`, `\\`).Replace(s) + "'"
 }

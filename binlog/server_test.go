@@ -2,6 +2,7 @@ package binlog
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -68,9 +69,22 @@ func TestCheckNotPurged(t *testing.T) {
 }
 
 func TestRowMetadataIsAdvisory(t *testing.T) {
-	for _, st := range Settings(map[string]string{"binlog_row_metadata": "MINIMAL"}, "mariadb") {
-		if st.Name == "binlog_row_metadata" && (st.OK || !st.Advisory) {
-			t.Fatalf("binlog_row_metadata MINIMAL: %+v, want not OK and advisory", st)
+	list := Settings(map[string]string{"binlog_row_metadata": "MINIMAL"}, "mariadb")
+	i := slices.IndexFunc(list, func(st Setting) bool { return st.Name == "binlog_row_metadata" })
+	if i < 0 {
+		t.Fatalf("binlog_row_metadata is not among the settings checked: %+v", list)
+	}
+	if st := list[i]; st.OK || !st.Advisory || !st.Present {
+		t.Fatalf("binlog_row_metadata MINIMAL: %+v, want present, not OK and advisory", st)
+	}
+}
+
+func TestQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		"outbox": "'outbox'", "it's": "'it''s'", `a\b`: `'a\\b'`, `x\'; DROP`: `'x\\''; DROP'`,
+	} {
+		if got := quote(in); got != want {
+			t.Errorf("quote(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

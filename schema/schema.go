@@ -11,6 +11,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -61,10 +62,7 @@ func (t *Tracker) Seed(db, table string, cols []string) {
 	if _, ok := t.tables[n]; ok {
 		return
 	}
-	next := make(Tables, len(t.tables)+1)
-	for k, v := range t.tables {
-		next[k] = v
-	}
+	next := maps.Clone(t.tables)
 	next[n] = slices.Clone(cols)
 	t.tables = next
 }
@@ -93,13 +91,9 @@ func (t *Tracker) Apply(defaultDB, query string) (bool, error) {
 	}
 	next := t.tables
 	copied := false
-	edit := func() Tables {
+	edit := func() Tables { // copy on the first write: snapshots handed out stay as they were
 		if !copied {
-			next = make(Tables, len(t.tables))
-			for k, v := range t.tables {
-				next[k] = v
-			}
-			copied = true
+			next, copied = maps.Clone(t.tables), true
 		}
 		return next
 	}
@@ -174,9 +168,8 @@ func (t *Tracker) Apply(defaultDB, query string) (bool, error) {
 			}
 		}
 	}
-	changed := copied
 	t.tables = next
-	return changed, nil
+	return copied, nil
 }
 
 // alter applies ALTER TABLE specs to cols; target is the new name when the

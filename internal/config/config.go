@@ -51,7 +51,8 @@ type Source struct {
 	// ConnectTimeout bounds dialing one host.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	// HeartbeatPeriod asks the server for a heartbeat event at this interval so
-	// a dead connection is noticed; ReadTimeout is set to three times it.
+	// a dead connection is noticed: the relay drops a connection that sends
+	// nothing for three periods.
 	HeartbeatPeriod time.Duration `yaml:"heartbeat_period"`
 }
 
@@ -463,12 +464,12 @@ func (r RouterConfig) validate() error {
 			return fmt.Errorf("topic_regex needs topic_replacement")
 		}
 	}
-	for key, v := range map[string]string{
-		"event_id_column": r.EventIDColumn, "aggregate_type_column": r.AggregateTypeColumn,
-		"aggregate_id_column": r.AggregateIDColumn, "payload_column": r.PayloadColumn,
+	for _, col := range [][2]string{
+		{"event_id_column", r.EventIDColumn}, {"aggregate_type_column", r.AggregateTypeColumn},
+		{"aggregate_id_column", r.AggregateIDColumn}, {"payload_column", r.PayloadColumn},
 	} {
-		if v == "" {
-			return fmt.Errorf("%s is empty", key)
+		if col[1] == "" {
+			return fmt.Errorf("%s is empty", col[0])
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // RootPassword is the scratch server's root password.
@@ -272,21 +273,7 @@ func (s *Server) Query(q string) ([][]string, error) {
 		return nil, err
 	}
 	defer c.Close()
-	res, err := c.Execute(q)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Close()
-	var rows [][]string
-	for i := 0; i < res.RowNumber(); i++ {
-		row := make([]string, res.ColumnNumber())
-		for j := range row {
-			v, _ := res.GetString(i, j)
-			row[j] = strings.Clone(v) // go-mysql reuses result buffers after Close
-		}
-		rows = append(rows, row)
-	}
-	return rows, nil
+	return binlog.Query(c, q)
 }
 
 func abbreviate(q string) string {

@@ -39,6 +39,36 @@ func startServer(t *testing.T, settings map[string]string) *devdb.Server {
 	return srv
 }
 
+// purgeOldBinlogs purges every binlog of db but the newest. The server keeps
+// a binlog while crash recovery or a dump thread may still need it: retry
+// until only the newest one is left.
+func purgeOldBinlogs(t *testing.T, db *devdb.Server) {
+	t.Helper()
+	Eventually(t, 30*time.Second, func() error {
+		logs, err := db.Query("SHOW BINARY LOGS")
+		if err != nil {
+			return err
+		}
+		if len(logs) == 1 {
+			return nil
+		}
+		if err := db.Exec("PURGE BINARY LOGS TO '" + logs[len(logs)-1][0] + "'"); err != nil {
+			return err
+		}
+		return fmt.Errorf("%d binlogs left", len(logs))
+	})
+}
+
+// freeAddr is a local address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := devdb.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
+}
+
 // runExpectingError runs the relay and wants it to stop by itself with an
 // error wrapping want whose text contains hint, having published nothing.
 func runExpectingError(t *testing.T, k *Kafka, cfg config.Config, want error, hint string) {
@@ -82,9 +112,8 @@ func TestBadConfiguration(t *testing.T) {
 	}
 
 	t.Run("unreachable source", func(t *testing.T) {
-		port, _ := devdb.FreePort()
 		cfg := base(good)
-		cfg.Source.Hosts = []string{fmt.Sprintf("127.0.0.1:%d", port)}
+		cfg.Source.Hosts = []string{freeAddr(t)}
 		runExpectingError(t, k, cfg, binlog.ErrUnreachable, cfg.Source.Hosts[0])
 	})
 	t.Run("wrong password", func(t *testing.T) {
@@ -109,9 +138,8 @@ func TestBadConfiguration(t *testing.T) {
 		runExpectingError(t, k, cfg, binlog.ErrGrants, "GRANT REPLICATION SLAVE, REPLICATION CLIENT")
 	})
 	t.Run("unreachable kafka", func(t *testing.T) {
-		port, _ := devdb.FreePort()
 		cfg := base(good)
-		cfg.Kafka.Brokers = []string{fmt.Sprintf("127.0.0.1:%d", port)}
+		cfg.Kafka.Brokers = []string{freeAddr(t)}
 		cfg.Kafka.RequestTimeout = 2 * time.Second
 		runExpectingError(t, k, cfg, relay.ErrKafkaUnreachable, cfg.Kafka.Brokers[0])
 	})
@@ -139,21 +167,7 @@ func TestBadConfiguration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The server keeps a binlog while crash recovery or a dump thread may
-		// still need it: retry until only the newest one is left.
-		Eventually(t, 30*time.Second, func() error {
-			logs, err := good.Query("SHOW BINARY LOGS")
-			if err != nil {
-				return err
-			}
-			if len(logs) == 1 {
-				return nil
-			}
-			if err := good.Exec("PURGE BINARY LOGS TO '" + logs[len(logs)-1][0] + "'"); err != nil {
-				return err
-			}
-			return fmt.Errorf("%d binlogs left", len(logs))
-		})
+		purgeOldBinlogs(t, good)
 		r = RunRelay(t, cfg)
 		runErr := r.StoppedWith(t)
 		if !errors.Is(runErr, binlog.ErrPurged) || !strings.Contains(runErr.Error(), "checkpoint set") {

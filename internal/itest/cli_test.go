@@ -93,9 +93,8 @@ func TestCheckCommand(t *testing.T) {
 		requireItem(t, check(cfg), "log_bin", preflight.Fail, "OFF")
 	})
 	t.Run("unreachable host", func(t *testing.T) {
-		port, _ := devdb.FreePort()
 		cfg := base()
-		cfg.Source.Hosts = []string{good.Addr, fmt.Sprintf("127.0.0.1:%d", port)}
+		cfg.Source.Hosts = []string{good.Addr, freeAddr(t)}
 		r := check(cfg)
 		if r.OK() || r[len(r)-1].Name != "connect" || r[len(r)-1].Status != preflight.Fail {
 			t.Fatalf("second host not reported unreachable: %+v", r[len(r)-1])
@@ -161,14 +160,7 @@ func TestCheckCommand(t *testing.T) {
 		if err := good.Exec("INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('r1', 'a', 'd', 'X', '{}')", "FLUSH BINARY LOGS"); err != nil {
 			t.Fatal(err)
 		}
-		Eventually(t, 30*time.Second, func() error {
-			logs, err := good.Query("SHOW BINARY LOGS")
-			if err != nil || len(logs) == 1 {
-				return err
-			}
-			_ = good.Exec("PURGE BINARY LOGS TO '" + logs[len(logs)-1][0] + "'")
-			return fmt.Errorf("%d binlogs left", len(logs))
-		})
+		purgeOldBinlogs(t, good)
 		requireItem(t, check(cfg), "checkpoint", preflight.Fail, "purged")
 	})
 }

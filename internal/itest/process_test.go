@@ -16,7 +16,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/devdb"
 )
 
 func loadCheckpoint(t testing.TB, cfg config.Config) *checkpoint.Checkpoint {
@@ -122,8 +121,7 @@ func scrape(t testing.TB, addr, metric string) float64 {
 // The metrics and health endpoints answer while it runs.
 func TestSIGTERMWritesFinalCheckpoint(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
-	port, _ := devdb.FreePort()
-	cfg.HTTP.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+	cfg.HTTP.Listen = freeAddr(t)
 	cfg.Kafka.CheckpointInterval = time.Hour // only the final checkpoint can cover business-only transactions
 	p := env.StartProc(t, WriteConfig(t, cfg))
 	waitStarted(t, p, cfg)

@@ -150,6 +150,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
 		t.Fatalf("exit %d %v", code, err)
 	}
+	outputs := []string{p.Output()}
 	// A failing start: wrong password from the file, logged at debug.
 	if err := os.WriteFile(pwFile, []byte("wrong-"+secret), 0o600); err != nil {
 		t.Fatal(err)
@@ -158,7 +159,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	if code, _ := p.Wait(time.Minute); code != 1 {
 		t.Fatalf("exit %d with a wrong password", code)
 	}
-	for _, o := range []string{p.Output()} {
+	for _, o := range append(outputs, p.Output()) {
 		if strings.Contains(o, secret) {
 			t.Fatalf("a password reached the log:\n%s", o)
 		}

@@ -7,10 +7,12 @@ package itest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -136,7 +138,13 @@ func TestWindow4RedeliveryIsDeduplicatedByEventID(t *testing.T) {
 					t.Fatal(err)
 				}
 				if _, err := db.Execute("INSERT INTO "+s.Name+".consumed_event VALUES ('notify', ?)", id); err != nil {
-					_, _ = db.Execute("ROLLBACK") // seen before: skip the effect
+					var me *mysql.MyError
+					if !errors.As(err, &me) || me.Code != mysql.ER_DUP_ENTRY {
+						t.Fatal(err)
+					}
+					if _, err := db.Execute("ROLLBACK"); err != nil { // seen before: skip the effect
+						t.Fatal(err)
+					}
 					return
 				}
 				if _, err := db.Execute("INSERT INTO "+s.Name+".notification VALUES (?, ?)", id, string(r.Key)); err != nil {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -228,20 +229,18 @@ func checkGrants(conn *client.Conn, cfg config.Config, c collector) {
 	} else {
 		c.add("grants", Pass, "REPLICATION SLAVE and REPLICATION CLIENT", "")
 	}
-	all := strings.ToUpper(strings.Join(grants, "\n"))
+	var reads []string // grants that include SELECT, upper case, without backquotes
+	for _, g := range grants {
+		if g = strings.ToUpper(g); strings.Contains(g, "SELECT") || strings.Contains(g, "ALL PRIVILEGES") {
+			reads = append(reads, strings.ReplaceAll(g, "`", ""))
+		}
+	}
 	for _, t := range cfg.Source.Tables {
 		db, tbl, _ := strings.Cut(t, ".")
-		ok := false
-		for _, g := range strings.Split(all, "\n") {
-			if !strings.Contains(g, "SELECT") && !strings.Contains(g, "ALL PRIVILEGES") {
-				continue
-			}
-			on := strings.ReplaceAll(g, "`", "")
-			if strings.Contains(on, " ON *.* ") || strings.Contains(on, " ON "+strings.ToUpper(db)+".* ") ||
-				strings.Contains(on, " ON "+strings.ToUpper(db+"."+tbl)+" ") {
-				ok = true
-			}
-		}
+		ok := slices.ContainsFunc(reads, func(on string) bool {
+			return strings.Contains(on, " ON *.* ") || strings.Contains(on, " ON "+strings.ToUpper(db)+".* ") ||
+				strings.Contains(on, " ON "+strings.ToUpper(db+"."+tbl)+" ")
+		})
 		if ok {
 			c.add("grant SELECT "+t, Pass, "", "")
 		} else {
@@ -255,25 +254,19 @@ func checkTables(conn *client.Conn, cfg config.Config, c collector) {
 	want := []string{cfg.Router.EventIDColumn, cfg.Router.AggregateTypeColumn, cfg.Router.AggregateIDColumn, cfg.Router.PayloadColumn}
 	for _, t := range cfg.Source.Tables {
 		db, tbl, _ := strings.Cut(t, ".")
-		rows, err := binlog.Query(conn, fmt.Sprintf(
-			"SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s'",
-			strings.ReplaceAll(db, "'", "''"), strings.ReplaceAll(tbl, "'", "''")))
+		cols, err := binlog.TableColumns(conn, db, tbl)
 		if err != nil {
 			c.add("table "+t, Fail, err.Error(), "")
 			continue
 		}
-		if len(rows) == 0 {
+		if len(cols) == 0 {
 			c.add("table "+t, Fail, "table not found (or not visible to the user)",
 				"create the outbox table, fix source.tables, or grant SELECT on it")
 			continue
 		}
-		have := map[string]bool{}
-		for _, r := range rows {
-			have[r[0]] = true
-		}
 		var missing []string
 		for _, col := range want {
-			if !have[col] {
+			if !slices.Contains(cols, col) {
 				missing = append(missing, col)
 			}
 		}
@@ -282,7 +275,7 @@ func checkTables(conn *client.Conn, cfg config.Config, c collector) {
 				"add the columns or point router.*_column at the existing ones")
 			continue
 		}
-		c.add("table "+t, Pass, fmt.Sprintf("%d columns, the router's present", len(rows)), "")
+		c.add("table "+t, Pass, fmt.Sprintf("%d columns, the router's present", len(cols)), "")
 	}
 }
 

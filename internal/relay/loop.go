@@ -25,7 +25,7 @@ type loop struct {
 
 	// set covers every source transaction fully handed to the sink.
 	set    mysql.GTIDSet
-	setStr string // set rendered, or "" when it changed since
+	setStr string // set rendered, or "" when it changed since: use position()
 	// partial: rows of one source transaction already published (committed,
 	// or produced into the open batch). Loaded from the checkpoint, it makes
 	// a restart skip exactly those rows. GTID "" when there is none.
@@ -65,7 +65,6 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 		}
 		l.events = cp.Events
 		l.lastCommitTime = cp.CommitTime
-		l.schema = cp.Schema
 	}
 	return l, nil
 }
@@ -328,11 +327,8 @@ func (l *loop) progress(now time.Time) {
 	n := l.events - l.progressEvents
 	if n > 0 {
 		el := now.Sub(l.lastProgress).Seconds()
-		if l.setStr == "" {
-			l.setStr = l.set.String()
-		}
 		l.r.log.Info().Int64("events", n).Float64("events_per_second", float64(n)/el).
-			Float64("lag_seconds", now.Sub(l.lastCommitTime).Seconds()).Str("gtid_set", l.setStr).Msg("progress")
+			Float64("lag_seconds", now.Sub(l.lastCommitTime).Seconds()).Str("gtid_set", l.position()).Msg("progress")
 	}
 	l.lastProgress, l.progressEvents = now, l.events
 }
@@ -340,13 +336,10 @@ func (l *loop) progress(now time.Time) {
 // commit ends the open batch (or writes a checkpoint-only batch) with the
 // current position.
 func (l *loop) commit(ctx context.Context) error {
-	if l.setStr == "" {
-		l.setStr = l.set.String()
-	}
 	now := time.Now()
 	cp := &checkpoint.Checkpoint{
 		Name:       l.r.cfg.Name,
-		GTIDSet:    l.setStr,
+		GTIDSet:    l.position(),
 		Flavor:     l.srv.Flavor,
 		ServerID:   l.srv.ServerID,
 		Host:       l.srv.Addr,
@@ -420,9 +413,14 @@ func (l *loop) shutdown() error {
 	if err := l.sink.awaitVisible(ctx); err != nil {
 		l.r.log.Warn().Err(err).Msg("final checkpoint committed; readers see it once an older open transaction on the checkpoint topic ends")
 	}
+	l.r.log.Info().Str("gtid_set", l.position()).Int64("events", l.events).Msg("final checkpoint written")
+	return nil
+}
+
+// position is set rendered in the server's notation, rendered once per change.
+func (l *loop) position() string {
 	if l.setStr == "" {
 		l.setStr = l.set.String()
 	}
-	l.r.log.Info().Str("gtid_set", l.setStr).Int64("events", l.events).Msg("final checkpoint written")
-	return nil
+	return l.setStr
 }

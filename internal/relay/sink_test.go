@@ -17,16 +17,16 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 )
 
-// aloSink is an at-least-once sink on an embedded broker whose produce
-// responses can be held back: hold() stops acknowledgements until the
-// returned function releases them.
-type aloSink struct {
+// testSink is a sink on an embedded broker whose produce responses can be
+// held back: hold() stops acknowledgements until the returned function
+// releases them. Exactly-once (opts.txn) its transactional id is "t".
+type testSink struct {
 	*sink
 	store *checkpoint.Store
 	hold  func() (release func())
 }
 
-func newALOSink(t *testing.T, opts sinkOptions) aloSink {
+func newTestSink(t *testing.T, opts sinkOptions) testSink {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	if err != nil {
@@ -44,7 +44,11 @@ func newALOSink(t *testing.T, opts sinkOptions) aloSink {
 		}
 		return nil, nil, false // the broker handles it as usual
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
+	copts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0)}
+	if opts.txn {
+		copts = append(copts, kgo.TransactionalID("t"))
+	}
+	cl, err := kgo.NewClient(copts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +58,7 @@ func newALOSink(t *testing.T, opts sinkOptions) aloSink {
 		t.Fatal(err)
 	}
 	s := newSink(context.Background(), cl, store, opts)
-	return aloSink{sink: s, store: store, hold: func() func() {
+	return testSink{sink: s, store: store, hold: func() func() {
 		g := make(chan struct{})
 		mu.Lock()
 		gate = g
@@ -74,7 +78,7 @@ func cpAt(gtids string) *checkpoint.Checkpoint {
 	return &checkpoint.Checkpoint{Name: "t", GTIDSet: gtids, Flavor: "mariadb", Time: time.Now().UTC()}
 }
 
-func (a aloSink) stored(t *testing.T) string {
+func (a testSink) stored(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -89,7 +93,7 @@ func (a aloSink) stored(t *testing.T) string {
 }
 
 // pin writes a first checkpoint at gtids and waits until it is stored.
-func (a aloSink) pin(t *testing.T, gtids string) {
+func (a testSink) pin(t *testing.T, gtids string) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := a.commit(ctx, cpAt(gtids)); err != nil {
@@ -104,7 +108,7 @@ func (a aloSink) pin(t *testing.T, gtids string) {
 }
 
 // waitDrain waits for the sink's wake-ups until drain writes a checkpoint.
-func (a aloSink) waitDrain(t *testing.T) (*checkpoint.Checkpoint, error) {
+func (a testSink) waitDrain(t *testing.T) (*checkpoint.Checkpoint, error) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -123,7 +127,7 @@ func (a aloSink) waitDrain(t *testing.T) (*checkpoint.Checkpoint, error) {
 // is acknowledged, and then the newest such checkpoint.
 func TestAtLeastOnceCheckpointFollowsAcknowledgements(t *testing.T) {
 	ctx := context.Background()
-	a := newALOSink(t, aloOptions)
+	a := newTestSink(t, aloOptions)
 	a.pin(t, "0-1-1")
 
 	release := a.hold()
@@ -162,7 +166,7 @@ func TestAtLeastOnceCheckpointFollowsAcknowledgements(t *testing.T) {
 // out of the topic: the relay resumes before it.
 func TestAtLeastOnceFailedRecordWritesNoCheckpoint(t *testing.T) {
 	ctx := context.Background()
-	a := newALOSink(t, aloOptions)
+	a := newTestSink(t, aloOptions)
 	a.pin(t, "0-1-1")
 	// Larger than any record batch the client sends: refused before it leaves.
 	big := bytes.Repeat([]byte("x"), 2<<20)
@@ -190,7 +194,7 @@ func TestAtLeastOnceBoundsUnacknowledgedRecords(t *testing.T) {
 	ctx := context.Background()
 	opts := aloOptions
 	opts.maxUnacked, opts.timeout = 2, 300*time.Millisecond
-	a := newALOSink(t, opts)
+	a := newTestSink(t, opts)
 	release := a.hold()
 	defer release()
 	for i := range 2 {
@@ -207,5 +211,48 @@ func TestAtLeastOnceBoundsUnacknowledgedRecords(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("produce blocked beyond its timeout")
+	}
+}
+
+// Exactly-once, the sink knows where its last checkpoint record is and waits
+// until read_committed readers see it: behind another producer's open
+// transaction it reports ErrNotVisible, and returns once that one ends.
+func TestExactlyOnceAwaitsVisibleCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	opts := aloOptions
+	opts.txn = true
+	a := newTestSink(t, opts)
+	other, err := kgo.NewClient(kgo.SeedBrokers(a.cl.OptValue(kgo.SeedBrokers).([]string)...), kgo.TransactionalID("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.ProduceSync(ctx, a.store.Record(&checkpoint.Checkpoint{Name: "other", GTIDSet: "0-1-1", Flavor: "mariadb"})).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.commit(ctx, cpAt("0-1-2")); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := a.awaitVisible(short); !errors.Is(err, checkpoint.ErrNotVisible) {
+		t.Fatalf("checkpoint behind an open transaction: %v, want ErrNotVisible", err)
+	}
+	if err := other.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	wait, cancel2 := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel2()
+	if err := a.awaitVisible(wait); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.stored(t); got != "0-1-2" {
+		t.Fatalf("stored %q, want 0-1-2", got)
 	}
 }
