@@ -420,15 +420,6 @@ func send(ctx context.Context, out chan<- []Event, batch []Event) error {
 	}
 }
 
-// mapStreamErr turns the server's "binlog purged" answer into ErrPurged.
-func mapStreamErr(err error) error {
-	var me *mysql.MyError
-	if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
-		return fmt.Errorf("%w: %s: the server no longer has the binlogs needed; set a new position with `outbox-relay checkpoint set` knowing the events in between are skipped", ErrPurged, me.Message)
-	}
-	return err
-}
-
 // watchdog closes the replication connection when nothing, not even the
 // server's heartbeat, arrives for a while. It counts reads on the socket, so
 // the hot path pays one atomic add per read instead of a deadline syscall.
