@@ -16,7 +16,6 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
-	"github.com/google/uuid"
 
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -40,6 +39,16 @@ const (
 	// KindDDL reports a statement that changed a captured table's layout,
 	// or one the schema tracker could not parse (Note says which).
 	KindDDL
+	// KindPrepare: the XA transaction XID was prepared. Its rows (KindRows
+	// events with that XID) are not committed: a later KindCommit with the
+	// same XID commits them, a KindRollback discards them. Set includes the
+	// prepare's GTID.
+	KindPrepare
+	// KindRollback: XA ROLLBACK of a prepared XA transaction (XID).
+	KindRollback
+	// KindWarning: something an operator should know (Note), that does not
+	// stop the stream.
+	KindWarning
 )
 
 // Op is the row operation.
@@ -98,6 +107,10 @@ type Event struct {
 	Kind Kind
 	// GTID of the source transaction the event belongs to.
 	GTID string
+	// XID: rows of an XA transaction (held until it commits), or the XA
+	// transaction a KindCommit (XA COMMIT, or a one-phase XA commit),
+	// KindPrepare or KindRollback ends. Canonical form: see parseXID.
+	XID string
 	// Rows: the table, the operation and the row images (for updates, the
 	// after images).
 	Table *Table
@@ -148,6 +161,15 @@ func NewReader(cfg Config, srv *Server, tracker *schema.Tracker, logger *slog.Lo
 
 func (r *Reader) captured(schema, table []byte) bool {
 	return r.tables[string(schema)][string(table)]
+}
+
+func (r *Reader) newFramer() framer {
+	f := framer{captured: r.captured, savepoints: map[string]int{}}
+	for _, t := range r.cfg.Tables {
+		_, tbl, _ := strings.Cut(t, ".")
+		f.names = append(f.names, strings.ToLower(tbl))
+	}
+	return f
 }
 
 // Run streams every transaction after from into out, in batches of events
@@ -211,7 +233,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	if err != nil {
 		return mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, err))
 	}
-	st := &streamState{tableCache: map[uint64]*cachedTable{}}
+	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
 	for {
 		ev, err := stream.GetEvent(ctx)
 		if err != nil {
@@ -245,9 +267,8 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 
 // streamState is what the reader carries from one event to the next.
 type streamState struct {
-	gtid       string
-	commitTime time.Time
-	size       int
+	frame framer
+	size  int
 	// tableCache holds, by table id, the Table built from a table map event;
 	// the server sends one per transaction, mostly identical to the last.
 	// Cleared when DDL changes a captured table's layout.
@@ -293,49 +314,41 @@ func (c *cachedTable) matches(tm *replication.TableMapEvent) bool {
 	return true
 }
 
-// convert appends the relay's view of ev (nothing, rows or a commit) to batch.
+// convert appends the relay's view of ev (nothing, rows, a commit, a
+// prepare or rollback of an XA transaction, a schema note) to batch; the
+// framer decides where transactions begin and end.
 func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []Event) ([]Event, error) {
 	st.size += int(ev.Header.EventSize)
+	f := &st.frame
 	switch e := ev.Event.(type) {
-	case *replication.GTIDEvent:
-		u, err := uuid.FromBytes(e.SID)
-		if err != nil {
-			return batch, fmt.Errorf("read binlog: gtid event: %w", err)
-		}
-		st.gtid = u.String() + ":" + strconv.FormatInt(e.GNO, 10)
-		st.commitTime = time.Unix(int64(ev.Header.Timestamp), 0)
-		if e.ImmediateCommitTimestamp > 0 {
-			st.commitTime = time.UnixMicro(int64(e.ImmediateCommitTimestamp))
-		}
-	case *replication.GtidTaggedLogEvent:
-		u, err := uuid.FromBytes(e.SID)
-		if err != nil {
-			return batch, fmt.Errorf("read binlog: gtid event: %w", err)
-		}
-		st.gtid = u.String() + ":" + e.Tag.String() + ":" + strconv.FormatInt(e.GNO, 10)
-		st.commitTime = time.UnixMicro(int64(e.ImmediateCommitTimestamp))
-	case *replication.MariadbGTIDEvent:
-		g := e.GTID
-		st.gtid = strconv.FormatUint(uint64(g.DomainID), 10) + "-" + strconv.FormatUint(uint64(g.ServerID), 10) + "-" +
-			strconv.FormatUint(g.SequenceNumber, 10)
-		st.commitTime = time.Unix(int64(ev.Header.Timestamp), 0)
 	case *replication.RowsEvent:
-		if e.Table == nil || len(e.Rows) == 0 {
+		if e.Table == nil || !r.captured(e.Table.Schema, e.Table.Table) {
 			return batch, nil // RowsEventDecodeFunc leaves other tables' rows undecoded
+		}
+		if f.state != stateTx && f.state != stateXA {
+			return batch, fmt.Errorf("%w: rows of %s.%s outside BEGIN ... COMMIT (after %s)", ErrUnframed,
+				e.Table.Schema, e.Table.Table, f.gtid)
+		}
+		if len(e.Rows) == 0 {
+			return batch, nil
 		}
 		var t *Table
 		if c := st.tableCache[e.Table.TableID]; c != nil && c.matches(e.Table) {
 			t = c.table
 		} else {
-			cols, err := r.columns(e.Table, st.gtid)
+			cols, note, err := r.columns(e.Table, f.gtid)
 			if err != nil {
 				return batch, err
+			}
+			if note != "" {
+				batch = append(batch, Event{Kind: KindDDL, GTID: f.gtid, Note: note})
+				clear(st.tableCache)
 			}
 			t = &Table{Schema: string(e.Table.Schema), Name: string(e.Table.Table), Columns: cols,
 				Latin1: latin1Columns(e.Table, len(cols))}
 			st.tableCache[e.Table.TableID] = newCachedTable(e.Table, t)
 		}
-		out := Event{Kind: KindRows, GTID: st.gtid, Table: t, Time: st.commitTime, Size: st.size}
+		out := Event{Kind: KindRows, GTID: f.gtid, XID: f.xid, Table: t, Time: f.commitTime, Size: st.size}
 		switch e.Type() {
 		case replication.EnumRowsEventTypeInsert:
 			out.Op, out.Rows = OpInsert, e.Rows
@@ -347,68 +360,140 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 				out.Rows = append(out.Rows, e.Rows[i])
 			}
 		default:
-			return batch, nil
+			return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s", ErrUnframed, f.gtid, ev.Header.EventType, t)
 		}
+		f.rows += len(out.Rows)
 		st.size = 0
 		return append(batch, out), nil
-	case *replication.XIDEvent:
-		return r.commit(st, e.GSet, batch)
-	case *replication.QueryEvent:
-		q := strings.TrimSpace(string(e.Query))
-		if strings.EqualFold(q, "BEGIN") {
-			return batch, nil
+	case *replication.TableMapEvent:
+		if r.captured(e.Schema, e.Table) {
+			f.touched = true
+			return batch, f.checkUnknown()
 		}
-		// COMMIT of a non-transactional change, or a DDL statement: both end
-		// their transaction.
-		if !strings.EqualFold(q, "COMMIT") {
-			changed, err := r.tracker.Apply(string(e.Schema), q)
-			switch {
-			case errors.Is(err, schema.ErrUnparsed):
-				return batch, fmt.Errorf("read binlog at %s: %w (statement: %.200s)", st.gtid, err, q)
-			case err != nil:
-				batch = append(batch, Event{Kind: KindDDL, GTID: st.gtid, Note: fmt.Sprintf("%v (statement: %.200s)", err, q)})
-			case changed:
-				batch = append(batch, Event{Kind: KindDDL, GTID: st.gtid, Note: fmt.Sprintf("schema changed: %.200s", q)})
-				clear(st.tableCache)
+		return batch, nil
+	case *replication.XIDEvent:
+		if e.GSet != nil {
+			f.set = e.GSet
+		}
+		if f.state != stateTx {
+			return batch, fmt.Errorf("%w: XID event outside BEGIN ... (after %s)", ErrUnframed, f.gtid)
+		}
+		out, err := f.close(KindCommit, "")
+		if err != nil {
+			return batch, err
+		}
+		return r.commit(st, out, batch), nil
+	case *replication.QueryEvent:
+		out, closed, err := f.query(e)
+		if f.warning != "" {
+			batch = append(batch, Event{Kind: KindWarning, GTID: f.gtid, Note: f.warning})
+			f.warning = ""
+		}
+		if err != nil || !closed {
+			return batch, err
+		}
+		if out.stmt != "" {
+			if batch, err = r.applyDDL(st, out, batch); err != nil {
+				return batch, err
 			}
 		}
-		return r.commit(st, e.GSet, batch)
+		return r.commit(st, out, batch), nil
+	case *replication.GTIDEvent, *replication.GtidTaggedLogEvent, *replication.MariadbGTIDEvent:
+		gtid, at, standalone, _, err := gtidOf(ev)
+		if err != nil {
+			return batch, err
+		}
+		return batch, f.open(gtid, at, standalone)
+	case *replication.TransactionPayloadEvent:
+		// MySQL binlog_transaction_compression: the transaction's events,
+		// XID included, inside one event. Their sizes are in this one's.
+		size := st.size
+		for _, inner := range e.Events {
+			st.size = 0
+			var err error
+			if batch, err = r.convert(st, inner, batch); err != nil {
+				return batch, err
+			}
+		}
+		st.size = size
+		if f.state != stateIdle {
+			return batch, fmt.Errorf("%w: compressed transaction %s does not end inside its payload", ErrUnframed, f.gtid)
+		}
+		return batch, nil
+	case *replication.GenericEvent:
+		switch ev.Header.EventType {
+		case xaPrepareLogEvent:
+			out, err := f.prepare(e)
+			if err != nil {
+				return batch, err
+			}
+			return r.commit(st, out, batch), nil
+		case replication.RAND_EVENT, replication.USER_VAR_EVENT, replication.IGNORABLE_EVENT, replication.STOP_EVENT,
+			replication.TRANSACTION_CONTEXT_EVENT, replication.VIEW_CHANGE_EVENT, replication.MARIADB_START_ENCRYPTION_EVENT,
+			replication.HEARTBEAT_LOG_EVENT_V2, replication.PREVIOUS_GTIDS_EVENT:
+			return batch, nil
+		}
+		return batch, f.other(ev)
+	case *replication.FormatDescriptionEvent, *replication.RotateEvent, *replication.HeartbeatEvent,
+		*replication.PreviousGTIDsEvent, *replication.MariadbGTIDListEvent, *replication.MariadbBinlogCheckPointEvent,
+		*replication.IntVarEvent, *replication.RowsQueryEvent, *replication.MariadbAnnotateRowsEvent,
+		*replication.BeginLoadQueryEvent:
+		return batch, nil
+	}
+	return batch, f.other(ev)
+}
+
+// applyDDL gives a standalone statement to the schema tracker. When the
+// binlog carries column names, those are the truth and a statement the
+// tracker cannot follow is only reported; otherwise it stops the relay.
+func (r *Reader) applyDDL(st *streamState, out frameOut, batch []Event) ([]Event, error) {
+	gtid := st.frame.gtid
+	changed, err := r.tracker.Apply(out.stmtDB, out.stmt)
+	switch {
+	case errors.Is(err, schema.ErrUnparsed) && !r.srv.ColumnNames:
+		return batch, fmt.Errorf("read binlog at %s: %w (statement: %.200s); set binlog_row_metadata=FULL on the server "+
+			"so that the binlog carries column names, or fix the statement's table definition by hand and "+
+			"`outbox-relay checkpoint set` past it", gtid, err, out.stmt)
+	case err != nil:
+		batch = append(batch, Event{Kind: KindDDL, GTID: gtid, Note: fmt.Sprintf("%v (statement: %.200s)", err, out.stmt)})
+	case changed:
+		batch = append(batch, Event{Kind: KindDDL, GTID: gtid, Note: fmt.Sprintf("schema changed: %.200s", out.stmt)})
+		clear(st.tableCache)
 	}
 	return batch, nil
 }
 
 // columns is the layout of a captured table for a rows event: the binlog's
-// own column names (checked against, or seeding, the tracker), else the
-// layout tracked from DDL.
-func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) ([]string, error) {
+// own column names when it carries them (they replace a tracked layout
+// that disagrees: note says so), else the layout tracked from DDL.
+func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) (cols []string, note string, err error) {
 	db, tbl := string(tm.Schema), string(tm.Table)
 	tracked, known := r.tracker.Columns(db, tbl)
 	names := tm.ColumnNameString()
 	if len(names) > 0 {
-		if known && !slices.Equal(names, tracked) {
-			return nil, fmt.Errorf("%w: %s.%s at %s: binlog has %v, DDL read so far gives %v", ErrSchemaMismatch, db, tbl, gtid, names, tracked)
+		if r.tracker.Learn(db, tbl, names) && known {
+			note = fmt.Sprintf("layout of %s.%s from the binlog's column names %v replaces the one tracked from DDL %v", db, tbl, names, tracked)
 		}
-		r.tracker.Seed(db, tbl, names)
-		return names, nil
+		return names, note, nil
 	}
 	if !known {
-		return nil, fmt.Errorf("%w: table %s.%s at %s: set binlog_row_metadata=FULL on the server, or start where the binlog "+
+		return nil, "", fmt.Errorf("%w: table %s.%s at %s: set binlog_row_metadata=FULL on the server, or start where the binlog "+
 			"still holds its CREATE TABLE (or at `now`, with SELECT granted on it)", ErrNoColumnNames, db, tbl, gtid)
 	}
 	if len(tracked) != int(tm.ColumnCount) {
-		return nil, fmt.Errorf("%w: %s.%s at %s: the row has %d columns, DDL read so far gives %d (%v)",
+		return nil, "", fmt.Errorf("%w: %s.%s at %s: the row has %d columns, DDL read so far gives %d (%v)",
 			ErrSchemaMismatch, db, tbl, gtid, tm.ColumnCount, len(tracked), tracked)
 	}
-	return tracked, nil
+	return tracked, "", nil
 }
 
-func (r *Reader) commit(st *streamState, set mysql.GTIDSet, batch []Event) ([]Event, error) {
-	if set == nil {
-		return batch, fmt.Errorf("read binlog: commit of %s without a gtid set", st.gtid)
-	}
-	ev := Event{Kind: KindCommit, GTID: st.gtid, Set: set, Schema: r.tracker.Tables(), Time: st.commitTime, Size: st.size}
+// commit appends the end of a group: a commit, an XA prepare or an XA
+// rollback, with the GTID set including it.
+func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
+	f := &st.frame
+	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, Set: out.set, Schema: r.tracker.Tables(), Time: f.commitTime, Size: st.size}
 	st.size = 0
-	return append(batch, ev), nil
+	return append(batch, ev)
 }
 
 func send(ctx context.Context, out chan<- []Event, batch []Event) error {

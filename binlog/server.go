@@ -61,6 +61,9 @@ type Server struct {
 	// Earliest is the GTID set before the oldest binlog still on the server:
 	// starting there replays everything the server still has.
 	Earliest string
+	// ColumnNames: binlog_row_metadata is FULL, so table maps carry column
+	// names and those, not the layout tracked from DDL, are the truth.
+	ColumnNames bool
 }
 
 // Inspect connects to the first reachable host, detects the flavor and
@@ -167,7 +170,7 @@ func inspect(conn *client.Conn, cfg Config, addr string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &Server{Addr: addr, Version: vars["version"]}
+	srv := &Server{Addr: addr, Version: vars["version"], ColumnNames: strings.EqualFold(vars["binlog_row_metadata"], "FULL")}
 	detected := DetectFlavor(vars)
 	srv.Flavor = detected
 	if cfg.Flavor != "" && cfg.Flavor != "auto" {

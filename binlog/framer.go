@@ -1,0 +1,380 @@
+package binlog
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/google/uuid"
+)
+
+// Sentinels of the framer: each stops the relay before the transaction it
+// names, whose outbox rows the relay cannot publish exactly as committed.
+var (
+	// ErrStatementLogged: DML on a captured table (or a LOAD DATA on any
+	// table) was logged as a statement, so its rows are not in the binlog.
+	ErrStatementLogged = errors.New("outbox change logged as a statement")
+	// ErrUnframed: the binlog holds something the relay cannot place in a
+	// transaction or cannot open (no GTID, no end marker, an incident, an
+	// event it does not know inside a transaction that touches a captured
+	// table).
+	ErrUnframed = errors.New("binlog transaction the relay cannot frame")
+	// ErrRolledBackRows: a transaction's binlog holds outbox rows followed by
+	// a ROLLBACK or ROLLBACK TO SAVEPOINT that undoes them (MariaDB and MySQL
+	// log this when a non-transactional table was changed too).
+	ErrRolledBackRows = errors.New("outbox rows rolled back inside a logged transaction")
+)
+
+// groupState tells where the framer is within the binlog's event groups.
+type groupState uint8
+
+const (
+	// between groups: only a GTID event opens one.
+	stateIdle groupState = iota
+	// after the GTID event, before the first statement: the first Query
+	// event decides the group's shape.
+	stateOpened
+	// a transaction opened by BEGIN: ends at XID or COMMIT (or ROLLBACK).
+	stateTx
+	// an XA transaction opened by XA START: ends at XA_PREPARE.
+	stateXA
+)
+
+// xaPrepareLogEvent is XA_PREPARE_LOG_EVENT (MySQL 5.7.7+, MariaDB 10.5+).
+const xaPrepareLogEvent = replication.XA_PREPARE_LOG_EVENT
+
+// framer is the transaction framing state machine. Server events go in
+// (step); rows of captured tables, commits with their GTID and GTID set, XA
+// prepares and rollbacks, or an error that stops the relay come out. A
+// group opens only at a GTID event and closes only at the server's own
+// markers: XID, COMMIT, XA_PREPARE (or its one-phase commit), XA COMMIT, XA
+// ROLLBACK, or the single statement of a standalone group. Any other Query
+// inside a transaction (SAVEPOINT, RELEASE, statements) never moves the
+// position.
+type framer struct {
+	// captured reports whether db.table is a captured table.
+	captured func(db, table []byte) bool
+
+	state      groupState
+	gtid       string
+	commitTime time.Time
+	standalone bool // MariaDB FL_STANDALONE: one statement, no BEGIN
+	set        mysql.GTIDSet
+	xid        string // XA START's xid
+	touched    bool   // a captured table's table map was seen in the group
+	rows       int    // captured rows emitted in the group
+	// savepoints: rows emitted when each savepoint was set.
+	savepoints map[string]int
+	// unknown names an event of the group the framer could not open; fatal
+	// once the group touches a captured table.
+	unknown string
+	// warning is set for the reader to pass on (a statement-logged change
+	// of a non-captured table).
+	warning string
+	// names are the captured tables' names, lower case.
+	names []string
+}
+
+// out is what one event became.
+type frameOut struct {
+	kind Kind
+	xid  string
+	set  mysql.GTIDSet
+	// stmt is a standalone statement (DDL) for the schema tracker.
+	stmt   string
+	stmtDB string
+}
+
+// open starts the group of a GTID event.
+func (f *framer) open(gtid string, at time.Time, standalone bool) error {
+	if f.state != stateIdle {
+		return fmt.Errorf("%w: transaction %s has no end marker before the next GTID %s", ErrUnframed, f.gtid, gtid)
+	}
+	*f = framer{captured: f.captured, names: f.names, savepoints: f.savepoints, state: stateOpened, gtid: gtid,
+		commitTime: at, standalone: standalone}
+	clear(f.savepoints)
+	return nil
+}
+
+// close ends the group.
+func (f *framer) close(kind Kind, xid string) (frameOut, error) {
+	if f.set == nil {
+		return frameOut{}, fmt.Errorf("%w: end of transaction %s without a gtid set", ErrUnframed, f.gtid)
+	}
+	out := frameOut{kind: kind, xid: xid, set: f.set}
+	f.state = stateIdle
+	return out, nil
+}
+
+// gtidOf renders a GTID event's GTID and commit time; ok false for an
+// event that opens no group.
+func gtidOf(ev *replication.BinlogEvent) (gtid string, at time.Time, standalone, ok bool, err error) {
+	switch e := ev.Event.(type) {
+	case *replication.GTIDEvent:
+		u, err := uuid.FromBytes(e.SID)
+		if err != nil {
+			return "", at, false, true, fmt.Errorf("read binlog: gtid event: %w", err)
+		}
+		if u == uuid.Nil || e.GNO == 0 {
+			return "", at, false, true, fmt.Errorf("%w: anonymous transaction (gtid_mode is not ON on the source): "+
+				"set gtid_mode=ON and enforce_gtid_consistency=ON", ErrUnframed)
+		}
+		at = time.Unix(int64(ev.Header.Timestamp), 0)
+		if e.ImmediateCommitTimestamp > 0 {
+			at = time.UnixMicro(int64(e.ImmediateCommitTimestamp))
+		}
+		return u.String() + ":" + strconv.FormatInt(e.GNO, 10), at, false, true, nil
+	case *replication.GtidTaggedLogEvent:
+		u, err := uuid.FromBytes(e.SID)
+		if err != nil {
+			return "", at, false, true, fmt.Errorf("read binlog: gtid event: %w", err)
+		}
+		at = time.UnixMicro(int64(e.ImmediateCommitTimestamp))
+		return u.String() + ":" + e.Tag.String() + ":" + strconv.FormatInt(e.GNO, 10), at, false, true, nil
+	case *replication.MariadbGTIDEvent:
+		g := e.GTID
+		gtid = strconv.FormatUint(uint64(g.DomainID), 10) + "-" + strconv.FormatUint(uint64(g.ServerID), 10) + "-" +
+			strconv.FormatUint(g.SequenceNumber, 10)
+		return gtid, time.Unix(int64(ev.Header.Timestamp), 0), e.IsStandalone(), true, nil
+	}
+	return "", at, false, false, nil
+}
+
+// query handles a Query event: it returns a group end, or nothing.
+func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
+	if e.GSet != nil {
+		f.set = e.GSet
+	}
+	q := strings.TrimSpace(stripComments(string(e.Query)))
+	switch f.state {
+	case stateIdle:
+		return frameOut{}, false, fmt.Errorf("%w: statement outside a GTID transaction: %.200s", ErrUnframed, q)
+	case stateOpened:
+		switch {
+		case !f.standalone && (isWord(q, "BEGIN") || hasPrefixFold(q, "START TRANSACTION")):
+			f.state = stateTx
+			return frameOut{}, false, nil
+		case !f.standalone && hasPrefixFold(q, "XA START"):
+			xid, err := parseXID(q[len("XA START"):])
+			if err != nil {
+				return frameOut{}, false, fmt.Errorf("%w: transaction %s: %v: %.200s", ErrUnframed, f.gtid, err, q)
+			}
+			f.state, f.xid = stateXA, xid
+			return frameOut{}, false, nil
+		case hasPrefixFold(q, "XA COMMIT"):
+			xid, onePhase, err := xaEnd(q[len("XA COMMIT"):])
+			if err != nil || onePhase {
+				return frameOut{}, false, fmt.Errorf("%w: transaction %s: cannot read %.200s", ErrUnframed, f.gtid, q)
+			}
+			out, err := f.close(KindCommit, xid)
+			return out, true, err
+		case hasPrefixFold(q, "XA ROLLBACK"):
+			xid, _, err := xaEnd(q[len("XA ROLLBACK"):])
+			if err != nil {
+				return frameOut{}, false, fmt.Errorf("%w: transaction %s: cannot read %.200s", ErrUnframed, f.gtid, q)
+			}
+			out, err := f.close(KindRollback, xid)
+			return out, true, err
+		}
+		// A standalone statement: DDL, or a non-transactional change. It is
+		// its own group.
+		if err := f.statement(e, q); err != nil {
+			return frameOut{}, false, err
+		}
+		out, err := f.close(KindCommit, "")
+		out.stmt, out.stmtDB = q, string(e.Schema)
+		return out, true, err
+	}
+	// Inside a transaction.
+	switch {
+	case f.state == stateTx && isWord(q, "COMMIT"):
+		out, err := f.close(KindCommit, "")
+		return out, true, err
+	case f.state == stateTx && isWord(q, "ROLLBACK"):
+		if f.rows > 0 {
+			return frameOut{}, false, fmt.Errorf("%w: transaction %s logged %d outbox rows and then ROLLBACK; its rows were "+
+				"never committed, and the relay cannot take back what it has read: check the application (a transaction that "+
+				"also changes a non-transactional table)", ErrRolledBackRows, f.gtid, f.rows)
+		}
+		out, err := f.close(KindCommit, "")
+		return out, true, err
+	case hasPrefixFold(q, "SAVEPOINT"):
+		f.savepoints[savepointName(q[len("SAVEPOINT"):])] = f.rows
+		return frameOut{}, false, nil
+	case hasPrefixFold(q, "ROLLBACK TO"):
+		name := strings.TrimSpace(q[len("ROLLBACK TO"):])
+		if hasPrefixFold(name, "SAVEPOINT") {
+			name = name[len("SAVEPOINT"):]
+		}
+		at, known := f.savepoints[savepointName(name)]
+		if !known || f.rows > at {
+			return frameOut{}, false, fmt.Errorf("%w: transaction %s: %.100s undoes outbox rows already in the binlog "+
+				"(a savepoint after which a non-transactional table was also changed); publish them by hand if they are "+
+				"wanted, keep non-transactional tables out of outbox transactions, then skip the transaction with "+
+				"`outbox-relay checkpoint skip --gtid %s`", ErrRolledBackRows, f.gtid, q, f.gtid)
+		}
+		return frameOut{}, false, nil
+	case hasPrefixFold(q, "RELEASE SAVEPOINT"):
+		return frameOut{}, false, nil
+	case f.state == stateXA && hasPrefixFold(q, "XA END"):
+		return frameOut{}, false, nil
+	}
+	return frameOut{}, false, f.statement(e, q)
+}
+
+// statement checks a statement logged as such inside (or as) a group: a
+// change to a captured table stops the relay; one to another table is
+// logged, since a trigger or stored function it fires could write the
+// outbox without the relay seeing it.
+func (f *framer) statement(e *replication.QueryEvent, q string) error {
+	tables, dml, err := dmlTargets(string(e.Schema), q)
+	if err != nil {
+		if f.mentionsCaptured(q) {
+			return fmt.Errorf("%w: transaction %s has a statement the relay cannot read that names a captured table (%v): %.200s",
+				ErrStatementLogged, f.gtid, err, q)
+		}
+		return nil
+	}
+	if !dml {
+		return nil
+	}
+	for _, t := range tables {
+		db, tbl, _ := strings.Cut(t, ".")
+		if f.captured([]byte(db), []byte(tbl)) {
+			return fmt.Errorf("%w: transaction %s changed %s with a statement logged as such, not as rows, so the relay "+
+				"cannot see its outbox rows: %.200s; make the server log rows (binlog_format=ROW globally, and no session "+
+				"that sets binlog_format=STATEMENT or MIXED), publish that transaction's outbox rows yourself (or insert them "+
+				"again), then skip it with `outbox-relay checkpoint skip --gtid %s`", ErrStatementLogged, f.gtid, t, q, f.gtid)
+		}
+	}
+	f.warning = fmt.Sprintf("statement-logged change of %v: outbox rows written by its triggers or stored functions "+
+			"would not be in the binlog; log rows (binlog_format=ROW): %.200s", tables, q)
+	return nil
+}
+
+func (f *framer) mentionsCaptured(q string) bool {
+	lq := strings.ToLower(q)
+	for _, n := range f.names {
+		if strings.Contains(lq, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// prepare handles XA_PREPARE_LOG_EVENT: the end of an XA transaction's
+// group, either a one-phase commit or a prepare.
+func (f *framer) prepare(e *replication.GenericEvent) (frameOut, error) {
+	if f.state != stateXA {
+		return frameOut{}, fmt.Errorf("%w: XA prepare outside XA START ... XA END in transaction %s", ErrUnframed, f.gtid)
+	}
+	onePhase, xid, err := decodeXAPrepare(e.Data)
+	if err != nil {
+		return frameOut{}, fmt.Errorf("%w: transaction %s: xa prepare event: %v", ErrUnframed, f.gtid, err)
+	}
+	if xid != f.xid {
+		return frameOut{}, fmt.Errorf("%w: transaction %s: XA START %s but XA PREPARE %s", ErrUnframed, f.gtid, f.xid, xid)
+	}
+	if onePhase {
+		return f.close(KindCommit, xid)
+	}
+	return f.close(KindPrepare, xid)
+}
+
+// other handles an event the framer does not open: fatal inside a group
+// that touches (or will touch) a captured table.
+func (f *framer) other(ev *replication.BinlogEvent) error {
+	t := ev.Header.EventType
+	switch t {
+	case replication.INCIDENT_EVENT:
+		return fmt.Errorf("%w: incident event after %s: the source lost changes it could not log; "+
+			"compare the outbox table with what was published, then `outbox-relay checkpoint set` past it", ErrUnframed, f.gtid)
+	case replication.EXECUTE_LOAD_QUERY_EVENT, replication.LOAD_EVENT, replication.NEW_LOAD_EVENT,
+		replication.CREATE_FILE_EVENT, replication.EXEC_LOAD_EVENT:
+		return fmt.Errorf("%w: transaction %s holds a LOAD DATA logged as a statement; the relay cannot tell which "+
+			"table it wrote: log rows (binlog_format=ROW), then skip it with `outbox-relay checkpoint skip --gtid %s` "+
+			"once its outbox rows, if any, are published", ErrStatementLogged, f.gtid, f.gtid)
+	}
+	if f.state == stateIdle {
+		return nil
+	}
+	if f.unknown == "" {
+		f.unknown = t.String()
+	}
+	return f.checkUnknown()
+}
+
+func (f *framer) checkUnknown() error {
+	if f.unknown != "" && f.touched {
+		return fmt.Errorf("%w: transaction %s touches a captured table and holds a %s event the relay cannot read",
+			ErrUnframed, f.gtid, f.unknown)
+	}
+	return nil
+}
+
+func stripComments(q string) string {
+	for {
+		q = strings.TrimLeft(q, " \t\r\n")
+		if strings.HasPrefix(q, "/*") && !strings.HasPrefix(q, "/*!") && !strings.HasPrefix(q, "/*M!") {
+			end := strings.Index(q, "*/")
+			if end < 0 {
+				return q
+			}
+			q = q[end+2:]
+			continue
+		}
+		if strings.HasPrefix(q, "#") || strings.HasPrefix(q, "-- ") {
+			end := strings.IndexByte(q, '\n')
+			if end < 0 {
+				return ""
+			}
+			q = q[end+1:]
+			continue
+		}
+		return q
+	}
+}
+
+// hasPrefixFold reports whether q starts with the words of p (case
+// insensitive, single spaces in p match runs of white space).
+func hasPrefixFold(q, p string) bool {
+	for _, w := range strings.Fields(p) {
+		q = strings.TrimLeft(q, " \t\r\n")
+		if len(q) < len(w) || !strings.EqualFold(q[:len(w)], w) {
+			return false
+		}
+		q = q[len(w):]
+		if q != "" && isIdentByte(q[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+// isWord reports whether q is exactly the word w, maybe followed by a
+// semicolon or a comment (the server writes "COMMIT" and "BEGIN").
+func isWord(q, w string) bool {
+	if !hasPrefixFold(q, w) {
+		return false
+	}
+	rest := strings.TrimSpace(stripComments(strings.TrimLeft(q[len(w):], " \t\r\n")))
+	return rest == "" || rest == ";" || hasPrefixFold(rest, "WORK")
+}
+
+func isIdentByte(c byte) bool {
+	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+
+func savepointName(s string) string {
+	s = strings.TrimSpace(s)
+	s = strings.TrimSuffix(s, ";")
+	s = strings.TrimSpace(s)
+	if len(s) >= 2 && s[0] == '`' && s[len(s)-1] == '`' {
+		s = strings.ReplaceAll(s[1:len(s)-1], "``", "`")
+	}
+	return strings.ToLower(s) // savepoint names are not case sensitive
+}
