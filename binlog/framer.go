@@ -1,6 +1,7 @@
 package binlog
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -81,23 +82,68 @@ type framer struct {
 
 // out is what one event became.
 type frameOut struct {
-	kind Kind
-	xid  string
-	set  mysql.GTIDSet
+	kind     Kind
+	xid      string
+	onePhase bool // an XA transaction committed in one phase
+	set      mysql.GTIDSet
 	// stmt is a standalone statement (DDL) for the schema tracker.
 	stmt   string
 	stmtDB string
 }
 
+// groupShape is what a GTID event says of its group. MariaDB logs no
+// BEGIN and no XA START: its GTID event is the start of the transaction
+// (or of the XA transaction), and the group's rows follow it directly.
+type groupShape struct {
+	standalone bool   // MariaDB FL_STANDALONE: one statement, no BEGIN
+	begun      bool   // MariaDB transaction: the GTID event is its BEGIN
+	xa         bool   // MariaDB FL_PREPARED_XA: the GTID event is its XA START
+	xid        string // the XA transaction's xid (canonical)
+}
+
+// mariadbFlPreparedXA is MariaDB's GTID event flag FL_PREPARED_XA (go-mysql
+// has no name for it): the group is an XA transaction up to its XA PREPARE.
+// (FL_COMPLETED_XA groups, XA COMMIT and XA ROLLBACK, are standalone.)
+const mariadbFlPreparedXA = 64
+
 // open starts the group of a GTID event.
-func (f *framer) open(gtid string, at time.Time, standalone bool) error {
+func (f *framer) open(gtid string, at time.Time, shape groupShape) error {
 	if f.state != stateIdle {
 		return fmt.Errorf("%w: transaction %s has no end marker before the next GTID %s", ErrUnframed, f.gtid, gtid)
 	}
 	*f = framer{captured: f.captured, names: f.names, savepoints: f.savepoints, state: stateOpened, gtid: gtid,
-		commitTime: at, standalone: standalone}
+		commitTime: at, standalone: shape.standalone}
+	switch {
+	case shape.xa:
+		f.state, f.xid = stateXA, shape.xid
+	case shape.begun:
+		f.state = stateTx
+	}
 	clear(f.savepoints)
 	return nil
+}
+
+// mariadbXID reads the xid a MariaDB GTID event of an XA group carries
+// after its fixed fields (go-mysql does not decode it): formatID (4 bytes),
+// gtrid and bqual lengths (1 byte each), then gtrid and bqual.
+func mariadbXID(raw []byte, flags byte) (string, error) {
+	if len(raw) < replication.EventHeaderSize {
+		return "", errors.New("no event bytes")
+	}
+	body, pos := raw[replication.EventHeaderSize:], 13
+	if flags&replication.BINLOG_MARIADB_FL_GROUP_COMMIT_ID != 0 {
+		pos += 8
+	}
+	if len(body) < pos+6 {
+		return "", fmt.Errorf("%d bytes, no xid", len(body))
+	}
+	format := int64(int32(binary.LittleEndian.Uint32(body[pos:])))
+	gl, bl := int(body[pos+4]), int(body[pos+5])
+	pos += 6
+	if gl > 64 || bl > 64 || len(body) < pos+gl+bl {
+		return "", fmt.Errorf("xid lengths %d and %d do not fit %d bytes", gl, bl, len(body))
+	}
+	return canonicalXID(format, body[pos:pos+gl], body[pos+gl:pos+gl+bl]), nil
 }
 
 // close ends the group.
@@ -112,36 +158,47 @@ func (f *framer) close(kind Kind, xid string) (frameOut, error) {
 
 // gtidOf renders a GTID event's GTID and commit time; ok false for an
 // event that opens no group.
-func gtidOf(ev *replication.BinlogEvent) (gtid string, at time.Time, standalone, ok bool, err error) {
+func gtidOf(ev *replication.BinlogEvent) (gtid string, at time.Time, shape groupShape, ok bool, err error) {
 	switch e := ev.Event.(type) {
 	case *replication.GTIDEvent:
 		u, err := uuid.FromBytes(e.SID)
 		if err != nil {
-			return "", at, false, true, fmt.Errorf("read binlog: gtid event: %w", err)
+			return "", at, shape, true, fmt.Errorf("read binlog: gtid event: %w", err)
 		}
 		if u == uuid.Nil || e.GNO == 0 {
-			return "", at, false, true, fmt.Errorf("%w: anonymous transaction (gtid_mode is not ON on the source): "+
+			return "", at, shape, true, fmt.Errorf("%w: anonymous transaction (gtid_mode is not ON on the source): "+
 				"set gtid_mode=ON and enforce_gtid_consistency=ON", ErrUnframed)
 		}
 		at = time.Unix(int64(ev.Header.Timestamp), 0)
 		if e.ImmediateCommitTimestamp > 0 {
 			at = time.UnixMicro(int64(e.ImmediateCommitTimestamp))
 		}
-		return u.String() + ":" + strconv.FormatInt(e.GNO, 10), at, false, true, nil
+		return u.String() + ":" + strconv.FormatInt(e.GNO, 10), at, shape, true, nil
 	case *replication.GtidTaggedLogEvent:
 		u, err := uuid.FromBytes(e.SID)
 		if err != nil {
-			return "", at, false, true, fmt.Errorf("read binlog: gtid event: %w", err)
+			return "", at, shape, true, fmt.Errorf("read binlog: gtid event: %w", err)
 		}
 		at = time.UnixMicro(int64(e.ImmediateCommitTimestamp))
-		return u.String() + ":" + e.Tag.String() + ":" + strconv.FormatInt(e.GNO, 10), at, false, true, nil
+		return u.String() + ":" + e.Tag.String() + ":" + strconv.FormatInt(e.GNO, 10), at, shape, true, nil
 	case *replication.MariadbGTIDEvent:
 		g := e.GTID
 		gtid = strconv.FormatUint(uint64(g.DomainID), 10) + "-" + strconv.FormatUint(uint64(g.ServerID), 10) + "-" +
 			strconv.FormatUint(g.SequenceNumber, 10)
-		return gtid, time.Unix(int64(ev.Header.Timestamp), 0), e.IsStandalone(), true, nil
+		at = time.Unix(int64(ev.Header.Timestamp), 0)
+		shape.standalone = e.IsStandalone()
+		switch {
+		case e.Flags&mariadbFlPreparedXA != 0:
+			if shape.xid, err = mariadbXID(ev.RawData, e.Flags); err != nil {
+				return gtid, at, shape, true, fmt.Errorf("%w: XA transaction %s: gtid event: %v", ErrUnframed, gtid, err)
+			}
+			shape.xa = true
+		case !shape.standalone: // XA COMMIT and XA ROLLBACK (FL_COMPLETED_XA) are standalone
+			shape.begun = true
+		}
+		return gtid, at, shape, true, nil
 	}
-	return "", at, false, false, nil
+	return "", at, shape, false, nil
 }
 
 // query handles a Query event: it returns a group end, or nothing.
@@ -156,6 +213,11 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 	case stateOpened:
 		switch {
 		case !f.standalone && (isWord(q, "BEGIN") || hasPrefixFold(q, "START TRANSACTION")):
+			f.state = stateTx
+			return frameOut{}, false, nil
+		case !f.standalone && isCreateSelect(q):
+			// MySQL 8.0.21+ logs CREATE TABLE ... SELECT as one transaction:
+			// this statement, the rows, then an XID.
 			f.state = stateTx
 			return frameOut{}, false, nil
 		case !f.standalone && hasPrefixFold(q, "XA START"):
@@ -233,7 +295,7 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 func (f *framer) statement(e *replication.QueryEvent, q string) error {
 	tables, dml, err := dmlTargets(string(e.Schema), q)
 	if err != nil {
-		if f.mentionsCaptured(q) {
+		if f.mentionsCaptured(q) && !isDefinition(q) {
 			return fmt.Errorf("%w: transaction %s has a statement the relay cannot read that names a captured table (%v): %.200s",
 				ErrStatementLogged, f.gtid, err, q)
 		}
@@ -252,7 +314,7 @@ func (f *framer) statement(e *replication.QueryEvent, q string) error {
 		}
 	}
 	f.warning = fmt.Sprintf("statement-logged change of %v: outbox rows written by its triggers or stored functions "+
-			"would not be in the binlog; log rows (binlog_format=ROW): %.200s", tables, q)
+		"would not be in the binlog; log rows (binlog_format=ROW): %.200s", tables, q)
 	return nil
 }
 
@@ -280,7 +342,9 @@ func (f *framer) prepare(e *replication.GenericEvent) (frameOut, error) {
 		return frameOut{}, fmt.Errorf("%w: transaction %s: XA START %s but XA PREPARE %s", ErrUnframed, f.gtid, f.xid, xid)
 	}
 	if onePhase {
-		return f.close(KindCommit, xid)
+		out, err := f.close(KindCommit, xid)
+		out.onePhase = true
+		return out, err
 	}
 	return f.close(KindPrepare, xid)
 }
@@ -303,7 +367,7 @@ func (f *framer) other(ev *replication.BinlogEvent) error {
 		return nil
 	}
 	if f.unknown == "" {
-		f.unknown = t.String()
+		f.unknown = fmt.Sprintf("%s (type %d)", t, byte(t))
 	}
 	return f.checkUnknown()
 }
@@ -314,6 +378,27 @@ func (f *framer) checkUnknown() error {
 			ErrUnframed, f.gtid, f.unknown)
 	}
 	return nil
+}
+
+// isDefinition reports whether q defines a database object (a table,
+// trigger, procedure, event, view, grant) rather than changing rows: the
+// statements of a trigger or procedure body are logged when they run.
+func isDefinition(q string) bool {
+	for _, w := range []string{"CREATE", "ALTER", "DROP", "RENAME", "GRANT", "REVOKE"} {
+		if hasPrefixFold(q, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// isCreateSelect reports whether q is the first statement of MySQL's
+// atomic CREATE TABLE ... SELECT, "CREATE TABLE ... START TRANSACTION".
+func isCreateSelect(q string) bool {
+	const w = "START TRANSACTION"
+	q = strings.TrimRight(q, " \t\r\n;")
+	n := len(q) - len(w)
+	return hasPrefixFold(q, "CREATE") && n > 0 && strings.EqualFold(q[n:], w) && !isIdentByte(q[n-1])
 }
 
 func stripComments(q string) string {

@@ -111,6 +111,9 @@ type Event struct {
 	// transaction a KindCommit (XA COMMIT, or a one-phase XA commit),
 	// KindPrepare or KindRollback ends. Canonical form: see parseXID.
 	XID string
+	// OnePhase marks the KindCommit of an XA transaction committed in one
+	// phase (XA COMMIT ... ONE PHASE): it was never prepared.
+	OnePhase bool
 	// Rows: the table, the operation and the row images (for updates, the
 	// after images).
 	Table *Table
@@ -399,23 +402,23 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 		}
 		return r.commit(st, out, batch), nil
 	case *replication.GTIDEvent, *replication.GtidTaggedLogEvent, *replication.MariadbGTIDEvent:
-		gtid, at, standalone, _, err := gtidOf(ev)
+		gtid, at, shape, _, err := gtidOf(ev)
 		if err != nil {
 			return batch, err
 		}
-		return batch, f.open(gtid, at, standalone)
+		return batch, f.open(gtid, at, shape)
 	case *replication.TransactionPayloadEvent:
 		// MySQL binlog_transaction_compression: the transaction's events,
 		// XID included, inside one event. Their sizes are in this one's.
-		size := st.size
+		// The payload's (compressed) size is what the binlog holds: inner
+		// events count nothing more.
 		for _, inner := range e.Events {
-			st.size = 0
+			st.size -= int(inner.Header.EventSize)
 			var err error
 			if batch, err = r.convert(st, inner, batch); err != nil {
 				return batch, err
 			}
 		}
-		st.size = size
 		if f.state != stateIdle {
 			return batch, fmt.Errorf("%w: compressed transaction %s does not end inside its payload", ErrUnframed, f.gtid)
 		}
@@ -491,7 +494,7 @@ func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) (cols []str
 // rollback, with the GTID set including it.
 func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
 	f := &st.frame
-	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, Set: out.set, Schema: r.tracker.Tables(), Time: f.commitTime, Size: st.size}
+	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, OnePhase: out.onePhase, Set: out.set, Schema: r.tracker.Tables(), Time: f.commitTime, Size: st.size}
 	st.size = 0
 	return append(batch, ev)
 }

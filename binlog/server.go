@@ -146,7 +146,7 @@ func Variables(conn *client.Conn) (map[string]string, error) {
 		'version','version_comment','log_bin','binlog_format','binlog_row_image','binlog_row_metadata',
 		'gtid_mode','enforce_gtid_consistency','server_id','server_uuid',
 		'gtid_binlog_pos','gtid_executed','gtid_purged','log_slave_updates','log_replica_updates',
-		'expire_logs_days','binlog_expire_logs_seconds')`)
+		'expire_logs_days','binlog_expire_logs_seconds','binlog_transaction_compression','log_bin_compress')`)
 	if err != nil {
 		return nil, fmt.Errorf("read server variables: %w", err)
 	}

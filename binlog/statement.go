@@ -38,7 +38,7 @@ func xaEnd(s string) (xid string, onePhase bool, err error) {
 	switch {
 	case rest == "":
 		return xid, false, nil
-	case hasPrefixFold(rest, "ONE PHASE") && strings.TrimSpace(rest[len("ONE PHASE"):]) == "":
+	case len(strings.Fields(rest)) == 2 && hasPrefixFold(rest, "ONE PHASE"):
 		return xid, true, nil
 	}
 	return "", false, fmt.Errorf("read xid: unexpected %q", rest)

@@ -37,8 +37,47 @@ type Checkpoint struct {
 	Events int64 `json:"events"`
 	// Schema is the captured tables' columns at GTIDSet ("db.table" ->
 	// columns), so a restart decodes rows without column names in the
-	// binlog with the layout they were written with.
+	// binlog with the layout they were written with. It also holds the
+	// shadow tables of an online schema change in progress (schema.Tracker
+	// follows them), so a restart before the cut-over still knows them.
 	Schema map[string][]string `json:"schema,omitempty"`
+	// XA lists the XA transactions prepared in the source and not yet
+	// committed or rolled back; nil when there is none.
+	XA *XA `json:"xa,omitempty"`
+}
+
+// XA is the state of prepared XA transactions. Their rows are published
+// when XA COMMIT comes, later in the binlog: until then a restart must read
+// the binlog again from before the earliest prepare that holds outbox rows
+// (Resume), publishing nothing it covered before (GTIDSet) but collecting
+// the prepared rows again.
+type XA struct {
+	// Resume is the GTID set before the earliest prepared transaction
+	// with outbox rows (maybe the empty set); nil when none has any.
+	Resume *string `json:"resume,omitempty"`
+	// Schema is the captured tables' layout at Resume.
+	Schema map[string][]string `json:"schema,omitempty"`
+	// Prepared are the pending XA transactions in binlog order.
+	Prepared []PreparedXA `json:"prepared"`
+}
+
+// From is where a restart reads the binlog from: before the earliest
+// prepared XA transaction that holds outbox rows, else GTIDSet.
+func (c *Checkpoint) From() string {
+	if c.Replays() {
+		return *c.XA.Resume
+	}
+	return c.GTIDSet
+}
+
+// Replays reports whether a restart reads again from before GTIDSet (see XA).
+func (c *Checkpoint) Replays() bool { return c.XA != nil && c.XA.Resume != nil }
+
+// PreparedXA is one prepared, not yet ended, XA transaction.
+type PreparedXA struct {
+	XID  string `json:"xid"`  // canonical: hex(gtrid),hex(bqual),formatID
+	GTID string `json:"gtid"` // of its XA PREPARE group
+	Rows int64  `json:"rows"` // outbox rows (of any operation) it holds
 }
 
 // Partial describes a source transaction that is published in part.

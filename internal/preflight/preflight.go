@@ -131,6 +131,7 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 			c.add(st.Name, Fail, fmt.Sprintf("%s, need %s", orUnset(st.Got), st.Want), st.Fix)
 		}
 	}
+	checkCompression(vars, c)
 	checkReplica(conn, vars, srv.Flavor, c)
 	checkRetention(vars, cp, c)
 	checkGrants(conn, cfg, c)
@@ -142,13 +143,30 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 		if cp.Flavor != srv.Flavor {
 			c.add("checkpoint", Fail, fmt.Sprintf("checkpoint is for %s, the server runs %s", cp.Flavor, srv.Flavor),
 				"use another name or reset the checkpoint")
-		} else if err := srv.CheckNotPurged(cp.GTIDSet); err != nil {
+		} else if err := srv.CheckNotPurged(cp.From()); err != nil {
 			c.add("checkpoint", Fail, err.Error(), "`outbox-relay checkpoint set` to a position the server has, knowing the events in between are skipped")
 		} else {
 			c.add("checkpoint", Pass, "the server still has the binlogs after "+cp.GTIDSet, "")
 		}
 	default:
 		c.add("checkpoint", Pass, "no checkpoint yet: the relay starts at source.start ("+cfg.Source.Start+")", "")
+	}
+}
+
+// checkCompression reports binlog compression: MySQL's
+// binlog_transaction_compression (Transaction_payload events, zstd) and
+// MariaDB's log_bin_compress (compressed query and rows events) are both
+// decoded; the item says which is in force.
+func checkCompression(vars map[string]string, c collector) {
+	for _, name := range []string{"binlog_transaction_compression", "log_bin_compress"} {
+		v, ok := vars[name]
+		switch {
+		case !ok:
+		case strings.EqualFold(v, "ON") || v == "1":
+			c.add(name, Pass, "ON: compressed transactions are decompressed and read like the others", "")
+		default:
+			c.add(name, Pass, orUnset(v), "")
+		}
 	}
 }
 

@@ -49,6 +49,14 @@ type loop struct {
 	progressEvents int64
 	events         int64 // cumulative published records, carried in checkpoints
 	topicCounters  map[topicOutcome]prometheus.Counter
+
+	xa xaState // XA transactions read and not yet ended
+	// done is, while the loop reads again from before a prepared XA
+	// transaction, the position published before the restart: nothing it
+	// covers is published again. nil otherwise.
+	done     mysql.GTIDSet
+	doneGTID string // the GTID replaying last looked up, and its answer
+	doneHit  bool
 }
 
 func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s *sink) (*loop, error) {
@@ -66,12 +74,20 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 		l.events = cp.Events
 		l.lastCommitTime = cp.CommitTime
 	}
+	l.loadXA(cp)
+	if cp != nil && cp.Replays() {
+		if l.done, err = binlog.ParseSet(srv.Flavor, cp.GTIDSet); err != nil {
+			return nil, fmt.Errorf("checkpoint position: %w", err)
+		}
+	}
 	return l, nil
 }
 
 // run consumes events until ctx ends (then it commits what it holds) or an
-// error ends the attempt.
+// error ends the attempt. The end of ctx is only looked at between batches:
+// the work in hand, a Kafka commit above all, never sees it canceled.
 func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
+	work := context.WithoutCancel(ctx)
 	cfg := l.r.cfg.Kafka
 	tick := time.NewTicker(min(cfg.Batch.MaxWait, cfg.CheckpointInterval, time.Second))
 	defer tick.Stop()
@@ -91,7 +107,7 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 			return fmt.Errorf("%w: %w", errSourceStream, err)
 		case batch := <-events:
 			for i := range batch {
-				if err := l.handle(ctx, &batch[i], i == len(batch)-1 && len(events) == 0); err != nil {
+				if err := l.handle(work, &batch[i], i == len(batch)-1 && len(events) == 0); err != nil {
 					return err
 				}
 			}
@@ -102,7 +118,7 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 			}
 			l.written(cp)
 		case now := <-tick.C:
-			if err := l.onTick(ctx, now); err != nil {
+			if err := l.onTick(work, now); err != nil {
 				return err
 			}
 		}
@@ -113,20 +129,37 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 	l.r.metrics.BinlogBytes.Add(float64(ev.Size))
 	switch ev.Kind {
 	case binlog.KindRows:
+		if ev.XID != "" {
+			l.holdXA(ev) // published at its XA COMMIT
+			return nil
+		}
+		if l.replaying(ev.GTID) {
+			return nil
+		}
 		return l.rows(ctx, ev)
 	case binlog.KindDDL:
 		l.r.log.Info().Str("gtid", ev.GTID).Msg(ev.Note)
+	case binlog.KindWarning:
+		l.r.log.Warn().Str("gtid", ev.GTID).Msg(ev.Note)
+	case binlog.KindPrepare:
+		l.prepareXA(ev)
+		return l.advance(ev)
+	case binlog.KindRollback:
+		l.endXA(ev.XID)
+		return l.advance(ev)
 	case binlog.KindCommit:
-		l.r.metrics.SourceTransactions.Inc()
-		l.set, l.setStr, l.schema = ev.Set, "", ev.Schema
+		if ev.XID != "" {
+			if err := l.commitXA(ctx, ev); err != nil {
+				return err
+			}
+		}
+		if err := l.advance(ev); err != nil {
+			return err
+		}
 		if l.partial.GTID == ev.GTID {
 			l.partial = checkpoint.Partial{}
 		}
-		l.curGTID, l.curRows, l.curDeleted = "", 0, 0
-		l.dirty = true
-		l.lastCommitTime = ev.Time
 		now := time.Now()
-		l.r.metrics.SourceLag.Set(now.Sub(ev.Time).Seconds())
 		if !l.sink.open {
 			return nil // a checkpoint-only transaction waits for the tick
 		}
@@ -135,6 +168,22 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 			return l.commit(ctx)
 		}
 	}
+	return nil
+}
+
+// advance moves the position past ev, the end of a source transaction (a
+// commit, an XA prepare or an XA rollback).
+func (l *loop) advance(ev *binlog.Event) error {
+	l.r.metrics.SourceTransactions.Inc()
+	l.set, l.setStr, l.schema = ev.Set, "", ev.Schema
+	if l.partial.GTID == ev.GTID {
+		l.partial = checkpoint.Partial{}
+	}
+	l.curGTID, l.curRows, l.curDeleted = "", 0, 0
+	l.dirty = true
+	l.lastCommitTime = ev.Time
+	l.r.metrics.SourceLag.Set(time.Since(ev.Time).Seconds())
+	l.advanced(ev.Set)
 	return nil
 }
 
@@ -303,10 +352,17 @@ func (l *loop) onTick(ctx context.Context, now time.Time) error {
 	}
 	l.written(cp)
 	if l.sink.open {
-		if l.curGTID == "" && now.Sub(l.batchStart) >= cfg.Batch.MaxWait {
+		// A source transaction still being read may be committed in part
+		// (the checkpoint's partial says how far) when the Kafka transaction
+		// has been open for half its timeout: one outbox row, then minutes of
+		// other tables' rows, must not let the broker abort it.
+		if (l.curGTID == "" && now.Sub(l.batchStart) >= cfg.Batch.MaxWait) || l.sink.openFor() >= cfg.TransactionTimeout/2 {
 			return l.commit(ctx)
 		}
 		return nil
+	}
+	if l.done != nil {
+		return nil // reading again what was published: the checkpoint stays
 	}
 	if now.Sub(l.lastCheckpoint) >= cfg.CheckpointInterval {
 		// Heartbeat: a checkpoint-only transaction, even when idle, so a
@@ -347,6 +403,7 @@ func (l *loop) commit(ctx context.Context) error {
 		Time:       now.UTC(),
 		Events:     l.events + int64(l.batchRecords),
 		Schema:     l.schema,
+		XA:         l.xaCheckpoint(),
 	}
 	if l.partial.GTID != "" {
 		p := l.partial
@@ -400,7 +457,7 @@ func (l *loop) written(cp *checkpoint.Checkpoint) {
 func (l *loop) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.r.cfg.Kafka.RequestTimeout)
 	defer cancel()
-	if l.sink.open || l.dirty {
+	if l.sink.open || (l.dirty && l.done == nil) {
 		if err := l.commit(ctx); err != nil {
 			return fmt.Errorf("write final checkpoint: %w", err)
 		}

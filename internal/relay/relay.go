@@ -224,11 +224,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		began := time.Now()
 		err := r.attempt(ctx, &started)
 		r.metrics.Ready.Store(false)
-		if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		if err == nil || ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			return nil
 		}
-		if err == nil {
-			return nil
+		if ctx.Err() != nil {
+			// Stopping, and the final commit (or what preceded it) failed:
+			// say so with a non-zero exit, never as a clean stop.
+			r.metrics.Errors.WithLabelValues(kind(err)).Inc()
+			return err
 		}
 		r.metrics.Errors.WithLabelValues(kind(err)).Inc()
 		if !started || fatal(err) {
@@ -254,7 +257,8 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // fatal errors need an operator; retrying cannot fix them.
 func fatal(err error) bool {
-	for _, e := range []error{ErrFenced, ErrRejected, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, config.ErrInvalid, checkpoint.ErrCorrupt,
+	for _, e := range []error{ErrFenced, ErrRejected, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, ErrUnknownXA,
+		binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, config.ErrInvalid, checkpoint.ErrCorrupt,
 		checkpoint.ErrTopicLayout, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames, binlog.ErrSchemaMismatch, schema.ErrUnparsed} {
 		if errors.Is(err, e) {
@@ -275,6 +279,9 @@ func kind(err error) string {
 		return "rejected"
 	case errors.Is(err, ErrInvalidOp):
 		return "invalid_op"
+	case errors.Is(err, binlog.ErrStatementLogged), errors.Is(err, binlog.ErrUnframed), errors.Is(err, binlog.ErrRolledBackRows),
+		errors.Is(err, ErrUnknownXA):
+		return "transaction_shape"
 	case errors.Is(err, binlog.ErrPurged):
 		return "purged"
 	case errors.Is(err, binlog.ErrUnreachable):
@@ -357,7 +364,20 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		return err
 	}
 	snk := newSink(runCtx, cl, r.store, sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
-		parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor, maxUnacked: int64(maxBuffered / 2)})
+		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
+		maxUnacked: int64(maxBuffered / 2)})
+	defer func() {
+		// A failed attempt ends its open Kafka transaction at once, so that
+		// read_committed consumers of its partitions (and of the shared
+		// checkpoint topic) are not held up until the broker times it out.
+		if snk.open {
+			actx, acancel := context.WithTimeout(context.Background(), r.cfg.Kafka.RequestTimeout)
+			if err := snk.abort(actx); err != nil {
+				r.log.Warn().Err(err).Msg("abort the open kafka transaction of the failed attempt")
+			}
+			acancel()
+		}
+	}()
 	l, err := newLoop(r, srv, cp, from, snk)
 	if err != nil {
 		return err
@@ -398,6 +418,8 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.Checkpoint) (*schema.Tracker, error) {
 	var initial schema.Tables
 	switch {
+	case cp != nil && cp.Replays():
+		initial = cp.XA.Schema // reading again from before a prepared XA transaction
 	case cp != nil && cp.Schema != nil:
 		initial = cp.Schema
 	case cp == nil && r.cfg.Source.Start == "now":
@@ -417,10 +439,13 @@ func (r *Relay) startPosition(srv *binlog.Server, cp *checkpoint.Checkpoint) (st
 			return "", fmt.Errorf("%w: checkpoint of %s was written for %s, the source %s runs %s",
 				ErrFlavorMismatch, cp.Name, cp.Flavor, srv.Addr, srv.Flavor)
 		}
-		if err := srv.CheckNotPurged(cp.GTIDSet); err != nil {
+		// Prepared XA transactions with outbox rows: read again from before
+		// the earliest one to collect them (see loop.replaying).
+		from := cp.From()
+		if err := srv.CheckNotPurged(from); err != nil {
 			return "", err
 		}
-		return cp.GTIDSet, nil
+		return from, nil
 	}
 	switch r.cfg.Source.Start {
 	case "now":

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,13 @@ import (
 // fenced instance must never commit again.
 var ErrFenced = errors.New("producer fenced by another instance with the same name")
 
+// ErrTxnTimedOut: the broker aborted the open Kafka transaction because it
+// stayed open for kafka.transaction_timeout, and bumped the producer epoch,
+// so the producer's next request was refused as if another instance had
+// fenced it. Nothing of the transaction is visible. Not fatal: the relay
+// resumes from the committed checkpoint. It does not wrap ErrFenced.
+var ErrTxnTimedOut = errors.New("kafka transaction timed out")
+
 // sink writes batches to Kafka. Exactly-once: each batch is one Kafka
 // transaction ending with its checkpoint record. At-least-once: a batch's
 // checkpoint is written once every record of it and of the batches before it
@@ -33,7 +41,8 @@ type sink struct {
 	adm      *kadm.Client
 	store    *checkpoint.Store
 	topics   map[string]topicInfo
-	open     bool // a batch has begun (exactly-once: a Kafka transaction is open)
+	open     bool      // a batch has begun (exactly-once: a Kafka transaction is open)
+	began    time.Time // exactly-once: when the open Kafka transaction began
 	pctx     context.Context
 	errMu    sync.Mutex
 	firstErr error
@@ -56,7 +65,11 @@ type sinkOptions struct {
 	txn     bool          // exactly-once: one Kafka transaction per batch
 	timeout time.Duration // bound of each wait on Kafka
 	parts   int32         // partitions of a topic the sink creates
-	repl    int16         // its replication factor
+	// txnTimeout is the producer's transaction timeout
+	// (kafka.transaction_timeout): a fencing error on a transaction open
+	// at least this long is ErrTxnTimedOut, not ErrFenced.
+	txnTimeout time.Duration
+	repl       int16 // its replication factor
 	// maxUnacked (at-least-once) bounds records produced and not yet
 	// acknowledged; keep it below the client's MaxBufferedRecords so that
 	// Produce never blocks on a full buffer, where no context would end it.
@@ -161,7 +174,7 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 		err = resp.Err
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, err)
+		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, classify(err))
 	}
 	info := topicInfo{maxBytes: maxBatchBytes}
 	details, err := s.adm.ListTopics(ctx, topic)
@@ -169,12 +182,12 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 		err = details[topic].Err
 	}
 	if err != nil {
-		return topicInfo{}, fmt.Errorf("describe topic %s: %w", topic, err)
+		return topicInfo{}, fmt.Errorf("describe topic %s: %w", topic, classify(err))
 	}
 	info.partitions = int32(len(details[topic].Partitions))
 	rc, err := s.adm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
-		return topicInfo{}, fmt.Errorf("describe topic %s configs: %w", topic, err)
+		return topicInfo{}, fmt.Errorf("describe topic %s configs: %w", topic, classify(err))
 	}
 	if cfgs, err := rc.On(topic, nil); err == nil {
 		for _, c := range cfgs.Configs {
@@ -202,8 +215,9 @@ func (s *sink) begin() error {
 	}
 	if s.txn {
 		if err := s.cl.BeginTransaction(); err != nil {
-			return fmt.Errorf("begin kafka transaction: %w", classify(err))
+			return fmt.Errorf("begin kafka transaction: %w", s.classify(err))
 		}
+		s.began = time.Now()
 	} else {
 		s.cur = s.newBatch()
 	}
@@ -252,20 +266,23 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoi
 		s.cur, s.open = nil, false
 		return s.drain()
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	// Once begun, a commit is not cut short by the caller's cancellation
+	// (a stop signal): an EndTransaction canceled in flight leaves its
+	// outcome unknown. It is bounded by the sink's timeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 	s.cl.Produce(s.pctx, s.store.Record(cp), s.cpPromise)
 	if err := s.cl.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("flush batch: %w", err)
 	}
 	if err := s.err(); err != nil {
-		return nil, fmt.Errorf("produce batch: %w", classify(err))
+		return nil, fmt.Errorf("produce batch: %w", s.classify(err))
 	}
 	hit("after-flush")
 	if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return nil, fmt.Errorf("commit kafka transaction: %w", classify(err))
+		return nil, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
 	}
-	s.open = false
+	s.open, s.began = false, time.Time{}
 	return cp, nil
 }
 
@@ -330,25 +347,115 @@ func (s *sink) finish(ctx context.Context) (*checkpoint.Checkpoint, error) {
 	return cp, nil
 }
 
+// openFor is how long the open Kafka transaction has been open (from the
+// sink's begin, a little before the broker starts its clock); 0 when none
+// is open or delivery is at-least-once.
+func (s *sink) openFor() time.Duration {
+	if !s.txn || !s.open {
+		return 0
+	}
+	return time.Since(s.began)
+}
+
+// abort ends the open Kafka transaction with an abort: none of its records
+// becomes visible, and the last stable offsets of its partitions (the
+// shared checkpoint topic's among them) move on now instead of after the
+// transaction timeout. Records buffered and not yet sent are dropped. Call
+// it when an attempt fails, with a fresh context (the attempt's own may be
+// canceled); it waits at most the sink's timeout. Afterwards a new
+// transaction can begin on the same client (unless it is fenced). Without
+// an open transaction it does nothing; at-least-once it only forgets the
+// open batch (what was sent stays sent).
+func (s *sink) abort(ctx context.Context) error {
+	if !s.open {
+		return nil
+	}
+	if !s.txn {
+		s.cur, s.open = nil, false
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	err := s.cl.AbortBufferedRecords(ctx)
+	if err == nil {
+		err = s.cl.EndTransaction(ctx, kgo.TryAbort)
+	}
+	if err != nil {
+		return fmt.Errorf("abort kafka transaction: %w", s.classify(err))
+	}
+	s.open, s.began = false, time.Time{}
+	s.errMu.Lock()
+	s.firstErr = nil // the aborted records' errors (ErrAborting) end with them
+	s.errMu.Unlock()
+	return nil
+}
+
+// classify is classify, and tells a transaction the broker aborted for
+// being open too long (ErrTxnTimedOut) from a fence: the broker answers both
+// with the same fencing errors.
+func (s *sink) classify(err error) error {
+	c := classify(err)
+	if open := s.openFor(); errors.Is(c, ErrFenced) && s.txnTimeout > 0 && open >= s.txnTimeout {
+		return fmt.Errorf("%w: open for %s, kafka.transaction_timeout is %s: the broker aborted it and bumped the producer epoch: %w",
+			ErrTxnTimedOut, open.Round(time.Millisecond), s.txnTimeout, err)
+	}
+	return c
+}
+
 // ErrRejected: Kafka refuses a record or topic for good (too large, invalid,
 // not authorised); retrying the same batch cannot succeed.
 var ErrRejected = errors.New("kafka rejected the batch")
 
-// classify wraps fencing errors in ErrFenced and permanent refusals in
-// ErrRejected.
+// classify sorts a Kafka error by franz-go's kerr properties. Retriable
+// errors, and errors that are not Kafka's (a connection, a timeout), are
+// returned as they are: the attempt ends and the next one resumes from the
+// checkpoint. Of the errors Kafka calls non-retriable, those that mean
+// another producer took the transactional id over (PRODUCER_FENCED,
+// INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and
+// INVALID_TXN_STATE, kfake's answer to a fenced commit and to a produce into
+// a transaction the coordinator aborted) wrap ErrFenced, and those that
+// refuse the request for good (not authorised, invalid or too large a
+// record, invalid topic or topic settings) wrap ErrRejected. Other
+// non-retriable errors (TRANSACTION_ABORTABLE, UNKNOWN_PRODUCER_ID,
+// OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_SERVER_ERROR...) end the attempt
+// like retriable ones: a new client from the checkpoint recovers from them.
 func classify(err error) error {
+	var ke *kerr.Error
+	if err == nil || !errors.As(err, &ke) || ke.Retriable {
+		return err
+	}
 	switch {
-	case errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
-		// The coordinator no longer has our open transaction: a newer
-		// instance initialised the same transactional id and aborted it
-		// (Kafka says PRODUCER_FENCED, kfake INVALID_TXN_STATE).
-		errors.Is(err, kerr.InvalidTxnState):
+	case fencing(ke):
 		return fmt.Errorf("%w: %w", ErrFenced, err)
-	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
-		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.InvalidTopicException) ||
-		errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed):
+	case refusal(ke):
 		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	return err
+}
+
+// fencing reports a non-retriable error that means the producer's epoch is
+// no longer current: another instance initialised the same transactional
+// id, or the coordinator aborted the transaction.
+func fencing(ke *kerr.Error) bool {
+	switch ke.Code {
+	case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.TransactionalIDAuthorizationFailed.Code, kerr.InvalidTxnState.Code:
+		return true
+	}
+	return false
+}
+
+// refusal reports a non-retriable error that refuses the request itself,
+// whenever it is sent: authorisation, and the content of a record or topic.
+func refusal(ke *kerr.Error) bool {
+	if strings.HasSuffix(ke.Message, "_AUTHORIZATION_FAILED") || strings.HasPrefix(ke.Message, "SASL_") {
+		return true
+	}
+	switch ke.Code {
+	case kerr.MessageTooLarge.Code, kerr.RecordListTooLarge.Code, kerr.InvalidRecord.Code, kerr.InvalidTimestamp.Code,
+		kerr.InvalidTopicException.Code, kerr.PolicyViolation.Code, kerr.InvalidRequiredAcks.Code,
+		kerr.UnsupportedForMessageFormat.Code, kerr.UnsupportedCompressionType.Code,
+		kerr.InvalidPartitions.Code, kerr.InvalidReplicationFactor.Code, kerr.InvalidReplicaAssignment.Code, kerr.InvalidConfig.Code:
+		return true
+	}
+	return false
 }
