@@ -49,6 +49,9 @@ const (
 	// KindWarning: something an operator should know (Note), that does not
 	// stop the stream.
 	KindWarning
+	// KindIgnored: a statement that mentions a captured table but changes
+	// no layout (a trigger, an event, a grant...); Note says which.
+	KindIgnored
 )
 
 // Op is the row operation.
@@ -454,13 +457,16 @@ func (r *Reader) applyDDL(st *streamState, out frameOut, batch []Event) ([]Event
 	changed, err := r.tracker.Apply(out.stmtDB, out.stmt)
 	switch {
 	case errors.Is(err, schema.ErrUnparsed) && !r.srv.ColumnNames:
-		return batch, fmt.Errorf("read binlog at %s: %w (statement: %.200s); set binlog_row_metadata=FULL on the server "+
-			"so that the binlog carries column names, or fix the statement's table definition by hand and "+
-			"`outbox-relay checkpoint set` past it", gtid, err, out.stmt)
+		return batch, fmt.Errorf("read binlog at %s: %w (statement: %.200s)", gtid, err, out.stmt)
+	case errors.Is(err, schema.ErrIgnored):
+		batch = append(batch, Event{Kind: KindIgnored, GTID: gtid, Note: fmt.Sprintf("%v (statement: %.200s)", err, out.stmt)})
 	case err != nil:
-		batch = append(batch, Event{Kind: KindDDL, GTID: gtid, Note: fmt.Sprintf("%v (statement: %.200s)", err, out.stmt)})
+		batch = append(batch, Event{Kind: KindWarning, GTID: gtid, Note: fmt.Sprintf("%v (statement: %.200s); the binlog's "+
+			"column names are used", err, out.stmt)})
 	case changed:
 		batch = append(batch, Event{Kind: KindDDL, GTID: gtid, Note: fmt.Sprintf("schema changed: %.200s", out.stmt)})
+	}
+	if changed {
 		clear(st.tableCache)
 	}
 	return batch, nil

@@ -1,8 +1,32 @@
 // Package schema tracks the column layout of the captured tables as the
 // binlog is read, for servers that do not put column names in the binlog
-// (binlog_row_metadata MINIMAL or NO_LOG). DDL statements (QUERY events) are
-// parsed with the TiDB parser and applied in binlog order, so each row is
-// decoded with the columns its table had when the row was written.
+// (binlog_row_metadata MINIMAL or NO_LOG). Statements (QUERY events) are
+// applied in binlog order, so each row is decoded with the columns its table
+// had when the row was written.
+//
+// A statement is a table definition change only by its leading keywords
+// (after comments): CREATE [OR REPLACE] TABLE, ALTER [ONLINE] [IGNORE] TABLE,
+// DROP TABLE, RENAME TABLE(S), DROP DATABASE, with MariaDB's IF [NOT] EXISTS
+// and WAIT n / NOWAIT. Everything else (triggers, events, procedures, views,
+// grants, indexes, maintenance, TRUNCATE, DML) changes no layout, whatever
+// tables its text mentions. Column definitions are read with the TiDB parser,
+// and MariaDB syntax it rejects with a reader of the statement's structure
+// that needs only column names and positions. A layout is never guessed:
+// when a statement leaves a captured table's columns uncertain, its layout is
+// forgotten (rows then need column names in the binlog) and Apply says so.
+//
+// Shadow tables. Online schema change tools build the new table beside the
+// captured one and swap names: gh-ost (CREATE TABLE _t_gho LIKE t, ALTER
+// TABLE _t_gho ..., RENAME TABLE t TO _t_del, _t_gho TO t),
+// pt-online-schema-change (_t_new, _t_old), or by hand (CREATE TABLE t_v2,
+// RENAME TABLE t TO t_old, t_v2 TO t). So besides the captured tables the
+// tracker follows every table created, with a definition it can read, in a
+// captured table's database or LIKE a tracked table, and any tracked table
+// renamed away, until it is dropped (at most maxShadows of them). A rename
+// onto a captured name carries the source's layout over; from a table whose
+// layout is not tracked it makes the captured layout unknown. Shadows are in
+// Tables, so the checkpoint persists them and a restart in the middle of a
+// migration (hours of row copying) still knows the shadow at the cut-over.
 //
 // A Tracker is owned by one goroutine. Tables returns an immutable snapshot
 // that may be shared: every change builds a new map.
@@ -13,43 +37,81 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/pingcap/tidb/pkg/parser"
-	"github.com/pingcap/tidb/pkg/parser/ast"
 	_ "github.com/pingcap/tidb/pkg/parser/test_driver" // value expressions in DDL
 )
 
-// ErrUnparsed: a statement that names a captured table could not be parsed,
-// so the tracked layout may be wrong from here on.
+// ErrUnparsed: a table definition change of a captured table could not be
+// followed (the text cannot be read, it adds columns it does not name, it
+// contradicts the tracked layout, or it moves a table whose layout is not
+// tracked onto the captured name). The table's layout is forgotten: its rows
+// need column names in the binlog from here on.
 var ErrUnparsed = errors.New("unparsed DDL on a captured table")
+
+// ErrIgnored: the statement changes no captured table's columns though it
+// concerns one (a trigger, event, procedure, view, grant, index, TRUNCATE,
+// DML, a temporary table, ...), or it changes one whose layout was not
+// tracked anyway. Nothing changed; the error says what was seen, for a
+// debug log.
+var ErrIgnored = errors.New("statement ignored by the schema tracker")
+
+// maxShadows bounds the tables tracked besides the captured ones: beyond it
+// a new table is not tracked (its layout is unknown, never guessed).
+const maxShadows = 64
+
+// maxAbsent bounds the names remembered as dropped (forgetting one is safe:
+// its state becomes unknown) and the reasons kept for messages.
+const maxAbsent = 4096
 
 // Tables maps "db.table" to its columns in table order.
 type Tables map[string][]string
 
-// Tracker holds the layout of the captured tables at the current position.
+// Tracker holds the layout of the captured tables (and shadow tables) at
+// the current position.
 type Tracker struct {
-	captured map[string]bool
-	tables   Tables
-	p        *parser.Parser
+	captured   map[string]bool
+	capturedDB map[string]bool
+	tables     Tables
+	// absent: tables known not to exist (dropped or renamed away in the
+	// binlog read by this tracker). Only in memory: after a restart they
+	// are unknown, which is the safe side.
+	absent map[string]bool
+	// lost says why a captured or formerly tracked table's layout is
+	// unknown, for messages.
+	lost map[string]string
+	p    *parser.Parser
 }
 
-// New tracks the captured tables ("db.table"), starting from initial
-// (may be nil: nothing known yet).
+// New tracks the captured tables ("db.table"), starting from initial (may
+// be nil: nothing known yet). initial may hold shadow tables (a checkpoint's
+// layout does).
 func New(captured []string, initial Tables) *Tracker {
-	t := &Tracker{captured: map[string]bool{}, tables: Tables{}, p: parser.New()}
+	t := &Tracker{captured: map[string]bool{}, capturedDB: map[string]bool{}, tables: Tables{},
+		absent: map[string]bool{}, lost: map[string]string{}, p: parser.New()}
 	for _, c := range captured {
 		t.captured[c] = true
+		db, _, _ := strings.Cut(c, ".")
+		t.capturedDB[db] = true
 	}
-	for k, v := range initial {
-		if t.captured[k] {
-			t.tables[k] = slices.Clone(v)
+	names := slices.Sorted(maps.Keys(initial))
+	shadows := 0
+	for _, k := range names {
+		if !t.captured[k] {
+			if shadows == maxShadows {
+				continue
+			}
+			shadows++
 		}
+		t.tables[k] = slices.Clone(initial[k])
 	}
 	return t
 }
 
-// Tables is the current layout; do not modify it.
+// Tables is the current layout of the captured tables and of the shadow
+// tables followed for online schema changes; do not modify it.
 func (t *Tracker) Tables() Tables { return t.tables }
 
 // Seed records cols for a captured table whose layout is not known yet
@@ -73,173 +135,424 @@ func (t *Tracker) Columns(db, table string) ([]string, bool) {
 	return cols, ok
 }
 
-// Apply parses one QUERY event's statement (defaultDB is the event's
-// current database) and applies what it does to captured tables. It returns
-// whether the layout changed. A statement the parser cannot read is an error
-// wrapping ErrUnparsed only if its text names a captured table; otherwise it
-// is ignored and the error is returned with changed false for logging.
-func (t *Tracker) Apply(defaultDB, query string) (bool, error) {
-	stmts, _, err := t.p.Parse(query, "", "")
-	if err != nil {
-		for name := range t.captured {
-			_, tbl, _ := strings.Cut(name, ".")
-			if strings.Contains(strings.ToLower(query), strings.ToLower(tbl)) {
-				return false, fmt.Errorf("%w: %s: %v", ErrUnparsed, name, err)
-			}
-		}
-		return false, fmt.Errorf("parse statement (ignored, names no captured table): %w", err)
+// Apply applies one QUERY event's statement (defaultDB is the event's
+// current database). changed reports whether a captured table's layout
+// differs afterwards (set, replaced or forgotten), also when err is not
+// nil; shadow bookkeeping does not count. err wraps ErrUnparsed when a captured
+// table's layout is now unknown because of the statement, ErrIgnored when
+// the statement concerns a captured table without changing its columns;
+// other statements return nil.
+func (t *Tracker) Apply(defaultDB, query string) (changed bool, err error) {
+	st := parseStatement(query)
+	e := &edit{t: t, next: t.tables, db: defaultDB, st: st}
+	switch {
+	case st.kind == kOther:
+		err = e.other()
+	case st.bad != nil:
+		err = e.unreadable()
+	case st.kind == kCreateTable:
+		err = e.create()
+	case st.kind == kAlterTable:
+		err = e.alter()
+	case st.kind == kDropTable:
+		err = e.drop()
+	case st.kind == kRenameTable:
+		err = e.rename()
+	case st.kind == kDropDatabase:
+		e.dropDatabase()
 	}
-	next := t.tables
-	copied := false
-	edit := func() Tables { // copy on the first write: snapshots handed out stay as they were
-		if !copied {
-			next, copied = maps.Clone(t.tables), true
-		}
-		return next
-	}
-	name := func(tn *ast.TableName) string {
-		db := tn.Schema.O
-		if db == "" {
-			db = defaultDB
-		}
-		return db + "." + tn.Name.O
-	}
-	for _, st := range stmts {
-		switch s := st.(type) {
-		case *ast.CreateTableStmt:
-			n := name(s.Table)
-			if !t.captured[n] {
-				continue
-			}
-			var cols []string
-			if s.ReferTable != nil { // CREATE TABLE ... LIKE
-				src, ok := next[name(s.ReferTable)]
-				if !ok {
-					return false, fmt.Errorf("%w: %s is created LIKE %s, whose columns are unknown", ErrUnparsed, n, name(s.ReferTable))
-				}
-				cols = slices.Clone(src)
-			} else {
-				for _, c := range s.Cols {
-					cols = append(cols, c.Name.Name.O)
-				}
-			}
-			if s.IfNotExists {
-				if _, exists := next[n]; exists {
-					continue
-				}
-			}
-			edit()[n] = cols
-		case *ast.DropTableStmt:
-			for _, tn := range s.Tables {
-				if n := name(tn); t.captured[n] {
-					delete(edit(), n)
-				}
-			}
-		case *ast.RenameTableStmt:
-			for _, tt := range s.TableToTables {
-				from, to := name(tt.OldTable), name(tt.NewTable)
-				cols, known := next[from]
-				if t.captured[from] {
-					delete(edit(), from)
-				}
-				if t.captured[to] && known {
-					edit()[to] = cols
-				}
-			}
-		case *ast.AlterTableStmt:
-			n := name(s.Table)
-			cols, known := next[n]
-			if !t.captured[n] || !known {
-				if t.captured[n] {
-					return false, fmt.Errorf("%w: ALTER of %s, whose columns are unknown", ErrUnparsed, n)
-				}
-				continue
-			}
-			cols, target, err := alter(slices.Clone(cols), s.Specs, func(tn *ast.TableName) string { return name(tn) })
-			if err != nil {
-				return false, fmt.Errorf("%w: %s: %v", ErrUnparsed, n, err)
-			}
-			delete(edit(), n)
-			if target == "" {
-				target = n
-			}
-			if t.captured[target] {
-				edit()[target] = cols
-			}
+	for c := range t.captured {
+		before, had := t.tables[c]
+		after, has := e.next[c]
+		if had != has || !slices.Equal(before, after) {
+			changed = true
 		}
 	}
-	t.tables = next
-	return copied, nil
+	t.tables = e.next
+	if len(t.absent) > maxAbsent {
+		clear(t.absent)
+	}
+	if len(t.lost) > maxAbsent {
+		clear(t.lost)
+	}
+	return changed, err
 }
 
-// alter applies ALTER TABLE specs to cols; target is the new name when the
-// statement renames the table.
-func alter(cols []string, specs []*ast.AlterTableSpec, name func(*ast.TableName) string) ([]string, string, error) {
-	target := ""
-	find := func(c string) int {
-		return slices.IndexFunc(cols, func(x string) bool { return strings.EqualFold(x, c) })
+// edit is one statement's change: the next snapshot, copied on first write.
+type edit struct {
+	t      *Tracker
+	next   Tables
+	copied bool
+	db     string // the statement's default database
+	st     *statement
+}
+
+func (e *edit) key(r tableRef) string {
+	if r.db == "" {
+		return e.db + "." + r.name
 	}
-	place := func(col string, pos *ast.ColumnPosition) error {
-		if pos == nil || pos.Tp == ast.ColumnPositionNone {
-			cols = append(cols, col)
-			return nil
+	return r.db + "." + r.name
+}
+
+func (e *edit) write() Tables {
+	if !e.copied {
+		e.next, e.copied = maps.Clone(e.t.tables), true
+	}
+	return e.next
+}
+
+// relevant reports whether the tracker follows table n: captured, tracked,
+// or in a captured table's database.
+func (e *edit) relevant(n string) bool {
+	_, tracked := e.next[n]
+	db, _, _ := strings.Cut(n, ".")
+	return e.t.captured[n] || tracked || e.t.capturedDB[db]
+}
+
+func (e *edit) shadows() int {
+	n := 0
+	for k := range e.next {
+		if !e.t.captured[k] {
+			n++
 		}
-		if pos.Tp == ast.ColumnPositionFirst {
-			cols = slices.Insert(cols, 0, col)
-			return nil
+	}
+	return n
+}
+
+// set records that table n exists with cols.
+func (e *edit) set(n string, cols []string) {
+	delete(e.t.absent, n)
+	old, had := e.next[n]
+	if had && slices.Equal(old, cols) {
+		return
+	}
+	if !had && !e.t.captured[n] && e.shadows() >= maxShadows {
+		e.t.lost[n] = fmt.Sprintf("%d other tables were tracked already", maxShadows)
+		return
+	}
+	delete(e.t.lost, n)
+	e.write()[n] = slices.Clone(cols)
+}
+
+// unknown records that table n may exist with a layout not known.
+func (e *edit) unknown(n, why string) {
+	delete(e.t.absent, n)
+	if _, had := e.next[n]; had {
+		delete(e.write(), n)
+	}
+	if _, had := e.t.tables[n]; had || e.t.captured[n] {
+		e.t.lost[n] = why
+	}
+}
+
+// gone records that table n does not exist.
+func (e *edit) gone(n string) {
+	if e.relevant(n) {
+		e.t.absent[n] = true
+	}
+	if _, had := e.next[n]; had {
+		delete(e.write(), n)
+	}
+	delete(e.t.lost, n)
+}
+
+// why explains an unknown layout of n for messages.
+func (e *edit) why(n string) string {
+	if w := e.t.lost[n]; w != "" {
+		return " (" + w + ")"
+	}
+	return " (not created in the binlog read so far, or created before the relay's position)"
+}
+
+// unparsed forgets captured table n's layout and returns the error saying so.
+func (e *edit) unparsed(n string, reason any) error {
+	e.unknown(n, fmt.Sprintf("an earlier %s could not be followed: %v", e.st.verb, reason))
+	return fmt.Errorf("track %s of %s: %w: %v; its columns are unknown from here: its rows need column names in the binlog "+
+		"(binlog_row_metadata=FULL), or, if its definition has not changed since, move the checkpoint past this statement "+
+		"with `outbox-relay checkpoint set --gtid SET --schema server`", e.st.verb, n, ErrUnparsed, reason)
+}
+
+func (e *edit) ignored(format string, args ...any) error {
+	return fmt.Errorf("track %s: %w: %s", e.st.verb, ErrIgnored, fmt.Sprintf(format, args...))
+}
+
+// clash returns the captured table whose name differs from n only in
+// letter case: whether the statement means it depends on the server's
+// lower_case_table_names, so the tracker cannot tell.
+func (e *edit) clash(n string) (string, bool) {
+	if e.t.captured[n] {
+		return "", false
+	}
+	for c := range e.t.captured {
+		if strings.EqualFold(c, n) {
+			return c, true
 		}
-		i := find(pos.RelativeColumn.Name.O)
-		if i < 0 {
-			return fmt.Errorf("AFTER %s: no such column", pos.RelativeColumn.Name.O)
+	}
+	return "", false
+}
+
+func (e *edit) clashErr(names ...string) error {
+	var errs []error
+	for _, n := range names {
+		if c, ok := e.clash(n); ok {
+			errs = append(errs, e.unparsed(c, fmt.Errorf("it names %s, which is %s only if the server has lower_case_table_names set", n, c)))
 		}
-		cols = slices.Insert(cols, i+1, col)
+	}
+	return errors.Join(errs...)
+}
+
+// mentioned returns a captured table the statement's text names, if any.
+func (e *edit) mentioned() (string, bool) {
+	toks := e.st.toks
+	for i, tok := range toks {
+		name, ok := tok.ident()
+		if !ok {
+			continue
+		}
+		db := e.db
+		if i >= 2 && toks[i-1].punct('.') {
+			if d, ok := toks[i-2].ident(); ok {
+				db = d
+			}
+		}
+		if n := db + "." + name; e.t.captured[n] {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// other: not a table definition change.
+func (e *edit) other() error {
+	if n, ok := e.mentioned(); ok {
+		return e.ignored("it mentions %s but changes no table's columns", n)
+	}
+	return nil
+}
+
+// unreadable: a table definition change whose table names cannot be read.
+// The server ran it, so the captured tables it mentions may have changed.
+func (e *edit) unreadable() error {
+	n, ok := e.mentioned()
+	if !ok {
 		return nil
 	}
-	for _, sp := range specs {
-		switch sp.Tp {
-		case ast.AlterTableAddColumns:
-			for i, c := range sp.NewColumns {
-				pos := sp.Position
-				if i > 0 { // ADD COLUMN (a, b): in order, after the first
-					pos = nil
-				}
-				if err := place(c.Name.Name.O, pos); err != nil {
-					return nil, "", err
-				}
-			}
-		case ast.AlterTableDropColumn:
-			i := find(sp.OldColumnName.Name.O)
-			if i < 0 {
-				return nil, "", fmt.Errorf("DROP %s: no such column", sp.OldColumnName.Name.O)
-			}
-			cols = slices.Delete(cols, i, i+1)
-		case ast.AlterTableModifyColumn, ast.AlterTableChangeColumn:
-			old := sp.NewColumns[0].Name.Name.O
-			if sp.OldColumnName != nil {
-				old = sp.OldColumnName.Name.O
-			}
-			i := find(old)
-			if i < 0 {
-				return nil, "", fmt.Errorf("MODIFY/CHANGE %s: no such column", old)
-			}
-			newName := sp.NewColumns[0].Name.Name.O
-			if sp.Position == nil || sp.Position.Tp == ast.ColumnPositionNone {
-				cols[i] = newName
-				continue
-			}
-			cols = slices.Delete(cols, i, i+1)
-			if err := place(newName, sp.Position); err != nil {
-				return nil, "", err
-			}
-		case ast.AlterTableRenameColumn:
-			i := find(sp.OldColumnName.Name.O)
-			if i < 0 {
-				return nil, "", fmt.Errorf("RENAME COLUMN %s: no such column", sp.OldColumnName.Name.O)
-			}
-			cols[i] = sp.NewColumnName.Name.O
-		case ast.AlterTableRenameTable:
-			target = name(sp.NewTable)
+	return e.unparsed(n, fmt.Errorf("cannot read the table names: %w", e.st.bad))
+}
+
+// likeSource returns the table a CREATE TABLE ... LIKE copies.
+func likeSource(body []token) (tableRef, bool) {
+	p := &cursor{toks: body}
+	paren := p.acceptPunct('(')
+	if !p.accept("LIKE") {
+		return tableRef{}, false
+	}
+	r, err := p.name()
+	if err != nil || paren && !p.acceptPunct(')') || !p.done() {
+		return tableRef{}, false
+	}
+	return r, true
+}
+
+func (e *edit) create() error {
+	st := e.st
+	n := e.key(st.table)
+	if err := e.clashErr(n); err != nil {
+		return err
+	}
+	src, isLike := likeSource(st.body)
+	_, srcTracked := e.next[e.key(src)]
+	if !e.relevant(n) && !(isLike && srcTracked) {
+		return nil
+	}
+	captured := e.t.captured[n]
+	if st.temporary {
+		if captured {
+			return e.ignored("a temporary table named %s hides the table in its own session only", n)
+		}
+		return nil
+	}
+	if _, exists := e.next[n]; exists && st.ifNotExists {
+		return nil // the table is there: nothing happens
+	}
+	if st.ifNotExists && !e.t.absent[n] {
+		why := "CREATE TABLE IF NOT EXISTS of a table whose layout was not tracked: it may have existed, and then stays as it was"
+		if captured {
+			return e.unparsed(n, why)
+		}
+		e.unknown(n, why)
+		return nil
+	}
+	var cols []string
+	var err error
+	if isLike {
+		from := e.key(src)
+		var ok bool
+		if cols, ok = e.next[from]; !ok {
+			err = fmt.Errorf("%w: it is created LIKE %s, whose layout is not tracked%s", errUnknownCols, from, e.why(from))
+		}
+	} else if len(st.body) > 0 && (st.body[0].is("LIKE") || len(st.body) > 1 && st.body[1].is("LIKE")) {
+		err = fmt.Errorf("%w: cannot read the LIKE clause", errSyntax)
+	} else {
+		cols, err = createColumns(e.t.p, st.body)
+	}
+	if err != nil {
+		if captured {
+			return e.unparsed(n, err)
+		}
+		e.unknown(n, fmt.Sprintf("%s: %v", st.verb, err))
+		return nil
+	}
+	e.set(n, cols)
+	return nil
+}
+
+func (e *edit) alter() error {
+	st := e.st
+	n := e.key(st.table)
+	if err := e.clashErr(n); err != nil {
+		return err
+	}
+	captured := e.t.captured[n]
+	cols, known := e.next[n]
+	ops, opErr := alterOps(e.t.p, st.body)
+	var target *tableRef
+	for _, o := range ops {
+		if o.kind == opRenameTable {
+			t := o.table
+			target = &t
 		}
 	}
-	return cols, target, nil
+	if target != nil {
+		if err := e.clashErr(e.key(*target)); err != nil {
+			return err
+		}
+	}
+	if st.ifExists && !known && e.t.absent[n] {
+		return nil // no such table: nothing happens
+	}
+	if !known {
+		switch {
+		case opErr != nil && hasWord(st.body, "RENAME"):
+			// It may have moved this table onto a captured name.
+			if c, ok := e.mentioned(); ok && c != n {
+				return e.unparsed(c, fmt.Errorf("%s %s may rename %s onto it: %w", st.verb, n, n, opErr))
+			}
+		case target != nil:
+			to := e.key(*target)
+			if !st.ifExists {
+				e.gone(n)
+			}
+			if e.t.captured[to] {
+				return e.unparsed(to, fmt.Errorf("%s renames %s, whose layout is not tracked%s, to it", st.verb, n, e.why(n)))
+			}
+			e.unknown(to, fmt.Sprintf("renamed from %s, whose layout was not tracked", n))
+			return nil
+		}
+		if captured {
+			return e.ignored("the layout of %s is not tracked%s: its rows need column names in the binlog", n, e.why(n))
+		}
+		return nil
+	}
+	if opErr != nil {
+		if captured {
+			return e.unparsed(n, opErr)
+		}
+		e.unknown(n, fmt.Sprintf("%s: %v", st.verb, opErr))
+		return nil
+	}
+	next, _, err := applyOps(cols, ops)
+	if err != nil {
+		err = fmt.Errorf("the tracked layout %v does not allow it: %w", cols, err)
+		if captured {
+			return e.unparsed(n, err)
+		}
+		e.unknown(n, fmt.Sprintf("%s: %v", st.verb, err))
+		return nil
+	}
+	if target == nil {
+		e.set(n, next)
+		return nil
+	}
+	to := e.key(*target)
+	if to != n {
+		e.gone(n)
+	}
+	e.set(to, next)
+	return nil
+}
+
+func (e *edit) drop() error {
+	var names []string
+	for _, r := range e.st.tables {
+		names = append(names, e.key(r))
+	}
+	if err := e.clashErr(names...); err != nil {
+		return err
+	}
+	for _, n := range names {
+		if !e.relevant(n) {
+			continue
+		}
+		if e.st.temporary {
+			if e.t.captured[n] {
+				return e.ignored("it drops a temporary table named %s, not the table", n)
+			}
+			continue
+		}
+		e.gone(n)
+	}
+	return nil
+}
+
+// rename applies RENAME TABLE pairs in order, as the server does.
+func (e *edit) rename() error {
+	var errs []error
+	for _, pair := range e.st.pairs {
+		from, to := e.key(pair[0]), e.key(pair[1])
+		if err := e.clashErr(from, to); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !e.relevant(from) && !e.relevant(to) {
+			continue
+		}
+		cols, known := e.next[from]
+		if !known && e.st.ifExists {
+			if _, toExists := e.next[to]; toExists || e.t.absent[from] {
+				continue // there was nothing to rename (else the rename could not have run)
+			}
+		}
+		if known {
+			e.gone(from)
+			e.set(to, cols)
+			continue
+		}
+		why := fmt.Sprintf("renamed from %s, whose layout was not tracked%s", from, e.why(from))
+		if !e.st.ifExists {
+			e.gone(from)
+		}
+		if e.t.captured[to] {
+			errs = append(errs, e.unparsed(to, why))
+			continue
+		}
+		e.unknown(to, why)
+	}
+	return errors.Join(errs...)
+}
+
+func (e *edit) dropDatabase() {
+	var names []string
+	for n := range e.next {
+		names = append(names, n)
+	}
+	for n := range e.t.captured {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if db, _, _ := strings.Cut(n, "."); db == e.st.db {
+			e.gone(n)
+		}
+	}
 }

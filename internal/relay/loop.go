@@ -141,6 +141,8 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		l.r.log.Info().Str("gtid", ev.GTID).Msg(ev.Note)
 	case binlog.KindWarning:
 		l.r.log.Warn().Str("gtid", ev.GTID).Msg(ev.Note)
+	case binlog.KindIgnored:
+		l.r.log.Debug().Str("gtid", ev.GTID).Msg(ev.Note)
 	case binlog.KindPrepare:
 		l.prepareXA(ev)
 		return l.advance(ev)

@@ -1,0 +1,439 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/pingcap/tidb/pkg/parser"
+	"github.com/pingcap/tidb/pkg/parser/ast"
+)
+
+// How a CREATE TABLE or ALTER TABLE changes columns is read with the TiDB
+// parser first. MariaDB syntax it rejects (INVISIBLE, COMPRESSED, INET6,
+// PERSISTENT, ...) is read by a small reader of the statement's structure
+// instead, which only needs column names and positions and refuses anything
+// it does not recognise. Statements that add columns the text does not name
+// (system versioning, a SELECT) have no certain layout and are errors.
+
+// errUnknownCols: the statement's columns cannot be known from its text.
+var errUnknownCols = errors.New("columns not known from the statement")
+
+// createColumns returns the columns a CREATE TABLE body (what follows the
+// table name, not the LIKE form) defines.
+func createColumns(p *parser.Parser, body []token) ([]string, error) {
+	if hasWord(body, "VERSIONING") && !hasSeq(body, "ROW", "START") {
+		return nil, fmt.Errorf("%w: a system-versioned table gets columns the statement does not name", errUnknownCols)
+	}
+	if stmts, _, err := p.Parse("CREATE TABLE `t` "+join(body), "", ""); err == nil && len(stmts) == 1 {
+		if s, ok := stmts[0].(*ast.CreateTableStmt); ok {
+			switch {
+			case s.Select != nil:
+				return nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
+			case s.ReferTable != nil:
+				return nil, errSyntax // LIKE is read before: cannot happen
+			case len(s.Cols) == 0:
+				return nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
+			}
+			cols := make([]string, len(s.Cols))
+			for i, c := range s.Cols {
+				cols[i] = c.Name.Name.O
+			}
+			return cols, checkUnique(cols)
+		}
+	}
+	return readCreate(body)
+}
+
+// nonColumn are the words that open a CREATE TABLE element or an ALTER ADD/DROP
+// that is not a column.
+var nonColumn = map[string]bool{"PRIMARY": true, "KEY": true, "INDEX": true, "UNIQUE": true, "CONSTRAINT": true,
+	"FOREIGN": true, "FULLTEXT": true, "SPATIAL": true, "CHECK": true}
+
+// readCreate reads a CREATE TABLE body's column names without the TiDB
+// parser: "( element, ... ) options", each element a column unless it opens
+// with an index or constraint keyword.
+func readCreate(body []token) ([]string, error) {
+	if len(body) == 0 || !body[0].punct('(') {
+		return nil, fmt.Errorf("%w: it has no column list", errUnknownCols)
+	}
+	end := closing(body, 0)
+	if end < 0 {
+		return nil, errSyntax
+	}
+	var cols []string
+	for _, el := range splitTop(body[1:end]) {
+		if len(el) == 0 {
+			return nil, errSyntax
+		}
+		if notColumn(el) {
+			continue
+		}
+		name, ok := el[0].ident()
+		if !ok || len(el) < 2 {
+			return nil, fmt.Errorf("%w: cannot read column definition %q", errSyntax, join(el))
+		}
+		cols = append(cols, name)
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
+	}
+	rest := body[end+1:]
+	if hasWord(rest, "SELECT") {
+		return nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
+	}
+	depth := 0
+	for _, tok := range rest {
+		switch {
+		case tok.punct('('):
+			depth++
+		case tok.punct(')'):
+			depth--
+		case depth == 0 && (tok.is("AS") || tok.is("TABLE") || tok.is("VALUES") || tok.is("IGNORE") || tok.is("REPLACE")):
+			return nil, fmt.Errorf("%w: it takes columns from a query", errUnknownCols)
+		}
+	}
+	return cols, checkUnique(cols)
+}
+
+// notColumn reports whether a table element or ADD/DROP target (from its
+// first token) is an index, constraint, period or the like.
+func notColumn(el []token) bool {
+	if len(el) == 0 || el[0].kind != tWord {
+		return false
+	}
+	w := strings.ToUpper(el[0].text)
+	next := func(kws ...string) bool {
+		return len(el) > 1 && slices.ContainsFunc(kws, el[1].is)
+	}
+	return nonColumn[w] || w == "PERIOD" && next("FOR") || w == "VECTOR" && next("INDEX", "KEY") ||
+		w == "PARTITION" || w == "SYSTEM" && next("VERSIONING")
+}
+
+func checkUnique(cols []string) error {
+	for i, c := range cols {
+		for _, d := range cols[:i] {
+			if strings.EqualFold(c, d) {
+				return fmt.Errorf("column %s twice", c)
+			}
+		}
+	}
+	return nil
+}
+
+// opKind is a column change of an ALTER TABLE.
+type opKind uint8
+
+const (
+	opAdd         opKind = iota + 1
+	opDrop               // old
+	opChange             // old -> name (MODIFY: the same), maybe moved
+	opRenameTable        // table
+)
+
+// colOp is one column-changing ALTER TABLE specification.
+type colOp struct {
+	kind            opKind
+	old, name       string
+	ifExists, ifNot bool
+	first           bool
+	after           string
+	table           tableRef
+}
+
+func (o colOp) moves() bool { return o.first || o.after != "" }
+
+// alterOps reads an ALTER TABLE's specifications into column changes
+// (specifications that change no column are left out).
+func alterOps(p *parser.Parser, specs []token) ([]colOp, error) {
+	if hasWord(specs, "VERSIONING") {
+		return nil, fmt.Errorf("%w: system versioning adds or drops columns the statement does not name", errUnknownCols)
+	}
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	if stmts, _, err := p.Parse("ALTER TABLE `t` "+join(specs), "", ""); err == nil && len(stmts) == 1 {
+		if s, ok := stmts[0].(*ast.AlterTableStmt); ok {
+			return astOps(s.Specs), nil
+		}
+	}
+	var ops []colOp
+	for _, spec := range splitTop(specs) {
+		o, err := readSpec(spec)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, o...)
+	}
+	return ops, nil
+}
+
+func astOps(specs []*ast.AlterTableSpec) []colOp {
+	var ops []colOp
+	pos := func(o *colOp, cp *ast.ColumnPosition) {
+		if cp == nil {
+			return
+		}
+		switch cp.Tp {
+		case ast.ColumnPositionFirst:
+			o.first = true
+		case ast.ColumnPositionAfter:
+			o.after = cp.RelativeColumn.Name.O
+		}
+	}
+	for _, sp := range specs {
+		switch sp.Tp {
+		case ast.AlterTableAddColumns:
+			for i, c := range sp.NewColumns {
+				o := colOp{kind: opAdd, name: c.Name.Name.O, ifNot: sp.IfNotExists}
+				if i == 0 {
+					pos(&o, sp.Position)
+				} else if ops[len(ops)-1].moves() { // ADD (a, b) placed: b follows a
+					o.after = sp.NewColumns[i-1].Name.Name.O
+				}
+				ops = append(ops, o)
+			}
+		case ast.AlterTableDropColumn:
+			ops = append(ops, colOp{kind: opDrop, old: sp.OldColumnName.Name.O, ifExists: sp.IfExists})
+		case ast.AlterTableModifyColumn, ast.AlterTableChangeColumn:
+			o := colOp{kind: opChange, old: sp.NewColumns[0].Name.Name.O, name: sp.NewColumns[0].Name.Name.O, ifExists: sp.IfExists}
+			if sp.OldColumnName != nil {
+				o.old = sp.OldColumnName.Name.O
+			}
+			pos(&o, sp.Position)
+			ops = append(ops, o)
+		case ast.AlterTableRenameColumn:
+			ops = append(ops, colOp{kind: opChange, old: sp.OldColumnName.Name.O, name: sp.NewColumnName.Name.O, ifExists: sp.IfExists})
+		case ast.AlterTableRenameTable:
+			ops = append(ops, colOp{kind: opRenameTable, table: tableRef{db: sp.NewTable.Schema.O, name: sp.NewTable.Name.O}})
+		}
+	}
+	return ops
+}
+
+// neutralSpec are the words opening an ALTER TABLE specification that
+// changes no column: table options, locking, algorithm, keys, partitions.
+var neutralSpec = map[string]bool{"ALGORITHM": true, "LOCK": true, "FORCE": true, "ENGINE": true, "AUTO_INCREMENT": true,
+	"AVG_ROW_LENGTH": true, "CHARACTER": true, "CHARSET": true, "DEFAULT": true, "COLLATE": true, "CONVERT": true,
+	"COMMENT": true, "CONNECTION": true, "CHECKSUM": true, "PAGE_CHECKSUM": true, "PAGE_COMPRESSED": true,
+	"PAGE_COMPRESSION_LEVEL": true, "COMPRESSION": true, "DATA": true, "INDEX": true, "DELAY_KEY_WRITE": true,
+	"ENCRYPTED": true, "ENCRYPTION": true, "ENCRYPTION_KEY_ID": true, "IETF_QUOTES": true, "INSERT_METHOD": true,
+	"KEY_BLOCK_SIZE": true, "MAX_ROWS": true, "MIN_ROWS": true, "PACK_KEYS": true, "PASSWORD": true,
+	"ROW_FORMAT": true, "SEQUENCE": true, "STATS_AUTO_RECALC": true, "STATS_PERSISTENT": true,
+	"STATS_SAMPLE_PAGES": true, "TABLESPACE": true, "TRANSACTIONAL": true, "UNION": true, "ENABLE": true,
+	"DISABLE": true, "DISCARD": true, "IMPORT": true, "ORDER": true, "PARTITION": true, "REMOVE": true,
+	"COALESCE": true, "REORGANIZE": true, "EXCHANGE": true, "TRUNCATE": true, "ANALYZE": true, "CHECK": true,
+	"OPTIMIZE": true, "REBUILD": true, "REPAIR": true, "UPGRADE": true, "WITH": true, "WITHOUT": true,
+	"AUTOEXTEND_SIZE": true, "ENGINE_ATTRIBUTE": true, "SECONDARY_ENGINE": true, "SECONDARY_ENGINE_ATTRIBUTE": true,
+	"SECONDARY_LOAD": true, "SECONDARY_UNLOAD": true, "STORAGE": true, "ALTER": true}
+
+// readSpec reads one ALTER TABLE specification without the TiDB parser.
+func readSpec(spec []token) ([]colOp, error) {
+	bad := func() ([]colOp, error) {
+		return nil, fmt.Errorf("%w: cannot read %q", errSyntax, join(spec))
+	}
+	if len(spec) == 0 || spec[0].kind != tWord {
+		return bad()
+	}
+	p := &cursor{toks: spec, i: 1}
+	switch w := strings.ToUpper(spec[0].text); w {
+	case "ADD":
+		col := p.accept("COLUMN")
+		if !col && notColumn(p.rest()) {
+			return nil, nil
+		}
+		ifNot := p.accept("IF", "NOT", "EXISTS")
+		if p.i < len(spec) && spec[p.i].punct('(') { // ADD [COLUMN] (a INT, b INT)
+			end := closing(spec, p.i)
+			if end != len(spec)-1 {
+				return bad()
+			}
+			var ops []colOp
+			for _, el := range splitTop(spec[p.i+1 : end]) {
+				if len(el) == 0 {
+					return bad()
+				}
+				if notColumn(el) {
+					continue
+				}
+				name, ok := el[0].ident()
+				if !ok || len(el) < 2 {
+					return bad()
+				}
+				ops = append(ops, colOp{kind: opAdd, name: name, ifNot: ifNot})
+			}
+			return ops, nil
+		}
+		name, ok := p.ident()
+		if !ok || p.done() {
+			return bad()
+		}
+		o := colOp{kind: opAdd, name: name, ifNot: ifNot}
+		if err := position(&o, p.rest()); err != nil {
+			return nil, err
+		}
+		return []colOp{o}, nil
+	case "DROP":
+		col := p.accept("COLUMN")
+		if !col && notColumn(p.rest()) {
+			return nil, nil
+		}
+		ifEx := p.accept("IF", "EXISTS")
+		name, ok := p.ident()
+		if !ok {
+			return bad()
+		}
+		p.accept("RESTRICT")
+		p.accept("CASCADE")
+		if !p.done() {
+			return bad()
+		}
+		return []colOp{{kind: opDrop, old: name, ifExists: ifEx}}, nil
+	case "CHANGE", "MODIFY":
+		p.accept("COLUMN")
+		ifEx := p.accept("IF", "EXISTS")
+		old, ok := p.ident()
+		if !ok {
+			return bad()
+		}
+		name := old
+		if w == "CHANGE" {
+			if name, ok = p.ident(); !ok {
+				return bad()
+			}
+		}
+		if p.done() {
+			return bad()
+		}
+		o := colOp{kind: opChange, old: old, name: name, ifExists: ifEx}
+		if err := position(&o, p.rest()); err != nil {
+			return nil, err
+		}
+		return []colOp{o}, nil
+	case "RENAME":
+		switch {
+		case p.accept("COLUMN"):
+			ifEx := p.accept("IF", "EXISTS")
+			old, ok := p.ident()
+			if !ok || !p.accept("TO") {
+				return bad()
+			}
+			name, ok := p.ident()
+			if !ok || !p.done() {
+				return bad()
+			}
+			return []colOp{{kind: opChange, old: old, name: name, ifExists: ifEx}}, nil
+		case p.accept("INDEX"), p.accept("KEY"):
+			return nil, nil
+		}
+		if !p.accept("TO") {
+			p.accept("AS")
+		}
+		t, err := p.name()
+		if err != nil || !p.done() {
+			return bad()
+		}
+		return []colOp{{kind: opRenameTable, table: t}}, nil
+	}
+	if neutralSpec[strings.ToUpper(spec[0].text)] {
+		return nil, nil
+	}
+	return bad()
+}
+
+// position reads FIRST or AFTER col from the rest of a column definition
+// (outside parentheses: the type and attributes never hold those words).
+func position(o *colOp, def []token) error {
+	depth := 0
+	for i, tok := range def {
+		switch {
+		case tok.punct('('):
+			depth++
+		case tok.punct(')'):
+			depth--
+		case depth > 0 || o.moves():
+		case tok.is("FIRST"):
+			o.first = true
+		case tok.is("AFTER"):
+			if i+1 >= len(def) {
+				return fmt.Errorf("%w: AFTER without a column", errSyntax)
+			}
+			col, ok := def[i+1].ident()
+			if !ok {
+				return fmt.Errorf("%w: AFTER without a column", errSyntax)
+			}
+			o.after = col
+		}
+	}
+	return nil
+}
+
+// applyOps computes the columns after ops, the way the server does:
+// dropped columns go, changed columns without a position keep theirs (under
+// their new name), then added and moved columns are placed in statement
+// order. IF [NOT] EXISTS specifications that do not apply are skipped. An
+// error means cols cannot be the table's layout (the server would have
+// refused the statement). target is the table's new name when renamed.
+func applyOps(cols []string, ops []colOp) (out []string, target *tableRef, err error) {
+	find := func(list []string, c string) int {
+		return slices.IndexFunc(list, func(x string) bool { return strings.EqualFold(x, c) })
+	}
+	var kept []colOp
+	added := slices.Clone(cols) // what exists for IF NOT EXISTS: the table's columns and earlier ADDs
+	for _, o := range ops {
+		switch o.kind {
+		case opAdd:
+			if o.ifNot && find(added, o.name) >= 0 {
+				continue
+			}
+			added = append(added, o.name)
+		case opDrop, opChange:
+			if o.ifExists && find(cols, o.old) < 0 {
+				continue
+			}
+			if find(cols, o.old) < 0 {
+				return nil, nil, fmt.Errorf("no column %s", o.old)
+			}
+		case opRenameTable:
+			t := o.table
+			target = &t
+			continue
+		}
+		kept = append(kept, o)
+	}
+	// First pass: the existing columns in their order.
+	for _, c := range cols {
+		i := slices.IndexFunc(kept, func(o colOp) bool {
+			return (o.kind == opDrop || o.kind == opChange) && strings.EqualFold(o.old, c)
+		})
+		switch {
+		case i < 0:
+			out = append(out, c)
+		case kept[i].kind == opChange && !kept[i].moves():
+			out = append(out, kept[i].name)
+		}
+	}
+	// Second pass: added and moved columns, in statement order.
+	for _, o := range kept {
+		if o.kind != opAdd && !(o.kind == opChange && o.moves()) {
+			continue
+		}
+		switch {
+		case o.first:
+			out = slices.Insert(out, 0, o.name)
+		case o.after != "":
+			i := find(out, o.after)
+			if i < 0 {
+				return nil, nil, fmt.Errorf("AFTER %s: no such column", o.after)
+			}
+			out = slices.Insert(out, i+1, o.name)
+		default:
+			out = append(out, o.name)
+		}
+	}
+	if err := checkUnique(out); err != nil {
+		return nil, nil, err
+	}
+	return out, target, nil
+}
