@@ -3,15 +3,24 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func newStore(t *testing.T) (*Store, []kgo.Opt) {
+	t.Helper()
+	s, opts, _ := newStoreCluster(t)
+	return s, opts
+}
+
+func newStoreCluster(t *testing.T) (*Store, []kgo.Opt, *kfake.Cluster) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -28,7 +37,7 @@ func newStore(t *testing.T) (*Store, []kgo.Opt) {
 	if err := s.EnsureTopic(context.Background(), kadm.NewClient(cl), 1); err != nil {
 		t.Fatal(err)
 	}
-	return s, opts
+	return s, opts, c
 }
 
 // Write returns once Load sees what it wrote; a checkpoint committed behind
@@ -63,8 +72,10 @@ func TestWriteVisibility(t *testing.T) {
 	if !errors.Is(err, ErrNotVisible) {
 		t.Fatalf("write behind an open transaction: %v, want ErrNotVisible", err)
 	}
-	if got, err := s.Load(ctx, "alarms"); err != nil || got.GTIDSet != "0-1-7" {
-		t.Fatalf("load while held back: %+v %v, want the earlier checkpoint", got, err)
+	var held *HeldBackError
+	if got, err := s.WithStableWait(200*time.Millisecond).Load(ctx, "alarms"); !errors.As(err, &held) || got != nil ||
+		held.Visible == nil || held.Visible.GTIDSet != "0-1-7" {
+		t.Fatalf("load while held back: %+v %v, want no checkpoint, a HeldBackError and the earlier one as visible", got, err)
 	}
 	if err := other.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		t.Fatal(err)
@@ -87,5 +98,147 @@ func TestWriteVisibility(t *testing.T) {
 	}
 	if got, err := s.Load(ctx, "alarms"); err != nil || got.GTIDSet != "0-1-9" {
 		t.Fatalf("load after the other transaction ended: %+v %v", got, err)
+	}
+}
+
+// openOther opens a transaction of transactional id "other" on the topic
+// with one checkpoint record in it, as a pipeline killed between producing
+// its checkpoint and committing leaves it.
+func openOther(t *testing.T, s *Store, opts []kgo.Opt) *kgo.Client {
+	t.Helper()
+	other, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID("other"), kgo.TransactionTimeout(time.Minute)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.ProduceSync(context.Background(), s.Record(&Checkpoint{Name: "other", GTIDSet: "0-1-1", Flavor: "mariadb"})).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return other
+}
+
+// A committed checkpoint behind another pipeline's open transaction is
+// never replaced by the older visible one: Load says the topic is held
+// back, by which transactional id, and what is visible.
+func TestLoadHeldBack(t *testing.T) {
+	s, opts := newStore(t)
+	ctx := context.Background()
+	if err := s.Write(ctx, "alarms", &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"}); err != nil {
+		t.Fatal(err)
+	}
+	other := openOther(t, s, opts)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := s.Write(short, "alarms", &Checkpoint{Name: "alarms", GTIDSet: "0-1-9", Flavor: "mariadb"}); !errors.Is(err, ErrNotVisible) {
+		t.Fatalf("write behind an open transaction: %v", err)
+	}
+
+	quick := s.WithStableWait(300 * time.Millisecond)
+	began := time.Now()
+	cp, err := quick.Load(ctx, "alarms")
+	if took := time.Since(began); took < 300*time.Millisecond || took > 5*time.Second {
+		t.Errorf("load took %s with a stable wait of 300ms", took)
+	}
+	var held *HeldBackError
+	if !errors.As(err, &held) || !errors.Is(err, ErrCheckpointHeldBack) || cp != nil {
+		t.Fatalf("load: %+v, %v; want a HeldBackError", cp, err)
+	}
+	if len(held.Holders) != 1 || held.Holders[0].TransactionalID != "other" || held.Lookup != nil {
+		t.Fatalf("holders %+v (lookup %v), want transactional id other", held.Holders, held.Lookup)
+	}
+	h := held.Holders[0]
+	if h.StartOffset < held.StableOffset || h.StartOffset >= held.HighWatermark || h.Timeout != time.Minute || h.Started.IsZero() {
+		t.Fatalf("holder %+v of %+v", h, held)
+	}
+	if held.Visible == nil || held.Visible.GTIDSet != "0-1-7" {
+		t.Fatalf("visible checkpoint %+v, want 0-1-7", held.Visible)
+	}
+	for _, want := range []string{`transactional id "other"`, "transaction timeout of 1m0s", s.Topic()} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q lacks %q", err, want)
+		}
+	}
+	if cp, err := s.LoadVisible(ctx, "alarms"); err != nil || cp == nil || cp.GTIDSet != "0-1-7" {
+		t.Fatalf("load visible: %+v %v, want 0-1-7 at once", cp, err)
+	}
+	if list, err := quick.History(ctx, "alarms", 5); !errors.Is(err, ErrCheckpointHeldBack) || list != nil {
+		t.Fatalf("history: %v %v, want ErrCheckpointHeldBack", list, err)
+	}
+	// A context that ends first ends the wait the same way.
+	ctxShort, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel2()
+	if _, err := s.Load(ctxShort, "alarms"); !errors.Is(err, ErrCheckpointHeldBack) {
+		t.Fatalf("load with a short context: %v", err)
+	}
+	// A canceled context is not reported as held back.
+	ctxCanceled, cancel3 := context.WithCancel(ctx)
+	cancel3()
+	if _, err := s.Load(ctxCanceled, "alarms"); !errors.Is(err, context.Canceled) || errors.Is(err, ErrCheckpointHeldBack) {
+		t.Fatalf("load with a canceled context: %v", err)
+	}
+
+	// Load waits for the transaction to end (here: aborted) and then returns
+	// the newest committed checkpoint.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = other.EndTransaction(ctx, kgo.TryAbort)
+	}()
+	if cp, err := s.Load(ctx, "alarms"); err != nil || cp == nil || cp.GTIDSet != "0-1-9" {
+		t.Fatalf("load across the end of the other transaction: %+v %v, want 0-1-9", cp, err)
+	}
+	if list, err := s.History(ctx, "alarms", 5); err != nil || len(list) != 2 || list[1].GTIDSet != "0-1-9" {
+		t.Fatalf("history: %+v %v", list, err)
+	}
+}
+
+// When the brokers do not let the store describe producers or list
+// transactions, the error still says the topic is held back, and why the
+// holder is unknown.
+func TestLoadHeldBackLookupDenied(t *testing.T) {
+	s, opts, c := newStoreCluster(t)
+	ctx := context.Background()
+	openOther(t, s, opts)
+	quick := s.WithStableWait(100 * time.Millisecond)
+
+	c.ControlKey(int16(kmsg.ListTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	var held *HeldBackError
+	if _, err := quick.Load(ctx, "alarms"); !errors.As(err, &held) {
+		t.Fatalf("load: %v", err)
+	}
+	if len(held.Holders) != 1 || held.Holders[0].TransactionalID != "" || held.Lookup == nil ||
+		!strings.Contains(held.Error(), "unknown transactional id") || !strings.Contains(held.Error(), "DESCRIBE on the transactional ids") {
+		t.Fatalf("listing denied: %+v: %v", held.Holders, held)
+	}
+
+	c.ControlKey(int16(kmsg.DescribeProducers), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		dreq := req.(*kmsg.DescribeProducersRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeProducersResponse)
+		for _, rt := range dreq.Topics {
+			t := kmsg.NewDescribeProducersResponseTopic()
+			t.Topic = rt.Topic
+			for _, p := range rt.Partitions {
+				sp := kmsg.NewDescribeProducersResponseTopicPartition()
+				sp.Partition = p
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				t.Partitions = append(t.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, t)
+		}
+		return resp, nil, true
+	})
+	held = nil
+	if _, err := quick.Load(ctx, "alarms"); !errors.As(err, &held) {
+		t.Fatalf("load: %v", err)
+	}
+	if len(held.Holders) != 0 || held.Lookup == nil || !strings.Contains(held.Error(), "holding transactional id unknown") ||
+		!strings.Contains(held.Error(), "READ on the topic") {
+		t.Fatalf("describing denied: %+v: %v", held.Holders, held)
 	}
 }

@@ -21,7 +21,7 @@ func commands() []command {
 	return []command{
 		{"run", "run --config FILE [--print-config]: relay until SIGINT/SIGTERM", runCmd},
 		{"check", "check --config FILE: preflight of source and Kafka", checkCmd},
-		{"checkpoint", "checkpoint show|history|set|reset --config FILE: inspect or move the position", checkpointCmd},
+		{"checkpoint", "checkpoint show|history|set|skip|reset --config FILE: inspect or move the position", checkpointCmd},
 		{"dev", "dev kafka|mariadb ...: embedded broker and scratch database for local work", devCmd},
 		{"version", "version: print the version", func([]string) error { fmt.Println("outbox-relay", version); return nil }},
 	}
@@ -48,7 +48,9 @@ func main() {
 			switch {
 			case err == nil:
 				return
-			case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+			case errors.Is(err, flag.ErrHelp): // --help: the flag set printed its usage
+				return
+			case errors.Is(err, errUsage):
 				fmt.Fprintln(os.Stderr, "outbox-relay:", err)
 				os.Exit(2)
 			default:

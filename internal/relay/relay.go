@@ -234,7 +234,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			return err
 		}
 		r.metrics.Errors.WithLabelValues(kind(err)).Inc()
-		if !started || fatal(err) {
+		// A checkpoint topic held back by another pipeline's open transaction
+		// is waited out even at the first start: the broker ends it within
+		// that pipeline's transaction timeout.
+		if (!started && !errors.Is(err, checkpoint.ErrCheckpointHeldBack)) || fatal(err) {
 			if errors.Is(err, ErrFenced) {
 				r.metrics.Fenced.Set(1)
 			}
@@ -258,7 +261,8 @@ func (r *Relay) Run(ctx context.Context) error {
 // fatal errors need an operator; retrying cannot fix them.
 func fatal(err error) bool {
 	for _, e := range []error{ErrFenced, ErrRejected, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, ErrUnknownXA,
-		binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, config.ErrInvalid, checkpoint.ErrCorrupt,
+		binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, binlog.ErrDuplicateServerID,
+		binlog.ErrPacketTooLarge, binlog.ErrPositionDiverged, config.ErrInvalid, checkpoint.ErrCorrupt,
 		checkpoint.ErrTopicLayout, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames, binlog.ErrSchemaMismatch, schema.ErrUnparsed} {
 		if errors.Is(err, e) {
@@ -286,6 +290,14 @@ func kind(err error) string {
 		return "purged"
 	case errors.Is(err, binlog.ErrUnreachable):
 		return "source_unreachable"
+	case errors.Is(err, binlog.ErrDuplicateServerID), errors.Is(err, binlog.ErrPacketTooLarge):
+		return "source_config"
+	case errors.Is(err, binlog.ErrPositionAhead), errors.Is(err, binlog.ErrPositionDiverged):
+		return "source_position"
+	case errors.Is(err, ErrTxnTimedOut):
+		return "kafka_txn_timeout"
+	case errors.Is(err, checkpoint.ErrCheckpointHeldBack):
+		return "checkpoint_held_back"
 	case errors.Is(err, binlog.ErrAccessDenied), errors.Is(err, binlog.ErrServerConfig), errors.Is(err, binlog.ErrGrants),
 		errors.Is(err, binlog.ErrNoColumnNames), errors.Is(err, binlog.ErrBadPosition), errors.Is(err, ErrFlavorMismatch):
 		return "source_config"

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -47,6 +49,9 @@ func newTestSink(t *testing.T, opts sinkOptions) testSink {
 	copts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0)}
 	if opts.txn {
 		copts = append(copts, kgo.TransactionalID("t"))
+	}
+	if opts.txnTimeout > 0 {
+		copts = append(copts, kgo.TransactionTimeout(opts.txnTimeout))
 	}
 	cl, err := kgo.NewClient(copts...)
 	if err != nil {
@@ -254,5 +259,241 @@ func TestExactlyOnceAwaitsVisibleCheckpoint(t *testing.T) {
 	}
 	if got := a.stored(t); got != "0-1-2" {
 		t.Fatalf("stored %q, want 0-1-2", got)
+	}
+}
+
+// Kafka errors are sorted by their kerr properties: retriable ones and
+// other recoverable ones end the attempt (returned as they are), fencing
+// wraps ErrFenced, refusals wrap ErrRejected.
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		err  error
+		want error // nil: returned unchanged
+	}{
+		{kerr.NotLeaderForPartition, nil},
+		{kerr.RequestTimedOut, nil},
+		{kerr.CoordinatorLoadInProgress, nil},
+		{kerr.NotEnoughReplicas, nil},
+		{kerr.UnknownTopicOrPartition, nil},
+		{kerr.CorruptMessage, nil}, // Kafka flags it retriable
+		{kerr.ConcurrentTransactions, nil},
+		{kerr.TransactionAbortable, nil},
+		{kerr.UnknownProducerID, nil},
+		{kerr.OutOfOrderSequenceNumber, nil},
+		{kerr.UnknownServerError, nil},
+		{kerr.OperationNotAttempted, nil},
+		{context.DeadlineExceeded, nil},
+		{kgo.ErrRecordTimeout, nil},
+		{errors.New("connection reset"), nil},
+
+		{kerr.ProducerFenced, ErrFenced},
+		{kerr.InvalidProducerEpoch, ErrFenced},
+		{kerr.TransactionalIDAuthorizationFailed, ErrFenced},
+		{kerr.InvalidTxnState, ErrFenced},
+
+		{kerr.MessageTooLarge, ErrRejected},
+		{kerr.RecordListTooLarge, ErrRejected},
+		{kerr.InvalidRecord, ErrRejected},
+		{kerr.InvalidTimestamp, ErrRejected},
+		{kerr.InvalidTopicException, ErrRejected},
+		{kerr.TopicAuthorizationFailed, ErrRejected},
+		{kerr.ClusterAuthorizationFailed, ErrRejected},
+		{kerr.GroupAuthorizationFailed, ErrRejected},
+		{kerr.SaslAuthenticationFailed, ErrRejected},
+		{kerr.PolicyViolation, ErrRejected},
+		{kerr.InvalidReplicationFactor, ErrRejected},
+		{kerr.InvalidConfig, ErrRejected},
+		{&kadm.AuthError{Err: kerr.TopicAuthorizationFailed}, ErrRejected},
+	}
+	for _, tt := range tests {
+		in := fmt.Errorf("produce: %w", tt.err)
+		got := classify(in)
+		if tt.want == nil {
+			if got != in {
+				t.Errorf("%v: classified as %v, want it unchanged", tt.err, got)
+			}
+			continue
+		}
+		if !errors.Is(got, tt.want) || !errors.Is(got, tt.err) {
+			t.Errorf("%v: %v, want %v wrapping it", tt.err, got, tt.want)
+		}
+		if other := map[error]error{ErrFenced: ErrRejected, ErrRejected: ErrFenced}[tt.want]; errors.Is(got, other) {
+			t.Errorf("%v: also %v", tt.err, other)
+		}
+	}
+	if classify(nil) != nil {
+		t.Error("classify(nil) is not nil")
+	}
+	// Every non-retriable Kafka error is either left to the retry, a fence
+	// or a refusal, never two of them; the sorting depends on properties,
+	// so a code the table above does not name still lands somewhere.
+	for code := int16(-1); code < 140; code++ {
+		ke, ok := kerr.ErrorForCode(code).(*kerr.Error)
+		if !ok {
+			continue
+		}
+		got := classify(ke)
+		if ke.Retriable && got != error(ke) {
+			t.Errorf("retriable %v classified as %v", ke, got)
+		}
+		if errors.Is(got, ErrFenced) && errors.Is(got, ErrRejected) {
+			t.Errorf("%v is both fenced and rejected", ke)
+		}
+	}
+}
+
+// committedCount counts the records of topic a read_committed consumer sees
+// (up to the last stable offsets), and all records, aborted ones included.
+func committedCount(t *testing.T, cl *kgo.Client, topic string) (committed, all int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	count := func(level kgo.IsolationLevel, ends kadm.ListedOffsets) int {
+		want := map[int32]kgo.Offset{}
+		remaining := map[int32]int64{}
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err == nil && o.Offset > 0 {
+				want[o.Partition] = kgo.NewOffset().AtStart()
+				remaining[o.Partition] = o.Offset
+			}
+		})
+		if len(want) == 0 {
+			return 0
+		}
+		cons, err := kgo.NewClient(kgo.SeedBrokers(cl.OptValue(kgo.SeedBrokers).([]string)...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}), kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cons.Close()
+		n := 0
+		for len(remaining) > 0 {
+			fs := cons.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("consume %s: %v", topic, ctx.Err())
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				end, ok := remaining[r.Partition]
+				if !ok || r.Offset >= end {
+					return
+				}
+				if !r.Attrs.IsControl() {
+					n++
+				}
+				if r.Offset+1 >= end {
+					delete(remaining, r.Partition)
+				}
+			})
+		}
+		return n
+	}
+	lso, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hwm, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return count(kgo.ReadCommitted(), lso), count(kgo.ReadUncommitted(), hwm)
+}
+
+// abort ends the open transaction: a read_committed reader sees nothing of
+// its records, the partitions are not held back, and the next transaction
+// commits normally on the same client.
+func TestExactlyOnceAbort(t *testing.T) {
+	ctx := context.Background()
+	opts := aloOptions
+	opts.txn = true
+	a := newTestSink(t, opts)
+	if err := a.abort(ctx); err != nil || a.openFor() != 0 {
+		t.Fatalf("abort without an open transaction: %v (open for %s)", err, a.openFor())
+	}
+	a.pin(t, "0-1-1")
+	for i := range 5 {
+		if err := a.produce(ctx, &kgo.Record{Topic: "data", Key: []byte{byte(i)}, Value: []byte("aborted")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.cl.Flush(ctx); err != nil { // in the log, acknowledged
+		t.Fatal(err)
+	}
+	if a.openFor() <= 0 {
+		t.Fatal("openFor is 0 with a transaction open")
+	}
+	if err := a.abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.open || a.openFor() != 0 {
+		t.Fatal("the sink still has a transaction open after abort")
+	}
+	if committed, all := committedCount(t, a.cl, "data"); committed != 0 || all != 5 {
+		t.Fatalf("after abort: %d records visible to read_committed, %d in the log; want 0 and 5", committed, all)
+	}
+	// A new transaction on the same client.
+	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("kept")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.commit(ctx, cpAt("0-1-2")); err != nil {
+		t.Fatal(err)
+	}
+	if committed, _ := committedCount(t, a.cl, "data"); committed != 1 {
+		t.Fatalf("after the next commit: %d records visible, want 1", committed)
+	}
+	if got := a.stored(t); got != "0-1-2" {
+		t.Fatalf("stored %q, want 0-1-2", got)
+	}
+}
+
+// A fencing error on a transaction open longer than the transaction timeout
+// is ErrTxnTimedOut (the broker aborted it; resume from the checkpoint),
+// not ErrFenced; a fence by another instance within the timeout stays
+// ErrFenced.
+func TestExactlyOnceTimedOutIsNotFenced(t *testing.T) {
+	ctx := context.Background()
+	opts := aloOptions
+	opts.txn, opts.txnTimeout = true, time.Second
+	a := newTestSink(t, opts)
+	a.pin(t, "0-1-1")
+	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("late")}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the broker aborts the transaction
+	_, err := a.commit(ctx, cpAt("0-1-2"))
+	if !errors.Is(err, ErrTxnTimedOut) || errors.Is(err, ErrFenced) || fatal(err) {
+		t.Fatalf("commit after the transaction timeout: %v, want ErrTxnTimedOut, not fatal", err)
+	}
+	t.Logf("after the timeout: %v; abort: %v", err, a.abort(ctx))
+	if committed, _ := committedCount(t, a.cl, "data"); committed != 0 {
+		t.Fatalf("%d records of the timed-out transaction visible", committed)
+	}
+	if got := a.stored(t); got != "0-1-1" {
+		t.Fatalf("stored %q, want 0-1-1", got)
+	}
+
+	b := newTestSink(t, opts)
+	b.pin(t, "0-1-1")
+	if err := b.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("fenced")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, err := kgo.NewClient(kgo.SeedBrokers(b.cl.OptValue(kgo.SeedBrokers).([]string)...), kgo.TransactionalID("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, _, err := other.ProducerID(ctx); err != nil { // fences b
+		t.Fatal(err)
+	}
+	_, err = b.commit(ctx, cpAt("0-1-2"))
+	if !errors.Is(err, ErrFenced) || errors.Is(err, ErrTxnTimedOut) || !fatal(err) {
+		t.Fatalf("commit after a fence: %v, want ErrFenced", err)
+	}
+	t.Logf("after a fence: %v", err)
+	if err := b.abort(ctx); !errors.Is(err, ErrFenced) {
+		t.Fatalf("abort when fenced: %v, want ErrFenced", err)
 	}
 }
