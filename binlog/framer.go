@@ -43,6 +43,9 @@ const (
 	stateTx
 	// an XA transaction opened by XA START: ends at XA_PREPARE.
 	stateXA
+	// a group the relay published (or an operator skipped) before a
+	// restart that reads it again: ignored up to the next GTID event.
+	stateSkip
 )
 
 // xaPrepareLogEvent is XA_PREPARE_LOG_EVENT (MySQL 5.7.7+, MariaDB 10.5+).
@@ -78,6 +81,9 @@ type framer struct {
 	warning string
 	// names are the captured tables' names, lower case.
 	names []string
+	// allowStatements: a statement-logged change of a non-captured table is
+	// a warning, not a stop (source.statement_dml: warn).
+	allowStatements bool
 }
 
 // out is what one event became.
@@ -108,11 +114,11 @@ const mariadbFlPreparedXA = 64
 
 // open starts the group of a GTID event.
 func (f *framer) open(gtid string, at time.Time, shape groupShape) error {
-	if f.state != stateIdle {
+	if f.state != stateIdle && f.state != stateSkip {
 		return fmt.Errorf("%w: transaction %s has no end marker before the next GTID %s", ErrUnframed, f.gtid, gtid)
 	}
-	*f = framer{captured: f.captured, names: f.names, savepoints: f.savepoints, state: stateOpened, gtid: gtid,
-		commitTime: at, standalone: shape.standalone}
+	*f = framer{captured: f.captured, names: f.names, savepoints: f.savepoints, allowStatements: f.allowStatements,
+		state: stateOpened, gtid: gtid, commitTime: at, standalone: shape.standalone}
 	switch {
 	case shape.xa:
 		f.state, f.xid = stateXA, shape.xid
@@ -295,10 +301,18 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 func (f *framer) statement(e *replication.QueryEvent, q string) error {
 	tables, dml, err := dmlTargets(string(e.Schema), q)
 	if err != nil {
-		if f.mentionsCaptured(q) && !isDefinition(q) {
-			return fmt.Errorf("%w: transaction %s has a statement the relay cannot read that names a captured table (%v): %.200s",
-				ErrStatementLogged, f.gtid, err, q)
+		// Only a statement that starts as a row change can be one: table
+		// maintenance (ANALYZE ... PERSISTENT, REPAIR) and definitions the
+		// parser cannot read change no rows.
+		if !changesRows(q) {
+			return nil
 		}
+		if f.mentionsCaptured(q) || !f.allowStatements {
+			return fmt.Errorf("%w: transaction %s has a statement-logged change the relay cannot read (%v): %.200s; "+
+				"make the server log rows (binlog_format=ROW), then `outbox-relay checkpoint skip --gtid %s` once its "+
+				"outbox rows, if any, are published", ErrStatementLogged, f.gtid, err, q, f.gtid)
+		}
+		f.warning = fmt.Sprintf("statement-logged change the relay cannot read (%v): %.200s", err, q)
 		return nil
 	}
 	if !dml {
@@ -313,9 +327,29 @@ func (f *framer) statement(e *replication.QueryEvent, q string) error {
 				"again), then skip it with `outbox-relay checkpoint skip --gtid %s`", ErrStatementLogged, f.gtid, t, q, f.gtid)
 		}
 	}
+	if !f.allowStatements {
+		return fmt.Errorf("%w: transaction %s changed %v with a statement logged as such: outbox rows written by its "+
+			"triggers or stored functions would not be in the binlog: %.200s; make the server log rows "+
+			"(binlog_format=ROW), publish such rows yourself if there are any, then `outbox-relay checkpoint skip --gtid %s` "+
+			"(source.statement_dml: warn only logs these, for servers where nothing but the application writes the outbox)",
+			ErrStatementLogged, f.gtid, tables, q, f.gtid)
+	}
 	f.warning = fmt.Sprintf("statement-logged change of %v: outbox rows written by its triggers or stored functions "+
 		"would not be in the binlog; log rows (binlog_format=ROW): %.200s", tables, q)
 	return nil
+}
+
+// changesRows reports whether a statement the parser could not read starts
+// like one that changes rows: INSERT, REPLACE, UPDATE, DELETE, LOAD, a CTE,
+// MariaDB's SET STATEMENT ... FOR, or a stored function call (SELECT, DO)
+// whose side effects a statement log replays.
+func changesRows(q string) bool {
+	for _, w := range []string{"INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD", "WITH", "SET STATEMENT", "SELECT", "DO", "CALL", "("} {
+		if hasPrefixFold(q, w) || w == "(" && strings.HasPrefix(q, w) {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *framer) mentionsCaptured(q string) bool {

@@ -503,6 +503,9 @@ type frameCase struct {
 	open bool
 	// only restricts the case to one flavor.
 	only string
+	// warn: source.statement_dml warn (statement-logged changes of other
+	// tables are warnings, not stops).
+	warn bool
 	// schemaNotes: KindDDL notes of the schema tracker on the statements
 	// are not the framer's business (they are left out of the comparison).
 	schemaNotes bool
@@ -519,6 +522,7 @@ func runFrameCases(t *testing.T, cases []frameCase) {
 				s := &script{encoder: newEncoder(t, flavor)}
 				tc.build(s)
 				f := newFixture(t, flavor)
+				f.st.frame.allowStatements = tc.warn
 				got, err := f.run(s.evs)
 				if tc.schemaNotes {
 					got = slices.DeleteFunc(got, func(g string) bool { return strings.HasPrefix(g, "ddl ") })
@@ -812,22 +816,46 @@ func TestFramerStatements(t *testing.T) {
 		err:     ErrStatementLogged,
 		errGTID: 1,
 	}, {
-		name: "insert into another table reading the outbox: a warning",
+		name: "insert into another table reading the outbox: a warning (statement_dml warn)",
 		build: func(s *script) {
 			s.begin(1).q("a", "INSERT INTO business SELECT * FROM outbox").xid()
 		},
+		warn: true,
 		want: []string{"warning #1", "commit #1 set=#1"},
 	}, {
-		name: "update of another table: a warning",
+		name: "insert into another table: a stop by default (a trigger could write the outbox)",
+		build: func(s *script) {
+			s.begin(1).q("a", "INSERT INTO business VALUES (1)").xid()
+		},
+		err:     ErrStatementLogged,
+		errGTID: 1,
+	}, {
+		name: "a stored function called by a statement-logged SELECT: a stop by default",
+		build: func(s *script) {
+			s.begin(1).q("a", "SELECT `a`.`f`(1)").xid()
+		},
+		err:     ErrStatementLogged,
+		errGTID: 1,
+	}, {
+		name: "table maintenance the parser cannot read: ignored",
+		build: func(s *script) {
+			s.standalone(1, "a", "ANALYZE TABLE outbox PERSISTENT FOR ALL")
+			s.standalone(2, "a", "REPAIR TABLE outbox QUICK EXTENDED USE_FRM")
+		},
+		want: []string{"ignored #1", "commit #1 set=#1", "ignored #2", "commit #2 set=#2"},
+	}, {
+		name: "update of another table: a warning (statement_dml warn)",
 		build: func(s *script) {
 			s.begin(1).q("a", "UPDATE business SET v = 'x' WHERE id IN (SELECT id FROM outbox)").q("", "COMMIT")
 		},
+		warn: true,
 		want: []string{"warning #1", "commit #1 set=#1"},
 	}, {
-		name: "update of another table in another database named outbox: a warning",
+		name: "update of another table in another database named outbox: a warning (statement_dml warn)",
 		build: func(s *script) {
 			s.begin(1).q("b", "UPDATE outbox SET v = 'x'").xid()
 		},
+		warn: true,
 		want: []string{"warning #1", "commit #1 set=#1"},
 	}, {
 		name: "multi-table update joining the outbox",
@@ -851,11 +879,19 @@ func TestFramerStatements(t *testing.T) {
 		err:     ErrStatementLogged,
 		errGTID: 1,
 	}, {
-		name: "a statement the parser cannot read that does not name the outbox",
+		name: "a statement the parser cannot read that does not name the outbox (statement_dml warn)",
 		build: func(s *script) {
 			s.begin(1).q("a", "INSERT INTO business(v) VALUES('x') RETURNING id, v, (((").xid()
 		},
-		want: []string{"commit #1 set=#1"},
+		warn: true,
+		want: []string{"warning #1", "commit #1 set=#1"},
+	}, {
+		name: "a statement the parser cannot read that does not name the outbox: a stop by default",
+		build: func(s *script) {
+			s.begin(1).q("a", "INSERT INTO business(v) VALUES('x') RETURNING id, v, (((").xid()
+		},
+		err:     ErrStatementLogged,
+		errGTID: 1,
 	}, {
 		name: "LOAD DATA logged as a statement",
 		build: func(s *script) {
@@ -1210,6 +1246,7 @@ func TestFramerSizes(t *testing.T) {
 // replay goes on at the next GTID.
 func TestMariadbBinlog(t *testing.T) {
 	f := newFixture(t, mysql.MariaDBFlavor)
+	f.st.frame.allowStatements = true // its statement-logged business change is a warning
 	p := replication.NewBinlogParser()
 	p.SetFlavor(mysql.MariaDBFlavor)
 	p.SetVerifyChecksum(true)
@@ -1236,6 +1273,7 @@ func TestMariadbBinlog(t *testing.T) {
 				}
 			}
 			f.st.frame = f.r.newFramer()
+			f.st.frame.allowStatements = true
 			skipping = true
 		}
 		return nil

@@ -145,6 +145,7 @@ type Reader struct {
 	tables  map[string]map[string]bool
 	logger  *slog.Logger
 	tracker *schema.Tracker
+	done    mysql.GTIDSet // see Published
 }
 
 // NewReader returns a reader of srv (from Inspect) for cfg.Tables; tracker
@@ -170,7 +171,7 @@ func (r *Reader) captured(schema, table []byte) bool {
 }
 
 func (r *Reader) newFramer() framer {
-	f := framer{captured: r.captured, savepoints: map[string]int{}}
+	f := framer{captured: r.captured, savepoints: map[string]int{}, allowStatements: r.cfg.AllowStatementDML}
 	for _, t := range r.cfg.Tables {
 		_, tbl, _ := strings.Cut(t, ".")
 		f.names = append(f.names, strings.ToLower(tbl))
@@ -255,13 +256,23 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		// burst, not per event, and no waiting for more when there is none.
 		more := stream.DumpEvents()
 		batch := make([]Event, 0, 2+len(more))
-		if batch, err = r.convert(st, ev, batch); err != nil {
-			return err
-		}
-		for _, ev := range more {
-			if batch, err = r.convert(st, ev, batch); err != nil {
-				return err
+		for i := -1; i < len(more) && err == nil; i++ {
+			if i >= 0 {
+				ev = more[i]
 			}
+			if batch, err = r.convert(st, ev, batch); err != nil && r.skipPublished(st, err) {
+				err = nil
+			}
+		}
+		if err != nil {
+			// What came before the stop goes to the loop first, so it can
+			// commit the transactions that ended before it.
+			if len(batch) > 0 {
+				if serr := send(ctx, out, batch); serr != nil {
+					return serr
+				}
+			}
+			return err
 		}
 		if len(batch) > 0 {
 			if err := send(ctx, out, batch); err != nil {
@@ -269,6 +280,29 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			}
 		}
 	}
+}
+
+// Published tells the reader that the transactions in set were published
+// (or skipped by an operator) before: a restart that reads them again (from
+// before a prepared XA transaction) must not stop where they made the relay
+// stop before. Call before Run.
+func (r *Reader) Published(set mysql.GTIDSet) { r.done = set }
+
+// skipPublished reports whether err, a stop in the transaction being
+// framed, is in a transaction Published covers; the framer then ignores
+// the rest of it.
+func (r *Reader) skipPublished(st *streamState, err error) bool {
+	f := &st.frame
+	if r.done == nil || f.gtid == "" || !(errors.Is(err, ErrStatementLogged) || errors.Is(err, ErrRolledBackRows) ||
+		errors.Is(err, ErrUnframed)) {
+		return false
+	}
+	one, perr := ParseSet(r.srv.Flavor, f.gtid)
+	if perr != nil || !r.done.Contain(one) {
+		return false
+	}
+	f.state = stateSkip
+	return true
 }
 
 // streamState is what the reader carries from one event to the next.
@@ -326,6 +360,13 @@ func (c *cachedTable) matches(tm *replication.TableMapEvent) bool {
 func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []Event) ([]Event, error) {
 	st.size += int(ev.Header.EventSize)
 	f := &st.frame
+	if f.state == stateSkip {
+		switch ev.Event.(type) {
+		case *replication.GTIDEvent, *replication.GtidTaggedLogEvent, *replication.MariadbGTIDEvent:
+		default:
+			return batch, nil
+		}
+	}
 	switch e := ev.Event.(type) {
 	case *replication.RowsEvent:
 		if e.Table == nil || !r.captured(e.Table.Schema, e.Table.Table) {

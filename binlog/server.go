@@ -48,6 +48,10 @@ type Config struct {
 	TLS             *tls.Config
 	ConnectTimeout  time.Duration
 	HeartbeatPeriod time.Duration
+	// AllowStatementDML: a statement-logged change of a table that is not
+	// captured is a warning (KindWarning), not a stop. A statement-logged
+	// change of a captured table always stops.
+	AllowStatementDML bool
 }
 
 // Server is what Inspect learned about the reachable source.

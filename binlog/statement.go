@@ -186,6 +186,10 @@ func dmlTargets(defaultDB, q string) (tables []string, dml bool, err error) {
 			if s.Table != nil {
 				tables = append(tables, name(s.Table))
 			}
+		case *ast.SelectStmt, *ast.SetOprStmt, *ast.DoStmt, *ast.CallStmt:
+			// Logged inside a transaction, these call stored functions or
+			// procedures that change rows: which tables, the log does not say.
+			dml = true
 		}
 	}
 	return tables, dml, nil

@@ -415,6 +415,15 @@ func checkpointSet(args []string) error {
 	}
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
 		Time: time.Now().UTC(), Events: events, Schema: layout}
+	if cur != nil && cur.XA != nil {
+		if pos == cur.GTIDSet {
+			cp.XA = cur.XA // same position: the prepared XA transactions are still pending
+		} else {
+			fmt.Fprintf(os.Stderr, "warning: the checkpoint listed %d prepared XA transactions; at the new position the relay "+
+				"knows none, so an XA COMMIT of one of them stops it (`checkpoint skip` past it once its outbox rows, if any, "+
+				"are published)\n", len(cur.XA.Prepared))
+		}
+	}
 	log := newLogger(cfg.Log, nil)
 	if err := writeCheckpoint(cfg, store, cp, log); err != nil {
 		return err

@@ -24,6 +24,18 @@ const (
 	AtLeastOnce = "at-least-once"
 )
 
+// What a statement-logged change of a table that is not captured does
+// (source.statement_dml).
+const (
+	// StatementDMLFail stops the relay: a trigger or stored function the
+	// statement fires could write the outbox, and those rows would not be in
+	// the binlog.
+	StatementDMLFail = "fail"
+	// StatementDMLWarn logs it and goes on: for servers where no trigger or
+	// stored function writes the outbox.
+	StatementDMLWarn = "warn"
+)
+
 // Config is the whole relay configuration. The zero value is not valid; use
 // Default or Load.
 type Config struct {
@@ -54,6 +66,11 @@ type Source struct {
 	// a dead connection is noticed: the relay drops a connection that sends
 	// nothing for three periods.
 	HeartbeatPeriod time.Duration `yaml:"heartbeat_period"`
+	// StatementDML is what a change of a non-captured table logged as a
+	// statement (binlog_format STATEMENT or MIXED in a session) does: fail
+	// (default) or warn. A change of a captured table logged as a statement
+	// always stops the relay.
+	StatementDML string `yaml:"statement_dml"`
 }
 
 // Kafka describes the target cluster and how records are written.
@@ -215,6 +232,7 @@ func defaults() Config {
 			Start:           "now",
 			ConnectTimeout:  5 * time.Second,
 			HeartbeatPeriod: 5 * time.Second,
+			StatementDML:    StatementDMLFail,
 		},
 		Kafka: Kafka{
 			Delivery:           ExactlyOnce,
@@ -356,6 +374,11 @@ func (c *Config) Validate() error {
 	}
 	if s.Start == "" {
 		return bad("source.start is empty: use now, earliest or a GTID set")
+	}
+	switch s.StatementDML {
+	case StatementDMLFail, StatementDMLWarn:
+	default:
+		return bad("source.statement_dml %q must be fail or warn", s.StatementDML)
 	}
 	if s.ConnectTimeout <= 0 || s.HeartbeatPeriod <= 0 {
 		return bad("source.connect_timeout and source.heartbeat_period must be positive")

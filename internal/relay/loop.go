@@ -89,7 +89,9 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
 	work := context.WithoutCancel(ctx)
 	cfg := l.r.cfg.Kafka
-	tick := time.NewTicker(min(cfg.Batch.MaxWait, cfg.CheckpointInterval, time.Second))
+	// A quarter of the transaction timeout at most: onTick commits a part
+	// of a long source transaction at half of it, well before the whole.
+	tick := time.NewTicker(min(cfg.Batch.MaxWait, cfg.CheckpointInterval, cfg.TransactionTimeout/4, time.Second))
 	defer tick.Stop()
 	for {
 		select {
@@ -97,11 +99,29 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 			l.r.metrics.Ready.Store(false)
 			return l.shutdown()
 		case err := <-readErr:
+			// The reader has returned: what it sent before is handled first.
+			for len(events) > 0 {
+				batch := <-events
+				for i := range batch {
+					if herr := l.handle(work, &batch[i], false); herr != nil {
+						return herr
+					}
+				}
+			}
 			if ctx.Err() != nil {
 				l.r.metrics.Ready.Store(false)
 				return l.shutdown()
 			}
 			if fatal(err) {
+				// A stop before a transaction the relay cannot publish: commit
+				// those that ended before it, so the checkpoint names the
+				// transaction an operator acts on. Rows of the stopped one, if
+				// any, stay in the open Kafka transaction, which is aborted.
+				if l.curGTID == "" && (l.sink.open || l.dirty && l.done == nil) {
+					if cerr := l.commit(work); cerr != nil {
+						return errors.Join(err, cerr)
+					}
+				}
 				return err
 			}
 			return fmt.Errorf("%w: %w", errSourceStream, err)

@@ -54,6 +54,9 @@ type Relay struct {
 	kopts   []kgo.Opt
 	source  binlog.Config
 	store   *checkpoint.Store
+	// findXAPrepare looks an XA transaction's prepare up in the source's
+	// binlogs (binlog.FindXAPrepare; tests replace it).
+	findXAPrepare func(ctx context.Context, srv *binlog.Server, xid, commitGTID string) (*binlog.XAPrepare, error)
 }
 
 // tableKey names a captured table without allocating.
@@ -99,6 +102,9 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 		return nil, err
 	}
 	return &Relay{
+		findXAPrepare: func(ctx context.Context, srv *binlog.Server, xid, commitGTID string) (*binlog.XAPrepare, error) {
+			return binlog.FindXAPrepare(ctx, src, srv, xid, commitGTID)
+		},
 		cfg:     cfg,
 		log:     log,
 		metrics: m,
@@ -210,6 +216,8 @@ func SourceConfig(cfg config.Config) (binlog.Config, error) {
 		Tables:          cfg.Source.Tables,
 		ConnectTimeout:  cfg.Source.ConnectTimeout,
 		HeartbeatPeriod: cfg.Source.HeartbeatPeriod,
+		// Typed setting: config.StatementDMLWarn or StatementDMLFail.
+		AllowStatementDML: cfg.Source.StatementDML == config.StatementDMLWarn,
 	}, nil
 }
 
@@ -407,6 +415,9 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	readErr := make(chan error, 1)         // the loop takes the reader's error from here
 	readerDone := make(chan struct{})
 	reader := binlog.NewReader(r.source, srv, tracker, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if l.done != nil {
+		reader.Published(l.done)
+	}
 	go func() {
 		defer close(readerDone)
 		readErr <- reader.Run(runCtx, from, events)

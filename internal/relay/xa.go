@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -34,22 +36,43 @@ type xaTx struct {
 type xaState struct {
 	txs      map[string]*xaTx
 	prepared []string
+	// listed are the prepare groups (by GTID) the checkpoint lists as still
+	// pending, with their row counts: while reading again what the
+	// checkpoint covered, only their rows are collected (an xid may have
+	// been used before, by a transaction that ended before the checkpoint).
+	listed map[string]int64
 }
 
-// loadXA restores the prepared XA transactions a checkpoint lists.
+// loadXA restores the prepared XA transactions a checkpoint lists. Those
+// without rows are known at once (their prepare may lie before the position
+// read from); those with rows are collected again while replaying.
 func (l *loop) loadXA(cp *checkpoint.Checkpoint) {
-	l.xa = xaState{txs: map[string]*xaTx{}}
+	l.xa = xaState{txs: map[string]*xaTx{}, listed: map[string]int64{}}
 	if cp == nil || cp.XA == nil {
 		return
 	}
 	for _, p := range cp.XA.Prepared {
-		l.xa.txs[p.XID] = &xaTx{gtid: p.GTID, want: p.Rows}
-		l.xa.prepared = append(l.xa.prepared, p.XID)
+		l.xa.listed[p.GTID] = p.Rows
+		if p.Rows == 0 {
+			l.xa.txs[p.XID] = &xaTx{gtid: p.GTID, want: 0}
+			l.xa.prepared = append(l.xa.prepared, p.XID)
+		}
 	}
+}
+
+// pendingAtCheckpoint reports, while replaying, whether the prepare group
+// gtid is one the checkpoint lists as pending (else it ended before the
+// checkpoint, and replaying must ignore it).
+func (l *loop) pendingAtCheckpoint(gtid string) bool {
+	_, ok := l.xa.listed[gtid]
+	return ok
 }
 
 // holdXA keeps rows of an XA transaction until it commits.
 func (l *loop) holdXA(ev *binlog.Event) {
+	if l.replaying(ev.GTID) && !l.pendingAtCheckpoint(ev.GTID) {
+		return // its XA transaction ended before the checkpoint
+	}
 	x := l.xa.txs[ev.XID]
 	if x == nil {
 		x = &xaTx{want: -1}
@@ -62,10 +85,16 @@ func (l *loop) holdXA(ev *binlog.Event) {
 // prepareXA notes an XA PREPARE; the loop's position is still the one
 // before it.
 func (l *loop) prepareXA(ev *binlog.Event) {
+	if l.replaying(ev.GTID) && !l.pendingAtCheckpoint(ev.GTID) {
+		return // ended before the checkpoint
+	}
 	x := l.xa.txs[ev.XID]
 	if x == nil {
 		x = &xaTx{want: -1}
 		l.xa.txs[ev.XID] = x
+	}
+	if want, ok := l.xa.listed[ev.GTID]; ok {
+		x.want = want
 	}
 	x.gtid, x.before, x.schema = ev.GTID, l.position(), l.schema
 	for _, id := range l.xa.prepared {
@@ -92,33 +121,67 @@ func (l *loop) endXA(xid string) *xaTx {
 // commitXA publishes the held rows of the XA transaction ev commits (XA
 // COMMIT, or a one-phase commit) as rows of ev's transaction.
 func (l *loop) commitXA(ctx context.Context, ev *binlog.Event) error {
+	if l.replaying(ev.GTID) {
+		l.endXA(ev.XID) // committed, and published, before the checkpoint
+		return nil
+	}
 	x := l.xa.txs[ev.XID]
 	if x == nil {
 		if ev.OnePhase {
 			return nil // it wrote no captured table
 		}
-		return fmt.Errorf("%w: XA COMMIT of %s at %s: its XA PREPARE is before the position the relay first started from; "+
-			"if it wrote outbox rows, publish them by hand (or set the checkpoint before its prepare with "+
-			"`outbox-relay checkpoint set`), then `outbox-relay checkpoint skip --gtid %s`", ErrUnknownXA, ev.XID, ev.GTID, ev.GTID)
+		return l.unknownXA(ctx, ev)
 	}
 	if x.want >= 0 && x.want != x.rows {
 		return fmt.Errorf("%w: XA transaction %s (prepared at %s) held %d outbox rows when checkpointed, %d read again",
 			ErrUnknownXA, ev.XID, x.gtid, x.want, x.rows)
 	}
-	if !l.replaying(ev.GTID) { // else published before the restart
-		// Until its last row is out, the transaction stays listed: a
-		// checkpoint committed in the middle (partial) must bring a restart
-		// back to its rows.
-		for i := range x.events {
-			row := x.events[i]
-			row.GTID, row.XID, row.Time = ev.GTID, "", ev.Time
-			if err := l.rows(ctx, &row); err != nil {
-				return err
-			}
+	// Until its last row is out, the transaction stays listed: a checkpoint
+	// committed in the middle (partial) must bring a restart back to its rows.
+	for i := range x.events {
+		row := x.events[i]
+		row.GTID, row.XID, row.Time = ev.GTID, "", ev.Time
+		if err := l.rows(ctx, &row); err != nil {
+			return err
 		}
 	}
 	l.endXA(ev.XID)
 	return nil
+}
+
+// unknownXA handles the XA COMMIT of a transaction prepared before the
+// position the relay first started from (another application's XA
+// transaction in flight at the first start): the binlog tells whether its
+// prepare wrote a captured table. If it did not, it is only logged; if it
+// did, or it cannot be found, the relay stops.
+func (l *loop) unknownXA(ctx context.Context, ev *binlog.Event) error {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	p, err := l.r.findXAPrepare(lctx, l.srv, ev.XID, ev.GTID)
+	if err != nil {
+		return fmt.Errorf("find the prepare of xa transaction %s committed at %s: %w", ev.XID, ev.GTID, err)
+	}
+	if p != nil {
+		var captured []string
+		for _, t := range p.Tables {
+			db, tbl, _ := strings.Cut(t, ".")
+			if l.r.routes[tableKey{db, tbl}] != nil {
+				captured = append(captured, t)
+			}
+		}
+		if len(captured) == 0 {
+			l.r.log.Info().Str("xid", ev.XID).Str("gtid", ev.GTID).Str("prepared_at", p.GTID).Strs("tables", p.Tables).
+				Msg("xa commit of a transaction prepared before the relay's start; it wrote no captured table")
+			return nil
+		}
+		return fmt.Errorf("%w: XA COMMIT of %s at %s: it was prepared at %s, before the position the relay first started "+
+			"from, and wrote %v: stop, `outbox-relay checkpoint set` to the position just before %s (its rows and what "+
+			"follows are then published again: consumers deduplicate by event id), and start again", ErrUnknownXA,
+			ev.XID, ev.GTID, p.GTID, captured, p.GTID)
+	}
+	return fmt.Errorf("%w: XA COMMIT of %s at %s: its XA PREPARE is before the position the relay first started from and "+
+		"no binlog on the server still holds it; if it wrote outbox rows, publish them by hand, then "+
+		"`outbox-relay checkpoint skip --gtid %s`", ErrUnknownXA, ev.XID, ev.GTID, ev.GTID)
 }
 
 // xaCheckpoint is the XA part of the next checkpoint.

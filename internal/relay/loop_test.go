@@ -1,0 +1,523 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+// Boundary cases of the relay loop, each run on the harness of
+// script_test.go. matrix runs a script straight through, with SIGTERM after
+// every event and with a crash after every event, for both flavors.
+
+func flavors(t *testing.T, f func(t *testing.T, flavor string)) {
+	for _, flavor := range []string{"mariadb", "mysql"} {
+		t.Run(flavor, func(t *testing.T) {
+			t.Parallel()
+			f(t, flavor)
+		})
+	}
+}
+
+func maxRecords(n int) func(*config.Config) {
+	return func(c *config.Config) { c.Kafka.Batch.MaxRecords = n }
+}
+
+// Plain transactions, some of several rows events (what the reader makes of
+// savepoints), some writing other tables only, aggregates interleaved.
+func TestLoopPlainTransactions(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.tx()
+		s.tx(s.insert("order", "1", 2), s.insert("customer", "7", 1), s.insert("order", "2", 1))
+		s.tx(s.insert("order", "2", 1))
+		s.tx()
+		s.tx(s.insert("customer", "7", 3))
+		return s
+	}, nil)
+}
+
+// Without a stop, the loop commits once it has handled what the reader
+// had: everything is committed while it keeps running.
+func TestLoopCommitsWhenCaughtUp(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		for _, batch := range []int{1, 0} {
+			s := newScript(flavor)
+			s.tx(s.insert("order", "1", 2))
+			s.tx()
+			s.tx(s.insert("order", "1", 1), s.insert("order", "2", 1))
+			h := newHarness(t, s, nil)
+			h.batch = batch
+			a := h.start()
+			a.feedAll()
+			h.waitCheckpoint("at the end of the script", func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == s.end() })
+			h.verifyPublished(s.want)
+			if err := a.term(); err != nil {
+				t.Fatal(err)
+			}
+			h.verify()
+		}
+	})
+}
+
+// A source transaction larger than kafka.batch.max_records is committed in
+// parts (the checkpoint's partial counts the rows published); stopped at
+// every boundary, inside it too, it is resumed without a loss or a
+// duplicate.
+func TestLoopBigTransactionSplitByMaxRecords(t *testing.T) {
+	build := func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.tx(s.insert("order", "1", 3), s.insert("order", "2", 3), s.insert("customer", "3", 2), s.insert("order", "1", 3))
+		s.tx()
+		s.tx(s.insert("order", "2", 2))
+		return s
+	}
+	matrix(t, build, maxRecords(3))
+
+	// Straight through, the big transaction is committed in parts.
+	flavors(t, func(t *testing.T, flavor string) {
+		s := build(flavor)
+		h := newHarness(t, s, maxRecords(3))
+		h.batch = 0
+		h.start().finish()
+		h.verify()
+		parts := 0
+		for _, cp := range h.history() {
+			if cp.Partial != nil && cp.Partial.GTID == s.gtid(2) {
+				parts++
+			}
+		}
+		if parts < 3 {
+			t.Errorf("%d partial checkpoints of the 11-row transaction with max_records 3, want at least 3", parts)
+		}
+	})
+}
+
+// XA: the rows of a prepared transaction are held and published once, at
+// its XA COMMIT's position (after the transactions committed in between).
+func TestLoopXACommit(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2), s.insert("customer", "3", 1))
+		s.tx(s.insert("order", "1", 1))
+		s.tx()
+		s.xaCommit("7831,,1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, nil)
+}
+
+// XA ROLLBACK after XA PREPARE: nothing of it is published.
+func TestLoopXARollback(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2))
+		s.xaPrepare("7832,,1", s.insert("order", "1", 1))
+		s.tx(s.insert("order", "1", 1))
+		s.xaRollback("7831,,1")
+		s.xaCommit("7832,,1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, nil)
+}
+
+// XA prepared, the relay stopped with transactions after the prepare
+// published: the checkpoint says where to read again (Resume); the restart
+// reads from there, publishes nothing twice, and the XA rows exactly once
+// at their commit.
+func TestLoopXAPreparedAcrossRestart(t *testing.T) {
+	build := func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2))
+		s.tx(s.insert("order", "1", 1))
+		s.tx()
+		s.tx(s.insert("order", "2", 1))
+		s.xaCommit("7831,,1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}
+	matrix(t, build, nil)
+
+	flavors(t, func(t *testing.T, flavor string) {
+		s := build(flavor)
+		h := newHarness(t, s, nil)
+		a := h.start()
+		a.feed(s.through(4))
+		if err := a.term(); err != nil {
+			t.Fatal(err)
+		}
+		cp := h.load()
+		if cp.GTIDSet != s.set(4) || !cp.Replays() || cp.From() != s.set(1) || len(cp.XA.Prepared) != 1 ||
+			cp.XA.Prepared[0] != (checkpoint.PreparedXA{XID: "7831,,1", GTID: s.gtid(2), Rows: 2}) {
+			t.Fatalf("checkpoint after the prepare: %+v (xa %+v), want gtid_set %s, resume %s, 7831,,1 prepared at %s with 2 rows",
+				cp, cp.XA, s.set(4), s.set(1), s.gtid(2))
+		}
+		a = h.start()
+		if a.from != s.set(1) {
+			t.Fatalf("restart reads from %q, want %q (before the prepare)", a.from, s.set(1))
+		}
+		a.finish()
+		h.verify()
+	})
+}
+
+// Several XA transactions prepared, interleaved with others, committed in
+// the reverse order: each aggregate gets its rows in commit order.
+func TestLoopXAInterleavedCommittedInReverse(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("x1", s.insert("order", "1", 2))
+		s.xaPrepare("x2", s.insert("order", "1", 1), s.insert("customer", "2", 1))
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("x3", s.insert("order", "1", 2))
+		s.tx()
+		s.xaCommit("x3")
+		s.xaCommit("x2")
+		s.tx(s.insert("customer", "2", 1))
+		s.xaCommit("x1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, nil)
+}
+
+// The same, committed in the order they were prepared: after a restart the
+// loop reads again from before the earliest prepared transaction still
+// pending, and meets on the way the XA COMMIT of one prepared before that
+// position and already published.
+func TestLoopXAInterleavedCommittedInPrepareOrder(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("x1", s.insert("order", "1", 2))
+		s.xaPrepare("x2", s.insert("order", "1", 1), s.insert("customer", "2", 1))
+		s.tx(s.insert("order", "1", 1))
+		s.xaCommit("x1")
+		s.tx(s.insert("customer", "2", 1))
+		s.xaCommit("x2")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, nil)
+}
+
+// XA COMMIT of a transaction whose prepare the relay never read: it cannot
+// publish its rows, so it stops (fatal), at every restart, and the
+// checkpoint stays before it.
+func TestLoopXACommitOfUnknownXID(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaCommit("7831,,1")
+		s.tx(s.insert("order", "1", 1))
+		h := newHarness(t, s, nil)
+		for range 2 {
+			a := h.start()
+			a.feedAll()
+			err := a.wait()
+			if !errors.Is(err, ErrUnknownXA) || !fatal(err) {
+				t.Fatalf("XA COMMIT of an unknown xid: %v, want fatal ErrUnknownXA", err)
+			}
+		}
+		if cp := h.load(); cp.GTIDSet != s.set(1) {
+			t.Errorf("checkpoint at %q, want %q (before the XA COMMIT)", cp.GTIDSet, s.set(1))
+		}
+		h.verifyPublished(s.want[:1])
+		h.verifyHistory()
+		h.verifyNoOpenTransaction()
+	})
+}
+
+// XA COMMIT ONE PHASE: the rows are published at once; without rows there
+// is nothing to publish (and no unknown xid). One larger than max_records
+// is committed in parts like any transaction.
+func TestLoopXAOnePhase(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaOnePhase("x1", s.insert("order", "1", 2))
+		s.xaOnePhase("x2")
+		s.tx(s.insert("order", "1", 1))
+		s.xaOnePhase("x3", s.insert("order", "1", 3), s.insert("customer", "2", 2))
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, maxRecords(3))
+}
+
+// An XA COMMIT whose held rows outnumber max_records is committed in parts,
+// like any large transaction. A crash after such a part (before the XA
+// COMMIT's position is committed) must resume it.
+func TestLoopXACommitSplitByMaxRecords(t *testing.T) {
+	build := func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2), s.insert("order", "2", 2))
+		s.xaCommit("7831,,1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}
+	flavors(t, func(t *testing.T, flavor string) {
+		s := build(flavor)
+		h := newHarness(t, s, maxRecords(3))
+		h.batch = 0
+		a := h.start()
+		a.feed(s.through(1)) // one batch: committed
+		// One batch: the XA COMMIT's 4 rows (a part of 3 committed, 1 more
+		// produced) and the next transaction's row, not its commit.
+		a.feed(s.through(3) + 1)
+		if err := a.crash(); !errors.Is(err, errCrash) {
+			t.Fatal(err)
+		}
+		if cp := h.load(); cp.GTIDSet != s.set(2) || cp.Partial == nil || *cp.Partial != (checkpoint.Partial{GTID: s.gtid(3), Rows: 3}) {
+			t.Fatalf("checkpoint after the crash %+v partial %+v, want 3 rows of the XA COMMIT %s published", cp, cp.Partial, s.gtid(3))
+		}
+		a = h.start()
+		a.feedAll()
+		if err := a.term(); err != nil {
+			t.Fatalf("restart after a crash inside the XA COMMIT's publication: %v", err)
+		}
+		h.verify()
+	})
+	matrix(t, build, maxRecords(3))
+}
+
+// A crash, or SIGTERM, while the loop reads again from before a prepared XA
+// transaction (replaying what it published before) writes no checkpoint:
+// none may move backwards, not even a heartbeat.
+func TestLoopStopWhileReplaying(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2))
+		s.tx(s.insert("order", "1", 1))
+		s.tx(s.insert("order", "2", 1), s.insert("order", "2", 1))
+		s.tx()
+		s.xaCommit("7831,,1")
+		s.tx(s.insert("order", "1", 1))
+		tick := 20 * time.Millisecond
+		h := newHarness(t, s, func(c *config.Config) { c.Kafka.CheckpointInterval, c.Kafka.Batch.MaxWait = tick, tick })
+		a := h.start()
+		a.feed(s.through(5))
+		if err := a.term(); err != nil {
+			t.Fatal(err)
+		}
+		before := h.load()
+		if before.GTIDSet != s.set(5) || !before.Replays() || before.From() != s.set(1) {
+			t.Fatalf("checkpoint %+v, xa %+v: want gtid_set %s resuming at %s", before, before.XA, s.set(5), s.set(1))
+		}
+
+		a = h.start()
+		a.feed(s.through(3)) // replaying
+		// Long enough for several heartbeats, were they written while replaying.
+		time.Sleep(10 * tick)
+		if err := a.crash(); !errors.Is(err, errCrash) {
+			t.Fatal(err)
+		}
+		a = h.start()
+		a.feed(s.through(3) + 1) // replaying, inside the 4th transaction
+		time.Sleep(10 * tick)
+		if err := a.term(); err != nil {
+			t.Fatal(err)
+		}
+		if cp := h.load(); cp.GTIDSet != before.GTIDSet || !cp.Time.Equal(before.Time) {
+			t.Errorf("a checkpoint was written while replaying: %+v, before %+v", cp, before)
+		}
+		h.verifyHistory()
+		h.start().finish()
+		h.verify()
+	})
+}
+
+// While idle, the loop writes heartbeat checkpoints at
+// kafka.checkpoint_interval; transactions without outbox rows move the
+// position with them.
+func TestLoopHeartbeatWhileIdle(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.tx()
+		s.tx()
+		h := newHarness(t, s, func(c *config.Config) { c.Kafka.CheckpointInterval = 30 * time.Millisecond })
+		a := h.start()
+		a.feedAll()
+		first := h.waitCheckpoint("at the end of the script", func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == s.end() })
+		h.waitCheckpoint("three heartbeats later", func(*checkpoint.Checkpoint) bool {
+			n := 0
+			for _, cp := range h.history() {
+				if cp.GTIDSet == s.end() && cp.Time.After(first.Time) {
+					n++
+				}
+			}
+			return n >= 3
+		})
+		if !a.running() {
+			t.Fatal("the loop stopped")
+		}
+		if err := a.term(); err != nil {
+			t.Fatal(err)
+		}
+		h.verify()
+	})
+}
+
+// One outbox row, then nothing of the source transaction for longer than
+// kafka.transaction_timeout (other tables' rows): the loop commits the part
+// read before half the timeout, so the broker does not abort it, and the
+// rest of the transaction follows, exactly once.
+func TestLoopCommitsPartOfLongTransaction(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.tx(s.insert("order", "1", 1), s.insert("order", "1", 1))
+		s.tx(s.insert("order", "1", 1))
+		timeout := time.Second
+		h := newHarness(t, s, func(c *config.Config) {
+			c.Kafka.TransactionTimeout, c.Kafka.Batch.MaxWait = timeout, 50*time.Millisecond
+		})
+		a := h.start()
+		a.feed(s.through(1) + 1) // the first row of the 2nd transaction
+		began := time.Now()
+		h.waitCheckpoint("with the first row of the open transaction", func(cp *checkpoint.Checkpoint) bool {
+			return cp.Partial != nil && *cp.Partial == checkpoint.Partial{GTID: s.gtid(2), Rows: 1}
+		})
+		if d := time.Since(began); d >= timeout {
+			t.Errorf("partial checkpoint committed %s after the row, the transaction timeout is %s", d, timeout)
+		}
+		// The source transaction stays open past the timeout.
+		time.Sleep(2*timeout - time.Since(began))
+		if !a.running() {
+			t.Fatalf("the loop stopped: %v", a.wait())
+		}
+		a.finish()
+		h.verify()
+	})
+}
+
+// SIGTERM in the middle of a batch, inside a source transaction: the loop
+// commits what it produced with a partial checkpoint and returns nil, and
+// leaves no transaction open (the last stable offsets are the high
+// watermarks as soon as it returns).
+func TestLoopSigtermMidBatch(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		for _, batch := range []int{1, 0} {
+			s := newScript(flavor)
+			s.tx(s.insert("order", "1", 2))
+			s.tx(s.insert("order", "1", 2), s.insert("order", "2", 2), s.insert("order", "1", 2))
+			s.tx(s.insert("order", "1", 1))
+			h := newHarness(t, s, nil)
+			h.batch = batch
+			a := h.start()
+			a.feed(s.through(1) + 2) // two rows events of the 2nd transaction
+			if err := a.term(); err != nil {
+				t.Fatalf("SIGTERM: %v, want nil (a clean stop)", err)
+			}
+			h.verifyNoOpenTransaction()
+			cp := h.load()
+			if cp.GTIDSet != s.set(1) || cp.Partial == nil || *cp.Partial != (checkpoint.Partial{GTID: s.gtid(2), Rows: 4}) {
+				t.Fatalf("final checkpoint %+v partial %+v, want gtid_set %s with 4 rows of %s", cp, cp.Partial, s.set(1), s.gtid(2))
+			}
+			h.verifyPublished(s.want[:6])
+			h.start().finish()
+			h.verify()
+		}
+	})
+}
+
+// The final commit at SIGTERM fails (the broker refuses EndTxn): the loop
+// returns that error, which Run reports (a non-zero exit), not a clean
+// stop. The restart publishes everything exactly once.
+func TestLoopFinalCommitFails(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 2))
+		s.tx(s.insert("order", "1", 2), s.insert("order", "2", 2))
+		h := newHarness(t, s, nil)
+		var refuse atomic.Bool
+		h.kafka.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			if !refuse.Load() {
+				return nil, nil, false
+			}
+			resp := req.(*kmsg.EndTxnRequest).ResponseKind().(*kmsg.EndTxnResponse)
+			resp.ErrorCode = kerr.UnknownServerError.Code
+			return resp, nil, true // handled: dropped, the next EndTxn passes
+		})
+		a := h.start()
+		a.feed(s.through(1) + 1) // a rows event of the 2nd transaction
+		refuse.Store(true)
+		err := a.term()
+		if err == nil || errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "final checkpoint") {
+			t.Fatalf("SIGTERM with the final commit refused: %v, want the commit's error", err)
+		}
+		if cp := h.load(); cp.GTIDSet != s.set(1) || cp.Partial != nil {
+			t.Fatalf("checkpoint %+v after the refused commit, want %s", cp, s.set(1))
+		}
+		h.start().finish()
+		h.verify()
+	})
+}
+
+// A relay started from an empty GTID set (source.start: earliest on a new
+// server) whose first transaction is a prepared XA transaction: a restart
+// before its commit must read it again.
+func TestLoopXAPreparedAtEmptyPosition(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2))
+		s.tx(s.insert("order", "1", 1))
+		s.xaCommit("7831,,1")
+		h := newHarness(t, s, nil)
+		a := h.start()
+		a.feed(s.through(2))
+		if err := a.term(); err != nil {
+			t.Fatal(err)
+		}
+		cp := h.load()
+		if !cp.Replays() || cp.From() != "" {
+			t.Fatalf("checkpoint %+v: a restart reads from %q, want the empty set (before the prepare)", cp, cp.From())
+		}
+		a = h.start()
+		a.feedAll()
+		if err := a.term(); err != nil {
+			t.Fatalf("restart before the XA COMMIT of the first transaction: %v", err)
+		}
+		h.verify()
+	})
+}
+
+// The same with a coarse tick: kafka.batch.max_wait and checkpoint_interval
+// of a minute make the loop look at the open transaction once a second
+// only. A row read 0.6 s after the start, with a transaction timeout of
+// 1 s, is 0.4 s old at the first tick (under half the timeout) and 1.4 s at
+// the second: the broker has aborted the transaction by then. The loop must
+// look often enough to commit before half the timeout has become the whole.
+func TestLoopCommitsPartOfLongTransactionCoarseTick(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1), s.insert("order", "1", 1))
+		h := newHarness(t, s, func(c *config.Config) { c.Kafka.TransactionTimeout = time.Second })
+		a := h.start()
+		time.Sleep(600 * time.Millisecond) // the phase of the loop's ticker, not a synchronisation
+		a.feed(1)
+		h.waitCheckpoint("with the first row of the open transaction", func(cp *checkpoint.Checkpoint) bool {
+			return cp.Partial != nil && cp.Partial.GTID == s.gtid(1) || !a.running()
+		})
+		if !a.running() {
+			t.Fatalf("the loop stopped: %v", a.wait())
+		}
+		a.finish()
+		h.verify()
+	})
+}
