@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,13 @@ func TestCheckCommand(t *testing.T) {
 			if !strings.Contains(out, want) {
 				t.Fatalf("output lacks %q:\n%s", want, out)
 			}
+		}
+	})
+	t.Run("compressed binlog is reported and passes", func(t *testing.T) {
+		setGlobal(t, "log_bin_compress", "ON", "OFF")
+		out, errOut, code := env.CLI(t, "check", "--config", WriteConfig(t, base()))
+		if code != 0 || !regexp.MustCompile(`PASS .*log_bin_compress\s+ON: compressed transactions are decompressed`).MatchString(out) {
+			t.Fatalf("exit %d:\n%s%s", code, out, errOut)
 		}
 	})
 	t.Run("failures through the CLI exit 1 with fixes", func(t *testing.T) {
