@@ -84,6 +84,11 @@ type framer struct {
 	// allowStatements: a statement-logged change of a non-captured table is
 	// a warning, not a stop (source.statement_dml: warn).
 	allowStatements bool
+	// hold: the group's rows are held (held) until it ends, because a
+	// ROLLBACK [TO SAVEPOINT] logged in it may undo some (a MariaDB group
+	// that is not transactional-only).
+	hold bool
+	held []Event
 }
 
 // out is what one event became.
@@ -101,10 +106,13 @@ type frameOut struct {
 // BEGIN and no XA START: its GTID event is the start of the transaction
 // (or of the XA transaction), and the group's rows follow it directly.
 type groupShape struct {
-	standalone bool   // MariaDB FL_STANDALONE: one statement, no BEGIN
-	begun      bool   // MariaDB transaction: the GTID event is its BEGIN
-	xa         bool   // MariaDB FL_PREPARED_XA: the GTID event is its XA START
-	xid        string // the XA transaction's xid (canonical)
+	standalone bool // MariaDB FL_STANDALONE: one statement, no BEGIN
+	begun      bool // MariaDB transaction: the GTID event is its BEGIN
+	// transactional: MariaDB FL_TRANSACTIONAL, every change of the group is
+	// to a transactional table, so nothing logged in it is undone later.
+	transactional bool
+	xa            bool   // MariaDB FL_PREPARED_XA: the GTID event is its XA START
+	xid           string // the XA transaction's xid (canonical)
 }
 
 // mariadbFlPreparedXA is MariaDB's GTID event flag FL_PREPARED_XA (go-mysql
@@ -112,13 +120,20 @@ type groupShape struct {
 // (FL_COMPLETED_XA groups, XA COMMIT and XA ROLLBACK, are standalone.)
 const mariadbFlPreparedXA = 64
 
+// mariadbFlTransactional is MariaDB's GTID event flag FL_TRANSACTIONAL.
+const mariadbFlTransactional = 4
+
 // open starts the group of a GTID event.
 func (f *framer) open(gtid string, at time.Time, shape groupShape) error {
 	if f.state != stateIdle && f.state != stateSkip {
 		return fmt.Errorf("%w: transaction %s has no end marker before the next GTID %s", ErrUnframed, f.gtid, gtid)
 	}
 	*f = framer{captured: f.captured, names: f.names, savepoints: f.savepoints, allowStatements: f.allowStatements,
-		state: stateOpened, gtid: gtid, commitTime: at, standalone: shape.standalone}
+		state: stateOpened, gtid: gtid, commitTime: at, standalone: shape.standalone, held: f.held[:0]}
+	// A MariaDB transaction that also changed a non-transactional table may
+	// log outbox rows that a later ROLLBACK [TO SAVEPOINT] undoes: its rows
+	// are held until its end, when what was kept is known.
+	f.hold = shape.begun && !shape.transactional
 	switch {
 	case shape.xa:
 		f.state, f.xid = stateXA, shape.xid
@@ -193,6 +208,7 @@ func gtidOf(ev *replication.BinlogEvent) (gtid string, at time.Time, shape group
 			strconv.FormatUint(g.SequenceNumber, 10)
 		at = time.Unix(int64(ev.Header.Timestamp), 0)
 		shape.standalone = e.IsStandalone()
+		shape.transactional = e.Flags&mariadbFlTransactional != 0
 		switch {
 		case e.Flags&mariadbFlPreparedXA != 0:
 			if shape.xid, err = mariadbXID(ev.RawData, e.Flags); err != nil {
@@ -263,6 +279,9 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 		out, err := f.close(KindCommit, "")
 		return out, true, err
 	case f.state == stateTx && isWord(q, "ROLLBACK"):
+		if f.hold {
+			f.held, f.rows = f.held[:0], 0 // undone: none of its rows is published
+		}
 		if f.rows > 0 {
 			return frameOut{}, false, fmt.Errorf("%w: transaction %s logged %d outbox rows and then ROLLBACK; its rows were "+
 				"never committed, and the relay cannot take back what it has read: check the application (a transaction that "+
@@ -279,6 +298,10 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 			name = name[len("SAVEPOINT"):]
 		}
 		at, known := f.savepoints[savepointName(name)]
+		if known && f.hold {
+			f.undoTo(at)
+			return frameOut{}, false, nil
+		}
 		if !known || f.rows > at {
 			return frameOut{}, false, fmt.Errorf("%w: transaction %s: %.100s undoes outbox rows already in the binlog "+
 				"(a savepoint after which a non-transactional table was also changed); publish them by hand if they are "+
@@ -292,6 +315,22 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 		return frameOut{}, false, nil
 	}
 	return frameOut{}, false, f.statement(e, q)
+}
+
+// undoTo drops the held rows after the first n of the group (ROLLBACK TO a
+// savepoint set when n rows had been read). Savepoints sit between rows
+// events, so n falls on an event boundary.
+func (f *framer) undoTo(n int) {
+	kept := 0
+	for i := range f.held {
+		if kept >= n {
+			clear(f.held[i:])
+			f.held = f.held[:i]
+			break
+		}
+		kept += len(f.held[i].Rows)
+	}
+	f.rows = n
 }
 
 // statement checks a statement logged as such inside (or as) a group: a

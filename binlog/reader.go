@@ -411,6 +411,10 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 		}
 		f.rows += len(out.Rows)
 		st.size = 0
+		if f.hold {
+			f.held = append(f.held, out)
+			return batch, nil
+		}
 		return append(batch, out), nil
 	case *replication.TableMapEvent:
 		if r.captured(e.Schema, e.Table) {
@@ -541,6 +545,11 @@ func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) (cols []str
 // rollback, with the GTID set including it.
 func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
 	f := &st.frame
+	if len(f.held) > 0 { // what the group kept: its rows come out at its end
+		batch = append(batch, f.held...)
+		clear(f.held)
+		f.held = f.held[:0]
+	}
 	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, OnePhase: out.onePhase, Set: out.set, Schema: r.tracker.Tables(), Time: f.commitTime, Size: st.size}
 	st.size = 0
 	return append(batch, ev)

@@ -84,7 +84,7 @@ func FindXAPrepare(ctx context.Context, cfg Config, srv *Server, xid, commitGTID
 }
 
 // gtidInInfo reads the GTID of a Gtid event's SHOW BINLOG EVENTS Info:
-// MariaDB "BEGIN GTID 0-1-5", "XA START X'..',X'',1 GTID 0-1-5", "GTID 0-1-5";
+// MariaDB "BEGIN GTID 0-1-5", "XA START X'..',X”,1 GTID 0-1-5", "GTID 0-1-5";
 // MySQL "SET @@SESSION.GTID_NEXT= 'uuid:5'".
 func gtidInInfo(info string) string {
 	if i := strings.LastIndex(info, "GTID "); i >= 0 && !strings.Contains(info, "GTID_NEXT") {
