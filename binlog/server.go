@@ -1,6 +1,8 @@
 // Package binlog is the relay's replication client. Inspect connects to the
 // first reachable source host, detects the flavor and checks the server
-// settings and grants the relay depends on; Reader streams the row-based
+// settings and grants the relay depends on; Choose does the same for each
+// host in order and also judges its binlog against the checkpoint (behind,
+// diverged, purged: see failover.go); Reader streams the row-based
 // binlog from a GTID set as Events: decoded rows of captured tables and one
 // Commit per source transaction, in binlog order.
 //
@@ -14,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"strings"
 	"time"
 
@@ -60,8 +63,13 @@ type Server struct {
 	Flavor   string // mysql | mariadb
 	Version  string
 	ServerID string // MySQL server_uuid, MariaDB server_id
-	// Head is the GTID set of everything in the binlog now.
+	// Head is the GTID set of everything in the binlog now (MariaDB:
+	// gtid_binlog_pos, the last GTID of each domain; MySQL: gtid_executed).
 	Head string
+	// State is what the binlog holds, for comparing with a checkpoint (see
+	// Relate): MariaDB's gtid_binlog_state (the last GTID of every domain
+	// and server_id), MySQL's gtid_executed.
+	State string
 	// Earliest is the GTID set before the oldest binlog still on the server:
 	// starting there replays everything the server still has.
 	Earliest string
@@ -194,19 +202,53 @@ func inspect(conn *client.Conn, cfg Config, addr string) (*Server, error) {
 	return srv, nil
 }
 
-// positions fills ServerID, Head and Earliest.
+// positions fills ServerID, Head, State and Earliest. GTID variables are
+// read with SELECT: SHOW VARIABLES truncates long values (MySQL: 1024
+// characters, a gtid_executed of a few dozen server_uuids).
 func (srv *Server) positions(conn *client.Conn, vars map[string]string) error {
-	var err error
+	q := "SELECT @@GLOBAL.gtid_executed, @@GLOBAL.gtid_executed, @@GLOBAL.gtid_purged"
+	if srv.Flavor == mysql.MariaDBFlavor {
+		q = "SELECT @@GLOBAL.gtid_binlog_pos, @@GLOBAL.gtid_binlog_state"
+	}
+	rows, err := Query(conn, q)
+	if err != nil {
+		return fmt.Errorf("read gtid positions: %w", err)
+	}
+	if len(rows) != 1 || len(rows[0]) < 2 {
+		return fmt.Errorf("read gtid positions: %d rows", len(rows))
+	}
+	clean := func(s string) string { return strings.TrimSpace(strings.ReplaceAll(s, "\n", "")) }
+	srv.Head, srv.State = clean(rows[0][0]), clean(rows[0][1])
 	if srv.Flavor == mysql.MariaDBFlavor {
 		srv.ServerID = vars["server_id"]
-		srv.Head = vars["gtid_binlog_pos"]
-		srv.Earliest, err = mariadbEarliest(conn)
+		earliest, err := mariadbEarliest(conn)
+		if err != nil {
+			return err
+		}
+		srv.Earliest, err = lastPerDomain(earliest)
 		return err
 	}
 	srv.ServerID = vars["server_uuid"]
-	srv.Head = strings.ReplaceAll(vars["gtid_executed"], "\n", "")
-	srv.Earliest = strings.ReplaceAll(vars["gtid_purged"], "\n", "")
+	srv.Earliest = clean(rows[0][2])
 	return nil
+}
+
+// lastPerDomain reduces a MariaDB GTID list (a Gtid_list event, a
+// gtid_binlog_state) to its highest sequence number per domain: the
+// position it stands for. go-mysql keeps the last GTID listed per domain,
+// which is not the highest when the list names several server_ids.
+func lastPerDomain(list string) (string, error) {
+	st, err := parseMariaDBState(list)
+	if err != nil {
+		return "", err
+	}
+	var out []string
+	for d := range st {
+		_, g := st.last(d)
+		out = append(out, g)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ","), nil
 }
 
 // Describe reads what Inspect learns without judging settings or grants:

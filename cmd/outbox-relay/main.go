@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -53,6 +55,10 @@ func main() {
 			case errors.Is(err, errUsage):
 				fmt.Fprintln(os.Stderr, "outbox-relay:", err)
 				os.Exit(2)
+			case c.name == "run":
+				// Supervisors act on these (README "Exit codes").
+				fmt.Fprintln(os.Stderr, "outbox-relay:", err)
+				os.Exit(relay.ExitCode(err))
 			default:
 				fmt.Fprintln(os.Stderr, "outbox-relay:", err)
 				os.Exit(1)

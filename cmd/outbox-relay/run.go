@@ -44,7 +44,10 @@ func runCmd(args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until exit (diagnostics)")
 	cfg, err := loadConfig(fs, args)
 	if err != nil {
-		return err
+		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) || errors.Is(err, config.ErrInvalid) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", config.ErrInvalid, err) // an unreadable file: exit 78
 	}
 	if *logFormat != "" {
 		cfg.Log.Format = *logFormat
@@ -104,11 +107,7 @@ func runCmd(args []string) error {
 	log.Info().Str("name", cfg.Name).Str("version", version).Msg("starting")
 	err = r.Run(ctx)
 	if err != nil {
-		if errors.Is(err, relay.ErrFenced) {
-			log.Error().Err(err).Msg("fenced: another instance with the same name took over; exiting without committing")
-		} else {
-			log.Error().Err(err).Msg("relay stopped")
-		}
+		log.Error().Err(err).Int("exit_code", relay.ExitCode(err)).Msg("relay stopped")
 		return err
 	}
 	log.Info().AnErr("cause", context.Cause(ctx)).Msg("stopped")

@@ -73,6 +73,7 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=3
 group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
 auto.create.topics.enable=false
 PROPS
   cat > "$KAFKA_DIR/log4j2.properties" <<LOG

@@ -43,8 +43,30 @@ type Config struct {
 	Source Source       `yaml:"source"`
 	Kafka  Kafka        `yaml:"kafka"`
 	Router RouterConfig `yaml:"router"`
+	HA     HA           `yaml:"ha"`
 	HTTP   HTTP         `yaml:"http"`
 	Log    Log          `yaml:"log"`
+}
+
+// HA is the election of the active instance among several `run` processes
+// with the same name: membership of a Kafka consumer group (id
+// "outbox-relay.lock.<name>") on a one-partition lock topic; the member
+// assigned partition 0 is active. See docs/ha.md.
+type HA struct {
+	// LockTopic is the one-partition topic whose partition 0 is the lease
+	// (pipelines share it: each has its own group). Created if missing.
+	LockTopic string `yaml:"lock_topic"`
+	// SessionTimeout is the group session timeout: a member that stops
+	// heartbeating (kill -9, partition) loses the lease after it, which
+	// bounds the takeover time. Apache Kafka accepts it between
+	// group.min.session.timeout.ms (6s by default) and
+	// group.max.session.timeout.ms.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// HeartbeatInterval is how often a member heartbeats; at most a third of
+	// SessionTimeout. The active instance stops publishing once
+	// SessionTimeout - 2 x HeartbeatInterval passes without an answered
+	// group request, before its session can expire.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 }
 
 // Source describes the MySQL/MariaDB server the relay replicates from.
@@ -207,6 +229,20 @@ func (r *RouterConfig) applyPreset() {
 // HTTP is the metrics and health listener.
 type HTTP struct {
 	Listen string `yaml:"listen"` // empty disables it
+	// StallTimeout: /healthz fails when the streaming relay loop has neither
+	// handled an event nor committed a checkpoint for this long. 0 (the
+	// default) is max(2m, 2 x kafka.checkpoint_interval +
+	// kafka.request_timeout); a value set must exceed
+	// kafka.checkpoint_interval + kafka.request_timeout.
+	StallTimeout time.Duration `yaml:"stall_timeout"`
+}
+
+// EffectiveStallTimeout is http.stall_timeout, or its default when unset.
+func (c Config) EffectiveStallTimeout() time.Duration {
+	if c.HTTP.StallTimeout > 0 {
+		return c.HTTP.StallTimeout
+	}
+	return max(2*time.Minute, 2*c.Kafka.CheckpointInterval+c.Kafka.RequestTimeout)
 }
 
 // Log selects the log format and level.
@@ -253,6 +289,7 @@ func defaults() Config {
 			OnError:           "fail",
 			InvalidOp:         "warn",
 		},
+		HA:   HA{LockTopic: "outbox-relay.lock", SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second},
 		HTTP: HTTP{Listen: "127.0.0.1:9464"},
 		Log:  Log{Format: "json", Level: "info", ProgressInterval: 10 * time.Second},
 	}
@@ -430,6 +467,19 @@ func (c *Config) Validate() error {
 		if err := r.validate(); err != nil {
 			return bad("%s: %v", where, err)
 		}
+	}
+	h := c.HA
+	if h.LockTopic == "" || h.LockTopic == k.CheckpointTopic {
+		return bad("ha.lock_topic must be set and differ from kafka.checkpoint_topic")
+	}
+	if h.SessionTimeout < time.Second {
+		return bad("ha.session_timeout must be at least 1s (Apache Kafka: at least group.min.session.timeout.ms, 6s by default)")
+	}
+	if h.HeartbeatInterval <= 0 || 3*h.HeartbeatInterval > h.SessionTimeout {
+		return bad("ha.heartbeat_interval must be positive and at most a third of ha.session_timeout")
+	}
+	if st := c.HTTP.StallTimeout; st < 0 || st > 0 && st <= k.CheckpointInterval+k.RequestTimeout {
+		return bad("http.stall_timeout must exceed kafka.checkpoint_interval + kafka.request_timeout (%s)", k.CheckpointInterval+k.RequestTimeout)
 	}
 	switch c.Log.Format {
 	case "json", "console":

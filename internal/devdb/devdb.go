@@ -310,3 +310,24 @@ func (s *Server) Kill() {
 
 // Port is the server's TCP port.
 func (s *Server) Port() int { return s.opts.Port }
+
+// Replicate makes s a GTID replica of primary from the start of the
+// primary's binlog: RESET MASTER and an empty gtid_slave_pos drop what s
+// logged itself (its set-up statements; with gtid_strict_mode their GTIDs
+// would stop replication), then CHANGE MASTER TO the primary's address with
+// user and password, MASTER_USE_GTID=slave_pos, and START SLAVE. Start s with log_slave_updates (Settings
+// "log-slave-updates": "") so replicated transactions reach its own binlog
+// under their original GTIDs.
+func (s *Server) Replicate(primary *Server, user, password string) error {
+	host, port, err := net.SplitHostPort(primary.Addr)
+	if err != nil {
+		return err
+	}
+	return s.Exec(
+		"STOP SLAVE",
+		"RESET MASTER",
+		"SET GLOBAL gtid_slave_pos = ''",
+		fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%s, MASTER_USER='%s', MASTER_PASSWORD='%s', "+
+			"MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1", host, port, user, password),
+		"START SLAVE")
+}

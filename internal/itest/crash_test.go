@@ -106,6 +106,9 @@ func TestCrashKill9AtRandomInstants(t *testing.T) {
 func crashAt(t *testing.T, point string, big int, check func(t *testing.T, k *Kafka, prefix string, s *Schema)) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Batch.MaxRecords = 1000
+	// Rare heartbeat checkpoints: a failpoint counted in commits must land in
+	// one that carries records, not in an idle heartbeat before the writers.
+	cfg.Kafka.CheckpointInterval = 10 * time.Second
 	path := WriteConfig(t, cfg)
 	p := env.StartProc(t, path, "OUTBOX_RELAY_FAILPOINT="+point)
 	waitStarted(t, p, cfg)
@@ -214,8 +217,8 @@ func TestCrashSourceRestart(t *testing.T) {
 	}
 }
 
-// Two instances with the same name: the second fences the first, which
-// exits non-zero and never commits again; nothing is duplicated or lost.
+// Two instances with the same name: the second one waits as a standby
+// instead of fencing the first; nothing is duplicated or lost.
 func TestCrashTwoInstancesSameName(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	a := env.StartProc(t, WriteConfig(t, cfg))
@@ -225,19 +228,15 @@ func TestCrashTwoInstancesSameName(t *testing.T) {
 	cfgB := cfg
 	cfgB.Source.ServerID++ // a second replica connection, same pipeline name
 	b := env.StartProc(t, WriteConfig(t, cfgB))
-	code, err := a.Wait(time.Minute)
-	if err != nil || code != 1 {
-		t.Fatalf("first instance: exit %d (%v), want 1 after being fenced:\n%s", code, err, a.Output())
-	}
-	if !strings.Contains(a.Output(), "fenced") {
-		t.Fatalf("first instance did not say it was fenced:\n%s", a.Output())
-	}
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
 	WaitCheckpoint(t, cfg, Head(t, env.DB), 2*time.Minute)
 	requireExact(t, k, s, cfg.Router.TopicPrefix)
-	if b.Exited() {
-		t.Fatalf("second instance exited:\n%s", b.Output())
+	if a.Exited() || b.Exited() {
+		t.Fatalf("an instance exited:\n%s\n%s", a.Output(), b.Output())
+	}
+	if !strings.Contains(b.Output(), "standby") || strings.Contains(b.Output(), "relay started") || strings.Contains(a.Output(), "fenced") {
+		t.Fatalf("the second instance did not wait as a standby:\n%s", b.Output())
 	}
 }

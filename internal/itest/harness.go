@@ -111,7 +111,9 @@ func StartKafka(t testing.TB) *Kafka {
 func (k *Kafka) start(t testing.TB) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(k.port), kfake.DataDir(k.dir),
-		kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "900000"}))
+		// Short group sessions (RelayConfig): a relay killed and restarted
+		// waits for its dead incarnation's session to end.
+		kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "900000", "group.min.session.timeout.ms": "1000"}))
 	if err != nil {
 		t.Fatalf("start kfake: %v", err)
 	}

@@ -44,6 +44,11 @@ func (e *Env) RelayConfig(k *Kafka, tables ...string) config.Config {
 	cfg.Router.TopicPrefix = "outbox.event." + cfg.Name + "."
 	cfg.HTTP.Listen = ""
 	cfg.Log.Level = "debug"
+	// A restarted relay takes the lease once its killed incarnation's group
+	// session ends: keep that short (the brokers allow it: harness.go,
+	// deploy/dev/kafka.sh). The HA tests use the defaults.
+	cfg.HA.SessionTimeout = 3 * time.Second
+	cfg.HA.HeartbeatInterval = 500 * time.Millisecond
 	return cfg
 }
 

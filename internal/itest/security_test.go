@@ -77,7 +77,8 @@ func TestKafkaSASLOverTLS(t *testing.T) {
 		kfake.Superuser("PLAIN", "plain-user", "plain-secret"),
 		kfake.Superuser("SCRAM-SHA-256", "scram256", "scram256-secret"),
 		kfake.Superuser("SCRAM-SHA-512", "scram512", "scram512-secret"),
-		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{certs.Server}, MinVersion: tls.VersionTLS12}))
+		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{certs.Server}, MinVersion: tls.VersionTLS12}),
+		kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "1000"})) // RelayConfig's short ha.session_timeout
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +157,8 @@ func TestSecretsNeverLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = env.StartProc(t, path)
-	if code, _ := p.Wait(time.Minute); code != 1 {
-		t.Fatalf("exit %d with a wrong password", code)
+	if code, _ := p.Wait(time.Minute); code != relay.ExitConfig {
+		t.Fatalf("exit %d with a wrong password, want %d (configuration error)", code, relay.ExitConfig)
 	}
 	for _, o := range append(outputs, p.Output()) {
 		if strings.Contains(o, secret) {

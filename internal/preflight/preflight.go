@@ -46,15 +46,20 @@ type Item struct {
 // Report is the list of items.
 type Report []Item
 
-// OK reports whether no item failed.
+// OK reports whether no item failed, leaving out the items of single
+// source hosts: while one host is usable the relay runs (the "usable
+// hosts" item fails when none is).
 func (r Report) OK() bool {
 	for _, it := range r {
-		if it.Status == Fail {
+		if it.Status == Fail && !strings.HasPrefix(it.Target, hostTarget) {
 			return false
 		}
 	}
 	return true
 }
+
+// hostTarget prefixes the Target of a source host's items.
+const hostTarget = "source "
 
 // Find returns the first item with name.
 func (r Report) Find(name string) (Item, bool) {
@@ -89,13 +94,103 @@ func Run(ctx context.Context, cfg config.Config) Report {
 		return r
 	}
 	cp := checkKafka(ctx, cfg, kopts, collector{"kafka", &r})
-	for _, addr := range cfg.Source.Hosts {
-		checkSource(ctx, cfg, src, addr, cp, collector{"source " + addr, &r})
+	hosts := make([]hostResult, len(cfg.Source.Hosts))
+	for i, addr := range cfg.Source.Hosts {
+		hosts[i] = checkSource(ctx, cfg, src, addr, cp, collector{hostTarget + addr, &r})
 	}
+	if cp != nil {
+		markErrant(r, hosts, cp.GTIDSet)
+	}
+	summarize(&r, hosts)
 	return r
 }
 
-func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr string, cp *checkpoint.Checkpoint, c collector) {
+// hostResult is what checkSource learned about one host.
+type hostResult struct {
+	addr     string
+	srv      *binlog.Server
+	relation binlog.Relation
+	position int // index of its "position" item; -1 without one
+}
+
+// markErrant fails the position of hosts that are behind but hold errant
+// GTIDs that a host with the checkpoint went past (binlog.MarkErrant).
+func markErrant(r Report, hosts []hostResult, published string) {
+	var ref *binlog.Server
+	var checks []binlog.HostCheck
+	var idx []int
+	for _, h := range hosts {
+		if h.srv == nil || h.position < 0 {
+			continue
+		}
+		switch h.relation {
+		case binlog.Contains:
+			if ref == nil {
+				ref = h.srv
+			}
+		case binlog.Behind:
+			checks = append(checks, binlog.HostCheck{Addr: h.addr, Status: binlog.HostBehind, Server: h.srv})
+			idx = append(idx, h.position)
+		}
+	}
+	binlog.MarkErrant(checks, ref, published)
+	for i, c := range checks {
+		if c.Status == binlog.HostDiverged {
+			r[idx[i]].Status, r[idx[i]].Detail, r[idx[i]].Fix = Fail, c.Err.Error(), divergedFix
+		}
+	}
+}
+
+const divergedFix = "point source.hosts at servers of the checkpoint's history (rebuild a diverged replica), " +
+	"or `outbox-relay checkpoint set` to a position of this server knowing which transactions differ"
+
+// summarize adds one "host" item per source host (its worst item) and the
+// "usable hosts" item that decides the check for the source side.
+func summarize(r *Report, hosts []hostResult) {
+	usable, waiting := []string{}, 0
+	for _, h := range hosts {
+		worst, first := Pass, ""
+		for _, it := range *r {
+			if it.Target != hostTarget+h.addr {
+				continue
+			}
+			if it.Status == Fail && worst != Fail {
+				worst, first = Fail, it.Name
+			} else if it.Status == Warn && worst == Pass {
+				worst = Warn
+			}
+		}
+		c := collector{hostTarget + h.addr, r}
+		switch {
+		case worst == Fail:
+			c.add("host", Fail, "not usable: see "+first, "fix the items above, or remove the host from source.hosts")
+		case h.relation == binlog.Behind && h.position >= 0:
+			waiting++
+			usable = append(usable, h.addr)
+			c.add("host", Warn, "usable once it has caught up with the checkpoint", "")
+		case worst == Warn:
+			usable = append(usable, h.addr)
+			c.add("host", Warn, "usable, with warnings", "")
+		default:
+			usable = append(usable, h.addr)
+			c.add("host", Pass, "usable", "")
+		}
+	}
+	c := collector{"source", r}
+	switch {
+	case len(usable) == 0:
+		c.add("usable hosts", Fail, fmt.Sprintf("none of the %d source hosts is usable", len(hosts)), "fix at least one host (see its items)")
+	case waiting == len(usable):
+		c.add("usable hosts", Warn, fmt.Sprintf("%d of %d, all behind the checkpoint: the relay starts and waits for one to catch up",
+			len(usable), len(hosts)), "")
+	default:
+		c.add("usable hosts", Pass, fmt.Sprintf("%d of %d (%s); the relay reads the first one that has the checkpoint",
+			len(usable), len(hosts), strings.Join(usable, ", ")), "")
+	}
+}
+
+func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr string, cp *checkpoint.Checkpoint, c collector) hostResult {
+	res := hostResult{addr: addr, position: -1}
 	conn, err := binlog.Connect(ctx, src, addr)
 	if err != nil {
 		fix := "check that the server runs and source.hosts names it"
@@ -103,14 +198,14 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 			fix = "check source.user and source.password"
 		}
 		c.add("connect", Fail, err.Error(), fix)
-		return
+		return res
 	}
 	defer conn.Close()
 	c.add("connect", Pass, "connected as "+cfg.Source.User, "")
 	vars, err := binlog.Variables(conn)
 	if err != nil {
 		c.add("variables", Fail, err.Error(), "grant the relay user the right to read server variables")
-		return
+		return res
 	}
 	srv, posErr := binlog.Describe(conn, addr, vars)
 	if cfg.Source.Flavor != "auto" && cfg.Source.Flavor != srv.Flavor {
@@ -143,13 +238,35 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 		if cp.Flavor != srv.Flavor {
 			c.add("checkpoint", Fail, fmt.Sprintf("checkpoint is for %s, the server runs %s", cp.Flavor, srv.Flavor),
 				"use another name or reset the checkpoint")
-		} else if err := srv.CheckNotPurged(cp.From()); err != nil {
-			c.add("checkpoint", Fail, err.Error(), "`outbox-relay checkpoint set` to a position the server has, knowing the events in between are skipped")
 		} else {
-			c.add("checkpoint", Pass, "the server still has the binlogs after "+cp.GTIDSet, "")
+			checkPosition(srv, cp, &res, c)
 		}
 	default:
 		c.add("checkpoint", Pass, "no checkpoint yet: the relay starts at source.start ("+cfg.Source.Start+")", "")
+	}
+	return res
+}
+
+// checkPosition compares the host's binlog with the checkpoint: behind
+// (the relay waits for it) is a warning, diverged and purged fail.
+func checkPosition(srv *binlog.Server, cp *checkpoint.Checkpoint, res *hostResult, c collector) {
+	rel, why, err := binlog.Relate(srv.Flavor, cp.GTIDSet, srv.State, srv.ServerID)
+	res.srv, res.relation, res.position = srv, rel, len(*c.items)
+	switch {
+	case err != nil:
+		c.add("position", Fail, err.Error(), "")
+	case rel == binlog.Behind:
+		c.add("position", Warn, "behind the checkpoint: "+why,
+			"nothing to do if it lags or its replication is stopped on purpose: the relay uses another host or waits for this one")
+	case rel == binlog.Diverged:
+		c.add("position", Fail, "diverged from the checkpoint: "+why, divergedFix)
+	default:
+		c.add("position", Pass, "has every transaction of the checkpoint "+cp.GTIDSet, "")
+	}
+	if err := srv.CheckNotPurged(cp.From()); err != nil {
+		c.add("checkpoint", Fail, err.Error(), "`outbox-relay checkpoint set` to a position the server has, knowing the events in between are skipped")
+	} else {
+		c.add("checkpoint", Pass, "the server still has the binlogs after "+cp.From(), "")
 	}
 }
 

@@ -93,10 +93,19 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 	// of a long source transaction at half of it, well before the whole.
 	tick := time.NewTicker(min(cfg.Batch.MaxWait, cfg.CheckpointInterval, cfg.TransactionTimeout/4, time.Second))
 	defer tick.Stop()
+	ls := leaseFrom(ctx)
 	for {
 		select {
+		case <-ls.lostChan():
+			// Not sure to hold the lease any more: stop at once, commit
+			// nothing (the sink refuses to); the open transaction is aborted.
+			l.r.metrics.Ready.Store(false)
+			return ls.err()
 		case <-ctx.Done():
 			l.r.metrics.Ready.Store(false)
+			if err := ls.err(); err != nil {
+				return err
+			}
 			return l.shutdown()
 		case err := <-readErr:
 			// The reader has returned: what it sent before is handled first.
@@ -147,6 +156,7 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 
 func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) error {
 	l.r.metrics.BinlogBytes.Add(float64(ev.Size))
+	l.r.metrics.Progress()
 	switch ev.Kind {
 	case binlog.KindRows:
 		if ev.XID != "" {
@@ -165,22 +175,17 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		l.r.log.Debug().Str("gtid", ev.GTID).Msg(ev.Note)
 	case binlog.KindPrepare:
 		l.prepareXA(ev)
-		return l.advance(ev)
+		l.advance(ev)
 	case binlog.KindRollback:
 		l.endXA(ev.XID)
-		return l.advance(ev)
+		l.advance(ev)
 	case binlog.KindCommit:
 		if ev.XID != "" {
 			if err := l.commitXA(ctx, ev); err != nil {
 				return err
 			}
 		}
-		if err := l.advance(ev); err != nil {
-			return err
-		}
-		if l.partial.GTID == ev.GTID {
-			l.partial = checkpoint.Partial{}
-		}
+		l.advance(ev)
 		now := time.Now()
 		if !l.sink.open {
 			return nil // a checkpoint-only transaction waits for the tick
@@ -195,7 +200,7 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 
 // advance moves the position past ev, the end of a source transaction (a
 // commit, an XA prepare or an XA rollback).
-func (l *loop) advance(ev *binlog.Event) error {
+func (l *loop) advance(ev *binlog.Event) {
 	l.r.metrics.SourceTransactions.Inc()
 	l.set, l.setStr, l.schema = ev.Set, "", ev.Schema
 	if l.partial.GTID == ev.GTID {
@@ -206,7 +211,6 @@ func (l *loop) advance(ev *binlog.Event) error {
 	l.lastCommitTime = ev.Time
 	l.r.metrics.SourceLag.Set(time.Since(ev.Time).Seconds())
 	l.advanced(ev.Set)
-	return nil
 }
 
 func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
@@ -468,6 +472,7 @@ func (l *loop) written(cp *checkpoint.Checkpoint) {
 	if cp == nil {
 		return
 	}
+	l.r.metrics.Progress()
 	l.r.metrics.CheckpointTime.Set(float64(cp.Time.UnixNano()) / 1e9)
 	l.r.metrics.SetPosition(cp.GTIDSet)
 }

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"regexp"
 	"strings"
 	"time"
@@ -222,48 +221,15 @@ func SourceConfig(cfg config.Config) (binlog.Config, error) {
 }
 
 // Run relays until ctx is canceled (then it commits what it has, writes the
-// final checkpoint and returns nil) or a fatal error occurs. Errors before
-// the first successful start are returned at once, so a misconfiguration
-// fails fast; later ones are retried with back-off and jitter.
+// final checkpoint and returns nil) or a fatal error occurs. Several
+// instances with the same name may run: Run first joins the lock group
+// (ha.*), waits as a standby and relays only while this instance holds the
+// lease; losing it, or being fenced, returns it to standby (see elect and
+// docs/ha.md). Errors before the first successful start are returned at
+// once, so a misconfiguration fails fast; later ones are retried with
+// back-off and jitter.
 func (r *Relay) Run(ctx context.Context) error {
-	started := false
-	backoff := 250 * time.Millisecond
-	for {
-		began := time.Now()
-		err := r.attempt(ctx, &started)
-		r.metrics.Ready.Store(false)
-		if err == nil || ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			return nil
-		}
-		if ctx.Err() != nil {
-			// Stopping, and the final commit (or what preceded it) failed:
-			// say so with a non-zero exit, never as a clean stop.
-			r.metrics.Errors.WithLabelValues(kind(err)).Inc()
-			return err
-		}
-		r.metrics.Errors.WithLabelValues(kind(err)).Inc()
-		// A checkpoint topic held back by another pipeline's open transaction
-		// is waited out even at the first start: the broker ends it within
-		// that pipeline's transaction timeout.
-		if (!started && !errors.Is(err, checkpoint.ErrCheckpointHeldBack)) || fatal(err) {
-			if errors.Is(err, ErrFenced) {
-				r.metrics.Fenced.Set(1)
-			}
-			return err
-		}
-		r.metrics.Restarts.WithLabelValues(kind(err)).Inc()
-		if time.Since(began) > time.Minute { // it ran well for a while: start over
-			backoff = 250 * time.Millisecond
-		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		r.log.Warn().Err(err).Str("kind", kind(err)).Dur("retry_in", wait).Msg("pipeline stopped; resuming from the committed checkpoint")
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-		backoff = min(backoff*2, 30*time.Second)
-	}
+	return r.elect(ctx)
 }
 
 // fatal errors need an operator; retrying cannot fix them.
@@ -370,7 +336,9 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	if err != nil {
 		return err
 	}
-	srv, err := binlog.Inspect(ctx, r.source)
+	// The first of source.hosts that has every published transaction; waits
+	// while the usable ones are only behind (source.go).
+	srv, err := r.chooseSource(ctx, cp)
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,10 @@ type sink struct {
 	cpPromise  func(*kgo.Record, error) // the checkpoint record's callback
 	cpOffset   atomic.Int64             // offset of the last checkpoint record acknowledged; -1: none
 	unacked    atomic.Int64             // records produced, not yet acknowledged
+
+	// lease is the term the sink publishes for (nil without an election):
+	// once it is lost the sink produces and commits nothing more.
+	lease *lease
 }
 
 // sinkOptions are the sink's settings.
@@ -109,6 +113,17 @@ func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts 
 	}
 	if !opts.txn {
 		s.acked = make(chan struct{}, 1)
+	}
+	if s.lease = leaseFrom(ctx); s.lease != nil {
+		s.lease.onLost(func() {
+			// Fail what is buffered and not yet sent, now, from another
+			// goroutine (safe alongside a Flush); the loop stops too.
+			go func() {
+				actx, cancel := context.WithTimeout(context.Background(), opts.timeout)
+				defer cancel()
+				_ = cl.AbortBufferedRecords(actx)
+			}()
+		})
 	}
 	return s
 }
@@ -227,6 +242,9 @@ func (s *sink) begin() error {
 
 // produce sends rec asynchronously within the open batch.
 func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
+	if err := s.lease.err(); err != nil {
+		return err
+	}
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -242,6 +260,9 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 			if err != nil {
 				return fmt.Errorf("wait for acknowledgements: %w", err)
 			}
+		}
+		if err := s.lease.err(); err != nil {
+			return err // lost while waiting for acknowledgements
 		}
 		s.unacked.Add(1)
 		s.cur.pending.Add(1)
@@ -271,6 +292,9 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoi
 	// outcome unknown. It is bounded by the sink's timeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
+	if err := s.lease.err(); err != nil {
+		return nil, err
+	}
 	s.cl.Produce(s.pctx, s.store.Record(cp), s.cpPromise)
 	if err := s.cl.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("flush batch: %w", err)
@@ -279,6 +303,11 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoi
 		return nil, fmt.Errorf("produce batch: %w", s.classify(err))
 	}
 	hit("after-flush")
+	if err := s.lease.err(); err != nil {
+		// Lost while flushing: never commit. Had the commit gone out anyway,
+		// the next active instance's InitProducerID would have fenced it.
+		return nil, err
+	}
 	if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return nil, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
 	}
@@ -308,6 +337,9 @@ func (s *sink) drain() (*checkpoint.Checkpoint, error) {
 	}
 	if done == 0 {
 		return nil, nil
+	}
+	if err := s.lease.err(); err != nil {
+		return nil, err
 	}
 	cp := s.sealed[done-1].cp
 	cp.Time = time.Now().UTC() // when written, which is later than the batch ended

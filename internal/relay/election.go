@@ -1,0 +1,578 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+)
+
+// ErrLeaseLost: this instance lost the lease (its group session ended, or no
+// group request was answered for long enough that it may have ended) and
+// stopped publishing at once, without a final commit. Not fatal: the
+// instance goes back to standby.
+var ErrLeaseLost = errors.New("lease lost")
+
+// errRevoked: the lease was handed over cleanly (a rebalance moved it); the
+// attempt committed what it held. The instance goes back to standby.
+var errRevoked = errors.New("lease revoked")
+
+// Kafka API keys of the group requests whose answers keep the session alive.
+const (
+	keyJoinGroup = 11
+	keyHeartbeat = 12
+	keySyncGroup = 14
+)
+
+// lease is one term as the active instance: partition 0 of the lock topic
+// assigned to this member.
+type lease struct {
+	ctx    context.Context // the attempts' context: canceled on revoke, loss or stop
+	cancel context.CancelFunc
+	lost   chan struct{} // closed when lost: stop publishing at once, no commit
+	done   chan struct{} // closed when the active phase has ended
+	once   sync.Once
+	why    atomic.Pointer[string]
+
+	// expired reports, from the clock alone, that the lease can no longer
+	// be trusted (nil: never): err checks it on every produce and commit, so
+	// a process that was paused (SIGSTOP, a VM freeze) stops before its
+	// watcher goroutine runs again.
+	expired func() string
+	metrics *metrics.Metrics // nil in tests
+
+	mu    sync.Mutex
+	stops []func() // run once when lost (the sinks' produce abort)
+}
+
+type leaseKey struct{}
+
+func newLease(parent context.Context) *lease {
+	l := &lease{lost: make(chan struct{}), done: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancel(context.WithValue(parent, leaseKey{}, l))
+	return l
+}
+
+// leaseFrom is the lease ctx carries; nil without one (tests of the loop).
+func leaseFrom(ctx context.Context) *lease {
+	l, _ := ctx.Value(leaseKey{}).(*lease)
+	return l
+}
+
+// lose ends the lease at once: the sinks stop producing and abort what is
+// buffered, the loop returns ErrLeaseLost.
+func (l *lease) lose(why string) {
+	l.once.Do(func() {
+		l.why.Store(&why)
+		if l.metrics != nil {
+			l.metrics.Ready.Store(false)
+			l.metrics.SetState(metrics.StateStandby) // publishes nothing more
+		}
+		close(l.lost)
+		l.mu.Lock()
+		stops := l.stops
+		l.stops = nil
+		l.mu.Unlock()
+		for _, f := range stops {
+			f()
+		}
+		l.cancel()
+	})
+}
+
+// onLost runs f when the lease is lost (at once if it already is).
+func (l *lease) onLost(f func()) {
+	l.mu.Lock()
+	select {
+	case <-l.lost:
+		l.mu.Unlock()
+		f()
+		return
+	default:
+	}
+	l.stops = append(l.stops, f)
+	l.mu.Unlock()
+}
+
+// err is ErrLeaseLost with the reason once lost, else nil. A nil lease (no
+// election) is never lost.
+func (l *lease) err() error {
+	if l == nil {
+		return nil
+	}
+	if l.expired != nil {
+		if why := l.expired(); why != "" {
+			l.lose(why)
+		}
+	}
+	select {
+	case <-l.lost:
+		return fmt.Errorf("%w: %s", ErrLeaseLost, *l.why.Load())
+	default:
+		return nil
+	}
+}
+
+// lostChan is closed when the lease is lost; nil (never ready) without one.
+func (l *lease) lostChan() <-chan struct{} {
+	if l == nil {
+		return nil
+	}
+	return l.lost
+}
+
+// elector is this instance's membership of the lock group.
+type elector struct {
+	r         *Relay
+	group     string
+	topic     string
+	session   time.Duration
+	heartbeat time.Duration
+	guard     time.Duration // how long without an answered group request the lease is trusted
+
+	cl       *kgo.Client
+	lastOK   atomic.Int64 // unix nanos: when the last answered group request was sent
+	assigned chan struct{}
+	refused  chan error // the coordinator refuses the membership for good
+
+	mu  sync.Mutex
+	own bool   // partition 0 is assigned to this member
+	cur *lease // the current term; nil in standby
+}
+
+// GroupID is the consumer group that elects name's active instance.
+func GroupID(name string) string { return "outbox-relay.lock." + name }
+
+func (r *Relay) newElector() *elector {
+	h := r.cfg.HA
+	return &elector{r: r, group: GroupID(r.cfg.Name), topic: h.LockTopic, session: h.SessionTimeout,
+		heartbeat: h.HeartbeatInterval, guard: h.SessionTimeout - 2*h.HeartbeatInterval, assigned: make(chan struct{}, 1),
+		refused: make(chan error, 1)}
+}
+
+// OnGroupManageError (kgo.HookGroupManageError) logs the lock group's
+// errors (franz-go retries them) and reports those that retrying cannot fix:
+// a session timeout outside the broker's bounds, a group or topic the
+// relay may not use.
+func (e *elector) OnGroupManageError(err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	e.r.log.Warn().Err(err).Str("group", e.group).Msg("lock group")
+	var ke *kerr.Error
+	if !errors.As(err, &ke) {
+		return
+	}
+	switch ke.Code {
+	case kerr.InvalidSessionTimeout.Code:
+		err = fmt.Errorf("%w: ha.session_timeout %s refused by the broker (group.min.session.timeout.ms, group.max.session.timeout.ms): %w",
+			config.ErrInvalid, e.session, err)
+	case kerr.GroupAuthorizationFailed.Code, kerr.TopicAuthorizationFailed.Code, kerr.InvalidGroupID.Code:
+		err = fmt.Errorf("%w: lock group %s on %s: %w", ErrRejected, e.group, e.topic, err)
+	default:
+		return
+	}
+	select {
+	case e.refused <- err:
+	default:
+	}
+}
+
+// OnBrokerE2E (kgo.HookBrokerE2E) notes answered group requests. The time
+// kept is when the request was sent, before the coordinator could have
+// received it: the coordinator's session clock restarted no earlier.
+func (e *elector) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if e2e.Err() != nil || (key != keyHeartbeat && key != keyJoinGroup && key != keySyncGroup) {
+		return
+	}
+	sent := time.Now().Add(-e2e.DurationE2E() - e2e.WriteWait)
+	for {
+		old := e.lastOK.Load()
+		if sent.UnixNano() <= old {
+			return
+		}
+		if e.lastOK.CompareAndSwap(old, sent.UnixNano()) {
+			break
+		}
+	}
+	e.r.metrics.KafkaSeen(time.Now())
+	e.r.metrics.LeaseUntil(sent.Add(e.guard))
+}
+
+// join checks Kafka, creates the lock topic if missing and joins the group.
+// Errors (Kafka unreachable, refused) are returned at once.
+func (e *elector) join(ctx context.Context) error {
+	opts := append([]kgo.Opt{
+		kgo.ConsumerGroup(e.group),
+		kgo.ConsumeTopics(e.topic),
+		kgo.SessionTimeout(e.session),
+		kgo.HeartbeatInterval(e.heartbeat),
+		// A rebalance waits for members at most this long: a member that
+		// does not rejoin is dropped no sooner than its session would end.
+		kgo.RebalanceTimeout(e.session),
+		// Sticky: a member joining or leaving never moves the lease away
+		// from a live active instance.
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.FetchMaxWait(time.Second),
+		kgo.OnPartitionsAssigned(e.onAssigned),
+		kgo.OnPartitionsRevoked(e.onRevoked),
+		kgo.OnPartitionsLost(e.onLost),
+		kgo.WithHooks(e),
+	}, e.r.kopts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("create kafka group client: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
+	err = cl.Ping(pctx)
+	if err == nil {
+		err = e.ensureTopic(pctx, kadm.NewClient(cl))
+	}
+	cancel()
+	if err != nil {
+		cl.Close()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrRejected) {
+			return err
+		}
+		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", ErrKafkaUnreachable, e.r.cfg.Kafka.Brokers, err)
+	}
+	now := time.Now()
+	e.lastOK.Store(now.UnixNano())
+	e.r.metrics.LeaseUntil(now.Add(e.guard))
+	e.cl = cl
+	return nil
+}
+
+// ensureTopic creates the one-partition lock topic if it is missing.
+func (e *elector) ensureTopic(ctx context.Context, adm *kadm.Client) error {
+	resp, err := adm.CreateTopic(ctx, 1, e.r.cfg.Kafka.ReplicationFactor, nil, e.topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("create lock topic %s: %w", e.topic, classify(err))
+	}
+	return nil
+}
+
+// leave closes the group client: the group is left (a rebalance hands the
+// lease to another member at once) unless the coordinator is unreachable.
+func (e *elector) leave() {
+	if e.cl == nil {
+		return
+	}
+	// Best effort: without an answer the session ends by itself.
+	lctx, cancel := context.WithTimeout(context.Background(), min(e.r.cfg.Kafka.RequestTimeout, e.session))
+	_ = e.cl.LeaveGroupContext(lctx)
+	cancel()
+	e.cl.Close()
+	e.cl = nil
+	e.mu.Lock()
+	e.own = false
+	e.mu.Unlock()
+	select {
+	case <-e.assigned:
+	default:
+	}
+}
+
+func hasLease(m map[string][]int32, topic string) bool {
+	for _, p := range m[topic] {
+		if p == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *elector) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	if !hasLease(m, e.topic) {
+		return
+	}
+	e.mu.Lock()
+	e.own = true
+	e.mu.Unlock()
+	select {
+	case e.assigned <- struct{}{}:
+	default:
+	}
+}
+
+// onRevoked is a clean hand-over: the term's attempt commits what it holds
+// and stops; the partition goes to the next member only once this returns,
+// and in any case before the session could end (the lease is lost then).
+func (e *elector) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	if !hasLease(m, e.topic) {
+		return
+	}
+	e.mu.Lock()
+	e.own = false
+	cur := e.cur
+	e.mu.Unlock()
+	if cur == nil {
+		return
+	}
+	e.r.metrics.LeaseEvents.WithLabelValues("revoked").Inc()
+	cur.cancel()
+	select {
+	case <-cur.done:
+	case <-cur.lost:
+	}
+}
+
+// onLost: the session ended (the coordinator no longer knows this member):
+// another member may already hold the lease.
+func (e *elector) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	if !hasLease(m, e.topic) {
+		return
+	}
+	e.mu.Lock()
+	e.own = false
+	cur := e.cur
+	e.mu.Unlock()
+	if cur != nil {
+		cur.lose("group session lost")
+	}
+}
+
+// acquire waits until this member holds the lease and returns the new term;
+// nil once ctx ends or when the coordinator refuses the membership (then
+// with the error).
+func (e *elector) acquire(ctx context.Context) (*lease, error) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case err := <-e.refused:
+			return nil, err
+		case <-tick.C:
+			e.r.metrics.Progress() // the standby loop is alive
+			continue
+		case <-e.assigned:
+		}
+		e.mu.Lock()
+		if !e.own {
+			e.mu.Unlock()
+			continue
+		}
+		l := newLease(ctx)
+		l.expired, l.metrics = e.expired, e.r.metrics
+		e.cur = l
+		e.mu.Unlock()
+		e.r.metrics.LeaseEvents.WithLabelValues("acquired").Inc()
+		go e.watch(l)
+		return l, nil
+	}
+}
+
+// watch loses the lease when no group request has been answered for guard
+// (session timeout - 2 x heartbeat interval): the coordinator cannot have
+// ended the session yet, so this instance stops publishing before any other
+// member can be given the lease.
+func (e *elector) watch(l *lease) {
+	tick := time.NewTicker(min(100*time.Millisecond, e.heartbeat/4))
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-l.lost:
+			return
+		case <-tick.C:
+			if why := e.expired(); why != "" {
+				l.lose(why)
+				return
+			}
+		}
+	}
+}
+
+// expired says why the lease can no longer be trusted: no group request
+// answered for guard. "" while it can.
+func (e *elector) expired() string {
+	if d := time.Since(time.Unix(0, e.lastOK.Load())); d > e.guard {
+		return fmt.Sprintf("no group request answered for %s (ha.session_timeout %s): the session may end",
+			d.Round(time.Millisecond), e.session)
+	}
+	return ""
+}
+
+// end closes the term.
+func (e *elector) end(l *lease) {
+	e.mu.Lock()
+	if e.cur == l {
+		e.cur = nil
+	}
+	e.mu.Unlock()
+	close(l.done)
+	l.cancel()
+}
+
+// Run relays while this instance holds the lease, and waits as a standby
+// otherwise, until ctx is canceled (then the active instance commits what
+// it has, writes the final checkpoint and returns nil) or a fatal error
+// occurs. A standby connects to the lock group only.
+func (r *Relay) elect(ctx context.Context) error {
+	r.metrics.SetStallTimeout(r.cfg.EffectiveStallTimeout())
+	r.metrics.KafkaMaxAge(2*r.cfg.HA.HeartbeatInterval + time.Second)
+	r.metrics.SetState(metrics.StateStandby)
+	defer r.metrics.SetState(metrics.StateStopped)
+	e := r.newElector()
+	if err := e.join(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.metrics.Errors.WithLabelValues(kind(err)).Inc()
+		return err
+	}
+	defer e.leave()
+	started := false
+	for {
+		r.metrics.SetState(metrics.StateStandby)
+		r.log.Info().Str("group", e.group).Str("lock_topic", e.topic).Msg("standby: waiting for the lease")
+		l, err := e.acquire(ctx)
+		if err != nil {
+			r.metrics.Errors.WithLabelValues("lock_group").Inc()
+			return err
+		}
+		if l == nil {
+			return nil
+		}
+		r.log.Info().Str("group", e.group).Msg("lease acquired: active")
+		r.metrics.Fenced.Set(0)
+		err = r.lead(l, &started)
+		e.end(l)
+		if ctx.Err() != nil {
+			if errors.Is(err, errRevoked) {
+				return nil // stopped: the final checkpoint is written
+			}
+			return err
+		}
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			r.metrics.LeaseEvents.WithLabelValues("lost").Inc()
+			r.log.Warn().Err(err).Msg("lease lost: stopped publishing, back to standby")
+		case errors.Is(err, errRevoked):
+			r.log.Info().Msg("lease handed over: back to standby")
+		case errors.Is(err, ErrFenced):
+			r.metrics.LeaseEvents.WithLabelValues("fenced").Inc()
+			r.metrics.Fenced.Set(1)
+			r.log.Warn().Err(err).Msg("fenced: another producer with the same name took over; back to standby")
+		default:
+			return err
+		}
+		// Leave and join again: whoever holds the lease next (another
+		// instance, or this one after a fence) starts from the committed
+		// checkpoint, and a lease this member lost track of is given up.
+		e.leave()
+		pause := 250*time.Millisecond + rand.N(250*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+		if err := e.join(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// Kafka went away while rejoining: keep trying as a standby.
+			r.metrics.Errors.WithLabelValues(kind(err)).Inc()
+			r.log.Warn().Err(err).Msg("rejoin the lock group")
+			if err := r.rejoin(ctx, e); err != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// rejoin retries joining the lock group with back-off until it succeeds or
+// ctx ends (then it returns ctx's error).
+func (r *Relay) rejoin(ctx context.Context, e *elector) error {
+	backoff := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+		}
+		r.metrics.Progress()
+		err := e.join(ctx)
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.log.Warn().Err(err).Msg("rejoin the lock group")
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// lead runs attempts while l holds: the retry loop of one term. It returns
+// nil when the process stops cleanly, errRevoked or ErrLeaseLost when the
+// term ends, ErrFenced when another producer took the transactional id,
+// and fatal errors (or, before the first start, any error).
+func (r *Relay) lead(l *lease, started *bool) error {
+	backoff := 250 * time.Millisecond
+	for {
+		r.metrics.SetState(metrics.StateStarting)
+		began := time.Now()
+		err := r.attempt(l.ctx, started)
+		r.metrics.Ready.Store(false)
+		if lerr := l.err(); lerr != nil {
+			return lerr // nothing more was published once lost
+		}
+		if l.ctx.Err() != nil {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				// Stopping, and the final commit (or what preceded it)
+				// failed: say so, never as a clean stop.
+				r.metrics.Errors.WithLabelValues(kind(err)).Inc()
+				return err
+			}
+			return errRevoked // the caller tells a stop from a revoke by its own ctx
+		}
+		if err == nil {
+			return nil
+		}
+		r.metrics.Errors.WithLabelValues(kind(err)).Inc()
+		if errors.Is(err, ErrFenced) {
+			return err
+		}
+		// A checkpoint topic held back by another pipeline's open transaction
+		// is waited out even at the first start: the broker ends it within
+		// that pipeline's transaction timeout.
+		if (!*started && !errors.Is(err, checkpoint.ErrCheckpointHeldBack)) || fatal(err) {
+			return err
+		}
+		r.metrics.Restarts.WithLabelValues(kind(err)).Inc()
+		if time.Since(began) > time.Minute { // it ran well for a while: start over
+			backoff = 250 * time.Millisecond
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		r.log.Warn().Err(err).Str("kind", kind(err)).Dur("retry_in", wait).Msg("pipeline stopped; resuming from the committed checkpoint")
+		r.metrics.SetState(metrics.StateRetrying)
+		select {
+		case <-l.ctx.Done():
+			if lerr := l.err(); lerr != nil {
+				return lerr
+			}
+			return errRevoked
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}

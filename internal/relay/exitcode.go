@@ -1,0 +1,72 @@
+package relay
+
+import (
+	"errors"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// Exit codes of `run`, for supervisors (README "Exit codes"; systemd's
+// RestartPreventExitStatus= lists the fatal ones). The values follow
+// sysexits(3) where one fits.
+const (
+	// ExitOK: a clean stop (SIGTERM/SIGINT), the final checkpoint written.
+	ExitOK = 0
+	// ExitError: any other error; the log says which. Restart.
+	ExitError = 1
+	// ExitUsage: a command-line mistake.
+	ExitUsage = 2
+	// ExitData: a fatal data stop: a bad row under router.on_error fail, an
+	// invalid operation under invalid_op fatal, statement-logged DML, a
+	// transaction the relay cannot frame, outbox rows rolled back inside a
+	// logged transaction, an XA COMMIT of an unknown prepare, a source whose
+	// binlog diverges from the checkpoint, a DDL the tracker cannot follow,
+	// a corrupt checkpoint. A restart stops at the
+	// same place: do not restart, fix it (README "Transaction shapes").
+	ExitData = 65
+	// ExitPurged: the binlogs the checkpoint needs are gone from the source
+	// (binlog.ErrPurged). A restart cannot help: move the checkpoint.
+	ExitPurged = 66
+	// ExitTransient: a failure that retrying may fix but that ended the run:
+	// Kafka or the source unreachable before the first start, the final
+	// commit at a stop failed, the lease lost during a stop. Restart.
+	ExitTransient = 75
+	// ExitConfig: the configuration (or the source's settings, grants,
+	// flavor, server_id, max_allowed_packet, the checkpoint topic's layout,
+	// Kafka refusing a topic or an authorisation: ErrRejected) is wrong. Do
+	// not restart before it is fixed.
+	ExitConfig = 78
+)
+
+// ExitCode is the exit status of `run` for err (nil: ExitOK).
+func ExitCode(err error) int {
+	is := func(targets ...error) bool {
+		for _, t := range targets {
+			if errors.Is(err, t) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case err == nil:
+		return ExitOK
+	case is(config.ErrInvalid, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
+		binlog.ErrNoColumnNames, binlog.ErrBadPosition, binlog.ErrDuplicateServerID, binlog.ErrPacketTooLarge,
+		ErrFlavorMismatch, ErrRejected, checkpoint.ErrTopicLayout):
+		return ExitConfig
+	case is(binlog.ErrPurged):
+		return ExitPurged
+	case is(ErrBadRow, ErrInvalidOp, ErrUnknownXA, binlog.ErrStatementLogged, binlog.ErrUnframed,
+		binlog.ErrRolledBackRows, binlog.ErrPositionDiverged, binlog.ErrSchemaMismatch, schema.ErrUnparsed,
+		checkpoint.ErrCorrupt):
+		return ExitData
+	case fatal(err):
+		return ExitError
+	default:
+		return ExitTransient
+	}
+}
