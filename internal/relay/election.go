@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,8 +150,13 @@ type elector struct {
 	refused  chan error // the coordinator refuses the membership for good
 
 	mu  sync.Mutex
-	own bool   // partition 0 is assigned to this member
-	cur *lease // the current term; nil in standby
+	own bool // partition 0 is assigned to this member
+	// clientID tells this member from the others in the lock group.
+	clientID string
+	// waited: an assignment gave the lease to another member while this one
+	// waited (only acquire's goroutine uses it).
+	waited bool
+	cur    *lease // the current term; nil in standby
 }
 
 // GroupID is the consumer group that elects name's active instance.
@@ -231,6 +239,10 @@ func (e *elector) join(ctx context.Context) error {
 		kgo.OnPartitionsLost(e.onLost),
 		kgo.WithHooks(e),
 	}, e.r.kopts...)
+	if e.clientID == "" {
+		e.clientID = e.fingerprint() + "-" + strconv.FormatUint(rand.Uint64(), 36)
+	}
+	opts = append(opts, kgo.ClientID(e.clientID))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("create kafka group client: %w", err)
@@ -250,6 +262,18 @@ func (e *elector) join(ctx context.Context) error {
 			return err
 		}
 		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", ErrKafkaUnreachable, e.r.cfg.Kafka.Brokers, err)
+	}
+	// Another member already in the group (an active instance, or one
+	// whose session has not ended yet): this one starts as a standby, and
+	// takes over later like a running instance (no fail-fast start).
+	if groups, derr := kadm.NewClient(cl).DescribeGroups(ctx, e.group); derr == nil {
+		for _, g := range groups {
+			for _, m := range g.Members {
+				if m.ClientID != e.clientID {
+					e.waited = true
+				}
+			}
+		}
 	}
 	now := time.Now()
 	e.lastOK.Store(now.UnixNano())
@@ -368,6 +392,16 @@ func (e *elector) acquire(ctx context.Context) (*lease, error) {
 		case <-e.assigned:
 		}
 		e.mu.Lock()
+		own := e.own
+		e.mu.Unlock()
+		if !own {
+			e.waited = true // another member holds the lease: this one is a standby
+			continue
+		}
+		if err := e.agree(ctx); err != nil {
+			return nil, err
+		}
+		e.mu.Lock()
 		if !e.own {
 			e.mu.Unlock()
 			continue
@@ -380,6 +414,59 @@ func (e *elector) acquire(ctx context.Context) (*lease, error) {
 		go e.watch(l)
 		return l, nil
 	}
+}
+
+// agree checks, before this member acts on the lease, that every member of
+// the lock group subscribes to the same lock topic: two instances of one
+// pipeline with different ha.lock_topic settings would each be given
+// partition 0 of their own topic, and both would be active. Such a
+// member refuses the lease with a configuration error; so does the other one
+// when it next acquires it.
+func (e *elector) agree(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
+	defer cancel()
+	groups, err := kadm.NewClient(e.cl).DescribeGroups(ctx, e.group)
+	if err == nil {
+		err = groups.Error()
+	}
+	if err != nil {
+		// Best effort: Kafka just assigned the lease, so a failed
+		// description is likely passing, and must not block a takeover.
+		e.r.log.Warn().Err(err).Msg("describe the lock group: members' lock topics not checked")
+		return nil
+	}
+	for _, g := range groups {
+		for _, m := range g.Members {
+			if prefix := e.fingerprint() + "-"; !strings.HasPrefix(m.ClientID, prefix) {
+				return fmt.Errorf("%w: instances of pipeline %s disagree on kafka.checkpoint_topic, kafka.delivery or "+
+					"ha.lock_topic: member %s (%s) is not %s; a standby taking over with another checkpoint would publish "+
+					"from another position: give every instance of one name the same settings", config.ErrInvalid,
+					e.r.cfg.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
+			}
+			meta, ok := m.Join.AsConsumer()
+			if !ok {
+				continue
+			}
+			if len(meta.Topics) != 1 || meta.Topics[0] != e.topic {
+				return fmt.Errorf("%w: instances of pipeline %s disagree on ha.lock_topic: this one uses %q, member %s (%s) "+
+					"subscribes to %v; give every instance of one name the same settings", config.ErrInvalid,
+					e.r.cfg.Name, e.topic, m.ClientHost, m.ClientID, meta.Topics)
+			}
+		}
+	}
+	return nil
+}
+
+// fingerprint names the settings every instance of a pipeline must share
+// (a hash, carried in the lock group member's client id).
+func (e *elector) fingerprint() string {
+	c := e.r.cfg
+	h := fnv.New32a()
+	for _, s := range []string{c.Kafka.CheckpointTopic, c.Kafka.Delivery, c.HA.LockTopic} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return "outbox-relay-" + strconv.FormatUint(uint64(h.Sum32()), 36)
 }
 
 // watch loses the lease when no group request has been answered for guard
@@ -444,9 +531,10 @@ func (r *Relay) elect(ctx context.Context) error {
 	}
 	defer e.leave()
 	started := false
-	for {
+	for term := 0; ; term++ {
 		r.metrics.SetState(metrics.StateStandby)
 		r.log.Info().Str("group", e.group).Str("lock_topic", e.topic).Msg("standby: waiting for the lease")
+		waitFrom := time.Now()
 		l, err := e.acquire(ctx)
 		if err != nil {
 			r.metrics.Errors.WithLabelValues("lock_group").Inc()
@@ -457,6 +545,13 @@ func (r *Relay) elect(ctx context.Context) error {
 		}
 		r.log.Info().Str("group", e.group).Msg("lease acquired: active")
 		r.metrics.Fenced.Set(0)
+		if term > 0 || e.waited || time.Since(waitFrom) > e.session {
+			// Only a fresh start that took the lease at once fails fast on a
+			// passing error (a misconfiguration shows at once); a standby
+			// taking over retries, like a running instance: it is the one
+			// left to publish.
+			started = true
+		}
 		err = r.lead(l, &started)
 		e.end(l)
 		if ctx.Err() != nil {
