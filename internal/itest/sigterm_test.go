@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
@@ -96,45 +93,12 @@ func relayEvents(t *testing.T, cfg config.Config) int64 {
 
 // requireNoOpenTransaction fails unless, on the checkpoint topic and every
 // topic with prefix, the last stable offset equals the high watermark: no
-// transaction is open.
+// transaction is open. A broker answers a commit before it writes the
+// markers: they get a moment to land, far less than a transaction timeout.
 func requireNoOpenTransaction(t *testing.T, brokers []string, checkpointTopic, prefix string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm := kadm.NewClient(cl)
-	defer adm.Close()
-	topics, err := adm.ListTopics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := []string{checkpointTopic}
-	for _, tp := range topics.Sorted() {
-		if strings.HasPrefix(tp.Topic, prefix) {
-			names = append(names, tp.Topic)
-		}
-	}
-	// A broker answers a commit before it writes the markers: give them a
-	// moment to land, far less than a transaction timeout (60 s).
 	Eventually(t, 5*time.Second, func() error {
-		lso, err := adm.ListCommittedOffsets(ctx, names...)
-		if err != nil {
-			return err
-		}
-		hwm, err := adm.ListEndOffsets(ctx, names...)
-		if err != nil {
-			return err
-		}
-		var open []string
-		hwm.Each(func(o kadm.ListedOffset) {
-			if l, ok := lso.Lookup(o.Topic, o.Partition); ok && l.Offset != o.Offset {
-				open = append(open, fmt.Sprintf("%s/%d: lso %d, hwm %d", o.Topic, o.Partition, l.Offset, o.Offset))
-			}
-		})
-		if len(open) > 0 {
+		if open := OpenTransactions(t, brokers, prefix, checkpointTopic); len(open) > 0 {
 			return fmt.Errorf("transactions left open: %v", open)
 		}
 		return nil
