@@ -444,8 +444,8 @@ func (e *elector) agree(ctx context.Context) error {
 					e.r.cfg.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
 			}
 			meta, ok := m.Join.AsConsumer()
-			if !ok {
-				continue
+			if !ok || len(meta.Topics) == 0 {
+				continue // between generations, a member may show no subscription
 			}
 			if len(meta.Topics) != 1 || meta.Topics[0] != e.topic {
 				return fmt.Errorf("%w: instances of pipeline %s disagree on ha.lock_topic: this one uses %q, member %s (%s) "+
