@@ -364,11 +364,12 @@ func consume(brokers []string, prefix string) ([]Record, error) {
 	return out, nil
 }
 
-// CountAll counts every data record of the topics matching prefix, aborted
-// ones included (read_uncommitted, up to the high watermark).
-func CountAll(t testing.TB, brokers []string, prefix string) int {
+// EachProduced calls fn, in partition order, for every data record of the
+// topics matching prefix up to their high watermark at call time, aborted
+// ones included (read_uncommitted; control records are read, not passed).
+func EachProduced(t testing.TB, brokers []string, prefix string, fn func(*kgo.Record)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -380,8 +381,6 @@ func CountAll(t testing.TB, brokers []string, prefix string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]map[int32]kgo.Offset{}
-	remaining := map[string]map[int32]int64{}
 	var names []string
 	for _, tp := range topics.Sorted() {
 		if strings.HasPrefix(tp.Topic, prefix) {
@@ -389,12 +388,14 @@ func CountAll(t testing.TB, brokers []string, prefix string) int {
 		}
 	}
 	if len(names) == 0 {
-		return 0
+		return
 	}
 	ends, err := adm.ListEndOffsets(ctx, names...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := map[string]map[int32]kgo.Offset{}
+	remaining := map[string]map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Err == nil && o.Offset > 0 {
 			if want[o.Topic] == nil {
@@ -410,11 +411,10 @@ func CountAll(t testing.TB, brokers []string, prefix string) int {
 		t.Fatal(err)
 	}
 	defer cons.Close()
-	n := 0
 	for len(remaining) > 0 {
 		fs := cons.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("count records: %v", ctx.Err())
+			t.Fatalf("read produced records: %v", ctx.Err())
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			end, ok := remaining[r.Topic][r.Partition]
@@ -422,7 +422,7 @@ func CountAll(t testing.TB, brokers []string, prefix string) int {
 				return
 			}
 			if !r.Attrs.IsControl() {
-				n++
+				fn(r)
 			}
 			if r.Offset+1 >= end {
 				delete(remaining[r.Topic], r.Partition)
@@ -432,6 +432,14 @@ func CountAll(t testing.TB, brokers []string, prefix string) int {
 			}
 		})
 	}
+}
+
+// CountAll counts every data record of the topics matching prefix, aborted
+// ones included (read_uncommitted, up to the high watermark).
+func CountAll(t testing.TB, brokers []string, prefix string) int {
+	t.Helper()
+	n := 0
+	EachProduced(t, brokers, prefix, func(*kgo.Record) { n++ })
 	return n
 }
 

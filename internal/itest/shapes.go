@@ -645,74 +645,14 @@ func (r *ShapeRun) Finish() Report {
 // matching prefix, aborted ones included (read_uncommitted).
 func ProducedIDs(t testing.TB, brokers []string, prefix string) map[string]int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm := kadm.NewClient(cl)
-	defer adm.Close()
-	topics, err := adm.ListTopics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tp := range topics.Sorted() {
-		if strings.HasPrefix(tp.Topic, prefix) {
-			names = append(names, tp.Topic)
-		}
-	}
 	out := map[string]int{}
-	if len(names) == 0 {
-		return out
-	}
-	ends, err := adm.ListEndOffsets(ctx, names...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]map[int32]kgo.Offset{}
-	remaining := map[string]map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil && o.Offset > 0 {
-			if want[o.Topic] == nil {
-				want[o.Topic], remaining[o.Topic] = map[int32]kgo.Offset{}, map[int32]int64{}
+	EachProduced(t, brokers, prefix, func(r *kgo.Record) {
+		for _, h := range r.Headers {
+			if h.Key == "id" {
+				out[string(h.Value)]++
 			}
-			want[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
-			remaining[o.Topic][o.Partition] = o.Offset
 		}
 	})
-	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(want),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	for len(remaining) > 0 {
-		fs := cons.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read produced records: %v", ctx.Err())
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := remaining[r.Topic][r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				for _, h := range r.Headers {
-					if h.Key == "id" {
-						out[string(h.Value)]++
-					}
-				}
-			}
-			if r.Offset+1 >= end {
-				delete(remaining[r.Topic], r.Partition)
-				if len(remaining[r.Topic]) == 0 {
-					delete(remaining, r.Topic)
-				}
-			}
-		})
-	}
 	return out
 }
 

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -330,44 +329,6 @@ func TestStandbyAtLeastOnceNeverTwoActives(t *testing.T) {
 // another producer wrote (interleaving: two producers at once).
 func producerRuns(t *testing.T, brokers []string, prefix string) (int, []string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	topics, err := adm.ListTopics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tp := range topics.Sorted() {
-		if strings.HasPrefix(tp.Topic, prefix) {
-			names = append(names, tp.Topic)
-		}
-	}
-	ends, err := adm.ListEndOffsets(ctx, names...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]map[int32]kgo.Offset{}
-	remaining := map[string]map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil && o.Offset > 0 {
-			if want[o.Topic] == nil {
-				want[o.Topic], remaining[o.Topic] = map[int32]kgo.Offset{}, map[int32]int64{}
-			}
-			want[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
-			remaining[o.Topic][o.Partition] = o.Offset
-		}
-	})
-	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(want))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
 	type tp struct {
 		topic string
 		p     int32
@@ -376,40 +337,24 @@ func producerRuns(t *testing.T, brokers []string, prefix string) (int, []string)
 	done := map[tp]map[int64]bool{} // producers whose run in the partition ended
 	runs := 0
 	var interleaved []string
-	for len(remaining) > 0 {
-		fs := cons.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read producer ids: %v", ctx.Err())
+	EachProduced(t, brokers, prefix, func(r *kgo.Record) {
+		key := tp{r.Topic, r.Partition}
+		prev, seen := last[key]
+		if seen && prev == r.ProducerID {
+			return
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := remaining[r.Topic][r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if r.Offset+1 >= end {
-				delete(remaining[r.Topic], r.Partition)
-				if len(remaining[r.Topic]) == 0 {
-					delete(remaining, r.Topic)
-				}
-			}
-			key := tp{r.Topic, r.Partition}
-			prev, seen := last[key]
-			if seen && prev == r.ProducerID {
-				return
-			}
-			if done[key] == nil {
-				done[key] = map[int64]bool{}
-			}
-			if done[key][r.ProducerID] {
-				interleaved = append(interleaved, fmt.Sprintf("%s/%d offset %d: producer %d again after %d", r.Topic, r.Partition, r.Offset, r.ProducerID, prev))
-			}
-			if seen {
-				done[key][prev] = true
-			}
-			last[key] = r.ProducerID
-			runs++
-		})
-	}
+		if done[key] == nil {
+			done[key] = map[int64]bool{}
+		}
+		if done[key][r.ProducerID] {
+			interleaved = append(interleaved, fmt.Sprintf("%s/%d offset %d: producer %d again after %d", r.Topic, r.Partition, r.Offset, r.ProducerID, prev))
+		}
+		if seen {
+			done[key][prev] = true
+		}
+		last[key] = r.ProducerID
+		runs++
+	})
 	return runs, interleaved
 }
 
