@@ -21,7 +21,7 @@ import (
 
 func (h *harness) baseline(self, db, from string, n int) (catchUp, error) {
 	h.seq++
-	prefix := fmt.Sprintf("base%d.", h.seq)
+	prefix := fmt.Sprintf("base%s-%d.", h.runID, h.seq)
 	if err := h.createTopic(prefix + "alarm"); err != nil {
 		return catchUp{}, err
 	}
@@ -43,7 +43,7 @@ func cpuTime(ps *os.ProcessState) time.Duration { return ps.UserTime() + ps.Syst
 func (h *harness) relayConfig(prefix, db, from string) config.Config {
 	h.seq++
 	cfg := config.Default()
-	cfg.Name = fmt.Sprintf("%s%d", prefix, h.seq)
+	cfg.Name = fmt.Sprintf("%s%s-%d", prefix, h.runID, h.seq)
 	cfg.Source.Hosts = []string{h.db.Addr}
 	cfg.Source.User, cfg.Source.Password = "root", devdb.RootPassword
 	cfg.Source.ServerID = uint32(5000 + h.seq)
@@ -175,28 +175,22 @@ func peakRSS(pid int) int {
 // catchUpSection measures catch-up in both shapes over rounds and writes
 // section 1 of the report; the first exactly-once single-row run writes the
 // CPU profile. It returns the single-row database and start for later runs.
-func (h *harness) catchUpSection(self string, n, rounds int, profile string) (string, string, error) {
+func (h *harness) catchUpSection(self string, loads map[string][2]string, n, rounds int, profile string) error {
 	h.printf("## 1. Catch-up throughput (%d outbox rows, from the position before them)\n\n", n)
 	h.printf("Each shape runs %d rounds of baseline, exactly-once and at-least-once over the same binlog; "+
 		"a ratio is the baseline's time over the relay's in the same round. Medians, then each round.\n\n", rounds)
 	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | CPU s | peak RSS | first record after |\n|---|---|---|---|---|---|---|---|\n")
 	var detail strings.Builder
-	var singleDB, singleFrom string
 	runs := []string{"baseline", config.ExactlyOnce, config.AtLeastOnce}
 	for _, shape := range []string{"single", "multi200"} {
-		db, from, err := h.load(shape, n)
-		if err != nil {
-			return "", "", err
-		}
-		if shape == "single" {
-			singleDB, singleFrom = db, from
-		}
+		db, from := loads[shape][0], loads[shape][1]
 		res := map[string][]catchUp{}
 		ratios := map[string][]float64{}
 		for r := 0; r < rounds; r++ {
 			fmt.Fprintf(&detail, "| %s | %d |", shape, r+1)
 			for _, run := range runs {
 				var c catchUp
+				var err error
 				switch {
 				case run == "baseline":
 					c, err = h.baseline(self, db, from, n)
@@ -206,7 +200,7 @@ func (h *harness) catchUpSection(self string, n, rounds int, profile string) (st
 					c, err = h.relayCatchUp(db, from, n, run, "")
 				}
 				if err != nil {
-					return "", "", err
+					return err
 				}
 				res[run] = append(res[run], c)
 				ratio := res["baseline"][r].elapsed.Seconds() / c.elapsed.Seconds()
@@ -234,7 +228,7 @@ func (h *harness) catchUpSection(self string, n, rounds int, profile string) (st
 	}
 	h.printf("\nSeconds per round (ratio to that round's baseline); peak RSS is the largest of the rounds:\n\n")
 	h.printf("| shape | round | baseline | exactly-once | at-least-once |\n|---|---|---|---|---|\n%s", detail.String())
-	return singleDB, singleFrom, nil
+	return nil
 }
 
 func durations(cs []catchUp, f func(catchUp) time.Duration) []time.Duration {

@@ -27,15 +27,16 @@ func (l latencyResult) quantile(q float64) time.Duration {
 	return l.samples[i]
 }
 
-// latency runs the relay (exactly-once, defaults) and writers committing at
+// latency runs the relay (delivery, otherwise defaults) and writers committing at
 // rate events/s for d; a read_committed consumer records, per event, the time
 // from the writer's COMMIT returning to the record's arrival.
-func (h *harness) latency(rate int, d time.Duration) (latencyResult, error) {
+func (h *harness) latency(delivery string, rate int, d time.Duration) (latencyResult, error) {
 	db, from, err := h.load("single", 0)
 	if err != nil {
 		return latencyResult{}, err
 	}
 	cfg := h.relayConfig("lat", db, from)
+	cfg.Kafka.Delivery = delivery
 	topic := cfg.Router.TopicPrefix + "alarm"
 	if err := h.createTopic(topic); err != nil {
 		return latencyResult{}, err

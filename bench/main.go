@@ -18,14 +18,20 @@
 // the report gives their median with every round's figures, since on a small
 // machine one run can move by 15%.
 //
-// Usage: go run ./bench [-n 1000000] [-rounds 3] [-out BENCHMARKS.md]; `bench baseline`
-// is the baseline process the harness starts itself.
+// Each part runs on kfake and on Apache Kafka (-brokers, -kafka).
+//
+// Usage: go run ./bench [-n 1000000] [-rounds 3] [-brokers kfake,kafka]
+// [-kafka HOST:PORT] [-sections txn,catchup,batch,latency,bigtx,profile]
+// [-out BENCHMARKS.md]; `bench baseline` is the baseline process the harness
+// starts itself; `bench txn -brokers HOST:PORT` times the parts of one Kafka
+// transaction (txnprobe.go).
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 )
 
 func main() {
@@ -36,13 +42,29 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "txn" {
+		if err := txnProbeMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "txn:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	n := flag.Int("n", 1_000_000, "outbox rows per shape for the catch-up runs")
 	bigTx := flag.Int("big-tx", 500_000, "rows of the one large transaction for the memory run")
 	latencySeconds := flag.Int("latency-seconds", 10, "seconds per write rate in the latency runs")
 	rounds := flag.Int("rounds", 3, "catch-up rounds (baseline, exactly-once, at-least-once each) per shape; the report gives medians")
 	out := flag.String("out", "", "write the Markdown report here (default: stdout only)")
+	brokers := flag.String("brokers", "kfake,kafka", "brokers to measure on, in order: kfake (embedded, in memory), kafka (Apache Kafka)")
+	kafkaAddr := flag.String("kafka", "", "host:port of a running Apache Kafka to use; empty: start deploy/dev/kafka.sh on a free port and stop it afterwards")
+	sections := flag.String("sections", "txn,catchup,batch,latency,bigtx,profile", "report sections to run: txn (one Kafka transaction timed), catchup, batch (batch bound), latency, bigtx (memory through one large transaction), profile")
+	relayBin := flag.String("relay-bin", "", "measure this relay binary instead of building ./cmd/outbox-relay (to compare two builds)")
 	flag.Parse()
-	if err := run(*n, *bigTx, *latencySeconds, *rounds, *out); err != nil {
+	o := options{relayBin: *relayBin, n: *n, bigTx: *bigTx, latencySeconds: *latencySeconds, rounds: *rounds, out: *out,
+		brokers: strings.Split(*brokers, ","), kafkaAddr: *kafkaAddr, sections: map[string]bool{}, args: strings.Join(os.Args[1:], " ")}
+	for _, s := range strings.Split(*sections, ",") {
+		o.sections[s] = true
+	}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

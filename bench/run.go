@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -31,6 +30,7 @@ type harness struct {
 	kafka  *exec.Cmd
 	report strings.Builder
 	seq    int
+	runID  string // in every topic and relay name: runs can share a broker
 }
 
 func (h *harness) printf(format string, a ...any) {
@@ -38,14 +38,29 @@ func (h *harness) printf(format string, a ...any) {
 	fmt.Printf(format, a...)
 }
 
-func run(n, bigTx, latencySeconds, rounds int, out string) error {
+// options are the command line of a report run.
+type options struct {
+	n, bigTx, latencySeconds, rounds int
+	brokers                          []string // kfake, kafka: a part of the report each, in this order
+	kafkaAddr                        string   // an Apache Kafka to use; "" starts deploy/dev/kafka.sh
+	sections                         map[string]bool
+	out                              string
+	args                             string // the command line, for the report
+	relayBin                         string // a relay binary to measure instead of building ./cmd/outbox-relay
+}
+
+func run(o options) error {
 	dir, err := os.MkdirTemp("", "outbox-relay-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	h := &harness{dir: dir, bin: filepath.Join(dir, "outbox-relay")}
-	if out, err := exec.Command("go", "build", "-o", h.bin, "./cmd/outbox-relay").CombinedOutput(); err != nil {
+	h := &harness{dir: dir, bin: filepath.Join(dir, "outbox-relay"), runID: time.Now().UTC().Format("150405")}
+	if o.relayBin != "" {
+		if h.bin, err = filepath.Abs(o.relayBin); err != nil {
+			return err
+		}
+	} else if out, err := exec.Command("go", "build", "-o", h.bin, "./cmd/outbox-relay").CombinedOutput(); err != nil {
 		return fmt.Errorf("build relay: %v\n%s", err, out)
 	}
 	self, err := os.Executable()
@@ -59,81 +74,122 @@ func run(n, bigTx, latencySeconds, rounds int, out string) error {
 		return err
 	}
 	defer h.db.Stop()
-	port, err := devdb.FreePort()
-	if err != nil {
-		return err
-	}
-	h.broker = fmt.Sprintf("127.0.0.1:%d", port)
-	h.kafka = exec.Command(h.bin, "dev", "kafka", "--listen", h.broker)
-	h.kafka.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := h.kafka.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = h.kafka.Process.Signal(syscall.SIGTERM); _ = h.kafka.Wait() }()
-	if err := waitBroker(h.broker); err != nil {
-		return err
-	}
 
 	h.printf("# outbox-relay benchmarks\n\n")
-	h.printf("Measured by `go run ./bench -n %d -rounds %d -big-tx %d -latency-seconds %d` (`make bench`), %s.\n\n",
-		n, rounds, bigTx, latencySeconds, time.Now().UTC().Format("2006-01-02"))
-	h.printf("Machine: %s, %d cores, %s; %s; MariaDB %s (scratch, binlog ROW/FULL); Kafka: kfake (`outbox-relay dev kafka`, in memory, its own process).\n\n",
+	h.printf("Measured by `go run ./bench %s`, %s.\n\n", o.args, time.Now().UTC().Format("2006-01-02"))
+	h.printf("Machine: %s, %d cores, %s, shared with other work while measuring (ratios are taken within one round, contenders interleaved); %s; MariaDB %s (scratch, binlog ROW/FULL).\n\n",
 		cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), h.version())
+	h.printf("Baseline: a naive go-mysql BinlogSyncer + franz-go loop (bench/baseline.go), tuned: %s.\n\n", baselineSettings)
 
-	profile := filepath.Join(dir, "cpu.prof")
-	singleDB, singleFrom, err := h.catchUpSection(self, n, rounds, profile)
-	if err != nil {
-		return err
+	// Both shapes are written once; every broker reads the same binlog.
+	loads := map[string][2]string{}
+	if o.sections["catchup"] || o.sections["batch"] {
+		for _, shape := range []string{"single", "multi200"} {
+			db, from, err := h.load(shape, o.n)
+			if err != nil {
+				return err
+			}
+			loads[shape] = [2]string{db, from}
+		}
 	}
-	h.printf("\n### Batch bound (kafka.batch.max_records), exactly-once, single-row shape\n\n")
-	h.printf("| max_records | seconds | events/s | peak RSS |\n|---|---|---|---|\n")
-	for _, records := range []int{500, 2000, 5000, 20000} {
-		res, err := h.relayCatchUp(singleDB, singleFrom, n, config.ExactlyOnce, "", func(c *config.Config) {
-			c.Kafka.Batch.MaxRecords = records
-		})
+	var bigDB, bigFrom string
+	if o.sections["bigtx"] {
+		if bigDB, bigFrom, err = h.load("bigtx", o.bigTx); err != nil {
+			return err
+		}
+	}
+	for _, kind := range o.brokers {
+		stop, desc, err := h.startBroker(kind, o.kafkaAddr)
 		if err != nil {
 			return err
 		}
-		h.printf("| %d | %.2f | %.0f | %.0f MB |\n", records, res.elapsed.Seconds(), float64(n)/res.elapsed.Seconds(), float64(res.rssKB)/1024)
-	}
-
-	h.printf("\n## 2. Commit-to-receive latency, exactly-once (%d s per rate)\n\n", latencySeconds)
-	h.printf("| target events/s | achieved | events | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|---|\n")
-	for _, rate := range []int{100, 1000, 5000} {
-		lat, err := h.latency(rate, time.Duration(latencySeconds)*time.Second)
+		err = h.brokerPart(self, kind, desc, o, loads, bigDB, bigFrom, dir)
+		stop()
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", kind, err)
 		}
-		h.printf("| %d | %.0f | %d | %.1f | %.1f | %.1f |\n", rate, lat.achieved, len(lat.samples),
-			ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), ms(lat.quantile(1)))
 	}
-
-	h.printf("\n## 3. Memory: one source transaction of %d outbox rows\n\n", bigTx)
-	schema, from, err := h.load("bigtx", bigTx)
-	if err != nil {
-		return err
-	}
-	res, err := h.relayCatchUp(schema, from, bigTx, config.ExactlyOnce, "")
-	if err != nil {
-		return err
-	}
-	h.printf("Exactly-once, split into Kafka transactions of kafka.batch.max_records: %.2f s, peak RSS %.0f MB.\n",
-		res.elapsed.Seconds(), float64(res.rssKB)/1024)
-
-	if err := h.profileSection(profile); err != nil {
-		return err
-	}
-	if out != "" {
+	if o.out != "" {
 		report := h.report.String()
 		// Hand-written notes below the marker survive a new run.
-		if old, err := os.ReadFile(out); err == nil {
+		if old, err := os.ReadFile(o.out); err == nil {
 			if i := strings.Index(string(old), notesMarker); i >= 0 {
 				report += "\n" + string(old[i:])
 			}
 		}
-		return os.WriteFile(out, []byte(report), 0o644)
+		return os.WriteFile(o.out, []byte(report), 0o644)
 	}
 	return nil
+}
+
+// brokerPart writes one broker's part of the report.
+func (h *harness) brokerPart(self, kind, desc string, o options, loads map[string][2]string, bigDB, bigFrom, dir string) error {
+	h.printf("# Kafka: %s\n\n%s\n\n", kind, desc)
+	profile := filepath.Join(dir, "cpu-"+kind+".prof")
+	if o.sections["txn"] {
+		h.printf("## 0. One exactly-once batch, timed (`bench txn`)\n\n")
+		h.printf("One record into one partition of a 6-partition topic plus one checkpoint record per Kafka transaction, %d transactions one after the other, after 20 for warm-up; franz-go %s.\n", 300, "v1.22.3")
+		w := reportWriter{h}
+		for _, po := range []probeOptions{
+			{brokers: h.broker, n: 300, parts: 1, alo: true},
+			{brokers: h.broker, n: 300, parts: 1, backToBack: true},
+			{brokers: h.broker, n: 300, parts: 1, backToBack: true, settle: true},
+			{brokers: h.broker, n: 300, parts: 1, backToBack: true, tv1: true},
+		} {
+			if err := txnProbe(w, po); err != nil {
+				return fmt.Errorf("txn probe: %w", err)
+			}
+		}
+		h.printf("\n")
+	}
+	if o.sections["catchup"] {
+		if err := h.catchUpSection(self, loads, o.n, o.rounds, profile); err != nil {
+			return err
+		}
+	}
+	if o.sections["batch"] {
+		single := loads["single"]
+		h.printf("\n### Batch bound (kafka.batch.max_records), exactly-once, single-row shape\n\n")
+		h.printf("| max_records | seconds | events/s | peak RSS |\n|---|---|---|---|\n")
+		for _, records := range []int{500, 2000, 5000, 20000} {
+			res, err := h.relayCatchUp(single[0], single[1], o.n, config.ExactlyOnce, "", func(c *config.Config) {
+				c.Kafka.Batch.MaxRecords = records
+			})
+			if err != nil {
+				return err
+			}
+			h.printf("| %d | %.2f | %.0f | %.0f MB |\n", records, res.elapsed.Seconds(), float64(o.n)/res.elapsed.Seconds(), float64(res.rssKB)/1024)
+		}
+	}
+	if o.sections["latency"] {
+		if err := h.latencySection(o.latencySeconds); err != nil {
+			return err
+		}
+	}
+	if o.sections["bigtx"] {
+		h.printf("\n## 3. Memory: one source transaction of %d outbox rows\n\n", o.bigTx)
+		res, err := h.relayCatchUp(bigDB, bigFrom, o.bigTx, config.ExactlyOnce, "")
+		if err != nil {
+			return err
+		}
+		h.printf("Exactly-once, split into Kafka transactions of kafka.batch.max_records: %.2f s, %.2f CPU s, peak RSS %.0f MB.\n",
+			res.elapsed.Seconds(), res.cpu.Seconds(), float64(res.rssKB)/1024)
+	}
+	if o.sections["profile"] && o.sections["catchup"] {
+		if err := h.profileSection(profile); err != nil {
+			return err
+		}
+	}
+	h.printf("\n")
+	return nil
+}
+
+// reportWriter writes into the report (and stdout).
+type reportWriter struct{ h *harness }
+
+func (w reportWriter) Write(p []byte) (int, error) {
+	w.h.printf("%s", p)
+	return len(p), nil
 }
 
 // profileSection writes section 4: the top of the CPU profile (kept, with
@@ -334,6 +390,6 @@ func (h *harness) createTopic(topic string) error {
 		return err
 	}
 	defer cl.Close()
-	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), 3, 1, nil, topic)
+	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), 6, 1, nil, topic)
 	return err
 }

@@ -67,6 +67,12 @@ const (
 	// Behind: the host lacks transactions of the position it may still
 	// receive.
 	Behind
+	// Lacks: the host applied the transactions after the position, but its
+	// binlog does not hold them (MariaDB: a domain missing from its binlog
+	// although its gtid_slave_pos is past the position: its binlog was
+	// reset, or it replicated without log_slave_updates). For this host the
+	// position is purged.
+	Lacks
 	// Diverged: the host's history does not contain the position and never
 	// will.
 	Diverged
@@ -78,6 +84,8 @@ func (r Relation) String() string {
 		return "contains"
 	case Behind:
 		return "behind"
+	case Lacks:
+		return "lacks"
 	}
 	return "diverged"
 }
@@ -88,9 +96,23 @@ func (r Relation) String() string {
 // says why when the relation is not Contains.
 func Relate(flavor, pos, state, ownID string) (Relation, string, error) {
 	if flavor == mysql.MariaDBFlavor {
-		return relateMariaDB(pos, state)
+		return relateMariaDB(pos, state, "")
 	}
 	return relateMySQL(pos, state, ownID)
+}
+
+// Relate compares pos with what s's binlog holds, as the package function
+// does, and also with what a MariaDB server applied as a replica
+// (gtid_slave_pos) for the domains its binlog holds nothing of: a replica
+// re-provisioned from a backup, or whose binlog was reset, has no GTID of
+// a domain that was idle since, yet it applied the checkpoint's
+// transaction of that domain and logs the ones after it; the server itself
+// accepts such a position (its own slave position).
+func (s *Server) Relate(pos string) (Relation, string, error) {
+	if s.Flavor == mysql.MariaDBFlavor {
+		return relateMariaDB(pos, s.State, s.SlavePos)
+	}
+	return relateMySQL(pos, s.State, s.ServerID)
 }
 
 // mariadbState is a gtid_binlog_state: domain -> server_id -> last seq.
@@ -127,12 +149,16 @@ func (st mariadbState) last(d uint32) (uint64, string) {
 	return seq, fmt.Sprintf("%d-%d-%d", d, srv, seq)
 }
 
-func relateMariaDB(pos, state string) (Relation, string, error) {
+func relateMariaDB(pos, state, slavePos string) (Relation, string, error) {
 	set, err := ParseSet(mysql.MariaDBFlavor, pos)
 	if err != nil {
 		return 0, "", err
 	}
 	st, err := parseMariaDBState(state)
+	if err != nil {
+		return 0, "", err
+	}
+	applied, err := parseMariaDBState(slavePos)
 	if err != nil {
 		return 0, "", err
 	}
@@ -144,6 +170,24 @@ func relateMariaDB(pos, state string) (Relation, string, error) {
 		}
 		top, topGTID := st.last(g.DomainID)
 		switch {
+		case len(st[g.DomainID]) == 0 && len(applied[g.DomainID]) > 0:
+			// Nothing of the domain in its binlog, but it applied the
+			// domain's transactions as a replica: exactly the checkpoint's
+			// (its binlog was reset or it was restored after it, and the
+			// domain was idle since: it logs what comes next), or ones
+			// after it that its binlog does not hold.
+			top, topGTID := applied.last(g.DomainID)
+			switch {
+			case top == g.SequenceNumber && applied[g.DomainID][g.ServerID] == top:
+			case top < g.SequenceNumber:
+				rel = max(rel, Behind)
+				why = append(why, fmt.Sprintf("it has no transaction of domain %d in its binlog and applied up to %s, the checkpoint is at %s",
+					g.DomainID, topGTID, g))
+			default:
+				rel = max(rel, Lacks)
+				why = append(why, fmt.Sprintf("it applied domain %d up to %s, past the checkpoint's %s, but its binlog holds none of them "+
+					"(its binlog was reset, or it replicates without log_slave_updates)", g.DomainID, topGTID, g))
+			}
 		case len(st[g.DomainID]) == 0:
 			rel = max(rel, Behind)
 			why = append(why, fmt.Sprintf("it has no transaction of domain %d, the checkpoint is at %s", g.DomainID, g))
@@ -151,7 +195,7 @@ func relateMariaDB(pos, state string) (Relation, string, error) {
 			rel = max(rel, Behind)
 			why = append(why, fmt.Sprintf("it is at %s, the checkpoint at %s", topGTID, g))
 		default:
-			rel = Diverged
+			rel = max(rel, Diverged)
 			why = append(why, fmt.Sprintf("it wrote up to %s without the checkpoint's %s (sequence numbers of domain %d went past it on another history)",
 				topGTID, g, g.DomainID))
 		}
@@ -198,11 +242,15 @@ func relateMySQL(pos, executed, ownUUID string) (Relation, string, error) {
 // or an error wrapping ErrPositionAhead (behind: the host may catch up),
 // ErrPositionDiverged (never) or ErrPurged (the binlogs after from are gone).
 func (s *Server) Resumable(published, from string) error {
-	rel, why, err := Relate(s.Flavor, published, s.State, s.ServerID)
+	rel, why, err := s.Relate(published)
 	if err != nil {
 		return err
 	}
 	switch rel {
+	case Lacks:
+		return fmt.Errorf("%w: %s does not hold in its binlog transactions after the checkpoint %q: %s; "+
+			"the relay uses another of source.hosts that has them; with none, set a new position with `outbox-relay checkpoint set` "+
+			"knowing the events in between are skipped", ErrPurged, s.Addr, published, why)
 	case Behind:
 		return fmt.Errorf("%w: %s does not have every transaction the relay already published: %s; "+
 			"the relay waits for it to catch up (or uses another of source.hosts)", ErrPositionAhead, s.Addr, why)

@@ -51,6 +51,48 @@ func TestRelateMariaDB(t *testing.T) {
 	}
 }
 
+// A MariaDB host whose binlog holds nothing of a domain is judged by what
+// it applied as a replica (gtid_slave_pos) in that domain.
+func TestRelateMariaDBAppliedDomain(t *testing.T) {
+	tests := []struct {
+		pos, state, slavePos string
+		want                 Relation
+		why                  string
+	}{
+		// Re-provisioned replica, domain 1 idle since: it applied exactly
+		// the checkpoint's 1-1-1 and logs what comes next.
+		{"0-1-40,1-1-1", "0-1-45", "0-1-45,1-1-1", Contains, ""},
+		// It applied less of the domain: it may still receive the rest.
+		{"0-1-40,1-1-3", "0-1-45", "0-1-45,1-1-1", Behind, "applied up to 1-1-1"},
+		// It applied past the checkpoint, but its binlog holds none of
+		// those transactions: gone for this host.
+		{"0-1-40,1-1-1", "0-1-45", "0-1-45,1-1-4", Lacks, "past the checkpoint's 1-1-1"},
+		// Applied the same sequence number from another server: not the
+		// checkpoint's transaction.
+		{"0-1-40,1-1-1", "0-1-45", "1-2-1", Lacks, "1-2-1"},
+		// Nothing of the domain applied either: behind.
+		{"0-1-40,1-1-1", "0-1-45", "0-1-45", Behind, "no transaction of domain 1"},
+		// A domain the binlog holds is judged by the binlog alone.
+		{"0-1-40", "0-1-30", "0-1-50", Behind, "it is at 0-1-30"},
+		// Diverged in one domain and lacking in another: diverged.
+		{"0-1-40,1-1-1", "0-2-45", "0-2-45,1-1-4", Diverged, "domain 0"},
+	}
+	for _, tt := range tests {
+		srv := &Server{Flavor: "mariadb", State: tt.state, SlavePos: tt.slavePos}
+		got, why, err := srv.Relate(tt.pos)
+		if err != nil {
+			t.Fatalf("%q vs %q/%q: %v", tt.pos, tt.state, tt.slavePos, err)
+		}
+		if got != tt.want || !strings.Contains(why, tt.why) {
+			t.Errorf("%q vs state %q, slave pos %q: %v (%s), want %v (%s)", tt.pos, tt.state, tt.slavePos, got, why, tt.want, tt.why)
+		}
+	}
+	srv := &Server{Addr: "b:3306", Flavor: "mariadb", State: "0-1-45", SlavePos: "0-1-45,1-1-4", Earliest: ""}
+	if err := srv.Resumable("0-1-40,1-1-1", "0-1-40,1-1-1"); !errors.Is(err, ErrPurged) {
+		t.Errorf("Resumable on a host that lacks applied transactions: %v, want ErrPurged", err)
+	}
+}
+
 func TestRelateMySQL(t *testing.T) {
 	const (
 		a   = "3e11fa47-71ca-11e1-9e33-c80aa9429562"

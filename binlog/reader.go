@@ -52,6 +52,11 @@ const (
 	// KindIgnored: a statement that mentions a captured table but changes
 	// no layout (a trigger, an event, a grant...); Note says which.
 	KindIgnored
+	// KindHeartbeat: the server sent a heartbeat between transactions, which
+	// it does only when it has nothing more to send: everything before this
+	// event is all the server had (the relay's lag is 0). Time is when it
+	// arrived.
+	KindHeartbeat
 )
 
 // Op is the row operation.
@@ -146,6 +151,36 @@ type Reader struct {
 	logger  *slog.Logger
 	tracker *schema.Tracker
 	done    mysql.GTIDSet // see Published
+	// file and pos: the end of the last event read (see ReadPosition).
+	file atomic.Pointer[string]
+	pos  atomic.Uint32
+}
+
+// ReadPosition is the binlog file and offset after the last event the
+// reader has read ("" before the server named its file). Safe to call while
+// Run runs; file and offset are read separately, good for a sample.
+func (r *Reader) ReadPosition() (file string, pos uint32) {
+	if f := r.file.Load(); f != nil {
+		file = *f
+	}
+	return file, r.pos.Load()
+}
+
+// track notes ev's place in the server's binlog files. Heartbeats and
+// events without a position (the server's fake rotate at the start, events
+// inside a compressed payload) leave it as it is.
+func (r *Reader) track(ev *replication.BinlogEvent) {
+	switch e := ev.Event.(type) {
+	case *replication.RotateEvent:
+		name := string(e.NextLogName)
+		r.file.Store(&name)
+		r.pos.Store(uint32(e.Position))
+	case *replication.HeartbeatEvent:
+	default:
+		if p := ev.Header.LogPos; p > r.pos.Load() {
+			r.pos.Store(p)
+		}
+	}
 }
 
 // NewReader returns a reader of srv (from Inspect) for cfg.Tables; tracker
@@ -260,6 +295,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			if i >= 0 {
 				ev = more[i]
 			}
+			r.track(ev)
 			if batch, err = r.convert(st, ev, batch); err != nil && r.skipPublished(st, err) {
 				err = nil
 			}
@@ -485,7 +521,12 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 			return batch, nil
 		}
 		return batch, f.other(ev)
-	case *replication.FormatDescriptionEvent, *replication.RotateEvent, *replication.HeartbeatEvent,
+	case *replication.HeartbeatEvent:
+		if f.state == stateIdle {
+			batch = append(batch, Event{Kind: KindHeartbeat, Time: time.Now()})
+		}
+		return batch, nil
+	case *replication.FormatDescriptionEvent, *replication.RotateEvent,
 		*replication.PreviousGTIDsEvent, *replication.MariadbGTIDListEvent, *replication.MariadbBinlogCheckPointEvent,
 		*replication.IntVarEvent, *replication.RowsQueryEvent, *replication.MariadbAnnotateRowsEvent,
 		*replication.BeginLoadQueryEvent:

@@ -34,7 +34,10 @@ var (
 	ErrServerConfig = errors.New("source server misconfigured")
 	// ErrGrants: the user lacks a privilege the relay needs.
 	ErrGrants = errors.New("source grants missing")
-	// ErrPurged: the binlogs needed to resume from a position are gone.
+	// ErrPurged: the binlogs needed to resume from a position are gone
+	// from the server: purged, or its binlog was reset (RESET MASTER) or
+	// rebuilt after the position while replication went on (MariaDB then
+	// refuses the position as a hole in its binlog).
 	ErrPurged = errors.New("binlog position purged")
 	// ErrBadPosition: a GTID set that cannot be parsed for this flavor.
 	ErrBadPosition = errors.New("bad gtid set")
@@ -70,6 +73,9 @@ type Server struct {
 	// Relate): MariaDB's gtid_binlog_state (the last GTID of every domain
 	// and server_id), MySQL's gtid_executed.
 	State string
+	// SlavePos is what a MariaDB server applied as a replica
+	// (gtid_slave_pos), whether or not its binlog holds it; empty on MySQL.
+	SlavePos string
 	// Earliest is the GTID set before the oldest binlog still on the server:
 	// starting there replays everything the server still has.
 	Earliest string
@@ -193,7 +199,7 @@ func inspect(conn *client.Conn, cfg Config, addr string) (*Server, error) {
 	if err := checkSettings(vars, srv.Flavor); err != nil {
 		return nil, err
 	}
-	if err := checkGrants(conn); err != nil {
+	if err := checkGrants(conn, cfg, addr, srv.Flavor); err != nil {
 		return nil, err
 	}
 	if err := srv.positions(conn, vars); err != nil {
@@ -208,7 +214,7 @@ func inspect(conn *client.Conn, cfg Config, addr string) (*Server, error) {
 func (srv *Server) positions(conn *client.Conn, vars map[string]string) error {
 	q := "SELECT @@GLOBAL.gtid_executed, @@GLOBAL.gtid_executed, @@GLOBAL.gtid_purged"
 	if srv.Flavor == mysql.MariaDBFlavor {
-		q = "SELECT @@GLOBAL.gtid_binlog_pos, @@GLOBAL.gtid_binlog_state"
+		q = "SELECT @@GLOBAL.gtid_binlog_pos, @@GLOBAL.gtid_binlog_state, @@GLOBAL.gtid_slave_pos"
 	}
 	rows, err := Query(conn, q)
 	if err != nil {
@@ -220,6 +226,9 @@ func (srv *Server) positions(conn *client.Conn, vars map[string]string) error {
 	clean := func(s string) string { return strings.TrimSpace(strings.ReplaceAll(s, "\n", "")) }
 	srv.Head, srv.State = clean(rows[0][0]), clean(rows[0][1])
 	if srv.Flavor == mysql.MariaDBFlavor {
+		if len(rows[0]) > 2 {
+			srv.SlavePos = clean(rows[0][2])
+		}
 		srv.ServerID = vars["server_id"]
 		earliest, err := mariadbEarliest(conn)
 		if err != nil {
@@ -355,14 +364,19 @@ func MissingGrants(grants []string) []string {
 	return missing
 }
 
-func checkGrants(conn *client.Conn) error {
-	grants, err := Grants(conn)
+// checkGrants refuses only what the server refuses (CheckPrivileges):
+// privileges that come from a role, SUPER or a proxy user pass.
+func checkGrants(conn *client.Conn, cfg Config, addr, flavor string) error {
+	p, err := CheckPrivileges(conn, cfg, addr, flavor)
 	if err != nil {
-		return err
+		return fmt.Errorf("check grants: %w", err)
 	}
-	if missing := MissingGrants(grants); len(missing) > 0 {
-		return fmt.Errorf("%w: the user lacks %s: GRANT %s ON *.* TO the relay user",
-			ErrGrants, strings.Join(missing, " and "), strings.Join(missing, ", "))
+	if len(p.Missing) > 0 {
+		fix := fmt.Sprintf("GRANT %s ON *.* TO the relay user", strings.Join(p.Missing, ", "))
+		if len(p.InactiveRoles) > 0 {
+			fix += fmt.Sprintf(" (or SET DEFAULT ROLE %s FOR it: a granted role counts only when active)", p.InactiveRoles[0])
+		}
+		return fmt.Errorf("%w: the user lacks %s: %s", ErrGrants, strings.Join(p.Missing, " and "), fix)
 	}
 	return nil
 }

@@ -92,9 +92,21 @@ func mapStreamErr(err error) error {
 		// max_allowed_packet on master" (MariaDB; MySQL: "on source").
 		return streamError{ErrPacketTooLarge, err,
 			"raise max_allowed_packet on the source server (SET GLOBAL max_allowed_packet, and in its configuration), then restart the relay"}
+	case has("the binlog on the master is missing the gtid"):
+		// MariaDB with gtid_strict_mode (go-mysql asks for it on the dump
+		// connection): "The binlog on the master is missing the GTID X
+		// requested by the slave (even though [both a prior and] a
+		// subsequent sequence number does exist), and GTID strict mode is
+		// enabled". The server wrote past X in X's own server_id but its
+		// binlog does not hold X: the binlog was reset (RESET MASTER) while
+		// replication went on, or the server was rebuilt from a backup
+		// after X. The transactions after X are not in this server's binlog:
+		// for this host the position is purged; another host may have them.
+		return streamError{ErrPurged, err,
+			"this server's binlog lacks transactions after the checkpoint (its binlog was reset or rebuilt after it): " +
+				"the relay uses another of source.hosts that has them; with none, set a new position with `outbox-relay checkpoint set` knowing the events in between are skipped"}
 	case has("has more gtids than the"),
-		has("which is not in the master's binlog. since the master's binlog contains gtids with higher sequence numbers"),
-		has("the binlog on the master is missing the gtid"):
+		has("which is not in the master's binlog. since the master's binlog contains gtids with higher sequence numbers"):
 		// MySQL: "Slave has more GTIDs than the master has, using the
 		// master's SERVER_UUID..." (8.0.26+: "Replica has more GTIDs than
 		// the source has, using the source's SERVER_UUID..."). MariaDB:
@@ -102,10 +114,7 @@ func mapStreamErr(err error) error {
 		// is not in the master's binlog. Since the master's binlog
 		// contains GTIDs with higher sequence numbers, it probably means
 		// that the slave has diverged due to executing extra erroneous
-		// transactions", and with gtid_strict_mode "The binlog on the
-		// master is missing the GTID X requested by the slave (even though
-		// [both a prior and] a subsequent sequence number does exist), and
-		// GTID strict mode is enabled".
+		// transactions".
 		return streamError{ErrPositionDiverged, err,
 			"the checkpoint holds transactions this server does not have: it is not the server the checkpoint was read from, or it lost the end of its binlog (failover, crash); " +
 				"find out which transactions are missing, then set a position of this server with `outbox-relay checkpoint set`"}

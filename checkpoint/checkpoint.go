@@ -18,7 +18,11 @@ import (
 
 // Checkpoint is the committed position of one pipeline.
 type Checkpoint struct {
-	Name string `json:"name"`
+	// Format is the record's format version: Encode writes FormatVersion;
+	// Decode reads a record without it (written before it existed) as
+	// format 1 and refuses a newer one with ErrNewerFormat.
+	Format int    `json:"format"`
+	Name   string `json:"name"`
 	// GTIDSet covers every source transaction fully published.
 	GTIDSet string `json:"gtid_set"`
 	Flavor  string `json:"flavor"` // mysql | mariadb
@@ -86,9 +90,15 @@ type Partial struct {
 	Rows int64  `json:"rows"`
 }
 
-// Encode renders the checkpoint as the record value.
+// FormatVersion is the checkpoint format this build writes and the newest
+// it reads. Raise it when a change would be misread by older builds.
+const FormatVersion = 1
+
+// Encode renders the checkpoint as the record value, in FormatVersion.
 func (c *Checkpoint) Encode() []byte {
-	b, err := json.Marshal(c)
+	v := *c
+	v.Format = FormatVersion
+	b, err := json.Marshal(&v)
 	if err != nil { // cannot happen: plain fields only
 		panic(fmt.Sprintf("encode checkpoint: %v", err))
 	}
@@ -98,11 +108,35 @@ func (c *Checkpoint) Encode() []byte {
 // ErrCorrupt is wrapped when a stored checkpoint cannot be decoded.
 var ErrCorrupt = errors.New("corrupt checkpoint")
 
+// ErrNewerFormat is matched (errors.Is) by the error Decode returns for a
+// checkpoint written in a format newer than FormatVersion, by a newer
+// outbox-relay: this build cannot read it safely. It matches ErrCorrupt
+// too, so the relay stops on it as on a checkpoint it cannot decode.
+var ErrNewerFormat = errors.New("checkpoint format newer than this build reads")
+
+type newerFormatError struct{ format int }
+
+func (e newerFormatError) Error() string {
+	return fmt.Sprintf("checkpoint format %d is newer than this outbox-relay reads (%d): run the outbox-relay version that wrote it, or newer", e.format, FormatVersion)
+}
+
+func (e newerFormatError) Is(target error) bool {
+	return target == ErrNewerFormat || target == ErrCorrupt
+}
+
 // Decode parses a record value.
 func Decode(b []byte) (*Checkpoint, error) {
 	var c Checkpoint
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	switch {
+	case c.Format == 0: // written before the field existed
+		c.Format = 1
+	case c.Format > FormatVersion:
+		return nil, newerFormatError{c.Format}
+	case c.Format < 0:
+		return nil, fmt.Errorf("%w: format %d", ErrCorrupt, c.Format)
 	}
 	if c.Flavor != "mysql" && c.Flavor != "mariadb" {
 		return nil, fmt.Errorf("%w: flavor %q", ErrCorrupt, c.Flavor)

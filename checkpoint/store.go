@@ -56,7 +56,11 @@ func (s *Store) EnsureTopic(ctx context.Context, adm *kadm.Client, replication i
 	if err == nil {
 		err = resp.Err
 	}
-	if !errors.Is(err, kerr.TopicAlreadyExists) {
+	// A principal without CREATE (or a topic policy) gets an authorization
+	// or policy error: the topic may have been created beforehand, which
+	// the partition check below tells.
+	refused := errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.PolicyViolation)
+	if !errors.Is(err, kerr.TopicAlreadyExists) && !refused {
 		return fmt.Errorf("create checkpoint topic %s: %w", s.topic, err)
 	}
 	details, err := adm.ListTopics(ctx, s.topic)
@@ -64,6 +68,10 @@ func (s *Store) EnsureTopic(ctx context.Context, adm *kadm.Client, replication i
 		return fmt.Errorf("describe checkpoint topic %s: %w", s.topic, err)
 	}
 	d, ok := details[s.topic]
+	if refused && (!ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition)) {
+		return fmt.Errorf("%w: checkpoint topic %s does not exist and creating it was refused (%v): create it compacted with 1 partition, or grant CREATE",
+			ErrTopicLayout, s.topic, err)
+	}
 	if !ok || d.Err != nil {
 		return fmt.Errorf("describe checkpoint topic %s: %v", s.topic, d.Err)
 	}
@@ -218,6 +226,9 @@ const noWait = -1
 // oldest first, as far back as the topic (after compaction) still holds. It
 // waits for open transactions like Load.
 func (s *Store) History(ctx context.Context, name string, n int) ([]*Checkpoint, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("checkpoint history: count %d: want 1 or more", n)
+	}
 	var all []*Checkpoint
 	err := s.scan(ctx, name, func(cp *Checkpoint) {
 		if cp == nil {

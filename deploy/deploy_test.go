@@ -2,7 +2,13 @@
 // Grafana, Prometheus, server settings); this test checks what can be
 // checked without running them: every YAML and JSON file parses, the relay
 // configurations inside validate, every outbox_relay_ metric the alerts and
-// the dashboard use exists, and the alert rules load in promtool.
+// the dashboard use exists and every family is on the dashboard, the alert
+// rules load in promtool and pass their unit tests (prometheus/alerts_test.yml)
+// and each has a runbook section, the systemd unit's security score
+// (systemd_test.go), the Kubernetes pod against the restricted Pod Security
+// profile (kubernetes_test.go). With the integration tag: MariaDB starts with
+// mysql/mariadb.cnf and grants.sql passes the relay's checks
+// (mariadb_test.go); dashtest evaluates the dashboard against a live relay.
 package deploy
 
 import (
@@ -115,6 +121,8 @@ func TestMetricsExist(t *testing.T) {
 	m.KafkaTransactions.WithLabelValues("commit")
 	m.Restarts.WithLabelValues("kafka")
 	m.Errors.WithLabelValues("kafka")
+	m.InvalidOps.WithLabelValues("app.outbox", "update")
+	m.SourceHosts.WithLabelValues("db:3306", "streaming")
 	m.SetPosition("0-1-1")
 	m.KafkaTxnSeconds.Observe(1)
 	m.BatchRecords.Observe(1)
@@ -125,6 +133,22 @@ func TestMetricsExist(t *testing.T) {
 	have := map[string]bool{}
 	for _, f := range fams {
 		have[f.GetName()] = true
+	}
+	// Every family the relay exports is on the dashboard (process and Go
+	// runtime: memory and GC at least).
+	dash, _ := os.ReadFile("grafana/outbox-relay-dashboard.json")
+	for n := range have {
+		if strings.HasPrefix(n, "outbox_relay_") && !strings.Contains(string(dash), n) {
+			t.Errorf("dashboard has no panel for %s", n)
+		}
+	}
+	for _, n := range []string{"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes", "go_gc_duration_seconds"} {
+		if !strings.Contains(string(dash), n) {
+			t.Errorf("dashboard has no panel for %s", n)
+		}
+	}
+	if strings.Contains(string(dash), `"uid": "prometheus"`) {
+		t.Error("dashboard hard-codes a datasource uid: use ${datasource}")
 	}
 	name := regexp.MustCompile(`outbox_relay_[a-z0-9_]+`)
 	for _, f := range []string{"prometheus/alerts.yml", "grafana/outbox-relay-dashboard.json"} {
@@ -155,4 +179,60 @@ func TestAlertRulesLoadInPromtool(t *testing.T) {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+	// The rules' unit tests: each alert fires where it must, and not on an
+	// idle source (prometheus/alerts_test.yml).
+	cmd := exec.Command(promtool, "test", "rules", "alerts_test.yml")
+	cmd.Dir = "prometheus"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// Every alert is tested to fire in alerts_test.yml and has a runbook
+// section (a heading with its name) in docs/runbook.md that its runbook
+// annotation points to.
+func TestAlertsTestedAndInRunbook(t *testing.T) {
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	raw, err := os.ReadFile("prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &rules); err != nil {
+		t.Fatal(err)
+	}
+	tests, _ := os.ReadFile("prometheus/alerts_test.yml")
+	runbook, _ := os.ReadFile("../docs/runbook.md")
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			fires := regexp.MustCompile(`(?m)alertname: ` + r.Alert + `\n\s+exp_alerts:\n\s+- exp_labels`)
+			if !fires.Match(tests) {
+				t.Errorf("%s: no test in alerts_test.yml where it fires", r.Alert)
+			}
+			anchor, ok := strings.CutPrefix(r.Annotations["runbook"], "docs/runbook.md#")
+			if !ok {
+				t.Errorf("%s: runbook annotation %q does not point into docs/runbook.md", r.Alert, r.Annotations["runbook"])
+				continue
+			}
+			heading := regexp.MustCompile(`(?mi)^#+ (\S+)`)
+			found := false
+			for _, h := range heading.FindAllSubmatch(runbook, -1) {
+				found = found || strings.EqualFold(string(h[1]), anchor)
+			}
+			if !found {
+				t.Errorf("%s: docs/runbook.md has no section %q", r.Alert, anchor)
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("%d alerts", n)
+	}
 }

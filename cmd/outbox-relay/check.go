@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
 )
@@ -15,17 +16,34 @@ import (
 // errCheckFailed: at least one preflight item failed (exit code 1).
 var errCheckFailed = errors.New("preflight check failed")
 
-func checkCmd(args []string) error {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print the items as a JSON array")
-	cfg, err := loadConfig(fs, args)
+func newCheckCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "check --config FILE",
+		Short: "preflight of every source host and of Kafka",
+		Long: `check connects to every source host and to Kafka and reports, one line per
+item, PASS, WARN or FAIL with the fix: server settings, grants, the captured
+tables and columns, the checkpoint's binlogs, Kafka transactions, topics and
+ACLs. It exits 0 when nothing general or Kafka-side fails and at least one
+source host is usable, 1 otherwise.`,
+		Example: `  outbox-relay check --config relay.yaml
+  outbox-relay check --config relay.yaml --json | jq '.[] | select(.status != "PASS")'`,
+		Args: noArgs,
+	}
+	path := configFlag(cmd)
+	asJSON := cmd.Flags().Bool("json", false, "print the items as a JSON array of objects (target, name, status, detail, fix)")
+	cmd.RunE = func(*cobra.Command, []string) error { return check(*path, *asJSON) }
+	return cmd
+}
+
+func check(path string, asJSON bool) error {
+	cfg, err := loadConfigFile(path)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	report := preflight.Run(ctx, cfg)
-	if *asJSON {
+	if asJSON {
 		if err := json.NewEncoder(os.Stdout).Encode(report); err != nil {
 			return err
 		}

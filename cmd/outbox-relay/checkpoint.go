@@ -5,12 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -22,24 +23,23 @@ import (
 	"github.com/rs/zerolog"
 )
 
-func checkpointCmd(args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: checkpoint show|history|set|reset|skip --config FILE", errUsage)
+func newCheckpointCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "checkpoint show|history|set|skip|reset --config FILE",
+		Short: "inspect or move the pipeline's stored position",
+		Long: `checkpoint reads and writes the pipeline's checkpoint (its GTID set and state),
+stored in kafka.checkpoint_topic under the pipeline name. set, skip and reset
+write in a Kafka transaction with the relay's transactional id, so a live
+relay is fenced; they refuse while a relay looks live unless --force, and ask
+for confirmation (--yes when stdin is not a terminal).`,
+		Example: `  outbox-relay checkpoint show --config relay.yaml --json
+  outbox-relay checkpoint history --config relay.yaml -n 5
+  outbox-relay checkpoint set --config relay.yaml --to now --yes`,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRun,
 	}
-	switch args[0] {
-	case "show":
-		return checkpointShow(args[1:])
-	case "history":
-		return checkpointHistory(args[1:])
-	case "set":
-		return checkpointSet(args[1:])
-	case "reset":
-		return checkpointReset(args[1:])
-	case "skip":
-		return checkpointSkip(args[1:])
-	default:
-		return fmt.Errorf("%w: unknown checkpoint command %q", errUsage, args[0])
-	}
+	cmd.AddCommand(newCheckpointShowCmd(), newCheckpointHistoryCmd(), newCheckpointSetCmd(), newCheckpointSkipCmd(), newCheckpointResetCmd())
+	return cmd
 }
 
 func checkpointStore(cfg config.Config) (*checkpoint.Store, error) {
@@ -89,14 +89,35 @@ func currentCheckpoint(ctx context.Context, cfg config.Config, strict bool) (*ch
 // with an error naming the transactional id that holds the topic back, and
 // prints nothing on stdout with --json; without --json it first prints the
 // last visible checkpoint under a warning that a newer one may exist.
-func checkpointShow(args []string) error {
-	fs := flag.NewFlagSet("checkpoint show", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print a JSON object")
-	wait := fs.Duration("wait", checkpoint.DefaultStableWait, "how long to wait for transactions open on the checkpoint topic to end")
-	cfg, err := loadConfig(fs, args)
-	if err != nil {
-		return err
+func newCheckpointShowCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show --config FILE",
+		Short: "print the committed checkpoint",
+		Long: `show prints the committed checkpoint of the pipeline. While a transaction open
+on the checkpoint topic hides newer records beyond --wait it exits 1 naming
+the transactional id that holds it (text mode first prints the last visible
+checkpoint, marked not final).`,
+		Example: `  outbox-relay checkpoint show --config relay.yaml
+  outbox-relay checkpoint show --config relay.yaml --json | jq -r .gtid_set`,
+		Args: noArgs,
 	}
+	path := configFlag(cmd)
+	asJSON := cmd.Flags().Bool("json", false, "print a JSON object (gtid_set, flavor, partial, xa, time, events, ...)")
+	wait := cmd.Flags().Duration("wait", checkpoint.DefaultStableWait, "how long to wait for transactions open on the checkpoint topic to end")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if *wait < 0 {
+			return usageErr("--wait %s: want a duration of 0 or more, such as 10s", *wait)
+		}
+		cfg, err := loadConfigFile(*path)
+		if err != nil {
+			return err
+		}
+		return checkpointShow(cfg, asJSON, wait)
+	}
+	return cmd
+}
+
+func checkpointShow(cfg config.Config, asJSON *bool, wait *time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), *wait+cfg.Kafka.RequestTimeout)
 	defer cancel()
 	store, err := checkpointStore(cfg)
@@ -154,14 +175,34 @@ func printCheckpoint(cp *checkpoint.Checkpoint) {
 	fmt.Printf("events:      %d\n", cp.Events)
 }
 
-func checkpointHistory(args []string) error {
-	fs := flag.NewFlagSet("checkpoint history", flag.ContinueOnError)
-	n := fs.Int("n", 20, "how many of the newest checkpoints")
-	asJSON := fs.Bool("json", false, "print a JSON array")
-	cfg, err := loadConfig(fs, args)
-	if err != nil {
-		return err
+func newCheckpointHistoryCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "history --config FILE [-n N]",
+		Short: "list recent committed checkpoints, oldest first",
+		Long: `history lists the newest committed checkpoints of the pipeline with their
+times, event counts and GTID sets, as far back as compaction of the
+checkpoint topic kept them.`,
+		Example: `  outbox-relay checkpoint history --config relay.yaml
+  outbox-relay checkpoint history --config relay.yaml -n 5 --json`,
+		Args: noArgs,
 	}
+	path := configFlag(cmd)
+	n := cmd.Flags().IntP("limit", "n", 20, "how many of the newest checkpoints (1 or more)")
+	asJSON := cmd.Flags().Bool("json", false, "print a JSON array")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if *n < 1 {
+			return usageErr("-n %d: want a count of 1 or more", *n)
+		}
+		cfg, err := loadConfigFile(*path)
+		if err != nil {
+			return err
+		}
+		return checkpointHistory(cfg, n, asJSON)
+	}
+	return cmd
+}
+
+func checkpointHistory(cfg config.Config, n *int, asJSON *bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
 	store, err := checkpointStore(cfg)
@@ -203,20 +244,38 @@ func checkpointHistory(args []string) error {
 // of its domain; MySQL: the next number of its server_uuid[:tag]) unless
 // --force. The write is the same as set's: it fences a relay of the
 // pipeline, and asks for confirmation (--yes when stdin is not a terminal).
-func checkpointSkip(args []string) error {
-	fs := flag.NewFlagSet("checkpoint skip", flag.ContinueOnError)
-	gtid := fs.String("gtid", "", "the one GTID to skip: MariaDB domain-server-sequence, MySQL server_uuid[:tag]:number")
+func newCheckpointSkipCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "skip --config FILE --gtid GTID",
+		Short: "pass over one source transaction the relay stopped on and cannot publish",
+		Long: `skip adds one GTID, the next transaction after the checkpoint (else --force),
+to the committed checkpoint, keeping its layout and XA state: the recovery
+from a stop on statement-logged DML or a transaction the relay cannot open.
+That transaction's rows are never published.`,
+		Example: `  outbox-relay checkpoint skip --config relay.yaml --gtid 0-1-11
+  outbox-relay checkpoint skip --config relay.yaml --gtid 3e11fa47-71ca-11e1-9e33-c80aa9429562:11 --yes`,
+		Args: noArgs,
+	}
+	path := configFlag(cmd)
+	gtid := cmd.Flags().String("gtid", "", "the one GTID to skip: MariaDB domain-server-sequence, MySQL server_uuid[:tag]:number")
 	w := writeFlags{
-		force: fs.Bool("force", false, "skip a GTID that is not the next after the checkpoint, and write even though a relay with this name looks live (it is fenced and stops)"),
-		yes:   fs.Bool("yes", false, "do not ask for confirmation"),
+		force: cmd.Flags().Bool("force", false, "skip a GTID that is not the next after the checkpoint, and write even though a relay with this name looks live (it is fenced and stops)"),
+		yes:   cmd.Flags().Bool("yes", false, "do not ask for confirmation"),
 	}
-	cfg, err := loadConfig(fs, args)
-	if err != nil {
-		return err
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if *gtid = strings.TrimSpace(*gtid); *gtid == "" {
+			return usageErr("--gtid GTID is required")
+		}
+		cfg, err := loadConfigFile(*path)
+		if err != nil {
+			return err
+		}
+		return checkpointSkip(cfg, gtid, w)
 	}
-	if *gtid = strings.TrimSpace(*gtid); *gtid == "" {
-		return fmt.Errorf("%w: --gtid GTID is required", errUsage)
-	}
+	return cmd
+}
+
+func checkpointSkip(cfg config.Config, gtid *string, w writeFlags) error {
 	ctx, cancel := context.WithTimeout(context.Background(), checkpoint.DefaultStableWait+cfg.Kafka.RequestTimeout)
 	defer cancel()
 	store, cur, err := currentCheckpoint(ctx, cfg, true)
@@ -324,7 +383,7 @@ type writeFlags struct {
 	force, yes *bool
 }
 
-func addWriteFlags(fs *flag.FlagSet) writeFlags {
+func addWriteFlags(fs *pflag.FlagSet) writeFlags {
 	return writeFlags{
 		force: fs.Bool("force", false, "write even though a relay with this name looks live (it is fenced and stops)"),
 		yes:   fs.Bool("yes", false, "do not ask for confirmation"),
@@ -353,27 +412,44 @@ func (w writeFlags) guard(cfg config.Config, cur *checkpoint.Checkpoint, action 
 	return nil
 }
 
-func checkpointSet(args []string) error {
-	fs := flag.NewFlagSet("checkpoint set", flag.ContinueOnError)
-	gtid := fs.String("gtid", "", "the new GTID set, in the server's notation")
-	to := fs.String("to", "", "now | earliest: the source's current or oldest position")
-	layoutFrom := fs.String("schema", "", "the column layout stored with the position (for servers without binlog_row_metadata=FULL): "+
+func newCheckpointSetCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "set --config FILE --gtid SET | --to now|earliest",
+		Short: "move the position to a GTID set, or to the source's current or oldest position",
+		Long: `set writes a new checkpoint: a later position skips events, an earlier one
+publishes them again. The captured tables' column layout is kept from the
+previous checkpoint or read from the server (--schema).`,
+		Example: `  outbox-relay checkpoint set --config relay.yaml --to now
+  outbox-relay checkpoint set --config relay.yaml --gtid 0-1-100 --schema keep --yes`,
+		Args: noArgs,
+	}
+	path := configFlag(cmd)
+	gtid := cmd.Flags().String("gtid", "", "the new GTID set, in the server's notation")
+	to := cmd.Flags().String("to", "", "now | earliest: the source's current or oldest position")
+	layoutFrom := cmd.Flags().String("schema", "", "the column layout stored with the position (for servers without binlog_row_metadata=FULL): "+
 		"keep (the previous checkpoint's) | server (the tables' current definitions); default: server with --to now, "+
 		"else keep when the previous checkpoint has one")
-	w := addWriteFlags(fs)
-	cfg, err := loadConfig(fs, args)
-	if err != nil {
-		return err
+	w := addWriteFlags(cmd.Flags())
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if (*gtid == "") == (*to == "") {
+			return usageErr("give exactly one of --gtid SET and --to now|earliest")
+		}
+		if *to != "" && *to != "now" && *to != "earliest" {
+			return usageErr("--to %q: want now or earliest", *to)
+		}
+		if *layoutFrom != "" && *layoutFrom != "keep" && *layoutFrom != "server" {
+			return usageErr("--schema %q: want keep or server", *layoutFrom)
+		}
+		cfg, err := loadConfigFile(*path)
+		if err != nil {
+			return err
+		}
+		return checkpointSet(cfg, gtid, to, layoutFrom, w)
 	}
-	if (*gtid == "") == (*to == "") {
-		return fmt.Errorf("%w: give exactly one of --gtid SET and --to now|earliest", errUsage)
-	}
-	if *to != "" && *to != "now" && *to != "earliest" {
-		return fmt.Errorf("%w: --to %q: want now or earliest", errUsage, *to)
-	}
-	if *layoutFrom != "" && *layoutFrom != "keep" && *layoutFrom != "server" {
-		return fmt.Errorf("%w: --schema %q: want keep or server", errUsage, *layoutFrom)
-	}
+	return cmd
+}
+
+func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
 	src, err := relay.SourceConfig(cfg)
@@ -507,13 +583,27 @@ func checkpointLayout(ctx context.Context, src binlog.Config, srv *binlog.Server
 	return out, nil
 }
 
-func checkpointReset(args []string) error {
-	fs := flag.NewFlagSet("checkpoint reset", flag.ContinueOnError)
-	w := addWriteFlags(fs)
-	cfg, err := loadConfig(fs, args)
-	if err != nil {
-		return err
+func newCheckpointResetCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "reset --config FILE",
+		Short: "delete the checkpoint: the relay then starts at source.start",
+		Example: `  outbox-relay checkpoint reset --config relay.yaml
+  outbox-relay checkpoint reset --config relay.yaml --yes </dev/null`,
+		Args: noArgs,
 	}
+	path := configFlag(cmd)
+	w := addWriteFlags(cmd.Flags())
+	cmd.RunE = func(*cobra.Command, []string) error {
+		cfg, err := loadConfigFile(*path)
+		if err != nil {
+			return err
+		}
+		return checkpointReset(cfg, w)
+	}
+	return cmd
+}
+
+func checkpointReset(cfg config.Config, w writeFlags) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
 	store, cur, err := currentCheckpoint(ctx, cfg, false)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -10,39 +9,53 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 )
 
-func devCmd(args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: dev kafka|mariadb", errUsage)
+func newDevCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dev kafka|mariadb",
+		Short: "embedded Kafka broker and scratch MariaDB for local work (not for production)",
+		Example: `  outbox-relay dev kafka --listen 127.0.0.1:9092 --data-dir /tmp/kafka
+  outbox-relay dev mariadb --port 3307 --data-dir /tmp/mariadb`,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRun,
 	}
-	switch args[0] {
-	case "kafka":
-		return devKafka(args[1:])
-	case "mariadb":
-		return devMariaDB(args[1:])
+	kafka := &cobra.Command{
+		Use:   "kafka [--listen ADDR] [--data-dir DIR]",
+		Short: "run an embedded single-broker Kafka (franz-go kfake) until SIGINT/SIGTERM",
+		Example: `  outbox-relay dev kafka
+  outbox-relay dev kafka --listen 127.0.0.1:19092 --data-dir /tmp/kafka`,
+		Args: noArgs,
 	}
-	return fmt.Errorf("%w: unknown dev command %q", errUsage, args[0])
+	listen := kafka.Flags().String("listen", "127.0.0.1:9092", "address to listen on (host:port)")
+	kafkaDir := kafka.Flags().String("data-dir", "", "keep the broker's data here across restarts (default: in memory)")
+	kafka.RunE = func(*cobra.Command, []string) error { return devKafka(*listen, *kafkaDir) }
+	maria := &cobra.Command{
+		Use:     "mariadb --data-dir DIR [--port P]",
+		Short:   "run a scratch MariaDB with the relay's settings until SIGINT/SIGTERM (root password relay-dev)",
+		Example: `  outbox-relay dev mariadb --port 3307 --data-dir /tmp/mariadb`,
+		Args:    noArgs,
+	}
+	port := maria.Flags().Int("port", 3307, "port on 127.0.0.1")
+	mariaDir := maria.Flags().String("data-dir", "", "server directory (created and initialised if new)")
+	maria.RunE = func(*cobra.Command, []string) error { return devMariaDB(*port, *mariaDir) }
+	cmd.AddCommand(kafka, maria)
+	return cmd
 }
 
 // devKafka runs franz-go's kfake as a single embedded broker until a signal.
-func devKafka(args []string) error {
-	fs := flag.NewFlagSet("dev kafka", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:9092", "address to listen on")
-	dataDir := fs.String("data-dir", "", "keep the broker's data here across restarts (default: in memory)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	host, portStr, err := net.SplitHostPort(*listen)
+func devKafka(listen, dataDir string) error {
+	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
-		return fmt.Errorf("%w: --listen %q: %v", errUsage, *listen, err)
+		return usageErr("--listen %q: want host:port, such as 127.0.0.1:9092", listen)
 	}
 	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return fmt.Errorf("%w: --listen port %q", errUsage, portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return usageErr("--listen %q: port %q is not a number from 0 to 65535", listen, portStr)
 	}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
@@ -52,8 +65,8 @@ func devKafka(args []string) error {
 		}),
 		kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "900000"}),
 	}
-	if *dataDir != "" {
-		opts = append(opts, kfake.DataDir(*dataDir))
+	if dataDir != "" {
+		opts = append(opts, kfake.DataDir(dataDir))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
@@ -68,19 +81,16 @@ func devKafka(args []string) error {
 }
 
 // devMariaDB runs a scratch MariaDB with the relay's settings until a signal.
-func devMariaDB(args []string) error {
-	fs := flag.NewFlagSet("dev mariadb", flag.ContinueOnError)
-	port := fs.Int("port", 3307, "port on 127.0.0.1")
-	dir := fs.String("data-dir", "", "server directory (created and initialised if new)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func devMariaDB(port int, dir string) error {
+	if dir == "" {
+		return usageErr("--data-dir DIR is required")
 	}
-	if *dir == "" {
-		return fmt.Errorf("%w: --data-dir DIR is required", errUsage)
+	if port < 1 || port > 65535 {
+		return usageErr("--port %d: want a port from 1 to 65535", port)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv, err := devdb.Start(ctx, devdb.Options{Dir: *dir, Port: *port})
+	srv, err := devdb.Start(ctx, devdb.Options{Dir: dir, Port: port})
 	if err != nil {
 		return err
 	}

@@ -1,70 +1,158 @@
 // Command outbox-relay publishes committed transactional-outbox rows from a
 // MySQL or MariaDB binlog to Kafka. See README.md.
+//
+// The command line is built on github.com/spf13/cobra (flags anywhere,
+// --help with descriptions and examples on every command, generated shell
+// completion). Exit codes: 0 success or help, 1 an error, 2 a command-line
+// mistake (unknown command or flag, a bad flag value, an extra argument),
+// and `run` adds relay.ExitCode's codes.
 package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
+// command is a subcommand that parses its own arguments with the standard
+// flag package (loadConfig does the usual --config handling). Register one
+// in commands(); it appears in the help with usage as its description.
 type command struct {
 	name, usage string
 	run         func(args []string) error
 }
 
+// commands lists the subcommands that parse their own flags.
 func commands() []command {
-	return []command{
-		{"run", "run --config FILE [--print-config]: relay until SIGINT/SIGTERM", runCmd},
-		{"check", "check --config FILE: preflight of source and Kafka", checkCmd},
-		{"checkpoint", "checkpoint show|history|set|skip|reset --config FILE: inspect or move the position", checkpointCmd},
-		{"dev", "dev kafka|mariadb ...: embedded broker and scratch database for local work", devCmd},
-		{"version", "version: print the version", func([]string) error { fmt.Println("outbox-relay", version); return nil }},
-	}
+	return []command{}
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: outbox-relay COMMAND [flags]")
-	for _, c := range commands() {
-		fmt.Fprintln(os.Stderr, "  "+c.usage)
-	}
+// cobraCommands lists the subcommands built as cobra commands.
+func cobraCommands() []*cobra.Command {
+	return []*cobra.Command{newRunCmd(), newCheckCmd(), newCheckpointCmd(), newDevCmd(), newVersionCmd(),
+		newSchemaCmd(), newPruneCmd(), newReplayCmd(), newDeadLetterCmd()}
 }
 
 // errUsage marks a command-line mistake: exit code 2.
 var errUsage = errors.New("usage")
 
+// usageErr wraps a command-line mistake in errUsage.
+func usageErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+}
+
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// execute runs the command line args and returns the process exit code.
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	if args == nil {
+		args = []string{} // cobra reads os.Args for nil
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteC()
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(stderr, "outbox-relay:", strings.TrimPrefix(err.Error(), "usage: "))
+	if errors.Is(err, errUsage) {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return 2
+	}
+	if cmd.Name() == "run" && cmd.Parent() == root {
+		// Supervisors act on these (README "Exit codes").
+		return relay.ExitCode(err)
+	}
+	return 1
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "outbox-relay",
+		Short: "publish committed transactional-outbox rows from a MySQL/MariaDB binlog to Kafka",
+		Long: `outbox-relay reads the row-based binlog of a MySQL or MariaDB server from a GTID
+position, turns each committed INSERT into a captured outbox table into a Kafka
+record, and stores its position in Kafka: exactly once by default.
+
+Exit codes: 0 success (and help), 1 an error, 2 a command-line mistake;
+run adds 65, 66, 75 and 78 (see README "Exit codes").`,
+		Example: `  outbox-relay check --config relay.yaml
+  outbox-relay run --config relay.yaml
+  outbox-relay checkpoint show --config relay.yaml --json`,
+		Version:       versionString(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.ArbitraryArgs,
+		RunE:          groupRun,
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(flagError)
+	for _, c := range cobraCommands() {
+		root.AddCommand(c)
 	}
 	for _, c := range commands() {
-		if c.name == os.Args[1] {
-			err := c.run(os.Args[2:])
-			switch {
-			case err == nil:
-				return
-			case errors.Is(err, flag.ErrHelp): // --help: the flag set printed its usage
-				return
-			case errors.Is(err, errUsage):
-				fmt.Fprintln(os.Stderr, "outbox-relay:", err)
-				os.Exit(2)
-			case c.name == "run":
-				// Supervisors act on these (README "Exit codes").
-				fmt.Fprintln(os.Stderr, "outbox-relay:", err)
-				os.Exit(relay.ExitCode(err))
-			default:
-				fmt.Fprintln(os.Stderr, "outbox-relay:", err)
-				os.Exit(1)
-			}
+		root.AddCommand(legacyCommand(c))
+	}
+	for _, c := range root.Commands() {
+		setFlagErrors(c)
+	}
+	return root
+}
+
+// legacyCommand adapts a command parsing its own flags: its arguments are
+// passed on untouched.
+func legacyCommand(c command) *cobra.Command {
+	run := c.run
+	return &cobra.Command{
+		Use:                c.name,
+		Short:              c.usage,
+		DisableFlagParsing: true,
+		RunE:               func(_ *cobra.Command, args []string) error { return run(args) },
+	}
+}
+
+// groupRun is the action of a command that only groups subcommands: without
+// arguments it prints its help, anything else is an unknown subcommand.
+func groupRun(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	names := []string{}
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
 		}
 	}
-	usage()
-	os.Exit(2)
+	return usageErr("unknown command %q for %q (want one of: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))
+}
+
+// flagError marks flag parsing errors as usage errors.
+func flagError(_ *cobra.Command, err error) error {
+	return fmt.Errorf("%w: %w", errUsage, err)
+}
+
+func setFlagErrors(c *cobra.Command) {
+	c.SetFlagErrorFunc(flagError)
+	for _, s := range c.Commands() {
+		setFlagErrors(s)
+	}
+}
+
+// noArgs rejects positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErr("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))
+	}
+	return nil
 }

@@ -5,29 +5,64 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
+// loadConfig parses args with fs, which gains --config, and loads that file.
+// For commands built on the flag package: flags may follow positional
+// arguments, none of which is accepted; a parse error is a usage error
+// (exit 2); --help prints to stdout and returns flag.ErrHelp (exit 0).
 func loadConfig(fs *flag.FlagSet, args []string) (config.Config, error) {
 	path := fs.String("config", "", "configuration file (YAML)")
-	if err := fs.Parse(args); err != nil {
-		return config.Config{}, err
+	fs.SetOutput(os.Stdout)
+	var extra []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return config.Config{}, err
+			}
+			return config.Config{}, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		extra = append(extra, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	if *path == "" {
-		return config.Config{}, fmt.Errorf("%w: --config FILE is required", errUsage)
+	if len(extra) > 0 {
+		return config.Config{}, usageErr("%s takes no arguments, got %q", fs.Name(), strings.Join(extra, " "))
 	}
-	return config.Load(*path)
+	return loadConfigFile(*path)
+}
+
+// loadConfigFile loads the --config file; an empty path is a usage error.
+func loadConfigFile(path string) (config.Config, error) {
+	if path == "" {
+		return config.Config{}, usageErr("--config FILE is required")
+	}
+	return config.Load(path)
+}
+
+// configFlag adds --config to cmd.
+func configFlag(cmd *cobra.Command) *string {
+	p := cmd.Flags().String("config", "", "configuration file (YAML); ${VAR} in values is read from the environment")
+	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
+	return p
 }
 
 // defaultMemoryLimit is the soft Go heap limit of `run` unless GOMEMLIMIT is set.
@@ -37,30 +72,50 @@ const defaultMemoryLimit = 96 << 20
 // memory limit as the ceiling, a small live heap is collected less often.
 const defaultGCPercent = 400
 
-func runCmd(args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	printCfg := fs.Bool("print-config", false, "print the effective configuration, secrets redacted, and exit")
-	logFormat := fs.String("log-format", "", "override log.format: json | console")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until exit (diagnostics)")
-	cfg, err := loadConfig(fs, args)
+func newRunCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run --config FILE",
+		Short: "relay outbox rows to Kafka until SIGINT/SIGTERM",
+		Long: `run streams the binlog from the checkpoint (or source.start), publishes every
+committed outbox row and stores the position in Kafka. On SIGINT/SIGTERM it
+commits the work in hand, writes a final checkpoint and exits 0. Other exit
+codes: 1 error, 2 command-line mistake, 65 fatal data stop, 66 purged
+position, 75 transient failure, 78 configuration error (README "Exit codes").`,
+		Example: `  outbox-relay run --config relay.yaml
+  outbox-relay run --config relay.yaml --print-config
+  RELAY_MYSQL_PASSWORD=... outbox-relay run --config relay.yaml --log-format console`,
+		Args: noArgs,
+	}
+	path := configFlag(cmd)
+	printCfg := cmd.Flags().Bool("print-config", false, "print the effective configuration, secrets redacted, and exit")
+	logFormat := cmd.Flags().String("log-format", "", "override log.format: json | console")
+	cpuProfile := cmd.Flags().String("cpuprofile", "", "write a CPU profile to this file until exit (diagnostics)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return runRelay(cmd.OutOrStdout(), *path, *printCfg, *logFormat, *cpuProfile)
+	}
+	return cmd
+}
+
+func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfile string) error {
+	cfg, err := loadConfigFile(path)
 	if err != nil {
-		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) || errors.Is(err, config.ErrInvalid) {
+		if errors.Is(err, errUsage) || errors.Is(err, config.ErrInvalid) {
 			return err
 		}
 		return fmt.Errorf("%w: %w", config.ErrInvalid, err) // an unreadable file: exit 78
 	}
-	if *logFormat != "" {
-		cfg.Log.Format = *logFormat
+	if logFormat != "" {
+		cfg.Log.Format = config.LogFormat(logFormat)
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
 	}
-	if *printCfg {
-		fmt.Print(cfg.Redacted().YAML())
+	if printCfg {
+		fmt.Fprint(stdout, cfg.Redacted().YAML())
 		return nil
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
 		if err != nil {
 			return fmt.Errorf("create cpu profile: %w", err)
 		}
@@ -78,7 +133,7 @@ func runCmd(args []string) error {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 	log := newLogger(cfg.Log, nil)
-	m := metrics.New(version)
+	m := metrics.New(shortVersion())
 	r, err := relay.New(cfg, log, m)
 	if err != nil {
 		return err
@@ -104,10 +159,19 @@ func runCmd(args []string) error {
 		}()
 		log.Info().Str("listen", ln.Addr().String()).Msg("serving /metrics /healthz /readyz")
 	}
-	log.Info().Str("name", cfg.Name).Str("version", version).Msg("starting")
+	log.Info().Str("name", cfg.Name).Str("version", shortVersion()).Msg("starting")
 	err = r.Run(ctx)
 	if err != nil {
 		log.Error().Err(err).Int("exit_code", relay.ExitCode(err)).Msg("relay stopped")
+		// Keep /metrics up for http.exit_grace (the deferred shutdown runs
+		// after it), so that a scrape sees the stop and its exit code.
+		m.Exiting(relay.ExitCode(err))
+		if cfg.HTTP.Listen != "" && cfg.HTTP.ExitGrace > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(cfg.HTTP.ExitGrace):
+			}
+		}
 		return err
 	}
 	log.Info().AnErr("cause", context.Cause(ctx)).Msg("stopped")

@@ -15,6 +15,12 @@
 #   KAFKA_DIR      ${TMPDIR:-/tmp}/outbox-relay-kafka-$KAFKA_PORT
 #   KAFKA_CACHE    ${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/kafka-$KAFKA_VERSION
 #   KAFKA_HEAP     512m
+#   KAFKA_SASL     unset; 1: least-privilege mode: an ACL authorizer
+#                  (StandardAuthorizer) and a SASL_PLAINTEXT listener with
+#                  SCRAM-SHA-256/512 on KAFKA_SASL_PORT (KAFKA_PORT+2). The
+#                  PLAINTEXT listener on KAFKA_PORT stays, as the super user
+#                  (User:ANONYMOUS), for setting up users, ACLs and topics.
+#                  Users are created over the API (AlterUserScramCredentials).
 set -euo pipefail
 
 KAFKA_VERSION=${KAFKA_VERSION:-4.1.1}
@@ -23,6 +29,8 @@ CONTROLLER_PORT=$((KAFKA_PORT + 1))
 KAFKA_DIR=${KAFKA_DIR:-${TMPDIR:-/tmp}/outbox-relay-kafka-$KAFKA_PORT}
 KAFKA_CACHE=${KAFKA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/kafka-$KAFKA_VERSION}
 KAFKA_HEAP=${KAFKA_HEAP:-512m}
+KAFKA_SASL=${KAFKA_SASL:-}
+KAFKA_SASL_PORT=${KAFKA_SASL_PORT:-$((KAFKA_PORT + 2))}
 PIDFILE=$KAFKA_DIR/kafka.pid
 
 log() { echo "kafka.sh: $*" >&2; }
@@ -76,6 +84,20 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 auto.create.topics.enable=false
 PROPS
+  if [ -n "$KAFKA_SASL" ]; then
+    sed -i -e "s|^listeners=.*|listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT|" \
+      -e "s|^advertised.listeners=.*|advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT|" \
+      -e "s|^listener.security.protocol.map=.*|listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT|" \
+      "$KAFKA_DIR/server.properties"
+    cat >> "$KAFKA_DIR/server.properties" <<PROPS
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+PROPS
+  fi
   cat > "$KAFKA_DIR/log4j2.properties" <<LOG
 rootLogger.level=WARN
 rootLogger.appenderRef.file.ref=file

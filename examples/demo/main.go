@@ -1,8 +1,11 @@
 // Command demo runs outbox-relay end to end on the embedded defaults: a
 // scratch MariaDB on 127.0.0.1:3307, the embedded Kafka broker, the relay,
-// an application that writes IoT alarms (business row + outbox row in one
-// transaction, one transaction rolled back) and a read_committed consumer
-// that prints what it receives. Ctrl-C stops everything it started.
+// an alarm service that writes IoT alarms with package outbox (business row
+// + outbox row in one transaction, one transaction rolled back), a
+// read_committed consumer that prints what it receives, and a notification
+// service built on package inbox that is killed between its database commit
+// and its offset commit and still notifies each alarm exactly once. Ctrl-C
+// stops everything it started.
 //
 // Usage: go run ./examples/demo --relay ./bin/outbox-relay [--once]
 package main
@@ -20,8 +23,14 @@ import (
 	"syscall"
 	"time"
 
+	"database/sql"
+
 	"github.com/go-mysql-org/go-mysql/client"
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 const rootPassword = "relay-dev" // devdb.RootPassword
@@ -31,7 +40,13 @@ func main() {
 	dbPort := flag.Int("db-port", 3307, "MariaDB port")
 	kafkaAddr := flag.String("kafka", "127.0.0.1:19092", "embedded Kafka listen address")
 	once := flag.Bool("once", false, "exit after the first round is received (for CI)")
+	notifier := flag.Bool("notifier", false, "run as the notification service (started by the demo itself)")
+	dsn := flag.String("dsn", "", "notification service: database/sql DSN")
+	crashAfter := flag.Int("crash-after", 0, "notification service: SIGKILL itself after this many database commits")
 	flag.Parse()
+	if *notifier {
+		os.Exit(notifierMain(*dsn, *kafkaAddr, *crashAfter))
+	}
 	if err := run(*relayBin, *dbPort, *kafkaAddr, *once); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -50,6 +65,16 @@ func (p *procs) start(name string, bin string, args ...string) (*exec.Cmd, error
 	}
 	p.list = append(p.list, cmd)
 	return cmd, nil
+}
+
+// forget drops a process that has already ended.
+func (p *procs) forget(cmd *exec.Cmd) {
+	for i, c := range p.list {
+		if c == cmd {
+			p.list = append(p.list[:i], p.list[i+1:]...)
+			return
+		}
+	}
 }
 
 // stopAll ends the processes in reverse order: SIGTERM, then SIGKILL.
@@ -112,6 +137,10 @@ func run(relayBin string, dbPort int, kafkaAddr string, once bool) error {
 			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(64) NOT NULL UNIQUE,
 			aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, event_type VARCHAR(64) NOT NULL,
 			payload JSON NOT NULL, created_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))`,
+		inbox.DDL("iot.consumed_event"),
+		`CREATE TABLE IF NOT EXISTS iot.notification (
+			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(64) NOT NULL,
+			device_id VARCHAR(64) NOT NULL, body TEXT NOT NULL)`,
 		"CREATE USER IF NOT EXISTS 'relay'@'%' IDENTIFIED BY 'relay-demo'",
 		"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO 'relay'@'%'",
 	} {
@@ -159,8 +188,14 @@ log:
 		return err
 	}
 
-	fmt.Println("== the application writes alarms: business row + outbox row in ONE transaction")
-	committed, err := writeAlarms(db, 1, 5, true)
+	dsn := fmt.Sprintf("root:%s@tcp(%s)/iot", rootPassword, dbAddr)
+	app, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	fmt.Println("== the alarm service writes alarms with package outbox: business row + outbox row in ONE transaction")
+	committed, err := writeAlarms(ctx, app, 1, 5, true)
 	if err != nil {
 		return err
 	}
@@ -192,6 +227,11 @@ log:
 			})
 		}
 		fmt.Printf("== %d events committed, rolled-back ones never published; consumer received %d\n", committed, received)
+		if round == 1 {
+			if _, err := notifyRound(ctx, &ps, app, dsn, kafkaAddr, committed); err != nil {
+				return err
+			}
+		}
 		if once {
 			return nil
 		}
@@ -202,7 +242,7 @@ log:
 			return nil
 		case <-time.After(3 * time.Second):
 		}
-		n, err := writeAlarms(db, round*100, 1, false)
+		n, err := writeAlarms(ctx, app, round*100, 1, false)
 		if err != nil {
 			return err
 		}
@@ -246,26 +286,36 @@ func waitRelay(ctx context.Context, broker string) error {
 }
 
 // writeAlarms commits n alarms (and, if withRollback, one rolled back) the
-// way the application does. It returns how many committed.
-func writeAlarms(db *client.Conn, first, n int, withRollback bool) (int, error) {
+// way the alarm service does: the alarm_record row and its event, written
+// with package outbox, in one transaction. It returns how many committed.
+func writeAlarms(ctx context.Context, db *sql.DB, first, n int, withRollback bool) (int, error) {
+	w, err := outbox.New("iot.outbox")
+	if err != nil {
+		return 0, err
+	}
 	tx := func(i int, commit bool) error {
 		dev := fmt.Sprintf("device-%d", i%3)
 		temp := 85 + i
-		for _, q := range []string{"BEGIN",
-			fmt.Sprintf("INSERT INTO iot.alarm_record (device_id, level, temperature) VALUES ('%s', 'CRITICAL', %d)", dev, temp),
-			fmt.Sprintf(`INSERT INTO iot.outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
-				VALUES ('alarm-%d', 'alarm', '%s', 'AlarmCreated', '{"deviceId":"%s","level":"CRITICAL","temperature":%d}')`, i, dev, dev, temp),
-		} {
-			if _, err := db.Execute(q); err != nil {
-				return err
-			}
+		t, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer t.Rollback() //nolint:errcheck // a no-op after Commit
+		if _, err := t.ExecContext(ctx, "INSERT INTO iot.alarm_record (device_id, level, temperature) VALUES (?, 'CRITICAL', ?)", dev, temp); err != nil {
+			return err
+		}
+		ids, err := w.Write(ctx, t, outbox.Event{AggregateType: "alarm", AggregateID: dev, Type: "AlarmCreated",
+			Payload: []byte(fmt.Sprintf(`{"deviceId":"%s","level":"CRITICAL","temperature":%d}`, dev, temp))})
+		if err != nil {
+			return err
 		}
 		end := "COMMIT"
-		if !commit {
-			end = "ROLLBACK"
+		if commit {
+			err = t.Commit()
+		} else {
+			end, err = "ROLLBACK", t.Rollback()
 		}
-		_, err := db.Execute(end)
-		fmt.Printf("   app: alarm-%d for %s at %d°C: %s\n", i, dev, temp, end)
+		fmt.Printf("   app: alarm %s for %s at %d°C: %s\n", ids[0], dev, temp, end)
 		return err
 	}
 	committed := 0

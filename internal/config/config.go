@@ -1,21 +1,26 @@
 // Package config holds the relay's one configuration struct, its defaults,
-// YAML loading with ${VAR} expansion, and Validate.
+// YAML loading and Validate.
 //
-// Load never logs and never returns secrets inside errors; Redacted returns a
-// copy safe to print.
+// Contract: ${VAR} is expanded inside each scalar value after the YAML is
+// parsed (never in comments or keys); a variable's value arrives exactly,
+// whatever characters it holds. Every error wraps ErrInvalid and names the
+// key path, its line (when loaded from YAML) and what to write; Load and
+// Validate report every problem at once, not the first one. Per-table router
+// settings are decoded onto a copy of the router's. Load never logs and
+// never returns secrets inside errors; Redacted returns a copy safe to print.
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Delivery guarantees.
@@ -24,16 +29,19 @@ const (
 	AtLeastOnce = "at-least-once"
 )
 
-// What a statement-logged change of a table that is not captured does
-// (source.statement_dml).
+// StatementDML is what a statement-logged change of a table that is not
+// captured does (source.statement_dml).
+type StatementDML string
+
+// Values of source.statement_dml.
 const (
 	// StatementDMLFail stops the relay: a trigger or stored function the
 	// statement fires could write the outbox, and those rows would not be in
 	// the binlog.
-	StatementDMLFail = "fail"
+	StatementDMLFail StatementDML = "fail"
 	// StatementDMLWarn logs it and goes on: for servers where no trigger or
 	// stored function writes the outbox.
-	StatementDMLWarn = "warn"
+	StatementDMLWarn StatementDML = "warn"
 )
 
 // Config is the whole relay configuration. The zero value is not valid; use
@@ -67,6 +75,14 @@ type HA struct {
 	// SessionTimeout - 2 x HeartbeatInterval passes without an answered
 	// group request, before its session can expire.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// InstanceID is this instance's static membership id in the lock group
+	// (Kafka's group.instance.id, KIP-345): an instance that restarts with
+	// the same id (a crash, a rolling restart) takes its place back without
+	// a rebalance, so a standby's restart never disturbs the active
+	// instance. Default: the host name. Instances of one pipeline need
+	// different ids: give each its own when two run on one host. Letters,
+	// digits, '.', '_' and '-', at most 249.
+	InstanceID string `yaml:"instance_id"`
 }
 
 // Source describes the MySQL/MariaDB server the relay replicates from.
@@ -92,7 +108,7 @@ type Source struct {
 	// statement (binlog_format STATEMENT or MIXED in a session) does: fail
 	// (default) or warn. A change of a captured table logged as a statement
 	// always stops the relay.
-	StatementDML string `yaml:"statement_dml"`
+	StatementDML StatementDML `yaml:"statement_dml"`
 }
 
 // Kafka describes the target cluster and how records are written.
@@ -115,6 +131,40 @@ type Kafka struct {
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
 	// RequestTimeout bounds one Kafka request (produce, commit, admin).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// Compression of produced record batches: none, gzip, snappy, lz4
+	// or zstd. Default snappy, as the relay always did (franz-go's default).
+	Compression Compression `yaml:"compression"`
+	// Linger is how long the producer waits to fill a batch; 0 sends at once.
+	Linger time.Duration `yaml:"linger"`
+	// ClientMetrics adds franz-go's client metrics (outbox_relay_kafka_*,
+	// per broker and topic) to /metrics.
+	ClientMetrics bool `yaml:"client_metrics"`
+}
+
+// Compression is kafka.compression.
+type Compression string
+
+// Values of kafka.compression.
+const (
+	CompressNone   Compression = "none"
+	CompressGzip   Compression = "gzip"
+	CompressSnappy Compression = "snappy"
+	CompressLZ4    Compression = "lz4"
+	CompressZstd   Compression = "zstd"
+)
+
+// validateProducer checks compression and linger.
+func (k Kafka) validateProducer() []error {
+	var errs []error
+	switch k.Compression {
+	case CompressNone, CompressGzip, CompressSnappy, CompressLZ4, CompressZstd:
+	default:
+		errs = append(errs, fmt.Errorf("kafka.compression: %q: write none, gzip, snappy, lz4 or zstd", k.Compression))
+	}
+	if k.Linger < 0 || k.Linger > time.Minute {
+		errs = append(errs, fmt.Errorf("kafka.linger: %s: write a duration from 0 to 1m, such as 5ms", k.Linger))
+	}
+	return errs
 }
 
 // Batch bounds a Kafka transaction.
@@ -128,39 +178,43 @@ type Batch struct {
 // take the preset's names: "outbox" (default) the article's table, "debezium"
 // the Debezium Outbox Event Router's.
 type RouterConfig struct {
-	Preset              string `yaml:"preset"` // outbox | debezium
-	EventIDColumn       string `yaml:"event_id_column"`
-	AggregateTypeColumn string `yaml:"aggregate_type_column"`
-	AggregateIDColumn   string `yaml:"aggregate_id_column"`
-	EventTypeColumn     string `yaml:"event_type_column"`
-	PayloadColumn       string `yaml:"payload_column"`
-	TimestampColumn     string `yaml:"timestamp_column"`      // optional: record timestamp instead of the commit time
-	SchemaVersionColumn string `yaml:"schema_version_column"` // optional: envelope schemaVersion
-	TopicPrefix         string `yaml:"topic_prefix"`
-	ValueFormat         string `yaml:"value_format"` // payload | envelope
+	Preset              Preset      `yaml:"preset"` // outbox | debezium
+	EventIDColumn       string      `yaml:"event_id_column"`
+	AggregateTypeColumn string      `yaml:"aggregate_type_column"`
+	AggregateIDColumn   string      `yaml:"aggregate_id_column"`
+	EventTypeColumn     string      `yaml:"event_type_column"`
+	PayloadColumn       string      `yaml:"payload_column"`
+	TimestampColumn     string      `yaml:"timestamp_column"`      // optional: record timestamp instead of the commit time
+	SchemaVersionColumn string      `yaml:"schema_version_column"` // optional: envelope schemaVersion
+	TopicPrefix         string      `yaml:"topic_prefix"`
+	ValueFormat         ValueFormat `yaml:"value_format"` // payload | envelope
 	// AdditionalFields copies more columns into headers or the envelope.
 	AdditionalFields []AdditionalField `yaml:"additional_fields"`
 	// NullPayload: tombstone (a record with a null value) or error.
-	NullPayload string `yaml:"null_payload"`
+	NullPayload NullPayload `yaml:"null_payload"`
 	// TopicRegex and TopicReplacement name the topic from the aggregate type
 	// (Debezium's route.topic.regex/replacement) when TopicReplacement is set.
 	TopicRegex       string `yaml:"topic_regex"`
 	TopicReplacement string `yaml:"topic_replacement"`
 	// AdditionalMissing: error (a bad row) or skip, when a row lacks an
 	// additional column.
-	AdditionalMissing string `yaml:"additional_missing"`
+	AdditionalMissing AdditionalMissing `yaml:"additional_missing"`
 	// OnError: fail stops the relay at a bad row; dead-letter sends it to
 	// DeadLetterTopic in the same Kafka transaction and goes on.
-	OnError         string `yaml:"on_error"`
-	DeadLetterTopic string `yaml:"dead_letter_topic"`
+	OnError         OnError `yaml:"on_error"`
+	DeadLetterTopic string  `yaml:"dead_letter_topic"`
 	// InvalidOp is what an UPDATE or DELETE on an outbox table does: warn
 	// (log, count, skip), error (the same at error level) or fatal (stop).
-	InvalidOp string `yaml:"invalid_op"`
+	InvalidOp InvalidOp `yaml:"invalid_op"`
 	// Tables overrides these settings for single outbox tables (db.table).
-	Tables map[string]RouterConfig `yaml:"tables"`
+	Tables map[string]RouterConfig `yaml:"tables,omitempty"`
 }
 
-// For returns the settings of table: the table's overrides on top of r.
+// For returns the settings of table: every setting the table's entry in
+// Tables sets, on top of r. Load already decodes each entry onto a copy of
+// r, so its entries are complete; an entry built in code holds only the
+// settings it changes. A table with another preset takes that preset's
+// column names for the columns it does not set.
 func (r RouterConfig) For(table string) RouterConfig {
 	o, ok := r.Tables[table]
 	if !ok {
@@ -168,34 +222,15 @@ func (r RouterConfig) For(table string) RouterConfig {
 	}
 	out := r
 	out.Tables = nil
-	pick := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
-		}
-	}
-	pick(&out.Preset, o.Preset)
 	if o.Preset != "" && o.Preset != r.Preset {
 		// a different preset renames the columns the table does not set
 		out.EventIDColumn, out.AggregateTypeColumn, out.AggregateIDColumn, out.EventTypeColumn, out.PayloadColumn = "", "", "", "", ""
 	}
-	pick(&out.EventIDColumn, o.EventIDColumn)
-	pick(&out.AggregateTypeColumn, o.AggregateTypeColumn)
-	pick(&out.AggregateIDColumn, o.AggregateIDColumn)
-	pick(&out.EventTypeColumn, o.EventTypeColumn)
-	pick(&out.PayloadColumn, o.PayloadColumn)
-	pick(&out.TimestampColumn, o.TimestampColumn)
-	pick(&out.SchemaVersionColumn, o.SchemaVersionColumn)
-	pick(&out.TopicPrefix, o.TopicPrefix)
-	pick(&out.ValueFormat, o.ValueFormat)
-	pick(&out.NullPayload, o.NullPayload)
-	pick(&out.TopicRegex, o.TopicRegex)
-	pick(&out.TopicReplacement, o.TopicReplacement)
-	pick(&out.AdditionalMissing, o.AdditionalMissing)
-	pick(&out.OnError, o.OnError)
-	pick(&out.DeadLetterTopic, o.DeadLetterTopic)
-	pick(&out.InvalidOp, o.InvalidOp)
-	if o.AdditionalFields != nil {
-		out.AdditionalFields = o.AdditionalFields
+	ov, dst := reflect.ValueOf(o), reflect.ValueOf(&out).Elem()
+	for i := range ov.NumField() {
+		if f := ov.Field(i); dst.Type().Field(i).Name != "Tables" && !f.IsZero() {
+			dst.Field(i).Set(f)
+		}
 	}
 	out.applyPreset()
 	return out
@@ -203,12 +238,49 @@ func (r RouterConfig) For(table string) RouterConfig {
 
 // AdditionalField is one more column in the record.
 type AdditionalField struct {
-	Column    string `yaml:"column"`
-	Placement string `yaml:"placement"` // header | envelope
-	Alias     string `yaml:"alias"`
+	Column    string    `yaml:"column"`
+	Placement Placement `yaml:"placement"` // header | envelope | partition
+	Alias     string    `yaml:"alias"`
 }
 
-var presets = map[string][5]string{ // event id, aggregate type, aggregate id, event type, payload
+// Router settings with a fixed set of values; each value's constant below.
+type (
+	Preset            string // router.preset
+	ValueFormat       string // router.value_format
+	NullPayload       string // router.null_payload
+	AdditionalMissing string // router.additional_missing
+	OnError           string // router.on_error
+	InvalidOp         string // router.invalid_op
+	Placement         string // router.additional_fields[].placement
+)
+
+// Values of the router settings.
+const (
+	PresetOutbox   Preset = "outbox"
+	PresetDebezium Preset = "debezium"
+
+	FormatPayload  ValueFormat = "payload"
+	FormatEnvelope ValueFormat = "envelope"
+
+	NullPayloadTombstone NullPayload = "tombstone"
+	NullPayloadError     NullPayload = "error"
+
+	AdditionalMissingError AdditionalMissing = "error"
+	AdditionalMissingSkip  AdditionalMissing = "skip"
+
+	OnErrorFail       OnError = "fail"
+	OnErrorDeadLetter OnError = "dead-letter"
+
+	InvalidOpWarn  InvalidOp = "warn"
+	InvalidOpError InvalidOp = "error"
+	InvalidOpFatal InvalidOp = "fatal"
+
+	PlaceHeader    Placement = "header"
+	PlaceEnvelope  Placement = "envelope"
+	PlacePartition Placement = "partition"
+)
+
+var presets = map[Preset][5]string{ // event id, aggregate type, aggregate id, event type, payload
 	"outbox":   {"event_id", "aggregate_type", "aggregate_id", "event_type", "payload"},
 	"debezium": {"id", "aggregatetype", "aggregateid", "type", "payload"},
 }
@@ -235,6 +307,11 @@ type HTTP struct {
 	// kafka.request_timeout); a value set must exceed
 	// kafka.checkpoint_interval + kafka.request_timeout.
 	StallTimeout time.Duration `yaml:"stall_timeout"`
+	// ExitGrace: before `run` exits with an error, it keeps serving
+	// /metrics this long with outbox_relay_up{state="stopped"} and
+	// outbox_relay_exit_code, so that a scrape sees why (default 15s, the
+	// shipped scrape interval; 0 exits at once; at most 5m). A signal ends it.
+	ExitGrace time.Duration `yaml:"exit_grace"`
 }
 
 // EffectiveStallTimeout is http.stall_timeout, or its default when unset.
@@ -245,10 +322,30 @@ func (c Config) EffectiveStallTimeout() time.Duration {
 	return max(2*time.Minute, 2*c.Kafka.CheckpointInterval+c.Kafka.RequestTimeout)
 }
 
+// LogFormat is log.format.
+type LogFormat string
+
+// Values of log.format.
+const (
+	LogJSON    LogFormat = "json"
+	LogConsole LogFormat = "console"
+)
+
+// LogLevel is log.level.
+type LogLevel string
+
+// Values of log.level.
+const (
+	LevelDebug LogLevel = "debug"
+	LevelInfo  LogLevel = "info"
+	LevelWarn  LogLevel = "warn"
+	LevelError LogLevel = "error"
+)
+
 // Log selects the log format and level.
 type Log struct {
-	Format string `yaml:"format"` // json | console
-	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format LogFormat `yaml:"format"` // json | console
+	Level  LogLevel  `yaml:"level"`  // debug | info | warn | error
 	// ProgressInterval: while events flow, log throughput, lag and position
 	// this often; 0 disables.
 	ProgressInterval time.Duration `yaml:"progress_interval"`
@@ -279,6 +376,7 @@ func defaults() Config {
 			TransactionTimeout: time.Minute,
 			CheckpointInterval: 10 * time.Second,
 			RequestTimeout:     30 * time.Second,
+			Compression:        CompressSnappy,
 		},
 		Router: RouterConfig{
 			Preset:            "outbox",
@@ -290,17 +388,13 @@ func defaults() Config {
 			InvalidOp:         "warn",
 		},
 		HA:   HA{LockTopic: "outbox-relay.lock", SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second},
-		HTTP: HTTP{Listen: "127.0.0.1:9464"},
-		Log:  Log{Format: "json", Level: "info", ProgressInterval: 10 * time.Second},
+		HTTP: HTTP{Listen: "127.0.0.1:9464", ExitGrace: 15 * time.Second},
+		Log:  Log{Format: LogJSON, Level: LevelInfo, ProgressInterval: 10 * time.Second},
 	}
 }
 
 // ErrInvalid is wrapped by every error Validate returns.
 var ErrInvalid = errors.New("invalid configuration")
-
-// varRef matches ${VAR}: environment variable names are upper case, so
-// ${routedByValue} in router.topic_replacement is left alone; $${ escapes.
-var varRef = regexp.MustCompile(`\$?\$\{([A-Z_][A-Z0-9_]*)\}`)
 
 // Load reads a YAML file, expands ${VAR} from the environment, applies the
 // defaults to unset keys and validates the result.
@@ -314,35 +408,109 @@ func Load(path string) (Config, error) {
 
 // Parse is Load on bytes, with lookup standing in for the environment.
 func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
-	var missing []string
-	expanded := varRef.ReplaceAllFunc(raw, func(m []byte) []byte {
-		if bytes.HasPrefix(m, []byte("$$")) {
-			return m[1:] // $${X} is the literal ${X}
-		}
-		name := string(varRef.FindSubmatch(m)[1])
-		v, ok := lookup(name)
-		if !ok {
-			missing = append(missing, name)
-		}
-		return []byte(v)
-	})
-	if len(missing) > 0 {
-		return Config{}, fmt.Errorf("%w: environment variable %s is not set", ErrInvalid, strings.Join(missing, ", "))
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return Config{}, fmt.Errorf("%w: %s: fix the YAML syntax (quote a value that contains \": \" or \" #\")", ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" {
+		return Config{}, fmt.Errorf("%w: the file is empty: write at least name, source (hosts, user, server_id, tables) and kafka.brokers", ErrInvalid)
 	}
 	cfg := defaults()
-	dec := yaml.NewDecoder(bytes.NewReader(expanded))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		return Config{}, fmt.Errorf("%w: parse yaml: %v", ErrInvalid, err)
-	}
+	d := &decoder{lookup: lookup}
+	d.decode("", doc.Content[0], reflect.ValueOf(&cfg).Elem())
 	cfg.Router.applyPreset()
+	// a key that failed to decode keeps its default: validation still
+	// reports every other problem
+	problems := d.errs
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		ve, ok := err.(*ValidationError)
+		if !ok {
+			return Config{}, err
+		}
+		var left []string
+		for _, p := range ve.Problems {
+			if !d.failed(problemKey(p)) {
+				left = append(left, p)
+			}
+		}
+		problems = append(problems, withLines(&ValidationError{Problems: left}, doc.Content[0]).(*ValidationError).Problems...)
+	}
+	if len(problems) > 0 {
+		return Config{}, &ValidationError{Problems: problems}
 	}
 	if err := cfg.readSecrets(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// invalid joins problems into one error wrapping ErrInvalid.
+func invalid(problems []string) error {
+	if len(problems) == 1 {
+		return fmt.Errorf("%w: %s", ErrInvalid, problems[0])
+	}
+	return fmt.Errorf("%w: %d problems:\n  %s", ErrInvalid, len(problems), strings.Join(problems, "\n  "))
+}
+
+// ValidationError is what Validate returns: every problem, each starting
+// with its key path. It wraps ErrInvalid.
+type ValidationError struct{ Problems []string }
+
+func (e *ValidationError) Error() string { return invalid(e.Problems).Error() }
+
+// Unwrap returns ErrInvalid.
+func (e *ValidationError) Unwrap() error { return ErrInvalid }
+
+// withLines adds the line of each problem's key path, found in root.
+func withLines(err error, root *yaml.Node) error {
+	ve, ok := errors.AsType[*ValidationError](err)
+	if !ok {
+		return err
+	}
+	out := make([]string, len(ve.Problems))
+	for i, p := range ve.Problems {
+		key := problemKey(p)
+		if n := findKey(root, key); n != nil {
+			p = fmt.Sprintf("%s (line %d)%s", key, n.Line, p[len(key):])
+		}
+		out[i] = p
+	}
+	return &ValidationError{Problems: out}
+}
+
+// problemKey is the key path a problem starts with.
+func problemKey(p string) string { return p[:strings.IndexAny(p+" ", " :")] }
+
+// findKey finds the key node of a dotted key path such as source.user (the
+// element for source.hosts[1]), or the nearest enclosing key present.
+func findKey(n *yaml.Node, path string) *yaml.Node {
+	var found *yaml.Node
+	for _, part := range strings.Split(path, ".") {
+		name, idx := part, -1
+		if i := strings.IndexByte(part, '['); i > 0 && strings.HasSuffix(part, "]") {
+			name = part[:i]
+			fmt.Sscanf(part[i:], "[%d]", &idx)
+		}
+		if n == nil || n.Kind != yaml.MappingNode {
+			return found
+		}
+		var next, key *yaml.Node
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			if n.Content[j].Value == name {
+				key, next = n.Content[j], n.Content[j+1]
+			}
+		}
+		if next == nil {
+			return found
+		}
+		found = key
+		if idx >= 0 && next.Kind == yaml.SequenceNode && idx < len(next.Content) {
+			next = next.Content[idx]
+			found = next
+		}
+		n = next
+	}
+	return found
 }
 
 // readSecrets fills passwords from their files.
@@ -366,175 +534,225 @@ func (c *Config) readSecrets() error {
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
 
-// Validate reports the first problem found, wrapped in ErrInvalid.
+// Validate reports every problem found, as a *ValidationError (wrapping
+// ErrInvalid) whose problems start with their key path.
 func (c *Config) Validate() error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
-	}
+	var problems []string
+	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
 	if !namePattern.MatchString(c.Name) {
-		return bad("name %q must be 1-200 characters of letters, digits, '.', '_' or '-'", c.Name)
+		bad("name: %q: write 1-200 characters of letters, digits, '.', '_' or '-'", c.Name)
 	}
 	s := c.Source
 	if len(s.Hosts) == 0 {
-		return bad("source.hosts is empty")
+		bad("source.hosts: empty: list the servers to replicate from, such as [\"db1:3306\"]")
 	}
-	for _, h := range s.Hosts {
-		if !strings.Contains(h, ":") {
-			return bad("source.hosts entry %q needs host:port", h)
+	for i, h := range s.Hosts {
+		if err := checkHostPort(h, false); err != nil {
+			bad("source.hosts[%d]: %q %v", i, h, err)
 		}
 	}
 	if s.User == "" {
-		return bad("source.user is empty")
+		bad("source.user: empty: write the replication user")
 	}
 	if s.Password != "" && s.PasswordFile != "" {
-		return bad("source: set password or password_file, not both")
+		bad("source.password_file: set password or password_file, not both")
 	}
 	if err := s.TLS.validate("source.tls"); err != nil {
-		return bad("%v", err)
+		bad("%v", err)
 	}
 	if s.ServerID == 0 {
-		return bad("source.server_id must be set and unique among the server's replicas")
+		bad("source.server_id: must be set and unique among the server's replicas, such as 4242")
 	}
 	switch s.Flavor {
 	case "auto", "mysql", "mariadb":
 	default:
-		return bad("source.flavor %q must be auto, mysql or mariadb", s.Flavor)
+		bad("source.flavor: %q: write auto, mysql or mariadb", s.Flavor)
 	}
 	if len(s.Tables) == 0 {
-		return bad("source.tables is empty")
+		bad("source.tables: empty: list the outbox tables as db.table")
 	}
-	for _, t := range s.Tables {
+	for i, t := range s.Tables {
 		db, tbl, ok := strings.Cut(t, ".")
 		if !ok || db == "" || tbl == "" || strings.Contains(tbl, ".") {
-			return bad("source.tables entry %q must be db.table", t)
+			bad("source.tables[%d]: %q: write db.table", i, t)
 		}
 	}
-	if s.Start == "" {
-		return bad("source.start is empty: use now, earliest or a GTID set")
+	if err := checkStart(s.Start, s.Flavor); err != nil {
+		bad("source.start: %v", err)
 	}
 	switch s.StatementDML {
 	case StatementDMLFail, StatementDMLWarn:
 	default:
-		return bad("source.statement_dml %q must be fail or warn", s.StatementDML)
+		bad("source.statement_dml: %q: write fail or warn", s.StatementDML)
 	}
-	if s.ConnectTimeout <= 0 || s.HeartbeatPeriod <= 0 {
-		return bad("source.connect_timeout and source.heartbeat_period must be positive")
+	if s.ConnectTimeout <= 0 {
+		bad("source.connect_timeout: %s: write a positive duration such as 5s", s.ConnectTimeout)
+	}
+	if s.HeartbeatPeriod <= 0 {
+		bad("source.heartbeat_period: %s: write a positive duration such as 5s", s.HeartbeatPeriod)
 	}
 	k := c.Kafka
 	if len(k.Brokers) == 0 {
-		return bad("kafka.brokers is empty")
+		bad("kafka.brokers: empty: list bootstrap brokers, such as [\"kafka1:9092\"]")
+	}
+	for i, b := range k.Brokers {
+		if err := checkHostPort(b, false); err != nil {
+			bad("kafka.brokers[%d]: %q %v", i, b, err)
+		}
 	}
 	if err := k.TLS.validate("kafka.tls"); err != nil {
-		return bad("%v", err)
+		bad("%v", err)
 	}
-	if err := k.SASL.validate(); err != nil {
-		return bad("%v", err)
+	for _, e := range k.SASL.validate() {
+		bad("%v", e)
 	}
 	switch k.Delivery {
 	case ExactlyOnce, AtLeastOnce:
 	default:
-		return bad("kafka.delivery %q must be exactly-once or at-least-once", k.Delivery)
+		bad("kafka.delivery: %q: write exactly-once or at-least-once", k.Delivery)
 	}
-	if k.CheckpointTopic == "" {
-		return bad("kafka.checkpoint_topic is empty")
+	if err := checkTopic(k.CheckpointTopic); err != nil {
+		bad("kafka.checkpoint_topic: %v", err)
 	}
 	if k.TopicPartitions <= 0 {
-		return bad("kafka.topic_partitions must be positive")
+		bad("kafka.topic_partitions: %d: write a positive number", k.TopicPartitions)
 	}
 	if k.ReplicationFactor == 0 || k.ReplicationFactor < -1 {
-		return bad("kafka.replication_factor must be positive, or -1 for the broker default")
+		bad("kafka.replication_factor: %d: write a positive number, or -1 for the broker default", k.ReplicationFactor)
 	}
-	if k.Batch.MaxRecords <= 0 || k.Batch.MaxBytes <= 0 || k.Batch.MaxWait <= 0 {
-		return bad("kafka.batch.max_records, max_bytes and max_wait must be positive")
+	if k.Batch.MaxRecords <= 0 {
+		bad("kafka.batch.max_records: %d: write a positive number", k.Batch.MaxRecords)
 	}
-	if k.TransactionTimeout < time.Second || k.CheckpointInterval <= 0 || k.RequestTimeout <= 0 {
-		return bad("kafka.transaction_timeout must be at least 1s; checkpoint_interval and request_timeout positive")
+	if k.Batch.MaxBytes <= 0 {
+		bad("kafka.batch.max_bytes: %d: write a positive number", k.Batch.MaxBytes)
 	}
-	for t := range c.Router.Tables {
-		if !slices.Contains(s.Tables, t) {
-			return bad("router.tables has %q, which is not in source.tables", t)
-		}
+	if k.Batch.MaxWait <= 0 {
+		bad("kafka.batch.max_wait: %s: write a positive duration such as 200ms", k.Batch.MaxWait)
 	}
-	for _, t := range append([]string{""}, s.Tables...) {
-		r := c.Router
-		where := "router"
-		if t != "" {
-			if _, ok := r.Tables[t]; !ok {
-				continue
+	if k.TransactionTimeout < time.Second {
+		bad("kafka.transaction_timeout: %s: write at least 1s", k.TransactionTimeout)
+	}
+	if k.CheckpointInterval <= 0 {
+		bad("kafka.checkpoint_interval: %s: write a positive duration such as 10s", k.CheckpointInterval)
+	}
+	if k.RequestTimeout <= 0 {
+		bad("kafka.request_timeout: %s: write a positive duration such as 30s", k.RequestTimeout)
+	}
+	for _, e := range k.validateProducer() {
+		bad("%v", e)
+	}
+	tables := slices.Sorted(func(yield func(string) bool) {
+		for t := range c.Router.Tables {
+			if !yield(t) {
+				return
 			}
-			r, where = r.For(t), "router.tables."+t
 		}
-		if err := r.validate(); err != nil {
-			return bad("%s: %v", where, err)
+	})
+	for _, t := range tables {
+		if !slices.Contains(s.Tables, t) {
+			bad("router.tables.%s: not in source.tables: add it there or remove this entry", t)
+		}
+	}
+	for _, e := range c.Router.validate() {
+		bad("router.%v", e)
+	}
+	for _, t := range tables {
+		for _, e := range c.Router.For(t).validate() {
+			bad("router.tables.%s.%v", t, e)
 		}
 	}
 	h := c.HA
-	if h.LockTopic == "" || h.LockTopic == k.CheckpointTopic {
-		return bad("ha.lock_topic must be set and differ from kafka.checkpoint_topic")
+	if err := checkTopic(h.LockTopic); err != nil {
+		bad("ha.lock_topic: %v", err)
+	} else if h.LockTopic == k.CheckpointTopic {
+		bad("ha.lock_topic: %q: must differ from kafka.checkpoint_topic", h.LockTopic)
 	}
 	if h.SessionTimeout < time.Second {
-		return bad("ha.session_timeout must be at least 1s (Apache Kafka: at least group.min.session.timeout.ms, 6s by default)")
+		bad("ha.session_timeout: %s: write at least 1s (Apache Kafka: at least group.min.session.timeout.ms, 6s by default)", h.SessionTimeout)
+	}
+	if h.InstanceID != "" && !validInstanceID(h.InstanceID) {
+		bad("ha.instance_id: %q: write letters, digits, '.', '_' and '-' only, at most 249 characters", h.InstanceID)
 	}
 	if h.HeartbeatInterval <= 0 || 3*h.HeartbeatInterval > h.SessionTimeout {
-		return bad("ha.heartbeat_interval must be positive and at most a third of ha.session_timeout")
+		bad("ha.heartbeat_interval: %s: write a positive duration of at most a third of ha.session_timeout (%s)", h.HeartbeatInterval, h.SessionTimeout)
+	}
+	if l := c.HTTP.Listen; l != "" {
+		if err := checkHostPort(l, true); err != nil {
+			bad("http.listen: %q %v", l, err)
+		}
+	}
+	if g := c.HTTP.ExitGrace; g < 0 || g > 5*time.Minute {
+		bad("http.exit_grace: %s: must be between 0 and 5m", g)
 	}
 	if st := c.HTTP.StallTimeout; st < 0 || st > 0 && st <= k.CheckpointInterval+k.RequestTimeout {
-		return bad("http.stall_timeout must exceed kafka.checkpoint_interval + kafka.request_timeout (%s)", k.CheckpointInterval+k.RequestTimeout)
+		bad("http.stall_timeout: %s: must exceed kafka.checkpoint_interval + kafka.request_timeout (%s), or 0 for the default", st, k.CheckpointInterval+k.RequestTimeout)
 	}
 	switch c.Log.Format {
-	case "json", "console":
+	case LogJSON, LogConsole:
 	default:
-		return bad("log.format %q must be json or console", c.Log.Format)
+		bad("log.format: %q: write json or console", c.Log.Format)
 	}
 	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
+	case LevelDebug, LevelInfo, LevelWarn, LevelError:
 	default:
-		return bad("log.level %q must be debug, info, warn or error", c.Log.Level)
+		bad("log.level: %q: write debug, info, warn or error", c.Log.Level)
+	}
+	if c.Log.ProgressInterval < 0 {
+		bad("log.progress_interval: %s: write a positive duration, or 0 to disable", c.Log.ProgressInterval)
+	}
+	if len(problems) > 0 {
+		return &ValidationError{Problems: problems}
 	}
 	return nil
 }
 
-func (r RouterConfig) validate() error {
+// validate returns the router's problems, each starting with its key.
+func (r RouterConfig) validate() []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if _, ok := presets[r.Preset]; !ok {
-		return fmt.Errorf("preset %q must be outbox or debezium", r.Preset)
+		bad("preset: %q: write outbox or debezium", r.Preset)
 	}
-	oneOf := func(key, v string, allowed ...string) error {
+	oneOf := func(key, v string, allowed ...string) {
 		if !slices.Contains(allowed, v) {
-			return fmt.Errorf("%s %q must be one of %s", key, v, strings.Join(allowed, ", "))
-		}
-		return nil
-	}
-	for _, e := range []error{
-		oneOf("value_format", r.ValueFormat, "payload", "envelope"),
-		oneOf("null_payload", r.NullPayload, "tombstone", "error"),
-		oneOf("additional_missing", r.AdditionalMissing, "error", "skip"),
-		oneOf("on_error", r.OnError, "fail", "dead-letter"),
-		oneOf("invalid_op", r.InvalidOp, "warn", "error", "fatal"),
-	} {
-		if e != nil {
-			return e
+			bad("%s: %q: write %s", key, v, orList(allowed))
 		}
 	}
-	for _, f := range r.AdditionalFields {
+	oneOf("value_format", string(r.ValueFormat), string(FormatPayload), string(FormatEnvelope))
+	oneOf("null_payload", string(r.NullPayload), string(NullPayloadTombstone), string(NullPayloadError))
+	oneOf("additional_missing", string(r.AdditionalMissing), string(AdditionalMissingError), string(AdditionalMissingSkip))
+	oneOf("on_error", string(r.OnError), string(OnErrorFail), string(OnErrorDeadLetter))
+	oneOf("invalid_op", string(r.InvalidOp), string(InvalidOpWarn), string(InvalidOpError), string(InvalidOpFatal))
+	for i, f := range r.AdditionalFields {
 		if f.Column == "" {
-			return fmt.Errorf("additional_fields: an entry has no column")
+			bad("additional_fields[%d].column: empty: write the column to copy", i)
 		}
 		switch f.Placement {
 		case "header", "partition":
 		case "envelope":
 			if r.ValueFormat != "envelope" {
-				return fmt.Errorf("additional_fields %s: placement envelope needs value_format envelope", f.Column)
+				bad("additional_fields[%d].placement: envelope needs value_format envelope", i)
 			}
 		default:
-			return fmt.Errorf("additional_fields %s: placement %q must be header, envelope or partition", f.Column, f.Placement)
+			bad("additional_fields[%d].placement: %q: write header, envelope or partition", i, f.Placement)
 		}
 	}
 	if r.TopicRegex != "" {
 		if _, err := regexp.Compile(r.TopicRegex); err != nil {
-			return fmt.Errorf("topic_regex: %v", err)
+			bad("topic_regex: %q is not a valid regular expression (Go RE2 syntax): %v", r.TopicRegex, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
 		}
 		if r.TopicReplacement == "" {
-			return fmt.Errorf("topic_regex needs topic_replacement")
+			bad("topic_regex: needs topic_replacement, such as \"events.$1\"")
+		}
+	}
+	if r.TopicPrefix != "" {
+		if err := checkTopicChars(r.TopicPrefix, 248); err != nil {
+			bad("topic_prefix: %v", err)
+		}
+	}
+	if r.DeadLetterTopic != "" { // empty: outbox-relay.dead-letter.<name>
+		if err := checkTopic(r.DeadLetterTopic); err != nil {
+			bad("dead_letter_topic: %v", err)
 		}
 	}
 	for _, col := range [][2]string{
@@ -542,10 +760,17 @@ func (r RouterConfig) validate() error {
 		{"aggregate_id_column", r.AggregateIDColumn}, {"payload_column", r.PayloadColumn},
 	} {
 		if col[1] == "" {
-			return fmt.Errorf("%s is empty", col[0])
+			bad("%s: empty: write the column name", col[0])
 		}
 	}
-	return nil
+	return errs
+}
+
+func orList(v []string) string {
+	if len(v) == 1 {
+		return v[0]
+	}
+	return strings.Join(v[:len(v)-1], ", ") + " or " + v[len(v)-1]
 }
 
 // Redacted returns a copy with every secret replaced, safe to print or log.
@@ -553,8 +778,10 @@ func (c Config) Redacted() Config {
 	if c.Source.Password != "" {
 		c.Source.Password = "REDACTED"
 	}
-	if c.Kafka.SASL.Password != "" {
-		c.Kafka.SASL.Password = "REDACTED"
+	for _, f := range []*string{&c.Kafka.SASL.Password, &c.Kafka.SASL.Token, &c.Kafka.SASL.SecretAccessKey, &c.Kafka.SASL.SessionToken} {
+		if *f != "" {
+			*f = "REDACTED"
+		}
 	}
 	return c
 }
@@ -566,4 +793,18 @@ func (c Config) YAML() string {
 		return fmt.Sprintf("# marshal config: %v\n", err)
 	}
 	return string(out)
+}
+
+// validInstanceID: a group instance id this project writes (Kafka's rules
+// for topic names, which a host name meets).
+func validInstanceID(id string) bool {
+	if len(id) == 0 || len(id) > 249 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -66,32 +66,89 @@ func (t TLS) Config() (*tls.Config, error) {
 	return c, nil
 }
 
-// SASL authenticates to Kafka.
+// SASLMechanism is kafka.sasl.mechanism.
+type SASLMechanism string
+
+// Values of kafka.sasl.mechanism; empty: no SASL.
+const (
+	SASLPlain       SASLMechanism = "PLAIN"
+	SASLScramSHA256 SASLMechanism = "SCRAM-SHA-256"
+	SASLScramSHA512 SASLMechanism = "SCRAM-SHA-512"
+	// SASLOAuthBearer sends a token (token, or token_file re-read at each
+	// authentication so a rotated token is picked up).
+	SASLOAuthBearer SASLMechanism = "OAUTHBEARER"
+	// SASLAWSMSKIAM signs with AWS credentials (Amazon MSK IAM access
+	// control): the keys set here, else AWS_ACCESS_KEY_ID,
+	// AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN at each authentication.
+	SASLAWSMSKIAM SASLMechanism = "AWS_MSK_IAM"
+)
+
+// SASL authenticates to Kafka. Every secret has a *_file form, for secrets
+// mounted as files.
 type SASL struct {
-	Mechanism    string `yaml:"mechanism"` // PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512; empty: none
-	User         string `yaml:"user"`
-	Password     string `yaml:"password"`
-	PasswordFile string `yaml:"password_file"`
+	Mechanism    SASLMechanism `yaml:"mechanism"` // PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | OAUTHBEARER | AWS_MSK_IAM; empty: none
+	User         string        `yaml:"user"`
+	Password     string        `yaml:"password"`
+	PasswordFile string        `yaml:"password_file"`
+	// OAUTHBEARER
+	Token      string            `yaml:"token"`
+	TokenFile  string            `yaml:"token_file"`
+	Extensions map[string]string `yaml:"extensions"`
+	// AWS_MSK_IAM
+	AccessKeyID         string `yaml:"access_key_id"`
+	SecretAccessKey     string `yaml:"secret_access_key"`
+	SecretAccessKeyFile string `yaml:"secret_access_key_file"`
+	SessionToken        string `yaml:"session_token"`
+	SessionTokenFile    string `yaml:"session_token_file"`
 }
 
-func (s SASL) validate() error {
+func (s SASL) validate() []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	userPass := s.User != "" || s.Password != "" || s.PasswordFile != ""
+	token := s.Token != "" || s.TokenFile != "" || len(s.Extensions) > 0
+	aws := s.AccessKeyID != "" || s.SecretAccessKey != "" || s.SecretAccessKeyFile != "" || s.SessionToken != "" || s.SessionTokenFile != ""
+	const all = "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM"
 	switch s.Mechanism {
 	case "":
-		if s.User != "" || s.Password != "" || s.PasswordFile != "" {
-			return fmt.Errorf("kafka.sasl.mechanism is empty but a user or password is set: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		if userPass || token || aws {
+			bad("kafka.sasl.mechanism: empty but credentials are set: write %s", all)
 		}
-		return nil
-	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		return errs
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		if s.User == "" {
+			bad("kafka.sasl.user: empty: write the SASL user name")
+		}
+		if s.Password != "" && s.PasswordFile != "" {
+			bad("kafka.sasl.password_file: set password or password_file, not both")
+		}
+		if token || aws {
+			bad("kafka.sasl: %s takes user and password (or password_file) only: remove the token or AWS keys", s.Mechanism)
+		}
+	case SASLOAuthBearer:
+		if (s.Token == "") == (s.TokenFile == "") {
+			bad("kafka.sasl.token: OAUTHBEARER needs exactly one of token and token_file")
+		}
+		if userPass || aws {
+			bad("kafka.sasl: OAUTHBEARER takes token or token_file (and extensions) only: remove user, password and AWS keys")
+		}
+	case SASLAWSMSKIAM:
+		if s.SecretAccessKey != "" && s.SecretAccessKeyFile != "" {
+			bad("kafka.sasl.secret_access_key_file: set secret_access_key or secret_access_key_file, not both")
+		}
+		if s.SessionToken != "" && s.SessionTokenFile != "" {
+			bad("kafka.sasl.session_token_file: set session_token or session_token_file, not both")
+		}
+		if (s.AccessKeyID == "") != (s.SecretAccessKey == "" && s.SecretAccessKeyFile == "") {
+			bad("kafka.sasl.access_key_id: set access_key_id with secret_access_key (or its file), or neither to use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+		}
+		if userPass || token {
+			bad("kafka.sasl: AWS_MSK_IAM takes AWS keys only: remove user, password and token")
+		}
 	default:
-		return fmt.Errorf("kafka.sasl.mechanism %q must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+		bad("kafka.sasl.mechanism: %q: write %s", s.Mechanism, all)
 	}
-	if s.User == "" {
-		return fmt.Errorf("kafka.sasl.user is empty")
-	}
-	if s.Password != "" && s.PasswordFile != "" {
-		return fmt.Errorf("kafka.sasl: set password or password_file, not both")
-	}
-	return nil
+	return errs
 }
 
 // readSecret returns the file's content without the trailing newline.

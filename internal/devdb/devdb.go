@@ -118,8 +118,13 @@ func (s *Server) install(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(s.opts.Dir, "data"), 0o755); err != nil {
 		return err
 	}
+	// A temporary directory of its own: in the shared /tmp, servers started
+	// at once by other processes have collided on temporary table names.
+	if err := os.MkdirAll(filepath.Join(s.opts.Dir, "tmp"), 0o755); err != nil {
+		return err
+	}
 	cmd := exec.CommandContext(ctx, bin, "--no-defaults", "--user=root", "--auth-root-authentication-method=normal",
-		"--skip-test-db", "--datadir="+filepath.Join(s.opts.Dir, "data"))
+		"--skip-test-db", "--datadir="+filepath.Join(s.opts.Dir, "data"), "--tmpdir="+filepath.Join(s.opts.Dir, "tmp"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("initialise mariadb data directory: %w: %s", err, out)
@@ -135,6 +140,7 @@ func (s *Server) args() []string {
 		"socket":                         filepath.Join(d, "mysqld.sock"),
 		"pid-file":                       filepath.Join(d, "mysqld.pid"),
 		"log-error":                      filepath.Join(d, "error.log"),
+		"tmpdir":                         filepath.Join(d, "tmp"),
 		"port":                           strconv.Itoa(s.opts.Port),
 		"bind-address":                   "127.0.0.1",
 		"user":                           "root",
@@ -178,9 +184,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Join(s.opts.Dir, "tmp"), 0o755); err != nil {
+		return err
+	}
 	cmd := exec.Command(bin, s.args()...)
-	// Pdeathsig: the server dies with its parent even when that is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start mariadbd: %w", err)
 	}

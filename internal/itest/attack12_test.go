@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
@@ -26,33 +27,26 @@ import (
 
 // Attack 12-1: a replica whose binlog was reset (RESET MASTER) while it
 // kept replicating. Its gtid_binlog_state holds the primary's server_id
-// at a sequence number past the checkpoint, so Relate calls it
-// "contains"; its oldest binlog's Gtid_list is empty, so CheckNotPurged
-// proves nothing is purged. But the transactions between the checkpoint
-// and the reset are not in its binlog any more: the relay resumes on it
-// and never publishes them.
+// at a sequence number past the checkpoint, and its oldest binlog's
+// Gtid_list is empty: its variables say it has the checkpoint and nothing
+// is purged. But the transactions between the checkpoint and the reset
+// are not in its binlog any more; the server refuses the position as a
+// hole in its binlog (go-mysql asks for gtid strict mode on the dump
+// connection, so it does so even with the global OFF).
 //
-// With gtid_strict_mode ON (the harness), MariaDB refuses the position
-// (ER_GTID_START_FROM_BINLOG_HOLE) and the relay stops FOR GOOD as
-// "diverged" (exit 65, RestartPreventExitStatus) although the preferred
-// host is only down. With gtid_strict_mode OFF (MariaDB's default) the
-// server streams from its first binlog and the events between the
-// checkpoint and the reset are silently lost.
-//
-// (go-mysql sends @slave_gtid_strict_mode=1 on the dump connection, so
-// the server refuses even with the global OFF: no silent loss, but a stop
-// for good.)
+// The relay must not stop for good (it did: exit 65 "diverged") while
+// another host has the transactions: it holds the refusal against the
+// reset replica, waits while the preferred replica is down, and resumes
+// on it when it is back, losing nothing.
 func TestAttack12ResetMasterReplicaStopsForGood(t *testing.T) {
-	t.Skip("known gap (issue 12, open): a replica after RESET MASTER is chosen, then its 1236 stops the relay with 65 instead of trying the next host")
 	attackResetMaster(t, false)
 }
 
-// The same replica alone in source.hosts: `check` passes it as usable
-// (exit 0, so ExecStartPre lets the unit start) and the relay then stops
-// on it with exit 65 ("diverged"), where the truth is "purged": the
-// binlogs after the checkpoint are gone from it.
+// The same replica alone in source.hosts: `check` must not pass it (it
+// did, exit 0, so ExecStartPre let the unit start), and the relay stops
+// on it as purged (exit 66: its binlogs after the checkpoint are gone),
+// not as diverged.
 func TestAttack12ResetMasterCheckPassesNoUsableHost(t *testing.T) {
-	t.Skip("known gap (issue 12, open): check cannot prove a replica after RESET MASTER lacks the checkpoint's history")
 	attackResetMaster(t, true)
 }
 
@@ -96,33 +90,46 @@ func attackResetMaster(t *testing.T, checkOnly bool) {
 		only := cfg
 		only.Source.Hosts = c.Addrs(b)
 		r := preflight.Run(context.Background(), only)
-		err := RunRelay(t, only).StoppedWith(t)
 		if r.OK() {
-			t.Fatalf("check passes (exit 0) with b the only host, and the relay on it stops with exit %d: %v\ncheck: %+v",
-				relay.ExitCode(err), err, r)
+			t.Errorf("check passes with b, whose binlog lacks the transactions after the checkpoint, the only host: %+v", r)
+		}
+		if it, ok := r.Find("stream"); !ok || it.Status != preflight.Fail || !strings.Contains(it.Detail, "binlog") {
+			t.Errorf("check's stream item on b = %+v (found %v), want a failure saying the binlog lacks the transactions", it, ok)
+		}
+		err := RunRelay(t, only).StoppedWith(t)
+		if code := relay.ExitCode(err); code != relay.ExitPurged || !errors.Is(err, binlog.ErrPurged) {
+			t.Errorf("relay on b alone stopped with exit %d (%v), want %d (purged)", code, err, relay.ExitPurged)
 		}
 		return
 	}
-	a.Kill() // the preferred replica dies: the relay must use b
+	a.Kill() // the preferred replica dies: b cannot serve the position
 	p = RunRelay(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relay logs:\n%s", tailLines(p.Logs(), 30))
+		}
+	})
+	waitHostState(t, p, c.Addrs(b)[0], "purged")
+	// The relay waits for a (unreachable: retried), it does not stop.
 	Eventually(t, time.Minute, func() error {
-		select {
-		case <-p.Done():
-			return nil
-		default:
+		if hostState(p, c.Addrs(a)[0]) != "unreachable" {
+			return errors.New("a not yet seen unreachable")
 		}
-		if p.Metrics.Ready.Load() {
-			return nil
-		}
-		return context.DeadlineExceeded
+		return nil
 	})
 	select {
 	case <-p.Done():
-		t.Errorf("relay stopped for good (exit %d) while its preferred host is only down: %v", relay.ExitCode(p.Err()), p.Err())
+		t.Fatalf("relay stopped for good (exit %d) while its preferred host is only down: %v\n%s",
+			relay.ExitCode(p.Err()), p.Err(), tailLines(p.Logs(), 15))
 	default:
-		WaitCheckpoint(t, cfg, Head(t, c.Primary), time.Minute)
 	}
-	t.Logf("logs:\n%s", tailLines(p.Logs(), 15))
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, c.Primary), 2*time.Minute)
+	if hostState(p, c.Addrs(a)[0]) != "streaming" {
+		t.Errorf("source host a is %q after it came back, want streaming", hostState(p, c.Addrs(a)[0]))
+	}
 	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
 	if rep.Expected != len(first)+len(second)+len(third) {
 		t.Fatalf("outbox has %d rows, writers committed %d", rep.Expected, len(first)+len(second)+len(third))
@@ -297,7 +304,6 @@ func TestAttack12LockTopicThreePartitions(t *testing.T) {
 // of domain 1) and the relay waits for it forever: not ready, never
 // exiting, /healthz 200, while b will never log a domain-1 transaction.
 func TestAttack12IdleDomainBehindForever(t *testing.T) {
-	t.Skip("known gap (issue 12, open): a replica that never logged an idle domain counts as behind forever")
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)
@@ -387,7 +393,6 @@ func TestAttack12IdleDomainBehindForever(t *testing.T) {
 // the lease although nothing happened to it: a crash of the standby stops
 // the pipeline for seconds (a flap of the healthy active).
 func TestAttack12StandbyCrashRestartDemotesActive(t *testing.T) {
-	t.Skip("known gap (issue 12, open): a standby killed and restarted makes the active give up its lease for ~10 s (static membership not used)")
 	_, s, cfg := env.Pipeline(t)
 	cfg.HA = config.Default().HA
 	cfg.Log.Level = "info"
@@ -492,7 +497,6 @@ func TestAttack12DifferentLockTopicFenceFlap(t *testing.T) {
 // source.start "now" and skip what was committed during the hand-over; it
 // must refuse instead (the lock group members' settings fingerprint).
 func TestAttack12StandbyOtherCheckpointTopicLoses(t *testing.T) {
-	t.Skip("known gap (issue 12, open): a standby with another checkpoint topic is refused only while the active is still in the lock group; after a rolling restart it takes over")
 	k, s, cfg := env.Pipeline(t)
 	p1 := RunRelay(t, cfg)
 	p1.WaitReady(t)

@@ -125,6 +125,43 @@ func (k *Kafka) start(t testing.TB) {
 // the embedded one directly, an external one with the shell command in
 // RELAY_TEST_KAFKA_RESTART (make test-kafka sets it); without that command
 // the test is skipped.
+// Stop stops the broker for an outage test and Start brings it back: the
+// embedded one directly, an external one with RELAY_TEST_KAFKA_CTL stop and
+// start (make test-kafka sets it to deploy/dev/kafka.sh); without that
+// command the test is skipped.
+func (k *Kafka) Stop(t testing.TB) {
+	t.Helper()
+	if k.Cluster == nil {
+		kafkaCtl(t, "stop")
+		return
+	}
+	k.Cluster.Close()
+}
+
+// Start: see Stop.
+func (k *Kafka) Start(t testing.TB) {
+	t.Helper()
+	if len(ExternalKafka()) > 0 {
+		kafkaCtl(t, "start")
+		return
+	}
+	k.Cluster = nil
+	k.start(t)
+}
+
+func kafkaCtl(t testing.TB, verb string) {
+	t.Helper()
+	script := os.Getenv("RELAY_TEST_KAFKA_CTL")
+	if script == "" {
+		t.Skip("stopping an external broker needs RELAY_TEST_KAFKA_CTL")
+	}
+	cmd := exec.Command("bash", "-c", script+" "+verb)
+	cmd.Dir = RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s broker: %v\n%s", verb, err, out)
+	}
+}
+
 func (k *Kafka) Restart(t testing.TB) {
 	t.Helper()
 	if k.Cluster == nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -65,6 +66,11 @@ func (e *Env) Pipeline(t testing.TB) (*Kafka, *Schema, config.Config) {
 // passed as ${RELAY_TEST_PASSWORD} so the file holds no secret.
 func WriteConfig(t testing.TB, cfg config.Config) string {
 	t.Helper()
+	// One file is one instance: processes started from it again (a
+	// restart) keep its lock group instance id, as on a real host.
+	if cfg.HA.InstanceID == "" {
+		cfg.HA.InstanceID = newInstanceID()
+	}
 	pw := cfg.Source.Password
 	cfg.Source.Password = "${RELAY_TEST_PASSWORD}"
 	out, err := yaml.Marshal(cfg)
@@ -105,6 +111,11 @@ func RunRelay(t testing.TB, cfg config.Config) *InProcess {
 	logs := syncBuffer{mu: make(chan struct{}, 1), buf: &bytes.Buffer{}}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	m := metrics.New("test")
+	if cfg.HA.InstanceID == "" {
+		// Every in-process instance is an instance of its own (they share
+		// this host's name, the default).
+		cfg.HA.InstanceID = newInstanceID()
+	}
 	r, err := relay.New(cfg, log, m)
 	if err != nil {
 		t.Fatal(err)
@@ -573,4 +584,12 @@ func Store(t testing.TB, cfg config.Config) *checkpoint.Store {
 func WithHeader(cfg config.Config, column string) config.Config {
 	cfg.Router.AdditionalFields = append(cfg.Router.AdditionalFields, config.AdditionalField{Column: column, Placement: "header"})
 	return cfg
+}
+
+var instanceSeq atomic.Int64
+
+// newInstanceID is a lock group instance id no other instance of this test
+// binary uses.
+func newInstanceID() string {
+	return fmt.Sprintf("itest-%d-%d", os.Getpid(), instanceSeq.Add(1))
 }

@@ -93,7 +93,7 @@ func TestKafkaSASLOverTLS(t *testing.T) {
 			s := env.NewSchema(t)
 			cfg := env.RelayConfig(k, s.Table())
 			cfg.Kafka.TLS = config.TLS{CAFile: certs.CAFile}
-			cfg.Kafka.SASL = config.SASL{Mechanism: m.mech, User: m.user, Password: m.pass}
+			cfg.Kafka.SASL = config.SASL{Mechanism: config.SASLMechanism(m.mech), User: m.user, Password: m.pass}
 			r := RunRelay(t, cfg)
 			r.WaitReady(t)
 			if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 10}); err != nil {

@@ -1,17 +1,22 @@
 // Package metrics defines the relay's Prometheus metrics (prefix
 // outbox_relay_) on a registry of their own, and the HTTP handler that serves
 // /metrics, /healthz and /readyz.
+//
+// Contract: no label carries a value that grows without bound (no GTID set,
+// no event id); outbox_relay_up and outbox_relay_role are one-hot and always
+// exported; outbox_relay_source_lag_seconds is 0 once the relay has read
+// everything the source has, whatever the age of the last commit; values that
+// are not known yet are NaN, never a made-up number. docs/monitoring.md
+// describes every family.
 package metrics
 
 import (
-	"fmt"
-	"net/http"
+	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -25,171 +30,47 @@ type Metrics struct {
 	KafkaTransactions  *prometheus.CounterVec // by result: commit | abort
 	KafkaTxnSeconds    prometheus.Histogram
 	BatchRecords       prometheus.Histogram
-	SourceLag          prometheus.Gauge
-	CheckpointTime     prometheus.Gauge
-	Restarts           *prometheus.CounterVec // by reason
-	Errors             *prometheus.CounterVec // by kind
-	Fenced             prometheus.Gauge
-	InvalidOps         *prometheus.CounterVec // by table and op
-	Position           *prometheus.GaugeVec   // info: gtid_set of the last checkpoint
-	LeaseEvents        *prometheus.CounterVec // by event: acquired | revoked | lost | fenced
+	// SourceLag follows SourceRead and SourceAtHead.
+	SourceLag prometheus.GaugeFunc
+	// SourceBehindBytes: binlog bytes on the source after the reader's
+	// position, sampled (NaN until the first sample).
+	SourceBehindBytes prometheus.Gauge
+	CheckpointTime    prometheus.Gauge
+	Restarts          *prometheus.CounterVec // by reason
+	Errors            *prometheus.CounterVec // by kind
+	Fenced            prometheus.Gauge
+	InvalidOps        *prometheus.CounterVec // by table and op
+	// Position: the checkpoint's sequence number per GTID source (see
+	// SetPosition).
+	Position    *prometheus.GaugeVec
+	LeaseEvents *prometheus.CounterVec // by event: acquired | revoked | lost | fenced
 	// SourceHosts: by host and state, 1 for each configured source host's
 	// last verdict (streaming, behind, diverged, purged, unreachable,
 	// refused, unchecked), 0 for its other states.
 	SourceHosts *prometheus.GaugeVec
+	// ExitCode: the exit status the process is about to end with (see
+	// Exiting); -1 while it runs.
+	ExitCode prometheus.Gauge
 	// Ready is set by the relay while an attempt streams (connected to the
 	// source and Kafka, not stopping).
 	Ready atomic.Bool
 
-	position  string
-	state     atomic.Pointer[State]
-	progress  atomic.Int64 // unix nanoseconds of the last progress mark
-	stall     atomic.Int64 // http.stall_timeout; 0: never stalled
-	kafkaSeen atomic.Int64 // unix nanoseconds of the last answered group request
-	kafkaAge  atomic.Int64 // how old kafkaSeen may be for /readyz; 0: not checked
-	leaseEnd  atomic.Int64 // unix nanoseconds until which the lease is trusted; 0: not checked
-}
-
-// State is the instance's state in outbox_relay_up{state}.
-type State string
-
-// States of an instance. Exactly one is 1 in outbox_relay_up.
-const (
-	// StateStandby: not holding the lease; connected to the lock group only.
-	StateStandby State = "standby"
-	// StateStarting: holding the lease, an attempt is starting (fencing,
-	// loading the checkpoint, connecting to the source).
-	StateStarting State = "starting"
-	// StateStreaming: holding the lease and streaming (Ready).
-	StateStreaming State = "streaming"
-	// StateRetrying: holding the lease, waiting to start a new attempt after
-	// a failure.
-	StateRetrying State = "retrying"
-	// StateStopped: Run has returned (or has not begun).
-	StateStopped State = "stopped"
-)
-
-// States lists every State, in the order they are exported.
-var States = []State{StateStandby, StateStarting, StateStreaming, StateRetrying, StateStopped}
-
-// Role is the instance's role in outbox_relay_role{role}.
-type Role string
-
-// Roles. A stopped instance has neither.
-const (
-	RoleActive  Role = "active"
-	RoleStandby Role = "standby"
-)
-
-// SetState records the instance's state; it is also a progress mark.
-// StateStarting turns into StateStreaming while Ready is set.
-func (m *Metrics) SetState(s State) {
-	m.state.Store(&s)
-	m.Progress()
-}
-
-// State is the current state.
-func (m *Metrics) State() State {
-	p := m.state.Load()
-	if p == nil {
-		return StateStopped
-	}
-	switch *p {
-	case StateStandby, StateStopped:
-		return *p
-	}
-	if end := m.leaseEnd.Load(); end != 0 && time.Now().UnixNano() > end {
-		// The clock says the lease may be gone: whatever the loop is
-		// still winding down, this instance publishes nothing more.
-		return StateStandby
-	}
-	if *p == StateStarting && m.Ready.Load() {
-		return StateStreaming
-	}
-	return *p
-}
-
-// LeaseUntil sets until when the lease is trusted (zero time: no lease
-// check); past it an active state reads as standby.
-func (m *Metrics) LeaseUntil(t time.Time) {
-	if t.IsZero() {
-		m.leaseEnd.Store(0)
-		return
-	}
-	m.leaseEnd.Store(t.UnixNano())
-}
-
-// Role is the role of the current state; "" when stopped.
-func (m *Metrics) Role() Role {
-	switch m.State() {
-	case StateStandby:
-		return RoleStandby
-	case StateStopped:
-		return ""
-	}
-	return RoleActive
-}
-
-// Progress marks that the relay loop moved: an event handled, a checkpoint
-// committed, a state change.
-func (m *Metrics) Progress() { m.progress.Store(time.Now().UnixNano()) }
-
-// SetStallTimeout sets how long the active instance may go without progress
-// before /healthz fails (0: never).
-func (m *Metrics) SetStallTimeout(d time.Duration) { m.stall.Store(int64(d)) }
-
-// KafkaSeen records when Kafka last answered the lock group's requests;
-// KafkaMaxAge sets how old that may be while /readyz answers 200 (0: not
-// checked).
-func (m *Metrics) KafkaSeen(t time.Time)       { m.kafkaSeen.Store(t.UnixNano()) }
-func (m *Metrics) KafkaMaxAge(d time.Duration) { m.kafkaAge.Store(int64(d)) }
-func since(unixNano int64) time.Duration       { return time.Since(time.Unix(0, unixNano)) }
-
-// Stalled reports how long the streaming relay loop has made no progress,
-// when that exceeds the stall timeout; 0 otherwise. Only a streaming
-// instance can stall: a standby waits by design, and starting and retrying
-// are bounded by their own timeouts (a start that waits for a source host
-// to catch up must not look stuck).
-func (m *Metrics) Stalled() time.Duration {
-	limit := time.Duration(m.stall.Load())
-	if limit <= 0 || m.State() != StateStreaming {
-		return 0
-	}
-	if d := since(m.progress.Load()); d > limit {
-		return d
-	}
-	return 0
-}
-
-// NotReady says why /readyz fails, "" when the instance is active, streaming
-// and Kafka answered recently.
-func (m *Metrics) NotReady() string {
-	if s := m.State(); s != StateStreaming {
-		return string(s)
-	}
-	if limit := time.Duration(m.kafkaAge.Load()); limit > 0 {
-		if d := since(m.kafkaSeen.Load()); d > limit {
-			return fmt.Sprintf("kafka: no answer for %s", d.Round(100*time.Millisecond))
-		}
-	}
-	return ""
-}
-
-// SetPosition makes gtid_set the one series of the position info metric.
-// Only the relay loop calls it.
-func (m *Metrics) SetPosition(gtidSet string) {
-	if gtidSet == m.position {
-		return
-	}
-	m.position = gtidSet
-	m.Position.Reset()
-	m.Position.WithLabelValues(gtidSet).Set(1)
+	position   string
+	sources    map[string]uint64
+	state      atomic.Pointer[State]
+	progress   atomic.Int64 // unix nanoseconds of the last progress mark
+	stall      atomic.Int64 // http.stall_timeout; 0: never stalled
+	kafkaSeen  atomic.Int64 // unix nanoseconds of the last answered group request
+	kafkaAge   atomic.Int64 // how old kafkaSeen may be for /readyz; 0: not checked
+	leaseEnd   atomic.Int64 // unix nanoseconds until which the lease is trusted; 0: not checked
+	lastCommit atomic.Int64 // unix nanoseconds: commit time of the last source transaction handled
+	atHead     atomic.Bool  // a heartbeat was handled after it
+	retention  atomic.Int64 // binlog retention (ns); 0 unknown, -1 never purged by age
 }
 
 // New registers the metrics on a fresh registry.
 func New(version string) *Metrics {
 	m := &Metrics{Registry: prometheus.NewRegistry()}
-	f := func(c prometheus.Collector) { m.Registry.MustRegister(c) }
 	m.Events = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_relay_events_total",
 		Help: "Records committed to Kafka, by topic and outcome (published, or dead_letter for bad rows).",
@@ -216,10 +97,15 @@ func New(version string) *Metrics {
 		Help:    "Outbox records per Kafka transaction.",
 		Buckets: prometheus.ExponentialBuckets(1, 4, 10),
 	})
-	m.SourceLag = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.SourceLag = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outbox_relay_source_lag_seconds",
-		Help: "Now minus the commit time of the last source transaction processed.",
+		Help: "While behind the source's head: now minus the commit time of the last source transaction handled. 0 once the relay has read everything the source has (a server heartbeat arrived after it), however old the last commit.",
+	}, m.sourceLag)
+	m.SourceBehindBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "outbox_relay_source_behind_bytes",
+		Help: "Binlog bytes on the source after the reader's position (SHOW BINARY LOGS, sampled every few seconds while streaming); NaN until sampled.",
 	})
+	m.SourceBehindBytes.Set(math.NaN())
 	m.CheckpointTime = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "outbox_relay_checkpoint_timestamp_seconds",
 		Help: "Unix time of the last committed checkpoint.",
@@ -241,28 +127,47 @@ func New(version string) *Metrics {
 		Help: "Rows updated or deleted in an outbox table (op update, delete, or delete_after_insert for the expected pattern).",
 	}, []string{"table", "op"})
 	m.Position = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "outbox_relay_position_info",
-		Help: "The GTID set of the last committed checkpoint, as a label.",
-	}, []string{"gtid_set"})
+		Name: "outbox_relay_checkpoint_gtid_sequence",
+		Help: "Sequence number of the last committed checkpoint per GTID source: MariaDB domain id, MySQL server_uuid (or uuid:tag). The GTID set itself is in the progress log line and `checkpoint show`.",
+	}, []string{"gtid_source"})
 	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outbox_relay_checkpoint_age_seconds",
-		Help: "Seconds since the last committed checkpoint (0 before the first).",
+		Help: "Seconds since the last committed checkpoint written by this instance while active (connecting or streaming); 0 before the first, NaN on a standby.",
 	}, func() float64 {
 		last := m.lastCheckpoint()
+		if m.Role() != RoleActive {
+			return math.NaN() // a standby writes no checkpoint
+		}
 		if last == 0 {
 			return 0
 		}
 		return float64(time.Now().UnixNano())/1e9 - last
 	})
+	margin := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "outbox_relay_checkpoint_purge_margin_seconds",
+		Help: "The source's binlog retention (its expire settings) minus the checkpoint's age: how long until the binlogs after the checkpoint may be purged if it does not move. +Inf when the source never purges by age, NaN until known.",
+	}, m.purgeMargin)
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "outbox_relay_ready",
+		Help: "1 while /readyz answers 200: active, streaming, Kafka answering.",
+	}, func() float64 { return b2f(m.NotReady() == "") })
 	m.LeaseEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_relay_lease_events_total",
 		Help: "Lease (active role) changes of this instance, by event: acquired, revoked, lost, fenced.",
 	}, []string{"event"})
+	m.ExitCode = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "outbox_relay_exit_code",
+		Help: "The exit status the process is about to end with, exported for http.exit_grace before it exits (65 data stop, 66 purged, 78 configuration, ...); -1 while running.",
+	})
+	m.ExitCode.Set(-1)
+	for _, e := range []string{"acquired", "revoked", "lost", "fenced"} {
+		m.LeaseEvents.WithLabelValues(e) // from 0, so that increase() sees the first one
+	}
 	var oneHot []prometheus.Collector
 	for _, st := range States {
 		oneHot = append(oneHot, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "outbox_relay_up",
-			Help:        "1 for the instance's current state (standby, starting, streaming, retrying, stopped), 0 for the others.",
+			Help:        "1 for the instance's current state (standby, connecting, streaming, fenced, stopped), 0 for the others.",
 			ConstLabels: prometheus.Labels{"state": string(st)},
 		}, func() float64 { return b2f(m.State() == st) }))
 	}
@@ -277,7 +182,6 @@ func New(version string) *Metrics {
 		Name: "outbox_relay_source_host",
 		Help: "1 for each source host's state: streaming (the host in use), behind, diverged, purged, unreachable, refused or unchecked; 0 for the others.",
 	}, []string{"host", "state"})
-	f(m.SourceHosts)
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "outbox_relay_build_info",
 		Help:        "Build information.",
@@ -285,13 +189,13 @@ func New(version string) *Metrics {
 	})
 	build.Set(1)
 	for _, c := range []prometheus.Collector{m.Events, m.SourceTransactions, m.BinlogBytes, m.KafkaTransactions,
-		m.KafkaTxnSeconds, m.BatchRecords, m.SourceLag, m.CheckpointTime, m.Restarts, m.Errors, m.Fenced, build,
-		m.Position, age, m.InvalidOps, m.LeaseEvents,
+		m.KafkaTxnSeconds, m.BatchRecords, m.SourceLag, m.SourceBehindBytes, m.CheckpointTime, m.Restarts, m.Errors,
+		m.Fenced, build, m.Position, age, margin, ready, m.InvalidOps, m.LeaseEvents, m.SourceHosts, m.ExitCode,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-		f(c)
+		m.Registry.MustRegister(c)
 	}
 	for _, c := range oneHot {
-		f(c)
+		m.Registry.MustRegister(c)
 	}
 	return m
 }
@@ -303,33 +207,13 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-func (m *Metrics) lastCheckpoint() float64 {
+// value reads a gauge's current value.
+func value(g prometheus.Gauge) float64 {
 	var out dto.Metric
-	if err := m.CheckpointTime.Write(&out); err != nil || out.Gauge == nil {
+	if err := g.Write(&out); err != nil || out.Gauge == nil {
 		return 0
 	}
 	return out.Gauge.GetValue()
 }
 
-// Handler serves /metrics, /healthz (503 when the active relay loop has
-// stalled, see Stalled) and /readyz (200 only while active and streaming with
-// Kafka answering, see NotReady; the body names the state).
-func (m *Metrics) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if d := m.Stalled(); d > 0 {
-			http.Error(w, fmt.Sprintf("stalled: no progress for %s (%s)", d.Round(time.Second), m.State()), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = fmt.Fprintf(w, "ok: %s\n", m.State())
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if why := m.NotReady(); why != "" {
-			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready: streaming\n"))
-	})
-	return mux
-}
+func (m *Metrics) lastCheckpoint() float64 { return value(m.CheckpointTime) }

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,7 +22,7 @@ func oneHot(state State, role Role) string {
 		}
 		b.WriteString(`outbox_relay_role{role="` + string(r) + `"} ` + v + "\n")
 	}
-	b.WriteString("# HELP outbox_relay_up 1 for the instance's current state (standby, starting, streaming, retrying, stopped), 0 for the others.\n# TYPE outbox_relay_up gauge\n")
+	b.WriteString("# HELP outbox_relay_up 1 for the instance's current state (standby, connecting, streaming, fenced, stopped), 0 for the others.\n# TYPE outbox_relay_up gauge\n")
 	for _, s := range States {
 		v := "0"
 		if s == state {
@@ -52,14 +54,24 @@ func TestStateRoleAndReadiness(t *testing.T) {
 	}{
 		{"", false, StateStopped, "", 503},
 		{StateStandby, false, StateStandby, RoleStandby, 503},
-		{StateStarting, false, StateStarting, RoleActive, 503},
+		{StateStarting, false, StateConnecting, RoleActive, 503},
 		{StateStarting, true, StateStreaming, RoleActive, 200},
-		{StateRetrying, false, StateRetrying, RoleActive, 503},
+		{StateRetrying, false, StateConnecting, RoleActive, 503},
+		{StateStandby, false, StateStandby, RoleStandby, 503},
+		{"fence", false, StateFenced, RoleStandby, 503},
+		{StateStarting, false, StateConnecting, RoleActive, 503},
 		{StateStandby, false, StateStandby, RoleStandby, 503},
 		{StateStopped, false, StateStopped, "", 503},
 	}
 	for _, s := range steps {
-		if s.set != "" {
+		switch s.set {
+		case "":
+		case "fence": // what election.go does on ErrFenced, before it waits as a standby again
+			m.Fenced.Set(1)
+		default:
+			if s.set == StateStarting {
+				m.Fenced.Set(0) // the lease is held again
+			}
 			m.SetState(s.set)
 		}
 		m.Ready.Store(s.ready)
@@ -76,6 +88,10 @@ func TestStateRoleAndReadiness(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Fenced); got != 0 {
 		t.Fatalf("fenced %v", got)
+	}
+	m.Exiting(65)
+	if got := testutil.ToFloat64(m.ExitCode); got != 65 || m.State() != StateStopped {
+		t.Fatalf("after Exiting(65): exit code %v, state %s", got, m.State())
 	}
 }
 
@@ -124,5 +140,125 @@ func TestHealthzStall(t *testing.T) {
 	time.Sleep(150 * time.Millisecond)
 	if code, _ := get(t, m.Handler(), "/healthz"); code != 200 {
 		t.Fatalf("/healthz %d while starting", code)
+	}
+}
+
+func gauge(t *testing.T, m *Metrics, name string) float64 {
+	t.Helper()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s: no single series", name)
+	return 0
+}
+
+// An idle source is not lag: once a heartbeat says the relay has read all
+// the server has, the lag is 0 however old the last commit; while behind it
+// is the age of the last commit handled.
+func TestLagIsZeroAtTheHead(t *testing.T) {
+	m := New("test")
+	m.SetState(StateStandby)
+	if got := gauge(t, m, "outbox_relay_source_lag_seconds"); !math.IsNaN(got) {
+		t.Fatalf("lag of a standby %v, want NaN", got)
+	}
+	m.SetState(StateStarting)
+	if got := gauge(t, m, "outbox_relay_source_lag_seconds"); got != 0 {
+		t.Fatalf("lag before any transaction %v", got)
+	}
+	m.SourceRead(time.Now().Add(-90 * time.Second))
+	if got := gauge(t, m, "outbox_relay_source_lag_seconds"); got < 90 || got > 100 {
+		t.Fatalf("lag while behind %v, want about 90", got)
+	}
+	m.SourceAtHead()
+	if got := gauge(t, m, "outbox_relay_source_lag_seconds"); got != 0 {
+		t.Fatalf("lag at the head %v, want 0 (an idle source is not behind)", got)
+	}
+	m.SourceRead(time.Now().Add(-time.Hour)) // an old transaction read in catch-up
+	if got := gauge(t, m, "outbox_relay_source_lag_seconds"); got < 3600 {
+		t.Fatalf("lag in catch-up %v", got)
+	}
+	if got := gauge(t, m, "outbox_relay_ready"); got != 0 {
+		t.Fatalf("ready %v while connecting", got)
+	}
+	m.Ready.Store(true)
+	if got := gauge(t, m, "outbox_relay_ready"); got != 1 {
+		t.Fatalf("ready %v while streaming", got)
+	}
+	m.SetState(StateStandby)
+	m.SetState(StateStarting) // a new term forgets the last one's reading
+	if got := gauge(t, m, "outbox_relay_source_lag_seconds"); got != 0 {
+		t.Fatalf("lag at the start of a new term %v, want 0", got)
+	}
+}
+
+// The purge margin is the retention minus the checkpoint's age; unknown
+// until both are known; +Inf when the source never purges by age.
+func TestPurgeMargin(t *testing.T) {
+	m := New("test")
+	m.SetState(StateStarting)
+	if got := gauge(t, m, "outbox_relay_checkpoint_purge_margin_seconds"); !math.IsNaN(got) {
+		t.Fatalf("margin before anything known %v, want NaN", got)
+	}
+	m.CheckpointTime.Set(float64(time.Now().Add(-time.Hour).UnixNano()) / 1e9)
+	m.SetRetention(24 * time.Hour)
+	if got := gauge(t, m, "outbox_relay_checkpoint_purge_margin_seconds"); got < 22*3600-10 || got > 23*3600 {
+		t.Fatalf("margin %v, want about 23h", got)
+	}
+	if got := gauge(t, m, "outbox_relay_checkpoint_age_seconds"); got < 3599 || got > 3700 {
+		t.Fatalf("checkpoint age %v, want about 1h", got)
+	}
+	m.SetRetention(-1)
+	if got := gauge(t, m, "outbox_relay_checkpoint_purge_margin_seconds"); !math.IsInf(got, 1) {
+		t.Fatalf("margin without expiry %v, want +Inf", got)
+	}
+	m.SetRetention(0) // could not be read
+	if got := gauge(t, m, "outbox_relay_checkpoint_purge_margin_seconds"); !math.IsNaN(got) {
+		t.Fatalf("margin with retention unknown %v, want NaN", got)
+	}
+	m.SetState(StateStandby)
+	for _, name := range []string{"outbox_relay_checkpoint_purge_margin_seconds", "outbox_relay_checkpoint_age_seconds"} {
+		if got := gauge(t, m, name); !math.IsNaN(got) {
+			t.Fatalf("%s of a standby %v, want NaN (its last term's checkpoint is not the pipeline's)", name, got)
+		}
+	}
+}
+
+// The GTID set is never a label: one series per GTID source, replaced, not
+// added to, at every checkpoint.
+func TestPositionSequences(t *testing.T) {
+	for _, c := range []struct {
+		set  string
+		want map[string]uint64
+	}{
+		{"0-1-100", map[string]uint64{"0": 100}},
+		{"0-1-100,1-2-7", map[string]uint64{"0": 100, "1": 7}},
+		{"3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5:11-18,\n6b3b4b2e-71ca-11e1-9e33-c80aa9429562:1-3", map[string]uint64{
+			"3e11fa47-71ca-11e1-9e33-c80aa9429562": 18, "6b3b4b2e-71ca-11e1-9e33-c80aa9429562": 3}},
+		{"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:blue:1-9", map[string]uint64{
+			"3e11fa47-71ca-11e1-9e33-c80aa9429562": 5, "3e11fa47-71ca-11e1-9e33-c80aa9429562:blue": 9}},
+		{"", map[string]uint64{}},
+		{"not a gtid, 1-2", map[string]uint64{}},
+	} {
+		got := Sequences(c.set)
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Sequences(%q) = %v, want %v", c.set, got, c.want)
+		}
+	}
+	m := New("test")
+	for i := 1; i <= 50; i++ {
+		m.SetPosition(fmt.Sprintf("0-1-%d,1-1-%d", i, 2*i))
+	}
+	m.SetPosition("0-1-51")
+	if n := testutil.CollectAndCount(m.Position); n != 1 {
+		t.Fatalf("%d position series after 51 checkpoints, want 1 (domain 1 left the set)", n)
+	}
+	if got := testutil.ToFloat64(m.Position.WithLabelValues("0")); got != 51 {
+		t.Fatalf("domain 0 sequence %v", got)
 	}
 }

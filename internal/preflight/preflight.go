@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -36,11 +38,11 @@ const (
 
 // Item is one checked property.
 type Item struct {
-	Target string // "source host:port" or "kafka"
-	Name   string
-	Status Status
-	Detail string
-	Fix    string
+	Target string `json:"target"` // "source host:port" or "kafka"
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
 }
 
 // Report is the list of items.
@@ -229,7 +231,7 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 	checkCompression(vars, c)
 	checkReplica(conn, vars, srv.Flavor, c)
 	checkRetention(vars, cp, c)
-	checkGrants(conn, cfg, c)
+	checkGrants(conn, cfg, src, addr, srv.Flavor, c)
 	checkTables(conn, cfg, c)
 	switch {
 	case posErr != nil:
@@ -240,6 +242,7 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 				"use another name or reset the checkpoint")
 		} else {
 			checkPosition(srv, cp, &res, c)
+			checkStream(ctx, src, srv, cp, res, c)
 		}
 	default:
 		c.add("checkpoint", Pass, "no checkpoint yet: the relay starts at source.start ("+cfg.Source.Start+")", "")
@@ -250,7 +253,7 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 // checkPosition compares the host's binlog with the checkpoint: behind
 // (the relay waits for it) is a warning, diverged and purged fail.
 func checkPosition(srv *binlog.Server, cp *checkpoint.Checkpoint, res *hostResult, c collector) {
-	rel, why, err := binlog.Relate(srv.Flavor, cp.GTIDSet, srv.State, srv.ServerID)
+	rel, why, err := srv.Relate(cp.GTIDSet)
 	res.srv, res.relation, res.position = srv, rel, len(*c.items)
 	switch {
 	case err != nil:
@@ -260,6 +263,9 @@ func checkPosition(srv *binlog.Server, cp *checkpoint.Checkpoint, res *hostResul
 			"nothing to do if it lags or its replication is stopped on purpose: the relay uses another host or waits for this one")
 	case rel == binlog.Diverged:
 		c.add("position", Fail, "diverged from the checkpoint: "+why, divergedFix)
+	case rel == binlog.Lacks:
+		c.add("position", Fail, "its binlog lacks transactions after the checkpoint: "+why,
+			"use another of source.hosts that has them (rebuild this replica from one), or `outbox-relay checkpoint set` knowing the events in between are skipped")
 	default:
 		c.add("position", Pass, "has every transaction of the checkpoint "+cp.GTIDSet, "")
 	}
@@ -267,6 +273,31 @@ func checkPosition(srv *binlog.Server, cp *checkpoint.Checkpoint, res *hostResul
 		c.add("checkpoint", Fail, err.Error(), "`outbox-relay checkpoint set` to a position the server has, knowing the events in between are skipped")
 	} else {
 		c.add("checkpoint", Pass, "the server still has the binlogs after "+cp.From(), "")
+	}
+}
+
+// probeLimit bounds how long check waits for a host's binlog stream to
+// show that it serves the checkpoint's position.
+var probeLimit = 5 * time.Second
+
+// checkStream asks a host that says it has the checkpoint to stream from
+// it (binlog.Probe): its variables cannot show a hole in its binlog (a
+// binlog reset or rebuilt after the checkpoint while replication went
+// on); the server's own search finds it. Hosts behind or refused already
+// are not asked.
+func checkStream(ctx context.Context, src binlog.Config, srv *binlog.Server, cp *checkpoint.Checkpoint, res hostResult, c collector) {
+	if res.relation != binlog.Contains || srv.CheckNotPurged(cp.From()) != nil {
+		return
+	}
+	ok, err := binlog.Probe(ctx, src, srv, cp.From(), probeLimit)
+	switch {
+	case err != nil:
+		c.add("stream", Fail, err.Error(), "use another of source.hosts that has the transactions after the checkpoint "+
+			"(rebuild this replica from one), or `outbox-relay checkpoint set` knowing the events in between are skipped")
+	case !ok:
+		c.add("stream", Warn, fmt.Sprintf("the server did not show within %s that it serves %q", probeLimit, cp.From()), "")
+	default:
+		c.add("stream", Pass, "the server streams from "+cp.From(), "")
 	}
 }
 
@@ -352,35 +383,41 @@ func checkRetention(vars map[string]string, cp *checkpoint.Checkpoint, c collect
 	}
 }
 
-func checkGrants(conn *client.Conn, cfg config.Config, c collector) {
-	grants, err := binlog.Grants(conn)
+// checkGrants decides from what the server allows (binlog.CheckPrivileges:
+// the grants of the user and its active roles, else a try of the
+// operation), never from the text of SHOW GRANTS alone.
+func checkGrants(conn *client.Conn, cfg config.Config, src binlog.Config, addr, flavor string, c collector) {
+	p, err := binlog.CheckPrivileges(conn, src, addr, flavor)
 	if err != nil {
 		c.add("grants", Fail, err.Error(), "")
 		return
 	}
-	if missing := binlog.MissingGrants(grants); len(missing) > 0 {
-		c.add("grants", Fail, "missing "+strings.Join(missing, " and "),
-			fmt.Sprintf("GRANT %s ON *.* TO '%s'", strings.Join(missing, ", "), cfg.Source.User))
-	} else {
-		c.add("grants", Pass, "REPLICATION SLAVE and REPLICATION CLIENT", "")
+	via := ""
+	if len(p.ActiveRoles) > 0 {
+		via = " (with role " + strings.Join(p.ActiveRoles, ", ") + ")"
 	}
-	var reads []string // grants that include SELECT, upper case, without backquotes
-	for _, g := range grants {
-		if g = strings.ToUpper(g); strings.Contains(g, "SELECT") || strings.Contains(g, "ALL PRIVILEGES") {
-			reads = append(reads, strings.ReplaceAll(g, "`", ""))
-		}
+	if len(p.Tried) > 0 {
+		via += "; the server allowed " + strings.Join(p.Tried, " and ") + " when tried, though the grants do not show it"
+	}
+	if len(p.Missing) > 0 {
+		c.add("grants", Fail, "the server refuses "+strings.Join(p.Missing, " and ")+via, p.Fix(cfg.Source.User))
+	} else {
+		c.add("grants", Pass, "REPLICATION SLAVE and REPLICATION CLIENT"+via, "")
 	}
 	for _, t := range cfg.Source.Tables {
 		db, tbl, _ := strings.Cut(t, ".")
-		ok := slices.ContainsFunc(reads, func(on string) bool {
-			return strings.Contains(on, " ON *.* ") || strings.Contains(on, " ON "+strings.ToUpper(db)+".* ") ||
-				strings.Contains(on, " ON "+strings.ToUpper(db+"."+tbl)+" ")
-		})
-		if ok {
+		_, err := binlog.Query(conn, fmt.Sprintf("SELECT 1 FROM `%s`.`%s` LIMIT 0", strings.ReplaceAll(db, "`", "``"), strings.ReplaceAll(tbl, "`", "``")))
+		var me *mysql.MyError
+		switch {
+		case err == nil:
 			c.add("grant SELECT "+t, Pass, "", "")
-		} else {
+		case errors.As(err, &me) && me.Code == mysql.ER_NO_SUCH_TABLE:
+			// checkTables reports a missing table
+		case errors.As(err, &me) && (me.Code == mysql.ER_TABLEACCESS_DENIED_ERROR || me.Code == mysql.ER_DBACCESS_DENIED_ERROR):
 			c.add("grant SELECT "+t, Warn, "the user cannot read "+t+"'s definition",
 				fmt.Sprintf("GRANT SELECT ON %s TO '%s' (lets check verify the columns)", t, cfg.Source.User))
+		default:
+			c.add("grant SELECT "+t, Warn, err.Error(), "")
 		}
 	}
 }
@@ -467,6 +504,7 @@ func checkKafka(ctx context.Context, cfg config.Config, kopts []kgo.Opt, c colle
 		}
 	}
 	checkTargetTopics(pctx, adm, cfg, topics, c)
+	checkACLs(pctx, cl, cfg, topics, c)
 	return cp
 }
 
@@ -477,6 +515,14 @@ func checkCheckpointTopic(ctx context.Context, adm *kadm.Client, cfg config.Conf
 		return
 	}
 	rc, err := adm.DescribeTopicConfigs(ctx, d.Topic)
+	if err == nil {
+		_, err = rc.On(d.Topic, nil)
+	}
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		c.add(name, Warn, d.Topic+": 1 partition; cleanup.policy unknown: the principal may not describe its configuration (optional)",
+			"make sure "+d.Topic+" has cleanup.policy=compact")
+		return
+	}
 	if err != nil {
 		c.add(name, Fail, err.Error(), "")
 		return
@@ -509,6 +555,9 @@ func checkTargetTopics(ctx context.Context, adm *kadm.Client, cfg config.Config,
 		return
 	}
 	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		rcs, err = nil, nil // least privilege: no DESCRIBE_CONFIGS; min.insync.replicas unknown
+	}
 	if err != nil {
 		c.add("target topics", Fail, err.Error(), "")
 		return

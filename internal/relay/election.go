@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -149,6 +151,13 @@ type elector struct {
 	assigned chan struct{}
 	refused  chan error // the coordinator refuses the membership for good
 
+	// instanceID is the static membership id (ha.instance_id, or the host
+	// name): a restart with the same id rejoins without a rebalance.
+	instanceID string
+	// fencedInstance: another live member took this instance id; leaving
+	// must not remove it (a leave names the instance id, not the member).
+	fencedInstance atomic.Bool
+
 	mu  sync.Mutex
 	own bool // partition 0 is assigned to this member
 	// clientID tells this member from the others in the lock group.
@@ -166,7 +175,33 @@ func (r *Relay) newElector() *elector {
 	h := r.cfg.HA
 	return &elector{r: r, group: GroupID(r.cfg.Name), topic: h.LockTopic, session: h.SessionTimeout,
 		heartbeat: h.HeartbeatInterval, guard: h.SessionTimeout - 2*h.HeartbeatInterval, assigned: make(chan struct{}, 1),
-		refused: make(chan error, 1)}
+		refused: make(chan error, 1), instanceID: InstanceID(h.InstanceID)}
+}
+
+// InstanceID is the lock group's static membership id for the configured
+// ha.instance_id: itself, or the host name (characters Kafka does not take
+// in an id replaced by '-').
+func InstanceID(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '-'
+	}, host)
+}
+
+// current is the term in progress; nil in standby.
+func (e *elector) current() *lease {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cur
 }
 
 // OnGroupManageError (kgo.HookGroupManageError) logs the lock group's
@@ -186,6 +221,16 @@ func (e *elector) OnGroupManageError(err error) {
 	case kerr.InvalidSessionTimeout.Code:
 		err = fmt.Errorf("%w: ha.session_timeout %s refused by the broker (group.min.session.timeout.ms, group.max.session.timeout.ms): %w",
 			config.ErrInvalid, e.session, err)
+	case kerr.FencedInstanceID.Code:
+		// A newer member joined with this instance's ha.instance_id: two
+		// live instances share it (a restart replaces a dead one and never
+		// meets this). Each would be handed the other's place.
+		err = fmt.Errorf("%w: another instance of pipeline %s joined the lock group with this instance's ha.instance_id %q "+
+			"(by default the host name): give every instance its own: %w", config.ErrInvalid, e.r.cfg.Name, e.instanceID, err)
+		e.fencedInstance.Store(true)
+		if cur := e.current(); cur != nil {
+			cur.lose("fenced in the lock group by an instance with the same ha.instance_id")
+		}
 	case kerr.GroupAuthorizationFailed.Code, kerr.TopicAuthorizationFailed.Code, kerr.InvalidGroupID.Code:
 		err = fmt.Errorf("%w: lock group %s on %s: %w", ErrRejected, e.group, e.topic, err)
 	default:
@@ -224,6 +269,10 @@ func (e *elector) join(ctx context.Context) error {
 	opts := append([]kgo.Opt{
 		kgo.ConsumerGroup(e.group),
 		kgo.ConsumeTopics(e.topic),
+		// Static membership: a standby (or the active one) that restarts
+		// takes its place back without a rebalance, which would hold the
+		// active member's heartbeats until the dead one's session ended.
+		kgo.InstanceID(e.instanceID),
 		kgo.SessionTimeout(e.session),
 		kgo.HeartbeatInterval(e.heartbeat),
 		// A rebalance waits for members at most this long: a member that
@@ -288,6 +337,12 @@ func (e *elector) ensureTopic(ctx context.Context, adm *kadm.Client) error {
 	if err == nil {
 		err = resp.Err
 	}
+	if err != nil && adminRefused(err) {
+		// least privilege: the lock topic was created beforehand, or the
+		// group join names what is missing
+		e.r.log.Debug().Str("topic", e.topic).AnErr("refused", err).Msg("kafka refused to create the lock topic: using it as it exists")
+		return nil
+	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("create lock topic %s: %w", e.topic, classify(err))
 	}
@@ -300,9 +355,18 @@ func (e *elector) leave() {
 	if e.cl == nil {
 		return
 	}
-	// Best effort: without an answer the session ends by itself.
+	// Best effort: without an answer the session ends by itself. A static
+	// member's client does not send the leave itself (a restart would take
+	// its place back): the relay leaves on purpose, so it sends it for the
+	// instance id, and a standby takes over at once.
 	lctx, cancel := context.WithTimeout(context.Background(), min(e.r.cfg.Kafka.RequestTimeout, e.session))
 	_ = e.cl.LeaveGroupContext(lctx)
+	if e.fencedInstance.Load() {
+		// The id is another live member's now.
+	} else if _, err := kadm.NewClient(e.cl).LeaveGroup(lctx, kadm.LeaveGroup(e.group).InstanceIDs(e.instanceID).
+		Reason("outbox-relay instance leaving")); err != nil {
+		e.r.log.Debug().Err(err).Str("group", e.group).Msg("leave the lock group")
+	}
 	cancel()
 	e.cl.Close()
 	e.cl = nil
@@ -401,6 +465,9 @@ func (e *elector) acquire(ctx context.Context) (*lease, error) {
 		if err := e.agree(ctx); err != nil {
 			return nil, err
 		}
+		if err := e.claim(ctx); err != nil {
+			return nil, err
+		}
 		e.mu.Lock()
 		if !e.own {
 			e.mu.Unlock()
@@ -453,6 +520,72 @@ func (e *elector) agree(ctx context.Context) error {
 					e.r.cfg.Name, e.topic, m.ClientHost, m.ClientID, meta.Topics)
 			}
 		}
+	}
+	return nil
+}
+
+// The lock group keeps, as the metadata of an offset committed for the
+// lock topic's partition 0, the checkpoint topic of the last instance that
+// held the lease. agree compares the members present; this record outlives
+// them: after a rolling restart a lone instance with another
+// kafka.checkpoint_topic would otherwise take the lease and publish from
+// a position that is not the pipeline's (source.start, or an old
+// checkpoint). Kafka keeps the record offsets.retention.minutes (7 days by
+// default) after the group empties. A deliberate move to another
+// checkpoint topic deletes the lock group first (docs/ha.md).
+const claimPrefix = "outbox-relay checkpoint_topic="
+
+// claim checks the lock group's record of the pipeline's checkpoint topic
+// and writes this instance's: a configuration error (config.ErrInvalid)
+// when the record names another topic. Reading and writing the record are
+// best effort: Kafka just assigned the lease, and a passing failure must
+// not block a takeover.
+func (e *elector) claim(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
+	defer cancel()
+	want := claimPrefix + e.r.cfg.Kafka.CheckpointTopic
+	offs, err := kadm.NewClient(e.cl).FetchOffsets(ctx, e.group)
+	if err != nil {
+		e.r.log.Warn().Err(err).Msg("read the lock group's checkpoint topic record: not checked")
+		return nil
+	}
+	if o, ok := offs.Lookup(e.topic, 0); ok && o.Err == nil && o.Metadata != "" && o.Metadata != want {
+		if prev, ours := strings.CutPrefix(o.Metadata, claimPrefix); ours {
+			return fmt.Errorf("%w: pipeline %s last published with kafka.checkpoint_topic %q, this instance uses %q: "+
+				"taking over it would publish from another position; give every instance of one name the same settings, "+
+				"or, moving the pipeline to another checkpoint topic on purpose, stop every instance and delete the lock group %s "+
+				"(kafka-consumer-groups.sh --delete --group %s) first", config.ErrInvalid, e.r.cfg.Name, prev,
+				e.r.cfg.Kafka.CheckpointTopic, e.group, e.group)
+		}
+	}
+	if o, ok := offs.Lookup(e.topic, 0); ok && o.Err == nil && o.Metadata == want {
+		return nil
+	}
+	// OffsetCommit v10+ names the topic by its id.
+	tds, err := kadm.NewClient(e.cl).ListTopics(ctx, e.topic)
+	if err != nil {
+		e.r.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
+		return nil
+	}
+	member, gen := e.cl.GroupMetadata()
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.MemberID, req.Generation, req.InstanceID = e.group, member, gen, &e.instanceID
+	t := kmsg.NewOffsetCommitRequestTopic()
+	t.Topic, t.TopicID = e.topic, tds[e.topic].ID
+	pt := kmsg.NewOffsetCommitRequestTopicPartition()
+	pt.Partition, pt.Offset, pt.Metadata = 0, 0, &want
+	t.Partitions = append(t.Partitions, pt)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, e.cl)
+	if err == nil {
+		for _, rt := range resp.Topics {
+			for _, rp := range rt.Partitions {
+				err = errors.Join(err, kerr.ErrorForCode(rp.ErrorCode))
+			}
+		}
+	}
+	if err != nil {
+		e.r.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
 	}
 	return nil
 }
@@ -572,6 +705,12 @@ func (r *Relay) elect(ctx context.Context) error {
 			r.log.Warn().Err(err).Msg("fenced: another producer with the same name took over; back to standby")
 		default:
 			return err
+		}
+		select {
+		case rerr := <-e.refused: // e.g. another live instance with this ha.instance_id
+			r.metrics.Errors.WithLabelValues("lock_group").Inc()
+			return rerr
+		default:
 		}
 		// Leave and join again: whoever holds the lease next (another
 		// instance, or this one after a fence) starts from the committed

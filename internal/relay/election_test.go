@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,8 @@ type electionCluster struct {
 	mu      sync.Mutex
 	blocked string        // member id whose heartbeats get no answer
 	wake    chan struct{} // closed at cleanup: blocked requests end
+
+	instances int // relays made: each gets its own ha.instance_id
 }
 
 func newElectionCluster(t *testing.T) *electionCluster {
@@ -67,6 +71,9 @@ func (ec *electionCluster) relay(t *testing.T) *Relay {
 	cfg.Kafka.RequestTimeout = 10 * time.Second
 	cfg.HA.SessionTimeout = 3 * time.Second
 	cfg.HA.HeartbeatInterval = 500 * time.Millisecond
+	// Instances of one pipeline on one host: each needs its own id.
+	ec.instances++
+	cfg.HA.InstanceID = fmt.Sprintf("instance-%d", ec.instances)
 	kopts, err := KafkaOpts(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -282,5 +289,40 @@ func TestElectionRefusedSessionTimeout(t *testing.T) {
 	l, err := e.acquire(ctx)
 	if l != nil || !errors.Is(err, config.ErrInvalid) || ExitCode(err) != ExitConfig {
 		t.Fatalf("acquire: lease %v, err %v; want a configuration error", l, err)
+	}
+}
+
+// Two live instances with one ha.instance_id (two processes on one host
+// with the default, the host name): the newer member takes the older one's
+// place, and the older one is told so by the coordinator. It must not
+// rejoin (each would keep taking the other's place) but stop with a
+// configuration error naming the setting.
+func TestElectionSameInstanceIDRefused(t *testing.T) {
+	ec := newElectionCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r1 := ec.relay(t)
+	a := joined(t, r1)
+	la, err := a.acquire(ctx)
+	if err != nil || la == nil {
+		t.Fatalf("first instance: lease %v, err %v", la, err)
+	}
+	r2 := ec.relay(t)
+	r2.cfg.HA.InstanceID = r1.cfg.HA.InstanceID
+	b := joined(t, r2)
+	go func() { _, _ = b.acquire(ctx) }()
+	select {
+	case <-la.lost:
+	case <-ctx.Done():
+		t.Fatal("the older instance kept its lease after another joined with its instance id")
+	}
+	a.end(la)
+	select {
+	case err := <-a.refused:
+		if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "ha.instance_id") {
+			t.Fatalf("refusal %v, want a configuration error naming ha.instance_id", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the older instance was not refused")
 	}
 }

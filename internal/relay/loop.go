@@ -50,6 +50,14 @@ type loop struct {
 	events         int64 // cumulative published records, carried in checkpoints
 	topicCounters  map[topicOutcome]prometheus.Counter
 
+	// Exactly-once pipelining (commit.go): the Kafka commit in flight, and
+	// records routed meanwhile, held until it ends (they belong to the next
+	// Kafka transaction). wantCommit: the batch is due as soon as the
+	// commit in flight ends (the reader caught up meanwhile).
+	inflight   *inflightCommit
+	held       []*kgo.Record
+	wantCommit bool
+
 	xa xaState // XA transactions read and not yet ended
 	// done is, while the loop reads again from before a prepared XA
 	// transaction, the position published before the restart: nothing it
@@ -93,6 +101,9 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 	// of a long source transaction at half of it, well before the whole.
 	tick := time.NewTicker(min(cfg.Batch.MaxWait, cfg.CheckpointInterval, cfg.TransactionTimeout/4, time.Second))
 	defer tick.Stop()
+	// Whatever ends the attempt, no commit is left running behind it: the
+	// caller aborts the open transaction next.
+	defer l.settleInflight()
 	ls := leaseFrom(ctx)
 	for {
 		select {
@@ -126,7 +137,7 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 				// those that ended before it, so the checkpoint names the
 				// transaction an operator acts on. Rows of the stopped one, if
 				// any, stay in the open Kafka transaction, which is aborted.
-				if l.curGTID == "" && (l.sink.open || l.dirty && l.done == nil) {
+				if l.curGTID == "" && (l.batchOpen() || l.dirty && l.done == nil) {
 					if cerr := l.commit(work); cerr != nil {
 						return errors.Join(err, cerr)
 					}
@@ -139,6 +150,10 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 				if err := l.handle(work, &batch[i], i == len(batch)-1 && len(events) == 0); err != nil {
 					return err
 				}
+			}
+		case res := <-l.inflightDone(): // exactly-once only
+			if err := l.committed(work, res); err != nil {
+				return err
 			}
 		case <-l.sink.acked: // at-least-once only
 			cp, err := l.sink.drain()
@@ -173,6 +188,8 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		l.r.log.Warn().Str("gtid", ev.GTID).Msg(ev.Note)
 	case binlog.KindIgnored:
 		l.r.log.Debug().Str("gtid", ev.GTID).Msg(ev.Note)
+	case binlog.KindHeartbeat:
+		l.r.metrics.SourceAtHead() // everything the server had is handled
 	case binlog.KindPrepare:
 		l.prepareXA(ev)
 		l.advance(ev)
@@ -187,12 +204,19 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		}
 		l.advance(ev)
 		now := time.Now()
-		if !l.sink.open {
+		if !l.batchOpen() {
 			return nil // a checkpoint-only transaction waits for the tick
 		}
 		k := l.r.cfg.Kafka.Batch
-		if caughtUp || l.batchRecords >= k.MaxRecords || l.batchBytes >= k.MaxBytes || now.Sub(l.batchStart) >= k.MaxWait {
-			return l.commit(ctx)
+		if l.batchRecords >= k.MaxRecords || l.batchBytes >= k.MaxBytes || now.Sub(l.batchStart) >= k.MaxWait {
+			return l.startCommit(ctx)
+		}
+		if caughtUp || l.wantCommit {
+			if l.inflight != nil {
+				l.wantCommit = true // committed as soon as the one in flight ends
+				return nil
+			}
+			return l.startCommit(ctx)
 		}
 	}
 	return nil
@@ -209,7 +233,7 @@ func (l *loop) advance(ev *binlog.Event) {
 	l.curGTID, l.curRows, l.curDeleted = "", 0, 0
 	l.dirty = true
 	l.lastCommitTime = ev.Time
-	l.r.metrics.SourceLag.Set(time.Since(ev.Time).Seconds())
+	l.r.metrics.SourceRead(ev.Time) // behind until the reader passes on a heartbeat
 	l.advanced(ev.Set)
 }
 
@@ -244,10 +268,10 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 				return err
 			}
 		}
-		if !l.sink.open {
+		if !l.batchOpen() {
 			l.batchStart = time.Now()
 		}
-		if err := l.sink.produce(ctx, rec.kafka); err != nil {
+		if err := l.send(ctx, rec.kafka); err != nil {
 			return err
 		}
 		l.batchRecords++
@@ -257,7 +281,7 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 		if l.batchRecords >= k.MaxRecords || l.batchBytes >= k.MaxBytes {
 			// One source transaction outgrew the batch: commit the part read so
 			// far; the checkpoint's partial says how many rows to skip.
-			if err := l.commit(ctx); err != nil {
+			if err := l.startCommit(ctx); err != nil {
 				return err
 			}
 		}
@@ -368,16 +392,16 @@ func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
 
 func (l *loop) onTick(ctx context.Context, now time.Time) error {
 	cfg := l.r.cfg.Kafka
-	if !l.lastCommitTime.IsZero() {
-		l.r.metrics.SourceLag.Set(now.Sub(l.lastCommitTime).Seconds())
-	}
 	l.progress(now)
 	cp, err := l.sink.drain() // at-least-once; a no-op exactly-once
 	if err != nil {
 		return err
 	}
 	l.written(cp)
-	if l.sink.open {
+	if l.inflight != nil {
+		return nil // bounded by the sink's timeout; its end is handled in run
+	}
+	if l.batchOpen() {
 		// A source transaction still being read may be committed in part
 		// (the checkpoint's partial says how far) when the Kafka transaction
 		// has been open for half its timeout: one outbox row, then minutes of
@@ -415,58 +439,6 @@ func (l *loop) progress(now time.Time) {
 	l.lastProgress, l.progressEvents = now, l.events
 }
 
-// commit ends the open batch (or writes a checkpoint-only batch) with the
-// current position.
-func (l *loop) commit(ctx context.Context) error {
-	now := time.Now()
-	cp := &checkpoint.Checkpoint{
-		Name:       l.r.cfg.Name,
-		GTIDSet:    l.position(),
-		Flavor:     l.srv.Flavor,
-		ServerID:   l.srv.ServerID,
-		Host:       l.srv.Addr,
-		CommitTime: l.lastCommitTime,
-		Time:       now.UTC(),
-		Events:     l.events + int64(l.batchRecords),
-		Schema:     l.schema,
-		XA:         l.xaCheckpoint(),
-	}
-	if l.partial.GTID != "" {
-		p := l.partial
-		cp.Partial = &p
-	}
-	written, err := l.sink.commit(ctx, cp)
-	if err != nil {
-		l.r.metrics.KafkaTransactions.WithLabelValues("abort").Inc()
-		return err
-	}
-	l.r.metrics.KafkaTransactions.WithLabelValues("commit").Inc()
-	if l.sink.txn {
-		l.r.metrics.KafkaTxnSeconds.Observe(time.Since(now).Seconds())
-	}
-	l.r.metrics.BatchRecords.Observe(float64(l.batchRecords))
-	l.written(written)
-	for to, n := range l.batchTopics {
-		c := l.topicCounters[to]
-		if c == nil {
-			c = l.r.metrics.Events.WithLabelValues(to.topic, to.outcome)
-			l.topicCounters[to] = c
-		}
-		c.Add(float64(n))
-	}
-	clear(l.batchTopics)
-	l.events = cp.Events
-	l.batchRecords, l.batchBytes = 0, 0
-	l.dirty = false
-	l.lastCheckpoint = now
-	if cp.Partial != nil && cp.Partial.GTID == l.curGTID {
-		hit("after-partial")
-	} else {
-		hit("after-commit")
-	}
-	return nil
-}
-
 // written notes a checkpoint the sink wrote (nil: none).
 func (l *loop) written(cp *checkpoint.Checkpoint) {
 	if cp == nil {
@@ -484,7 +456,10 @@ func (l *loop) written(cp *checkpoint.Checkpoint) {
 func (l *loop) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.r.cfg.Kafka.RequestTimeout)
 	defer cancel()
-	if l.sink.open || (l.dirty && l.done == nil) {
+	if err := l.awaitCommit(ctx); err != nil {
+		return fmt.Errorf("write final checkpoint: %w", err)
+	}
+	if l.batchOpen() || (l.dirty && l.done == nil) {
 		if err := l.commit(ctx); err != nil {
 			return fmt.Errorf("write final checkpoint: %w", err)
 		}

@@ -456,6 +456,14 @@ func TestLoopFinalCommitFails(t *testing.T) {
 		})
 		a := h.start()
 		a.feed(s.through(1) + 1) // a rows event of the 2nd transaction
+		// The first transaction's commit may still be in flight (pipelined):
+		// only the final commit is refused.
+		for deadline := time.Now().Add(10 * time.Second); h.load().GTIDSet != s.set(1); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the first transaction was not committed within 10 s")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		refuse.Store(true)
 		err := a.term()
 		if err == nil || errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "final checkpoint") {
@@ -518,6 +526,52 @@ func TestLoopCommitsPartOfLongTransactionCoarseTick(t *testing.T) {
 			t.Fatalf("the loop stopped: %v", a.wait())
 		}
 		a.finish()
+		h.verify()
+	})
+}
+
+// While a batch's Kafka commit is in flight (its EndTxn held at the broker),
+// the loop goes on taking events; what it routes meanwhile goes into the
+// next Kafka transaction, never into the one being committed, and everything
+// is published exactly once.
+func TestLoopReadsWhileCommitting(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 2))
+		s.tx(s.insert("order", "2", 2))
+		s.tx(s.insert("order", "3", 1), s.insert("order", "1", 1))
+		h := newHarness(t, s, nil)
+		release := make(chan struct{})
+		var holding atomic.Bool
+		var endTxns atomic.Int32
+		h.kafka.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+			h.kafka.KeepControl()
+			if endTxns.Add(1) == 2 { // after the initial checkpoint's: the first batch's
+				holding.Store(true)
+				h.kafka.SleepControl(func() { <-release })
+			}
+			return nil, nil, false
+		})
+		a := h.start()
+		a.feed(s.through(1)) // the first transaction, committed when the loop caught up
+		for deadline := time.Now().Add(10 * time.Second); !holding.Load(); {
+			if time.Now().After(deadline) {
+				t.Fatal("the first batch's EndTxn did not arrive within 10 s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		fed := make(chan struct{})
+		go func() { a.feedAll(); close(fed) }()
+		select {
+		case <-fed: // the loop took every event while the commit was held
+		case <-time.After(10 * time.Second):
+			close(release)
+			t.Fatal("the loop stopped reading while a commit was in flight")
+		}
+		close(release)
+		if err := a.term(); err != nil {
+			t.Fatalf("SIGTERM: %v, want nil", err)
+		}
 		h.verify()
 	})
 }

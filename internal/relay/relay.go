@@ -12,8 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"regexp"
 	"strings"
 	"time"
@@ -21,8 +19,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -56,6 +52,10 @@ type Relay struct {
 	// findXAPrepare looks an XA transaction's prepare up in the source's
 	// binlogs (binlog.FindXAPrepare; tests replace it).
 	findXAPrepare func(ctx context.Context, srv *binlog.Server, xid, commitGTID string) (*binlog.XAPrepare, error)
+	// refused holds the source hosts whose binlog stream refused a
+	// position that their variables said they had (source.go); owned by
+	// the goroutine of Run.
+	refused map[string]hostRefusal
 }
 
 // tableKey names a captured table without allocating.
@@ -83,7 +83,7 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 			return nil, fmt.Errorf("router for %s: %w", t, err)
 		}
 		db, tbl, _ := strings.Cut(t, ".")
-		r := &route{router: rt, invalidOp: rc.InvalidOp, table: t}
+		r := &route{router: rt, invalidOp: string(rc.InvalidOp), table: t}
 		if rc.OnError == "dead-letter" {
 			r.deadLetter = rc.DeadLetterTopic
 			if r.deadLetter == "" {
@@ -96,6 +96,7 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 	if err != nil {
 		return nil, err
 	}
+	kopts = append(kopts, KafkaLogger(log))
 	src, err := SourceConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -125,7 +126,7 @@ func RouterConfig(c config.RouterConfig) (router.Config, error) {
 		TimestampColumn:       c.TimestampColumn,
 		SchemaVersionColumn:   c.SchemaVersionColumn,
 		TopicPrefix:           c.TopicPrefix,
-		Format:                c.ValueFormat,
+		Format:                string(c.ValueFormat),
 		NullPayloadError:      c.NullPayload == "error",
 		TopicReplacement:      c.TopicReplacement,
 		SkipMissingAdditional: c.AdditionalMissing == "skip",
@@ -138,7 +139,7 @@ func RouterConfig(c config.RouterConfig) (router.Config, error) {
 		rc.TopicRegex = re
 	}
 	for _, f := range c.AdditionalFields {
-		rc.Additional = append(rc.Additional, router.Field{Column: f.Column, Placement: f.Placement, Alias: f.Alias})
+		rc.Additional = append(rc.Additional, router.Field{Column: f.Column, Placement: string(f.Placement), Alias: f.Alias})
 	}
 	return rc, nil
 }
@@ -158,16 +159,14 @@ func KafkaOpts(cfg config.Config) ([]kgo.Opt, error) {
 	if tlsCfg != nil {
 		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
 	}
-	s := cfg.Kafka.SASL
-	switch s.Mechanism {
-	case "PLAIN":
-		opts = append(opts, kgo.SASL(plain.Auth{User: s.User, Pass: s.Password}.AsMechanism()))
-	case "SCRAM-SHA-256":
-		opts = append(opts, kgo.SASL(scram.Auth{User: s.User, Pass: s.Password}.AsSha256Mechanism()))
-	case "SCRAM-SHA-512":
-		opts = append(opts, kgo.SASL(scram.Auth{User: s.User, Pass: s.Password}.AsSha512Mechanism()))
+	mech, err := cfg.Kafka.SASL.Auth()
+	if err != nil {
+		return nil, err
 	}
-	return opts, nil
+	if mech != nil {
+		opts = append(opts, kgo.SASL(mech))
+	}
+	return append(opts, cfg.Kafka.ProducerOpts()...), nil
 }
 
 // Partitioner places records as the Java client does: murmur2 of the key,
@@ -266,7 +265,7 @@ func kind(err error) string {
 		return "source_unreachable"
 	case errors.Is(err, binlog.ErrDuplicateServerID), errors.Is(err, binlog.ErrPacketTooLarge):
 		return "source_config"
-	case errors.Is(err, binlog.ErrPositionAhead), errors.Is(err, binlog.ErrPositionDiverged):
+	case errors.Is(err, binlog.ErrPositionAhead), errors.Is(err, binlog.ErrPositionDiverged), errors.Is(err, errHostRefused):
 		return "source_position"
 	case errors.Is(err, ErrTxnTimedOut):
 		return "kafka_txn_timeout"
@@ -308,6 +307,9 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce
 	if exactlyOnce {
 		opts = append(opts, kgo.TransactionalID(r.cfg.Name), kgo.TransactionTimeout(r.cfg.Kafka.TransactionTimeout))
+	}
+	if r.cfg.Kafka.ClientMetrics && r.metrics != nil {
+		opts = append(opts, r.metrics.KafkaClient()) // this attempt's producer only: one live client at a time
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -353,7 +355,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	snk := newSink(runCtx, cl, r.store, sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(maxBuffered / 2)})
+		maxUnacked: int64(maxBuffered / 2), log: r.log})
 	defer func() {
 		// A failed attempt ends its open Kafka transaction at once, so that
 		// read_committed consumers of its partitions (and of the shared
@@ -382,7 +384,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	events := make(chan []binlog.Event, 2) // with the reader's batch size, bounds rows in memory
 	readErr := make(chan error, 1)         // the loop takes the reader's error from here
 	readerDone := make(chan struct{})
-	reader := binlog.NewReader(r.source, srv, tracker, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	reader := binlog.NewReader(r.source, srv, tracker, MySQLLogger(r.log))
 	if l.done != nil {
 		reader.Published(l.done)
 	}
@@ -390,6 +392,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		defer close(readerDone)
 		readErr <- reader.Run(runCtx, from, events)
 	}()
+	go r.sampleSource(runCtx, srv, reader) // behind bytes, binlog retention
 	defer func() {
 		cancel()
 		<-readerDone
@@ -399,7 +402,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		Str("from", from).Bool("checkpoint", cp != nil).Str("delivery", r.cfg.Kafka.Delivery).Msg("relay started")
 	*started = true
 	r.metrics.Ready.Store(true)
-	return l.run(ctx, events, readErr)
+	return r.judgeStream(srv, from, l.run(ctx, events, readErr))
 }
 
 // tracker starts the schema tracker at the start position: the layout the

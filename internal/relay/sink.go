@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -59,6 +60,13 @@ type sink struct {
 	cpOffset   atomic.Int64             // offset of the last checkpoint record acknowledged; -1: none
 	unacked    atomic.Int64             // records produced, not yet acknowledged
 
+	// Exactly-once: the answer to whether the last committed transaction is
+	// complete at its coordinator (txnsettle.go); nil when none is awaited.
+	settled     chan bool
+	settleOff   bool   // the coordinator cannot answer: do not ask
+	txnID       string // the client's transactional id, once looked up
+	settleWaits atomic.Int64
+
 	// lease is the term the sink publishes for (nil without an election):
 	// once it is lost the sink produces and commits nothing more.
 	lease *lease
@@ -78,6 +86,7 @@ type sinkOptions struct {
 	// acknowledged; keep it below the client's MaxBufferedRecords so that
 	// Produce never blocks on a full buffer, where no context would end it.
 	maxUnacked int64
+	log        zerolog.Logger // notes of topics the broker refused to create
 }
 
 // aloBatch is an at-least-once batch: its records not yet acknowledged and,
@@ -188,7 +197,12 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 	if err == nil {
 		err = resp.Err
 	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+	var refused error
+	switch {
+	case err == nil, errors.Is(err, kerr.TopicAlreadyExists):
+	case adminRefused(err):
+		refused = err // least privilege: the topic may exist (topicauth.go)
+	default:
 		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, classify(err))
 	}
 	info := topicInfo{maxBytes: maxBatchBytes}
@@ -196,12 +210,18 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 	if err == nil {
 		err = details[topic].Err
 	}
+	if err != nil && refused != nil && errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return topicInfo{}, missingTopic(topic, refused, err)
+	}
 	if err != nil {
 		return topicInfo{}, fmt.Errorf("describe topic %s: %w", topic, classify(err))
 	}
+	if refused != nil {
+		noteCreateRefused(s.log, topic, refused)
+	}
 	info.partitions = int32(len(details[topic].Partitions))
 	rc, err := s.adm.DescribeTopicConfigs(ctx, topic)
-	if err != nil {
+	if err != nil && !adminRefused(err) {
 		return topicInfo{}, fmt.Errorf("describe topic %s configs: %w", topic, classify(err))
 	}
 	if cfgs, err := rc.On(topic, nil); err == nil {
@@ -229,6 +249,7 @@ func (s *sink) begin() error {
 		return nil
 	}
 	if s.txn {
+		s.awaitSettled()
 		if err := s.cl.BeginTransaction(); err != nil {
 			return fmt.Errorf("begin kafka transaction: %w", s.classify(err))
 		}
@@ -312,6 +333,7 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoi
 		return nil, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
 	}
 	s.open, s.began = false, time.Time{}
+	s.settleAfterCommit()
 	return cp, nil
 }
 

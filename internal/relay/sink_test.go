@@ -497,3 +497,77 @@ func TestExactlyOnceTimedOutIsNotFenced(t *testing.T) {
 		t.Fatalf("abort when fenced: %v, want ErrFenced", err)
 	}
 }
+
+// TestExactlyOnceSettlesBeforeNextProduce: after a commit, the next
+// transaction's first produce waits until the coordinator reports the
+// committed transaction complete (Apache Kafka answers CONCURRENT_TRANSACTIONS
+// and retries after 20 ms otherwise). The broker here reports PrepareCommit to
+// the first two DescribeTransactions.
+func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var mu sync.Mutex
+	var seen []string // "describe:<state>" and "produce", in arrival order
+	prepared := 2
+	c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		if prepared == 0 {
+			seen = append(seen, "describe:kfake")
+			return nil, nil, false
+		}
+		prepared--
+		seen = append(seen, "describe:PrepareCommit")
+		r := req.(*kmsg.DescribeTransactionsRequest)
+		resp := r.ResponseKind().(*kmsg.DescribeTransactionsResponse)
+		for _, id := range r.TransactionalIDs {
+			st := kmsg.NewDescribeTransactionsResponseTransactionState()
+			st.TransactionalID, st.State, st.ProducerID = id, "PrepareCommit", 1
+			resp.TransactionStates = append(resp.TransactionStates, st)
+		}
+		return resp, nil, true
+	})
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		seen = append(seen, "produce")
+		mu.Unlock()
+		return nil, nil, false
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	store := checkpoint.NewStore("cp", kgo.SeedBrokers(c.ListenAddrs()...))
+	ctx := context.Background()
+	if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1})
+	if _, err := s.commit(ctx, cpAt("0-1-1")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	seen = nil // from the end of the first commit on
+	mu.Unlock()
+	if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.commit(ctx, cpAt("0-1-2")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := strings.Join(seen, " ")
+	mu.Unlock()
+	if !strings.HasPrefix(got, "describe:PrepareCommit describe:PrepareCommit describe:kfake produce") {
+		t.Fatalf("requests after the first commit: %s; want two PrepareCommit answers, then the completed one, then the produce", got)
+	}
+	if s.settleOff || s.settleWaits.Load() != 1 {
+		t.Fatalf("settleOff %v, waits %d; want false, 1", s.settleOff, s.settleWaits.Load())
+	}
+}

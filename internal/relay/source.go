@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -68,6 +69,13 @@ func (r *Relay) chooseSource(ctx context.Context, cp *checkpoint.Checkpoint) (*b
 // one, source.start): nil when the relay can stream from it.
 func (r *Relay) acceptHost(cp *checkpoint.Checkpoint) func(*binlog.Server) error {
 	return func(srv *binlog.Server) error {
+		from := r.cfg.Source.Start
+		if cp != nil {
+			from = cp.From()
+		}
+		if err := r.refusedBy(srv.Addr, from); err != nil {
+			return err
+		}
 		if cp != nil {
 			if cp.Flavor != srv.Flavor {
 				return fmt.Errorf("%w: checkpoint of %s was written for %s, the source %s runs %s",
@@ -130,4 +138,83 @@ func (r *Relay) setHostState(host, state string) {
 		}
 		r.metrics.SourceHosts.WithLabelValues(host, s).Set(v)
 	}
+}
+
+// A host's variables can say it has a position that its binlog stream then
+// refuses: MariaDB after RESET MASTER on a replica that kept replicating
+// (its gtid_binlog_state is past the checkpoint, its oldest binlog's
+// Gtid_list is empty, yet the transactions after the checkpoint are gone:
+// the server refuses the position as a hole), a replica rebuilt from a
+// backup after the checkpoint, or a server that lags by the time it is
+// asked. judgeStream records such a refusal and acceptHost holds it against
+// the host, so the next attempt tries the other hosts (or waits) instead of
+// asking the same host again or stopping for good while another host has
+// the transactions.
+var (
+	// errHostRefused: a source host's binlog stream refused the position
+	// it was asked for; the relay tries the other hosts. Not fatal: the
+	// next attempt chooses again, and stops only if no host is usable.
+	errHostRefused = errors.New("source host refused the position")
+
+	// How long a refusal is held against a host once the relay's position
+	// has moved on (at the same position it is held for good: the server
+	// would refuse it again), and how long a host found behind by its
+	// stream is passed over.
+	refusedHold = 5 * time.Minute
+	behindHold  = sourceWaitMax
+)
+
+// hostRefusal is a host's refusal of a position by its stream.
+type hostRefusal struct {
+	from   string    // the position it refused
+	err    error     // why (wraps binlog.ErrPurged, ErrPositionDiverged or ErrPositionAhead)
+	until  time.Time // held until then once the position has moved on
+	sticky bool      // held at the same position for good
+}
+
+// judgeStream passes the error that ended streaming from srv at from,
+// recording it when the server refused the position (see hostRefusal). With
+// other hosts to try it returns errHostRefused, which the retry loop
+// retries: the next attempt's chooseSource holds the refusal against srv
+// and decides from every host's verdict (NoneUsable). With one host the
+// refusal is the answer.
+func (r *Relay) judgeStream(srv *binlog.Server, from string, err error) error {
+	if err == nil {
+		return nil
+	}
+	// (From the loop, these come only from the binlog stream: the host's
+	// variables were judged before it started.)
+	now := time.Now()
+	var ref hostRefusal
+	switch {
+	case errors.Is(err, binlog.ErrPurged), errors.Is(err, binlog.ErrPositionDiverged):
+		ref = hostRefusal{from: from, err: err, until: now.Add(refusedHold), sticky: true}
+	case errors.Is(err, binlog.ErrPositionAhead):
+		ref = hostRefusal{from: from, err: err, until: now.Add(behindHold)}
+	default:
+		return err
+	}
+	if r.refused == nil {
+		r.refused = map[string]hostRefusal{}
+	}
+	r.refused[srv.Addr] = ref
+	r.setHostState(srv.Addr, string(binlog.StatusOf(err)))
+	r.log.Warn().Err(err).Str("host", srv.Addr).Str("from", from).Msg("source host refused the position; choosing again among source.hosts")
+	if len(r.source.Hosts) < 2 && ref.sticky {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %v", errHostRefused, srv.Addr, err)
+}
+
+// refusedBy returns the refusal held against host at position from, if any.
+func (r *Relay) refusedBy(host, from string) error {
+	ref, ok := r.refused[host]
+	if !ok {
+		return nil
+	}
+	if (ref.sticky && ref.from == from) || time.Now().Before(ref.until) {
+		return fmt.Errorf("%w (its binlog stream refused %q; held against it since)", ref.err, ref.from)
+	}
+	delete(r.refused, host)
+	return nil
 }

@@ -1,0 +1,196 @@
+package binlog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+)
+
+// Privileges is what the server allows the relay user, decided from the
+// server itself: the grants of the user and of its active roles (MySQL 8
+// lists a role's privileges only with SHOW GRANTS ... USING), then, for a
+// privilege those do not show (granted through SUPER, a proxy user, a role
+// that cannot be read), a try of the operation the relay needs.
+type Privileges struct {
+	// Missing lists what the server refused: REPLICATION SLAVE (a
+	// replication connection) and REPLICATION CLIENT (SHOW BINARY LOGS;
+	// MariaDB 10.5+: BINLOG MONITOR).
+	Missing []string
+	// ActiveRoles are the roles in effect on a new connection (default
+	// roles); InactiveRoles are granted but not in effect: their
+	// privileges do not count until SET DEFAULT ROLE.
+	ActiveRoles, InactiveRoles []string
+	// Tried names the privileges decided by trying the operation, since
+	// the grants did not show them.
+	Tried []string
+	// Grants are the grant statements read (roles expanded on MySQL).
+	Grants []string
+}
+
+// Fix is the statement that grants what is missing to user.
+func (p Privileges) Fix(user string) string {
+	if len(p.Missing) == 0 {
+		return ""
+	}
+	fix := fmt.Sprintf("GRANT %s ON *.* TO '%s'", strings.Join(p.Missing, ", "), user)
+	if len(p.InactiveRoles) > 0 {
+		fix += fmt.Sprintf(", or make a granted role that has them active at login: SET DEFAULT ROLE %s FOR '%s'",
+			p.InactiveRoles[0], user)
+	}
+	return fix
+}
+
+// roleGrant matches "GRANT `r`@`%`, `s` TO `u`@`%`": roles granted (no ON).
+var roleGrant = regexp.MustCompile("^GRANT ((?:`[^`]+`(?:@`[^`]*`)?(?:, )?)+) TO ")
+
+// CheckPrivileges decides which replication privileges the server grants
+// the user of conn; cfg and addr open the replication connection it tries
+// when the grants do not show REPLICATION SLAVE.
+func CheckPrivileges(conn *client.Conn, cfg Config, addr, flavor string) (Privileges, error) {
+	var p Privileges
+	grants, err := Grants(conn)
+	if err != nil {
+		return p, err
+	}
+	if rows, err := Query(conn, "SELECT CURRENT_ROLE()"); err == nil && len(rows) == 1 && len(rows[0]) == 1 {
+		if r := rows[0][0]; r != "" && r != "NONE" && r != "NULL" {
+			p.ActiveRoles = strings.Split(r, ",")
+			if flavor == mysql.MySQLFlavor { // MariaDB's SHOW GRANTS already lists the active role's
+				if more, err := Query(conn, "SHOW GRANTS FOR CURRENT_USER() USING "+r); err == nil {
+					grants = grants[:0]
+					for _, m := range more {
+						grants = append(grants, m[0])
+					}
+				}
+			}
+		}
+	}
+	p.Grants = grants
+	// a role granted to an active role is active too
+	type edge struct{ role, to string }
+	var edges []edge
+	for _, g := range grants {
+		if m := roleGrant.FindStringSubmatch(g); m != nil && !strings.Contains(g, " ON ") {
+			to := strings.TrimSpace(g[len(m[0]):])
+			for _, r := range strings.Split(m[1], ", ") {
+				edges = append(edges, edge{r, to})
+			}
+		}
+	}
+	active := slices.Clone(p.ActiveRoles)
+	for changed := true; changed; {
+		changed = false
+		for _, e := range edges {
+			if roleActive(e.to, active) && !roleActive(e.role, active) {
+				active, changed = append(active, e.role), true
+			}
+		}
+	}
+	for _, e := range edges {
+		if !roleActive(e.role, active) && !slices.Contains(p.InactiveRoles, e.role) {
+			p.InactiveRoles = append(p.InactiveRoles, e.role)
+		}
+	}
+	for _, miss := range MissingGrants(grants) {
+		var ok bool
+		var err error
+		switch miss {
+		case "REPLICATION CLIENT":
+			ok, err = tryShowBinaryLogs(conn)
+		case "REPLICATION SLAVE":
+			ok, err = TryReplicationConnection(cfg, addr, flavor)
+		}
+		if err != nil {
+			return p, fmt.Errorf("try %s: %w", miss, err)
+		}
+		if ok {
+			p.Tried = append(p.Tried, miss)
+		} else {
+			p.Missing = append(p.Missing, miss)
+		}
+	}
+	return p, nil
+}
+
+// roleActive compares `r`@`h` or `r` with the CURRENT_ROLE() names.
+func roleActive(r string, active []string) bool {
+	name := func(s string) string { n, _, _ := strings.Cut(strings.TrimSpace(s), "@"); return strings.Trim(n, "`") }
+	for _, a := range active {
+		if name(a) == name(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// isDenied reports a server error that refuses a privilege.
+func isDenied(err error) bool {
+	var me *mysql.MyError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Code {
+	case mysql.ER_SPECIFIC_ACCESS_DENIED_ERROR, mysql.ER_DBACCESS_DENIED_ERROR, mysql.ER_TABLEACCESS_DENIED_ERROR, mysql.ER_ACCESS_DENIED_ERROR:
+		return true
+	}
+	return false
+}
+
+// tryShowBinaryLogs runs what REPLICATION CLIENT (BINLOG MONITOR) allows.
+// A server without a binary log cannot tell: that is reported by the
+// settings checks, so it counts as allowed here.
+func tryShowBinaryLogs(conn *client.Conn) (bool, error) {
+	_, err := Query(conn, "SHOW BINARY LOGS")
+	var me *mysql.MyError
+	switch {
+	case err == nil:
+		return true, nil
+	case isDenied(err):
+		return false, nil
+	case errors.As(err, &me) && me.Code == mysql.ER_NO_BINARY_LOGGING:
+		return true, nil
+	}
+	return false, err
+}
+
+// TryReplicationConnection registers as a replica and asks for the binlog
+// (from an empty GTID set, reading no event), which needs REPLICATION
+// SLAVE: (false, nil) when the server refuses the privilege.
+func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("address %q: %w", addr, err)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return false, fmt.Errorf("port %q: %w", portStr, err)
+	}
+	set, err := mysql.ParseGTIDSet(flavor, "")
+	if err != nil {
+		return false, err
+	}
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID: ProbeServerID(cfg.ServerID), Flavor: flavor, Host: host, Port: uint16(port),
+		User: cfg.User, Password: cfg.Password, TLSConfig: tlsFor(cfg.TLS, addr),
+		DisableRetrySync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
+	})
+	defer syncer.Close()
+	if _, err := syncer.StartSyncGTID(set); err != nil {
+		if isDenied(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}

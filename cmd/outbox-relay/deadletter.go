@@ -1,0 +1,471 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/router"
+)
+
+// deadLetterGroup is the consumer group whose committed offsets mark the
+// dead-letter records already replayed.
+func deadLetterGroup(cfg config.Config) string { return "outbox-relay.dead-letter." + cfg.Name }
+
+// deadLetterTopics are the dead-letter topics of cfg's tables.
+func deadLetterTopics(cfg config.Config) []string {
+	var out []string
+	for _, t := range cfg.Source.Tables {
+		topic := cfg.Router.For(t).DeadLetterTopic
+		if topic == "" {
+			topic = "outbox-relay.dead-letter." + cfg.Name
+		}
+		if !containsString(out, topic) {
+			out = append(out, topic)
+		}
+	}
+	return out
+}
+
+func newDeadLetterCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead-letter list|replay --config FILE",
+		Short: "list dead-lettered rows, or publish them to their routed topics after a fix",
+		Long: `Rows the router could not handle under router.on_error dead-letter are on the
+dead-letter topic (router.dead_letter_topic, default
+outbox-relay.dead-letter.<name>) with headers naming the error, the table and
+the GTID. "list" shows them; "replay" routes each pending one again with the
+current settings (from its outbox row, read by event id, else from the
+columns the dead-letter record carries) and publishes it to its routed topic
+with its original event id and a "replayed" header, in one Kafka transaction
+that also commits the consumer group outbox-relay.dead-letter.<name>: a
+replayed record is not pending any more. A row that still fails stops the
+replay and nothing is published.`,
+		Example: `  outbox-relay dead-letter list --config relay.yaml
+  outbox-relay dead-letter replay --config relay.yaml --dry-run
+  outbox-relay dead-letter replay --config relay.yaml --yes`,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRun,
+	}
+	list := &cobra.Command{Use: "list --config FILE [--all] [--json]", Short: "list the pending (or --all) dead-lettered rows", Args: noArgs,
+		Example: `  outbox-relay dead-letter list --config relay.yaml
+  outbox-relay dead-letter list --config relay.yaml --all --json | jq .error`}
+	listPath := configFlag(list)
+	all := list.Flags().Bool("all", false, "also list records already replayed")
+	asJSON := list.Flags().Bool("json", false, "one JSON object per line")
+	list.RunE = func(*cobra.Command, []string) error { return deadLetterList(*listPath, *all, *asJSON) }
+	rp := &cobra.Command{Use: "replay --config FILE [--dry-run] [--yes]", Short: "publish the pending dead-lettered rows to their routed topics", Args: noArgs,
+		Example: `  outbox-relay dead-letter replay --config relay.yaml --dry-run
+  outbox-relay dead-letter replay --config relay.yaml --yes`}
+	rpPath := configFlag(rp)
+	dry := rp.Flags().Bool("dry-run", false, "show where each record would go; publish nothing")
+	yes := rp.Flags().Bool("yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
+	var db dbFlags
+	addDBFlags(rp, &db, "read outbox rows from")
+	rp.RunE = func(*cobra.Command, []string) error { return deadLetterReplay(*rpPath, *dry, *yes, db) }
+	cmd.AddCommand(list, rp)
+	return cmd
+}
+
+// dlRecord is one dead-letter record as listed.
+type dlRecord struct {
+	Topic     string    `json:"topic"`
+	Partition int32     `json:"partition"`
+	Offset    int64     `json:"offset"`
+	Time      time.Time `json:"time"`
+	EventID   string    `json:"event_id"`
+	Table     string    `json:"table"`
+	GTID      string    `json:"gtid"`
+	Error     string    `json:"error"`
+	Replayed  bool      `json:"replayed"`
+}
+
+func deadLetterList(path string, all, asJSON bool) error {
+	cfg, err := loadConfigFile(path)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kopts, err := relay.KafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	committed, ends, err := deadLetterOffsets(ctx, cfg, kopts)
+	if err != nil {
+		return err
+	}
+	var recs []*kgo.Record
+	if err := readDeadLetters(ctx, kopts, ends, nil, func(r *kgo.Record) { recs = append(recs, r) }); err != nil {
+		return err
+	}
+	n := 0
+	enc := json.NewEncoder(os.Stdout)
+	for _, r := range recs {
+		d := dlRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Time: r.Timestamp,
+			EventID: headerValue(r, "id"), Table: headerValue(r, "source.table"), GTID: headerValue(r, "source.gtid"),
+			Error: headerValue(r, "error"), Replayed: r.Offset < committed[r.Topic][r.Partition]}
+		if d.Replayed && !all {
+			continue
+		}
+		n++
+		if asJSON {
+			if err := enc.Encode(d); err != nil {
+				return err
+			}
+			continue
+		}
+		state := "pending"
+		if d.Replayed {
+			state = "replayed"
+		}
+		fmt.Printf("%s  %s[%d]@%d  %s  event_id=%s table=%s gtid=%s\n    error: %s\n", state, d.Topic, d.Partition, d.Offset,
+			d.Time.UTC().Format(time.RFC3339), d.EventID, d.Table, d.GTID, d.Error)
+	}
+	if !asJSON {
+		fmt.Printf("dead-letter: %d records listed\n", n)
+	}
+	return nil
+}
+
+// deadLetterOffsets returns the replay group's committed offsets and the
+// last stable offsets of the dead-letter topics' partitions.
+func deadLetterOffsets(ctx context.Context, cfg config.Config, kopts []kgo.Opt) (map[string]map[int32]int64, map[string]map[int32]int64, error) {
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	cctx, cancel := context.WithTimeout(ctx, cfg.Kafka.RequestTimeout)
+	defer cancel()
+	topics := deadLetterTopics(cfg)
+	ends, err := adm.ListCommittedOffsets(cctx, topics...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list dead-letter offsets: %w", err)
+	}
+	end := map[string]map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			return // a topic that does not exist yet: nothing dead-lettered
+		}
+		if end[o.Topic] == nil {
+			end[o.Topic] = map[int32]int64{}
+		}
+		end[o.Topic][o.Partition] = o.Offset
+	})
+	resp, err := adm.FetchOffsets(cctx, deadLetterGroup(cfg))
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		err = nil // never replayed: nothing committed (kfake says so; Apache Kafka answers empty)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("fetch offsets of %s: %w", deadLetterGroup(cfg), err)
+	}
+	committed := map[string]map[int32]int64{}
+	resp.Each(func(o kadm.OffsetResponse) {
+		if committed[o.Topic] == nil {
+			committed[o.Topic] = map[int32]int64{}
+		}
+		committed[o.Topic][o.Partition] = o.At
+	})
+	return committed, end, nil
+}
+
+// readDeadLetters reads every partition from from (nil: the start) to its
+// end offset with read_committed.
+func readDeadLetters(ctx context.Context, kopts []kgo.Opt, ends, from map[string]map[int32]int64, fn func(*kgo.Record)) error {
+	parts := map[string]map[int32]kgo.Offset{}
+	left := 0
+	for t, ps := range ends {
+		for p, end := range ps {
+			start := from[t][p]
+			if end <= start {
+				continue
+			}
+			if parts[t] == nil {
+				parts[t] = map[int32]kgo.Offset{}
+			}
+			parts[t][p] = kgo.NewOffset().At(start)
+			left++
+		}
+	}
+	if left == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(append(kopts, kgo.ConsumePartitions(parts), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	done := map[string]map[int32]bool{}
+	for left > 0 {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		fs := cl.PollFetches(pctx)
+		expired := pctx.Err() != nil
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if expired {
+			return fmt.Errorf("read dead-letter topics: no record for 30s with %d partitions unread", left)
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("read %s[%d]: %w", t, p, err) })
+		if ferr != nil {
+			return ferr
+		}
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			end := ends[p.Topic][p.Partition]
+			for _, r := range p.Records {
+				if r.Offset < end && !r.Attrs.IsControl() {
+					fn(r)
+				}
+			}
+			// Control records (commit markers) are kept so the reader
+			// knows when it has passed the end offset.
+			if done[p.Topic] == nil {
+				done[p.Topic] = map[int32]bool{}
+			}
+			if !done[p.Topic][p.Partition] && len(p.Records) > 0 && p.Records[len(p.Records)-1].Offset+1 >= end {
+				done[p.Topic][p.Partition] = true
+				left--
+			}
+		})
+	}
+	return nil
+}
+
+func deadLetterReplay(path string, dryRun, yes bool, db dbFlags) error {
+	cfg, err := loadConfigFile(path)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kopts, err := relay.KafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	committed, ends, err := deadLetterOffsets(ctx, cfg, kopts)
+	if err != nil {
+		return err
+	}
+	var pending []*kgo.Record
+	if err := readDeadLetters(ctx, kopts, ends, committed, func(r *kgo.Record) { pending = append(pending, r) }); err != nil {
+		return err
+	}
+	if len(pending) == 0 {
+		fmt.Println("dead-letter: nothing pending")
+		return nil
+	}
+	conn, _, err := db.connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	now := time.Now().UTC()
+	out := make([]*kgo.Record, 0, len(pending))
+	for _, r := range pending {
+		rec, src, err := rerouteDeadLetter(conn, cfg, r, now)
+		if err != nil {
+			return fmt.Errorf("dead-letter %s[%d]@%d (event id %s): %w; nothing was replayed", r.Topic, r.Partition, r.Offset, headerValue(r, "id"), err)
+		}
+		fmt.Printf("%s[%d]@%d  event_id=%s -> topic=%s key=%s (row from %s)\n", r.Topic, r.Partition, r.Offset, headerValue(r, "id"), rec.Topic, rec.Key, src)
+		out = append(out, rec)
+	}
+	if dryRun {
+		fmt.Printf("dead-letter: would replay %d records (dry run)\n", len(out))
+		return nil
+	}
+	if err := confirm(yes, fmt.Sprintf("publish %d dead-lettered records to their topics", len(out))); err != nil {
+		return err
+	}
+	if err := replayDeadLetters(ctx, cfg, kopts, pending, out); err != nil {
+		return fmt.Errorf("dead-letter replay: %w; nothing was replayed", err)
+	}
+	fmt.Printf("dead-letter: replayed %d records\n", len(out))
+	return nil
+}
+
+// replayDeadLetters publishes out and commits the replay group's offsets
+// past pending in one Kafka transaction.
+func replayDeadLetters(ctx context.Context, cfg config.Config, kopts []kgo.Opt, pending, out []*kgo.Record) error {
+	if err := ensureTopics(ctx, cfg, kopts, out); err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(kopts, kgo.TransactionalID(cfg.Name+".dead-letter-replay"),
+		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(replayPartitioner{kgo.StickyKeyPartitioner(nil)}))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	wctx := context.WithoutCancel(ctx)
+	if err := cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin kafka transaction: %w", err)
+	}
+	if err := cl.ProduceSync(wctx, out...).FirstErr(); err != nil {
+		_ = cl.EndTransaction(wctx, kgo.TryAbort)
+		return fmt.Errorf("produce: %w", err)
+	}
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	for _, r := range pending {
+		if offsets[r.Topic] == nil {
+			offsets[r.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: -1, Offset: r.Offset + 1}
+	}
+	if err := commitTxnOffsets(wctx, cl, deadLetterGroup(cfg), offsets); err != nil {
+		_ = cl.EndTransaction(wctx, kgo.TryAbort)
+		return err
+	}
+	if err := cl.EndTransaction(wctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("commit kafka transaction: %w", err)
+	}
+	return nil
+}
+
+// rerouteDeadLetter rebuilds the outbox row of a dead-letter record (from
+// the table by event id when it is still there, else from the record's
+// columns) and routes it with the current settings.
+func rerouteDeadLetter(conn *client.Conn, cfg config.Config, r *kgo.Record, now time.Time) (*kgo.Record, string, error) {
+	table, id := headerValue(r, "source.table"), headerValue(r, "id")
+	if !containsString(cfg.Source.Tables, table) {
+		return nil, "", fmt.Errorf("its table %q is not in source.tables", table)
+	}
+	rc := cfg.Router.For(table)
+	rt, err := tableRouter(rc)
+	if err != nil {
+		return nil, "", err
+	}
+	if id != "" {
+		qt, err := quoteTableName(table)
+		if err != nil {
+			return nil, "", err
+		}
+		res, err := conn.Execute("SELECT * FROM "+qt+" WHERE "+quoteIdent(rc.EventIDColumn)+" = ?", id)
+		if err != nil {
+			return nil, "", fmt.Errorf("read outbox row: %w", err)
+		}
+		if res.RowNumber() > 1 {
+			return nil, "", fmt.Errorf("%d rows of %s have event id %s", res.RowNumber(), table, id)
+		}
+		if res.RowNumber() == 1 {
+			rec, err := routeAgain(rt, resultRow(res, 0, now), now)
+			return rec, "table " + table, err
+		}
+	}
+	if r.Value == nil || headerValue(r, "truncated") == "true" {
+		return nil, "", errors.New("the outbox row is gone and the dead-letter record does not carry its columns")
+	}
+	row, err := rowFromDeadLetter(r.Value, now)
+	if err != nil {
+		return nil, "", err
+	}
+	rec, err := routeAgain(rt, row, now)
+	return rec, "dead-letter record", err
+}
+
+// rowFromDeadLetter decodes the JSON object of columns the relay wrote:
+// strings stay strings, numbers keep their text.
+func rowFromDeadLetter(value []byte, at time.Time) (router.Row, error) {
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.UseNumber()
+	var cols map[string]any
+	if err := dec.Decode(&cols); err != nil {
+		return router.Row{}, fmt.Errorf("decode dead-letter columns: %w", err)
+	}
+	names := make([]string, 0, len(cols))
+	for k := range cols {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	row := router.Row{CommitTime: at}
+	for _, k := range names {
+		v := cols[k]
+		switch t := v.(type) {
+		case json.Number:
+			v = t.String()
+		case map[string]any, []any, bool:
+			return router.Row{}, fmt.Errorf("decode dead-letter columns: column %s holds %T, not a column value", k, v)
+		}
+		row.Columns = append(row.Columns, k)
+		row.Values = append(row.Values, v)
+	}
+	if len(row.Columns) == 0 {
+		return row, errors.New("decode dead-letter columns: no columns")
+	}
+	return row, nil
+}
+
+// commitTxnOffsets adds group's offsets to cl's open transaction
+// (AddOffsetsToTxn, then TxnOffsetCommit as a non-member, generation -1):
+// they are committed if and only if the transaction is.
+func commitTxnOffsets(ctx context.Context, cl *kgo.Client, group string, offsets map[string]map[int32]kgo.EpochOffset) error {
+	id, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		return fmt.Errorf("producer id: %w", err)
+	}
+	txnID, _ := cl.OptValue(kgo.TransactionalID).(string)
+	add := kmsg.NewPtrAddOffsetsToTxnRequest()
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = txnID, id, epoch, group
+	addResp, err := add.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("add offsets to transaction: %w", err)
+	}
+	if err := kerr.ErrorForCode(addResp.ErrorCode); err != nil {
+		return fmt.Errorf("add offsets to transaction: %w", err)
+	}
+	topics := make([]string, 0, len(offsets))
+	for t := range offsets {
+		topics = append(topics, t)
+	}
+	// v6+ names topics by id.
+	details, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch, req.Generation = txnID, group, id, epoch, -1
+	for t, ps := range offsets {
+		rt := kmsg.NewTxnOffsetCommitRequestTopic()
+		rt.Topic, rt.TopicID = t, details[t].ID
+		for p, o := range ps {
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch = p, o.Offset, o.Epoch
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("commit offsets in transaction: %w", err)
+	}
+	for i, t := range resp.Topics {
+		name := t.Topic
+		if name == "" && i < len(req.Topics) {
+			name = req.Topics[i].Topic
+		}
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return fmt.Errorf("commit offset of %s[%d] in transaction: %w", name, p.Partition, err)
+			}
+		}
+	}
+	return nil
+}

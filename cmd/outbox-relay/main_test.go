@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = execute(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+// TestExitCodes pins the README's exit codes: 0 for success and help, 2
+// for every command-line mistake, on stdout for help and stderr for errors.
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "relay.yaml")
+	if err := os.WriteFile(good, []byte("name: a\nsource:\n  hosts: [\"127.0.0.1:1\"]\n  user: u\n  server_id: 1\n  tables: [a.b]\nkafka:\n  brokers: [\"127.0.0.1:1\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args   []string
+		code   int
+		stdout string // part of stdout; "" checks it is empty
+		stderr string // part of stderr; "" checks it is empty
+	}{
+		{nil, 0, "Available Commands:", ""},
+		{[]string{"--help"}, 0, "Available Commands:", ""},
+		{[]string{"-h"}, 0, "Available Commands:", ""},
+		{[]string{"help"}, 0, "Available Commands:", ""},
+		{[]string{"help", "checkpoint", "history"}, 0, "-n, --limit int", ""},
+		{[]string{"--version"}, 0, "outbox-relay ", ""},
+		{[]string{"version"}, 0, "github.com/twmb/franz-go", ""},
+		{[]string{"version", "extra"}, 2, "", `takes no arguments, got "extra"`},
+		{[]string{"bogus"}, 2, "", `unknown command "bogus" for "outbox-relay"`},
+		{[]string{"--bogus"}, 2, "", "unknown flag: --bogus"},
+		{[]string{"run", "--bogus"}, 2, "", "unknown flag: --bogus"},
+		{[]string{"run"}, 2, "", "--config FILE is required"},
+		{[]string{"run", "--config"}, 2, "", "flag needs an argument: --config"},
+		{[]string{"run", "--help"}, 0, "--print-config", ""},
+		{[]string{"run", "--config", good, "extra"}, 2, "", `takes no arguments, got "extra"`},
+		{[]string{"run", "--config", bad}, 78, "", "invalid configuration"},
+		{[]string{"run", "--config", filepath.Join(dir, "missing.yaml")}, 78, "", "no such file"},
+		{[]string{"run", "--config", good, "--print-config"}, 0, "name: a", ""},
+		{[]string{"run", "--print-config", "--config", good}, 0, "name: a", ""},
+		{[]string{"check", "--config", bad}, 1, "", "invalid configuration"},
+		{[]string{"check", "--help"}, 0, "--json", ""},
+		{[]string{"checkpoint"}, 0, "Available Commands:", ""},
+		{[]string{"checkpoint", "--help"}, 0, "Available Commands:", ""},
+		{[]string{"checkpoint", "bogus"}, 2, "", `unknown command "bogus" for "outbox-relay checkpoint"`},
+		{[]string{"checkpoint", "show", "extra", "--config", good}, 2, "", `takes no arguments, got "extra"`},
+		{[]string{"checkpoint", "history", "--config", good, "-n", "-5"}, 2, "", "-n -5: want a count of 1 or more"},
+		{[]string{"checkpoint", "history", "--config", good, "-n", "0"}, 2, "", "-n 0: want a count of 1 or more"},
+		{[]string{"checkpoint", "history", "--config", good, "-n", "abc"}, 2, "", `invalid argument "abc" for "-n, --limit" flag`},
+		{[]string{"checkpoint", "show", "--config", good, "--wait", "soon"}, 2, "", `invalid argument "soon" for "--wait" flag`},
+		{[]string{"checkpoint", "set", "--config", good}, 2, "", "give exactly one of --gtid SET and --to now|earliest"},
+		{[]string{"checkpoint", "set", "--config", good, "--to", "later"}, 2, "", `--to "later": want now or earliest`},
+		{[]string{"checkpoint", "skip", "--config", good}, 2, "", "--gtid GTID is required"},
+		{[]string{"checkpoint", "reset", "--help"}, 0, "--yes", ""},
+		{[]string{"dev"}, 0, "Available Commands:", ""},
+		{[]string{"dev", "kafka", "--listen", "nope"}, 2, "", `--listen "nope": want host:port`},
+		{[]string{"dev", "mariadb"}, 2, "", "--data-dir DIR is required"},
+		{[]string{"completion", "bash"}, 0, "bash completion", ""},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := run(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, stdout, stderr)
+			}
+			for _, c := range []struct{ name, got, want string }{{"stdout", stdout, tc.stdout}, {"stderr", stderr, tc.stderr}} {
+				if c.want == "" && c.got != "" {
+					t.Errorf("%s not empty: %s", c.name, c.got)
+				}
+				if !strings.Contains(c.got, c.want) {
+					t.Errorf("%s lacks %q:\n%s", c.name, c.want, c.got)
+				}
+			}
+		})
+	}
+}
+
+// TestHelpGolden pins the help of every command: each has a description,
+// and examples where it runs something.
+func TestHelpGolden(t *testing.T) {
+	cmds := [][]string{{}}
+	root := newRootCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" || c.Name() == "help" {
+			continue
+		}
+		cmds = append(cmds, []string{c.Name()})
+		for _, s := range c.Commands() {
+			cmds = append(cmds, []string{c.Name(), s.Name()})
+		}
+	}
+	for _, args := range cmds {
+		name := strings.Join(append([]string{"root"}, args...), "_")
+		t.Run(name, func(t *testing.T) {
+			code, stdout, stderr := run(t, append(args, "--help")...)
+			if code != 0 || stderr != "" {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+			if len(args) > 0 && !strings.Contains(stdout, "Examples:") {
+				t.Errorf("no examples in the help of %v", args)
+			}
+			golden := filepath.Join("testdata", "help", name+".golden")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, []byte(stdout), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./cmd/outbox-relay/ -run TestHelpGolden -args -update to write it)", err)
+			}
+			if string(want) != stdout {
+				t.Errorf("help of %v changed (go test ./cmd/outbox-relay/ -run TestHelpGolden -args -update when intended):\n%s", args, stdout)
+			}
+		})
+	}
+}

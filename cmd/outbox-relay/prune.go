@@ -1,0 +1,421 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+// errNotCovered: prune found old rows the committed checkpoint may not cover
+// yet; they were left in place.
+var errNotCovered = errors.New("committed checkpoint does not cover the rows")
+
+type pruneOpts struct {
+	path       string
+	olderThan  string
+	batch      int
+	maxRate    float64
+	dryRun     bool
+	yes        bool
+	wait       time.Duration
+	db         dbFlags
+	timeColumn string
+}
+
+// dbFlags say how prune and replay reach the outbox tables: the relay's
+// source host and user by default, which replay's SELECT is enough for;
+// prune's DELETE needs a user with that grant.
+type dbFlags struct {
+	host, user, passwordEnv string
+}
+
+func addDBFlags(cmd *cobra.Command, f *dbFlags, what string) {
+	cmd.Flags().StringVar(&f.host, "host", "", "host:port of the server to "+what+" (default: the first of source.hosts; prune needs the primary)")
+	cmd.Flags().StringVar(&f.user, "user", "", "database user (default: source.user)")
+	cmd.Flags().StringVar(&f.passwordEnv, "password-env", "", "environment variable holding --user's password (default: source.password)")
+}
+
+// connect opens a client connection as dbFlags say.
+func (f dbFlags) connect(ctx context.Context, cfg config.Config) (*client.Conn, binlog.Config, error) {
+	src, err := relay.SourceConfig(cfg)
+	if err != nil {
+		return nil, src, err
+	}
+	addr := src.Hosts[0]
+	if f.host != "" {
+		addr = f.host
+	}
+	if f.user != "" {
+		src.User = f.user
+	}
+	if f.passwordEnv != "" {
+		pw, ok := os.LookupEnv(f.passwordEnv)
+		if !ok {
+			return nil, src, usageErr("--password-env %s: the variable is not set", f.passwordEnv)
+		}
+		src.Password = pw
+	}
+	conn, err := binlog.Connect(ctx, src, addr)
+	return conn, src, err
+}
+
+func newPruneCmd() *cobra.Command {
+	var o pruneOpts
+	cmd := &cobra.Command{
+		Use:   "prune --config FILE --older-than AGE [--batch N] [--max-rate N] [--dry-run] [--yes]",
+		Short: "delete published outbox rows older than AGE, in small batches",
+		Long: `prune deletes rows of the captured outbox tables whose time column (router
+timestamp_column, else created_at) is older than --older-than, --batch rows per
+DELETE, never a row the relay may not have published: for each batch it selects
+the candidate rows, then reads the server's executed GTID set (every row the
+SELECT saw was committed before it), and deletes them only once the relay's
+committed checkpoint contains that set (waiting up to --wait). Auto-increment
+ids are not commit order, so "below the last published id" is never used.
+
+Rows the checkpoint does not cover (the relay stopped or behind) are left in
+place and prune exits 1. The relay logs prune's DELETEs as invalid operations
+(router.invalid_op warn or error); with invalid_op fatal prune refuses to run.
+The user needs DELETE on the tables (--user, --password-env) on the primary
+(--host). Progress goes to stderr.`,
+		Example: `  outbox-relay prune --config relay.yaml --older-than 7d --dry-run
+  PRUNE_PW=... outbox-relay prune --config relay.yaml --older-than 7d --batch 1000 --max-rate 5000 \
+      --user outbox_pruner --password-env PRUNE_PW --yes`,
+		Args: noArgs,
+	}
+	path := configFlag(cmd)
+	cmd.Flags().StringVar(&o.olderThan, "older-than", "", "delete rows older than this: 7d, 36h, 90m")
+	cmd.Flags().IntVar(&o.batch, "batch", 1000, "rows per DELETE")
+	cmd.Flags().Float64Var(&o.maxRate, "max-rate", 0, "at most this many rows deleted per second (0: no limit)")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "report what would be deleted; delete nothing")
+	cmd.Flags().BoolVar(&o.yes, "yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
+	cmd.Flags().DurationVar(&o.wait, "wait", 30*time.Second, "how long a batch waits for the checkpoint to cover it")
+	cmd.Flags().StringVar(&o.timeColumn, "time-column", "", "column holding the row's time (default: router timestamp_column, else created_at)")
+	addDBFlags(cmd, &o.db, "delete from")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		o.path = *path
+		return prune(o)
+	}
+	return cmd
+}
+
+// parseAge reads 7d, 12h, 90m, 30s (days added to Go's durations).
+func parseAge(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, usageErr("--older-than is required (such as 7d)")
+	}
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(d, 64)
+		if err != nil || n <= 0 {
+			return 0, usageErr("--older-than %q: want a positive number of days, such as 7d", s)
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, usageErr("--older-than %q: want a positive age such as 7d, 36h or 90m", s)
+	}
+	return d, nil
+}
+
+func prune(o pruneOpts) error {
+	age, err := parseAge(o.olderThan)
+	if err != nil {
+		return err
+	}
+	if o.batch <= 0 || o.batch > 100000 {
+		return usageErr("--batch %d: want 1 to 100000", o.batch)
+	}
+	if o.maxRate < 0 {
+		return usageErr("--max-rate must not be negative")
+	}
+	cfg, err := loadConfigFile(o.path)
+	if err != nil {
+		return err
+	}
+	for _, t := range cfg.Source.Tables {
+		if string(cfg.Router.For(t).InvalidOp) == "fatal" {
+			return fmt.Errorf("prune %s: router.invalid_op is fatal, so the relay would stop at prune's DELETE: set it to warn or error", t)
+		}
+	}
+	if !o.dryRun {
+		if err := confirm(o.yes, fmt.Sprintf("delete published rows older than %s from %s", o.olderThan, strings.Join(cfg.Source.Tables, ", "))); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	conn, _, err := o.db.connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if !o.dryRun {
+		if err := checkPrimary(conn); err != nil {
+			return err
+		}
+	}
+	store, err := checkpointStore(cfg)
+	if err != nil {
+		return err
+	}
+	p := &pruner{o: o, cfg: cfg, conn: conn, store: store, age: age, progress: newProgress("prune")}
+	for _, t := range cfg.Source.Tables {
+		if err := p.table(ctx, t); err != nil {
+			p.progress.done()
+			return err
+		}
+	}
+	p.progress.done()
+	verb := "deleted"
+	if o.dryRun {
+		verb = "would delete"
+	}
+	fmt.Printf("prune: %s %d rows older than %s\n", verb, p.total, o.olderThan)
+	return nil
+}
+
+type pruner struct {
+	o        pruneOpts
+	cfg      config.Config
+	conn     *client.Conn
+	store    *checkpoint.Store
+	age      time.Duration
+	total    int
+	progress *progress
+	started  time.Time
+	ownGTID  string // MariaDB: the GTID of prune's last DELETE
+}
+
+// table prunes one outbox table, batch by batch.
+func (p *pruner) table(ctx context.Context, t string) error {
+	rc := p.cfg.Router.For(t)
+	timeCol := p.o.timeColumn
+	if timeCol == "" {
+		timeCol = rc.TimestampColumn
+	}
+	if timeCol == "" {
+		timeCol = "created_at"
+	}
+	qt, err := quoteTableName(t)
+	if err != nil {
+		return err
+	}
+	idCol, tcol := quoteIdent(rc.EventIDColumn), quoteIdent(timeCol)
+	if p.started.IsZero() {
+		p.started = time.Now()
+	}
+	var after string // dry run: page past rows already counted
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("prune %s: interrupted after %d rows: %w", t, p.total, err)
+		}
+		q := fmt.Sprintf("SELECT %s FROM %s WHERE %s < NOW(6) - INTERVAL %d MICROSECOND", idCol, qt, tcol, p.age.Microseconds())
+		var args []any
+		if p.o.dryRun && after != "" {
+			q += fmt.Sprintf(" AND %s > ?", idCol)
+			args = append(args, after)
+		}
+		if p.o.dryRun {
+			q += fmt.Sprintf(" ORDER BY %s LIMIT %d", idCol, p.o.batch)
+		} else {
+			q += fmt.Sprintf(" ORDER BY %s LIMIT %d", tcol, p.o.batch)
+		}
+		res, err := p.conn.Execute(q, args...)
+		if err != nil {
+			return fmt.Errorf("prune %s: select candidates: %w", t, err)
+		}
+		ids := make([]any, 0, res.RowNumber())
+		for i := range res.RowNumber() {
+			v, err := res.GetString(i, 0)
+			if err != nil {
+				return fmt.Errorf("prune %s: read event id: %w", t, err)
+			}
+			ids = append(ids, v)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		// Every row the SELECT saw was committed before this read.
+		head, flavor, err := executedSet(p.conn)
+		if err != nil {
+			return fmt.Errorf("prune %s: %w", t, err)
+		}
+		head = withoutOwnDelete(head, p.ownGTID)
+		covered, cp, err := p.waitCovered(ctx, head, flavor)
+		if err != nil {
+			return fmt.Errorf("prune %s: %w", t, err)
+		}
+		if !covered {
+			have := "no checkpoint"
+			if cp != nil {
+				have = fmt.Sprintf("%q", cp.GTIDSet)
+			}
+			return fmt.Errorf("prune %s: %w: the server has executed %q, the checkpoint of %s covers %s (waited %s; is the relay running and caught up?); %d deleted so far, %d candidate rows left in place",
+				t, errNotCovered, head, p.cfg.Name, have, p.o.wait, p.total, len(ids))
+		}
+		if p.o.dryRun {
+			p.total += len(ids)
+			after = ids[len(ids)-1].(string)
+			p.progress.update("%s: %d rows would be deleted (published)", t, p.total)
+			if len(ids) < p.o.batch {
+				return nil
+			}
+			continue
+		}
+		del := fmt.Sprintf("DELETE FROM %s WHERE %s IN (%s)", qt, idCol, strings.TrimSuffix(strings.Repeat("?,", len(ids)), ","))
+		r, err := p.conn.Execute(del, ids...)
+		if err != nil {
+			return fmt.Errorf("prune %s: delete %d rows: %w (%d deleted before)", t, len(ids), err, p.total)
+		}
+		p.total += int(r.AffectedRows)
+		if flavor == "mariadb" {
+			// This DELETE inserted no outbox row: the next batch need not wait
+			// for a checkpoint covering it (see withoutOwnDelete).
+			if res, err := p.conn.Execute("SELECT @@SESSION.last_gtid"); err == nil && res.RowNumber() == 1 {
+				p.ownGTID, _ = res.GetString(0, 0)
+			}
+		}
+		rate := float64(p.total) / max(time.Since(p.started).Seconds(), 1e-3)
+		p.progress.update("%s: %d rows deleted, %.0f rows/s", t, p.total, rate)
+		if p.o.maxRate > 0 {
+			// Pace: the next batch starts when the average is back at the limit.
+			due := p.started.Add(time.Duration(float64(p.total) / p.o.maxRate * float64(time.Second)))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(due)):
+			}
+		}
+		if len(ids) < p.o.batch {
+			return nil
+		}
+	}
+}
+
+// waitCovered polls the committed checkpoint until it contains head, for
+// at most --wait.
+func (p *pruner) waitCovered(ctx context.Context, head, flavor string) (bool, *checkpoint.Checkpoint, error) {
+	want, err := binlog.ParseSet(flavor, head)
+	if err != nil {
+		return false, nil, err
+	}
+	deadline := time.Now().Add(p.o.wait)
+	for {
+		lctx, cancel := context.WithTimeout(ctx, p.cfg.Kafka.RequestTimeout+checkpoint.DefaultStableWait)
+		cp, err := p.store.Load(lctx, p.cfg.Name)
+		cancel()
+		if err != nil {
+			return false, nil, fmt.Errorf("load checkpoint: %w", err)
+		}
+		if cp != nil {
+			if cp.Flavor != flavor {
+				return false, cp, fmt.Errorf("the checkpoint is of a %s server, the pruned server is %s", cp.Flavor, flavor)
+			}
+			have, err := binlog.ParseSet(cp.Flavor, cp.GTIDSet)
+			if err != nil {
+				return false, cp, err
+			}
+			if have.Contain(want) {
+				return true, cp, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return false, cp, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, cp, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// withoutOwnDelete lowers head (a MariaDB GTID position: the last GTID
+// per domain) by prune's own last DELETE when that is the last transaction
+// of its domain: everything before it in the domain has a lower sequence
+// number, and the DELETE itself inserted nothing to publish. Otherwise head
+// is returned as it is.
+func withoutOwnDelete(head, own string) string {
+	if own == "" {
+		return head
+	}
+	parts := strings.Split(head, ",")
+	out := parts[:0]
+	for _, g := range parts {
+		g = strings.TrimSpace(g)
+		if g != own {
+			out = append(out, g)
+			continue
+		}
+		i := strings.LastIndexByte(g, '-')
+		seq, err := strconv.ParseUint(g[i+1:], 10, 64)
+		if i < 0 || err != nil {
+			return head
+		}
+		if seq > 1 {
+			out = append(out, g[:i+1]+strconv.FormatUint(seq-1, 10))
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// checkPrimary refuses a server that is read-only or replicates from
+// another: deleting there would fail, or make it diverge from its primary.
+// Replication status needs REPLICATION CLIENT (or SLAVE MONITOR); without
+// it only read_only is checked.
+func checkPrimary(conn *client.Conn) error {
+	rows, err := binlog.Query(conn, "SELECT @@GLOBAL.read_only")
+	if err != nil {
+		return fmt.Errorf("read read_only: %w", err)
+	}
+	if len(rows) == 1 && rows[0][0] == "1" {
+		return errors.New("the server is read-only (a replica?): run prune against the primary with --host")
+	}
+	for _, q := range []string{"SHOW REPLICA STATUS", "SHOW SLAVE STATUS"} {
+		if rows, err := binlog.Query(conn, q); err == nil {
+			if len(rows) > 0 {
+				return errors.New("the server is a replica (" + q + " lists a source): run prune against the primary with --host")
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// executedSet reads the server's executed GTID set: MariaDB's
+// gtid_binlog_pos (written to the binlog before the commit is visible),
+// MySQL's gtid_executed.
+func executedSet(conn *client.Conn) (string, string, error) {
+	vars, err := binlog.Variables(conn)
+	if err != nil {
+		return "", "", fmt.Errorf("read server variables: %w", err)
+	}
+	srv, err := binlog.Describe(conn, "", vars)
+	if err != nil {
+		return "", "", fmt.Errorf("read executed gtid set: %w", err)
+	}
+	return srv.Head, srv.Flavor, nil
+}
+
+func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+func quoteTableName(t string) (string, error) {
+	db, tbl, ok := strings.Cut(t, ".")
+	if !ok {
+		return "", fmt.Errorf("table %q is not db.table", t)
+	}
+	return quoteIdent(db) + "." + quoteIdent(tbl), nil
+}

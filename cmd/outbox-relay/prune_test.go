@@ -1,0 +1,31 @@
+package main
+
+import "testing"
+
+func TestParseAge(t *testing.T) {
+	for in, want := range map[string]string{"7d": "168h0m0s", "1.5d": "36h0m0s", "90m": "1h30m0s", "30s": "30s"} {
+		d, err := parseAge(in)
+		if err != nil || d.String() != want {
+			t.Errorf("parseAge(%q) = %v, %v; want %s", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"", "0d", "-1d", "7 days", "d", "-5m"} {
+		if _, err := parseAge(in); err == nil {
+			t.Errorf("parseAge(%q) accepted", in)
+		}
+	}
+}
+
+func TestWithoutOwnDelete(t *testing.T) {
+	for _, c := range []struct{ head, own, want string }{
+		{"0-1-23", "", "0-1-23"},
+		{"0-1-23", "0-1-23", "0-1-22"},
+		{"0-1-24", "0-1-23", "0-1-24"}, // another transaction came after prune's DELETE
+		{"0-1-9,1-1-5", "1-1-5", "0-1-9,1-1-4"},
+		{"0-1-1", "0-1-1", ""},
+	} {
+		if got := withoutOwnDelete(c.head, c.own); got != c.want {
+			t.Errorf("withoutOwnDelete(%q, %q) = %q, want %q", c.head, c.own, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,442 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/term"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/router"
+)
+
+// ReplayedHeader marks a record published again by replay or dead-letter
+// replay; its value is the time of the replay (RFC 3339, UTC). The record
+// keeps its original "id" header: consumers deduplicate on it.
+const ReplayedHeader = "replayed"
+
+type replayOpts struct {
+	path                    string
+	eventIDs                []string
+	since, until            string
+	aggregateType, aggregID string
+	table                   string
+	dryRun, yes             bool
+	batch                   int
+	maxRows                 int
+	db                      dbFlags
+	timeColumn              string
+}
+
+func newReplayCmd() *cobra.Command {
+	var o replayOpts
+	cmd := &cobra.Command{
+		Use:   "replay --config FILE (--event-id ID... | --since T --until T | --aggregate-type T [--aggregate-id ID]) [--dry-run] [--yes]",
+		Short: "publish chosen outbox rows again, with their original event ids",
+		Long: `replay reads the chosen rows from the outbox tables (by event id, by time range
+of the time column, by aggregate type and id; several filters combine with AND),
+routes them with the current router settings and publishes them again in Kafka
+transactions of --batch records (transactional id <name>.replay, so the running
+relay is not fenced), in the time column's order. Each record keeps its event
+id (header "id": consumers deduplicate) and gets a "replayed" header. Times are
+RFC 3339 or "2006-01-02 15:04:05" in the server's time zone.`,
+		Example: `  outbox-relay replay --config relay.yaml --event-id 0191c1f6-... --event-id 0191c1f7-... --yes
+  outbox-relay replay --config relay.yaml --since '2026-11-30 10:00:00' --until '2026-11-30 11:00:00' --dry-run
+  outbox-relay replay --config relay.yaml --aggregate-type alarm --aggregate-id device-7 --yes`,
+		Args: noArgs,
+	}
+	path := configFlag(cmd)
+	cmd.Flags().StringSliceVar(&o.eventIDs, "event-id", nil, "event id to replay (repeat, or comma-separated)")
+	cmd.Flags().StringVar(&o.since, "since", "", "replay rows whose time column is at or after this")
+	cmd.Flags().StringVar(&o.until, "until", "", "replay rows whose time column is before this")
+	cmd.Flags().StringVar(&o.aggregateType, "aggregate-type", "", "replay rows of this aggregate type")
+	cmd.Flags().StringVar(&o.aggregID, "aggregate-id", "", "replay rows of this aggregate id")
+	cmd.Flags().StringVar(&o.table, "table", "", "only this captured table (db.table; default: all of source.tables)")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "list what would be published; publish nothing")
+	cmd.Flags().BoolVar(&o.yes, "yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
+	cmd.Flags().IntVar(&o.batch, "batch", 500, "records per Kafka transaction")
+	cmd.Flags().IntVar(&o.maxRows, "max-rows", 100000, "refuse a selection of more rows than this (they are held in memory)")
+	cmd.Flags().StringVar(&o.timeColumn, "time-column", "", "column holding the row's time (default: router timestamp_column, else created_at)")
+	addDBFlags(cmd, &o.db, "read from")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		o.path = *path
+		return replay(o)
+	}
+	return cmd
+}
+
+func replay(o replayOpts) error {
+	if len(o.eventIDs) == 0 && o.since == "" && o.until == "" && o.aggregateType == "" && o.aggregID == "" {
+		return usageErr("choose rows: --event-id, --since/--until or --aggregate-type/--aggregate-id")
+	}
+	if o.aggregID != "" && o.aggregateType == "" {
+		return usageErr("--aggregate-id needs --aggregate-type (ids are unique per type)")
+	}
+	if o.batch <= 0 || o.maxRows <= 0 {
+		return usageErr("--batch and --max-rows must be positive")
+	}
+	cfg, err := loadConfigFile(o.path)
+	if err != nil {
+		return err
+	}
+	tables := cfg.Source.Tables
+	if o.table != "" {
+		if !containsString(tables, o.table) {
+			return usageErr("--table %s is not in source.tables", o.table)
+		}
+		tables = []string{o.table}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	conn, _, err := o.db.connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var recs []*kgo.Record
+	for _, t := range tables {
+		rs, err := replayRows(conn, cfg, t, o)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rs...)
+	}
+	if len(recs) == 0 {
+		fmt.Println("replay: no row matches")
+		return nil
+	}
+	for _, r := range recs {
+		fmt.Printf("%s  topic=%s key=%s\n", headerValue(r, "id"), r.Topic, r.Key)
+	}
+	if o.dryRun {
+		fmt.Printf("replay: would publish %d records (dry run)\n", len(recs))
+		return nil
+	}
+	if err := confirm(o.yes, fmt.Sprintf("publish %d records again", len(recs))); err != nil {
+		return err
+	}
+	if err := publishTransactional(ctx, cfg, recs, o.batch, nil); err != nil {
+		return err
+	}
+	fmt.Printf("replay: published %d records\n", len(recs))
+	return nil
+}
+
+// replayRows selects the chosen rows of table t and routes them.
+func replayRows(conn *client.Conn, cfg config.Config, t string, o replayOpts) ([]*kgo.Record, error) {
+	rc := cfg.Router.For(t)
+	qt, err := quoteTableName(t)
+	if err != nil {
+		return nil, err
+	}
+	timeCol := o.timeColumn
+	if timeCol == "" {
+		timeCol = rc.TimestampColumn
+	}
+	if timeCol == "" {
+		timeCol = "created_at"
+	}
+	var where []string
+	var args []any
+	if len(o.eventIDs) > 0 {
+		where = append(where, quoteIdent(rc.EventIDColumn)+" IN ("+strings.TrimSuffix(strings.Repeat("?,", len(o.eventIDs)), ",")+")")
+		for _, id := range o.eventIDs {
+			args = append(args, id)
+		}
+	}
+	for _, c := range []struct{ v, cond string }{{sqlTime(o.since), quoteIdent(timeCol) + " >= ?"}, {sqlTime(o.until), quoteIdent(timeCol) + " < ?"},
+		{o.aggregateType, quoteIdent(rc.AggregateTypeColumn) + " = ?"}, {o.aggregID, quoteIdent(rc.AggregateIDColumn) + " = ?"}} {
+		if c.v != "" {
+			where = append(where, c.cond)
+			args = append(args, c.v)
+		}
+	}
+	q := "SELECT * FROM " + qt + " WHERE " + strings.Join(where, " AND ") + " ORDER BY " + quoteIdent(timeCol) +
+		fmt.Sprintf(" LIMIT %d", o.maxRows+1)
+	res, err := conn.Execute(q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: select rows: %w", t, err)
+	}
+	if res.RowNumber() > o.maxRows {
+		return nil, fmt.Errorf("replay %s: more than %d rows match: narrow the selection (--since/--until) or raise --max-rows", t, o.maxRows)
+	}
+	rt, err := tableRouter(rc)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", t, err)
+	}
+	now := time.Now().UTC()
+	var out []*kgo.Record
+	for i := range res.RowNumber() {
+		row := resultRow(res, i, now)
+		rec, err := routeAgain(rt, row, now)
+		if err != nil {
+			return nil, fmt.Errorf("replay %s: row %d: %w", t, i+1, err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// sqlTime turns an RFC 3339 time into the server's DATETIME text (UTC);
+// anything else is passed as written.
+func sqlTime(s string) string {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC().Format("2006-01-02 15:04:05.999999")
+	}
+	return s
+}
+
+// tableRouter builds the router of one table's settings.
+func tableRouter(rc config.RouterConfig) (*router.Router, error) {
+	rcfg, err := relay.RouterConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return router.New(rcfg)
+}
+
+// resultRow turns row i of res into a router row: text as strings (the
+// payload as its bytes, as the binlog gives it).
+func resultRow(res *mysql.Result, i int, at time.Time) router.Row {
+	row := router.Row{CommitTime: at}
+	for j, f := range res.Fields {
+		row.Columns = append(row.Columns, string(f.Name))
+		v, _ := res.GetValue(i, j)
+		if b, ok := v.([]byte); ok {
+			v = string(b)
+		}
+		row.Values = append(row.Values, v)
+	}
+	return row
+}
+
+// routeAgain routes row as the relay would and marks it replayed.
+func routeAgain(rt *router.Router, row router.Row, now time.Time) (*kgo.Record, error) {
+	rec, err := rt.Route(row)
+	if err != nil {
+		return nil, err
+	}
+	k := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
+	if rec.HasPartition {
+		k.Partition, k.Context = rec.Partition, explicitReplayPartition
+	}
+	k.Headers = append(k.Headers, kgo.RecordHeader{Key: ReplayedHeader, Value: []byte(now.Format(time.RFC3339Nano))})
+	return k, nil
+}
+
+type replayPartitionKey struct{}
+
+// explicitReplayPartition marks records whose partition the router chose
+// (placement partition); the others are placed by murmur2 of the key, as
+// the relay and the Java client do.
+var explicitReplayPartition = context.WithValue(context.Background(), replayPartitionKey{}, true)
+
+type replayPartitioner struct{ key kgo.Partitioner }
+
+func (p replayPartitioner) ForTopic(t string) kgo.TopicPartitioner {
+	return replayTopicPartitioner{p.key.ForTopic(t)}
+}
+
+type replayTopicPartitioner struct{ kgo.TopicPartitioner }
+
+func (p replayTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
+	return r.Context == explicitReplayPartition || p.TopicPartitioner.RequiresConsistency(r)
+}
+
+func (p replayTopicPartitioner) Partition(r *kgo.Record, n int) int {
+	if r.Context == explicitReplayPartition {
+		return int(r.Partition)
+	}
+	return p.TopicPartitioner.Partition(r, n)
+}
+
+// publishTransactional produces recs in Kafka transactions of batch records
+// with the transactional id <name>.replay. When sess is set (dead-letter
+// replay), it is the producer and the consumed offsets commit with it.
+func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Record, batch int, sess *kgo.GroupTransactSession) error {
+	kopts, err := relay.KafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	if err := ensureTopics(ctx, cfg, kopts, recs); err != nil {
+		return err
+	}
+	if sess != nil {
+		return publishInSession(ctx, sess, recs)
+	}
+	cl, err := kgo.NewClient(append(kopts, kgo.TransactionalID(cfg.Name+".replay"),
+		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(replayPartitioner{kgo.StickyKeyPartitioner(nil)}))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	prog := newProgress("replay")
+	defer prog.done()
+	for start := 0; start < len(recs); start += batch {
+		chunk := recs[start:min(len(recs), start+batch)]
+		if err := cl.BeginTransaction(); err != nil {
+			return fmt.Errorf("begin kafka transaction: %w", err)
+		}
+		if err := cl.ProduceSync(context.WithoutCancel(ctx), chunk...).FirstErr(); err != nil {
+			_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
+			return fmt.Errorf("produce: %w (%d of %d published before)", err, start, len(recs))
+		}
+		if err := cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryCommit); err != nil {
+			return fmt.Errorf("commit kafka transaction: %w (%d of %d published before)", err, start, len(recs))
+		}
+		prog.update("%d of %d records published", start+len(chunk), len(recs))
+	}
+	return nil
+}
+
+func publishInSession(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record) error {
+	if err := sess.Begin(); err != nil {
+		return fmt.Errorf("begin kafka transaction: %w", err)
+	}
+	if err := sess.Client().ProduceSync(context.WithoutCancel(ctx), recs...).FirstErr(); err != nil {
+		_, _ = sess.End(context.WithoutCancel(ctx), kgo.TryAbort)
+		return fmt.Errorf("produce: %w", err)
+	}
+	committed, err := sess.End(context.WithoutCancel(ctx), kgo.TryCommit)
+	if err != nil {
+		return fmt.Errorf("commit kafka transaction: %w", err)
+	}
+	if !committed {
+		return errors.New("commit kafka transaction: aborted (the group rebalanced): nothing was replayed, run it again")
+	}
+	return nil
+}
+
+// ensureTopics creates the records' topics that are missing, as the relay
+// would (kafka.topic_partitions, kafka.replication_factor), and refuses a
+// record whose chosen partition (placement partition) its topic lacks,
+// before anything is produced.
+func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs []*kgo.Record) error {
+	seen := map[string]bool{}
+	var topics []string
+	for _, r := range recs {
+		if !seen[r.Topic] {
+			seen[r.Topic] = true
+			topics = append(topics, r.Topic)
+		}
+	}
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	cctx, cancel := context.WithTimeout(ctx, cfg.Kafka.RequestTimeout)
+	defer cancel()
+	res, err := adm.CreateTopics(cctx, cfg.Kafka.TopicPartitions, cfg.Kafka.ReplicationFactor, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	for _, r := range res.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	details, err := adm.ListTopics(cctx, topics...)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	for _, r := range recs {
+		if r.Context != explicitReplayPartition {
+			continue
+		}
+		if n := len(details[r.Topic].Partitions); int(r.Partition) >= n {
+			return fmt.Errorf("%w: event id %s: partition %d, topic %s has %d; nothing was published", router.ErrBadRow, headerValue(r, "id"), r.Partition, r.Topic, n)
+		}
+	}
+	return nil
+}
+
+func headerValue(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// progress reports a long command's advance on stderr: one line rewritten
+// in place on a terminal, else a line at most every second (and the last).
+type progress struct {
+	name     string
+	tty      bool
+	last     time.Time
+	pending  string
+	rewrites bool
+}
+
+func newProgress(name string) *progress {
+	return &progress{name: name, tty: term.IsTerminal(int(os.Stderr.Fd()))}
+}
+
+func (p *progress) update(format string, a ...any) {
+	line := p.name + ": " + fmt.Sprintf(format, a...)
+	if p.tty {
+		fmt.Fprintf(os.Stderr, "\r%s\x1b[K", line)
+		p.rewrites = true
+		return
+	}
+	p.pending = line
+	if time.Since(p.last) >= time.Second {
+		fmt.Fprintln(os.Stderr, line)
+		p.last, p.pending = time.Now(), ""
+	}
+}
+
+// done ends the progress output.
+func (p *progress) done() {
+	if p.rewrites {
+		fmt.Fprintln(os.Stderr)
+		p.rewrites = false
+	}
+	if p.pending != "" {
+		fmt.Fprintln(os.Stderr, p.pending)
+		p.pending = ""
+	}
+}
+
+// confirm asks before a command changes state: --yes skips the question,
+// and is required when stdin is not a terminal.
+func confirm(yes bool, action string) error {
+	if yes {
+		return nil
+	}
+	if !term.IsTerminal(int(os.Stdin.Fd())) {
+		return usageErr("not a terminal: pass --yes to %s", action)
+	}
+	fmt.Fprintf(os.Stderr, "%s? [y/N] ", action)
+	answer, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		return fmt.Errorf("not confirmed: nothing changed")
+	}
+	return nil
+}

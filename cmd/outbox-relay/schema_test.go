@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+func TestPrintSchemaFollowsRouterColumns(t *testing.T) {
+	cfg, err := config.Parse([]byte(`name: alarms
+source: {hosts: ["db:3306"], user: relay, server_id: 7, tables: ["app.outbox", "billing.events"]}
+kafka: {brokers: ["k:9092"]}
+router:
+  preset: debezium
+  timestamp_column: timestamp
+  tables:
+    billing.events: {preset: outbox}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printSchema(&out, cfg, "auto", true); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{
+		"-- mysql: outbox table", "-- mariadb: outbox table",
+		"CREATE TABLE `app`.`outbox`", "`aggregatetype`", "PRIMARY KEY (`id`)", "KEY idx_timestamp (`timestamp`)",
+		"CREATE TABLE `billing`.`events`", "`aggregate_type`", "UNIQUE KEY uk_event_id (`event_id`)",
+		"CREATE TABLE `consumed_event`", "PRIMARY KEY (consumer_name, event_id)",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("no %q in:\n%s", want, s)
+		}
+	}
+	if n := strings.Count(s, "CREATE TABLE"); n != 6 {
+		t.Errorf("%d CREATE TABLEs, want 6 (2 tables + consumed_event, 2 flavors)", n)
+	}
+	if err := printSchema(&out, cfg, "oracle", false); err == nil {
+		t.Error("flavor oracle accepted")
+	}
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3" (make
+// release, the Dockerfile's VERSION build argument). Left at "dev", the
+// module version recorded by `go install ...@v1.2.3` is used instead.
+var version = "dev"
+
+// buildInfo is what `version` prints.
+type buildInfo struct {
+	Version, Commit, Time, Go string
+	Modified                  bool
+	Deps                      map[string]string // module path -> version, of the libraries that matter
+}
+
+// keyDeps are the libraries whose versions decide protocol behaviour.
+var keyDeps = []string{"github.com/go-mysql-org/go-mysql", "github.com/twmb/franz-go"}
+
+// readBuildInfo combines the -X version with debug.ReadBuildInfo.
+func readBuildInfo(read func() (*debug.BuildInfo, bool)) buildInfo {
+	b := buildInfo{Version: version, Go: runtime.Version(), Deps: map[string]string{}}
+	bi, ok := read()
+	if !ok {
+		return b
+	}
+	if b.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		b.Version = bi.Main.Version
+	}
+	if bi.GoVersion != "" {
+		b.Go = bi.GoVersion
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.Commit = s.Value
+		case "vcs.time":
+			b.Time = s.Value
+		case "vcs.modified":
+			b.Modified = s.Value == "true"
+		}
+	}
+	for _, d := range bi.Deps {
+		for _, k := range keyDeps {
+			if d.Path == k {
+				v := d.Version
+				if d.Replace != nil {
+					v += " => " + d.Replace.Path + " " + d.Replace.Version
+				}
+				b.Deps[k] = v
+			}
+		}
+	}
+	return b
+}
+
+func (b buildInfo) String() string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "outbox-relay %s\n", b.Version)
+	if b.Commit != "" {
+		mod := ""
+		if b.Modified {
+			mod = " (modified)"
+		}
+		fmt.Fprintf(&s, "commit:   %s%s %s\n", b.Commit, mod, b.Time)
+	}
+	fmt.Fprintf(&s, "go:       %s\n", b.Go)
+	for _, k := range keyDeps {
+		if v, ok := b.Deps[k]; ok {
+			fmt.Fprintf(&s, "%s %s\n", k, v)
+		}
+	}
+	return strings.TrimSuffix(s.String(), "\n")
+}
+
+func versionString() string { return readBuildInfo(debug.ReadBuildInfo).String() }
+
+// shortVersion is the version alone, for logs and metrics.
+func shortVersion() string { return readBuildInfo(debug.ReadBuildInfo).Version }
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "version",
+		Short:   "print the version, commit, Go version and key library versions",
+		Example: "  outbox-relay version\n  outbox-relay --version",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), versionString())
+			return nil
+		},
+	}
+}

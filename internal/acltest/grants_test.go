@@ -1,0 +1,85 @@
+//go:build integration
+
+// Package acltest holds integration tests of least privilege: source
+// grants decided from what a real MariaDB allows (roles included).
+package acltest
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/devdb"
+)
+
+func TestGrantsFromRoles(t *testing.T) {
+	ctx := context.Background()
+	srv, err := devdb.Start(ctx, devdb.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	if err := srv.Exec(
+		"CREATE ROLE relay_role",
+		"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO relay_role",
+		"CREATE ROLE outer_role",
+		"GRANT relay_role TO outer_role",
+		// privileges from a default role
+		"CREATE USER by_role@'%' IDENTIFIED BY 'pw'", "GRANT relay_role TO by_role@'%'", "SET DEFAULT ROLE relay_role FOR by_role@'%'",
+		// from a role granted to a role
+		"CREATE USER nested@'%' IDENTIFIED BY 'pw'", "GRANT outer_role TO nested@'%'", "SET DEFAULT ROLE outer_role FOR nested@'%'",
+		// a role granted but not active at login: replication is refused
+		"CREATE USER inactive@'%' IDENTIFIED BY 'pw'", "GRANT relay_role TO inactive@'%'",
+		// plain grants, and none
+		"CREATE USER direct@'%' IDENTIFIED BY 'pw'", "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO direct@'%'",
+		"CREATE USER weak@'%' IDENTIFIED BY 'pw'",
+		"CREATE USER half@'%' IDENTIFIED BY 'pw'", "GRANT BINLOG MONITOR ON *.* TO half@'%'",
+	); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		user     string
+		missing  []string
+		active   []string
+		inactive []string
+	}{
+		{"by_role", nil, []string{"relay_role"}, nil},
+		{"nested", nil, []string{"outer_role"}, nil},
+		{"direct", nil, nil, nil},
+		{"inactive", []string{"REPLICATION SLAVE", "REPLICATION CLIENT"}, nil, []string{"`relay_role`"}},
+		{"weak", []string{"REPLICATION SLAVE", "REPLICATION CLIENT"}, nil, nil},
+		{"half", []string{"REPLICATION SLAVE"}, nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.user, func(t *testing.T) {
+			cfg := binlog.Config{User: tc.user, Password: "pw", ServerID: 99, ConnectTimeout: 5 * time.Second}
+			conn, err := binlog.Connect(ctx, cfg, srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			p, err := binlog.CheckPrivileges(conn, cfg, srv.Addr, "mariadb")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(p.Missing, tc.missing) || !slices.Equal(p.ActiveRoles, tc.active) || !slices.Equal(p.InactiveRoles, tc.inactive) {
+				t.Fatalf("missing %q active %q inactive %q; want %q %q %q\ngrants: %q", p.Missing, p.ActiveRoles, p.InactiveRoles,
+					tc.missing, tc.active, tc.inactive, p.Grants)
+			}
+			// The decision holds: what passed can replicate, what failed cannot.
+			ok, err := binlog.TryReplicationConnection(cfg, srv.Addr, "mariadb")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok == slices.Contains(tc.missing, "REPLICATION SLAVE") {
+				t.Fatalf("replication connection allowed=%v, but the check says missing %q", ok, p.Missing)
+			}
+			if tc.inactive != nil && !strings.Contains(p.Fix(tc.user), "SET DEFAULT ROLE `relay_role` FOR 'inactive'") {
+				t.Fatalf("fix %q does not name the inactive role", p.Fix(tc.user))
+			}
+		})
+	}
+}

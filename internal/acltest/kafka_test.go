@@ -1,0 +1,175 @@
+//go:build integration
+
+package acltest
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/itest"
+	"github.com/outbox-relay/outbox-relay/internal/preflight"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+var env *itest.Env
+
+func TestMain(m *testing.M) { os.Exit(itest.Main(m, &env)) }
+
+// aclKafka is Apache Kafka in least-privilege mode (deploy/dev/kafka.sh
+// with KAFKA_SASL=1; make test-kafka sets RELAY_TEST_KAFKA_ACL): the
+// PLAINTEXT super-user listener and the SASL/SCRAM listener.
+func aclKafka(t *testing.T) (admin *kadm.Client, plain, sasl string) {
+	v := os.Getenv("RELAY_TEST_KAFKA_ACL")
+	plain, sasl, ok := strings.Cut(v, ",")
+	if !ok {
+		t.Skip("RELAY_TEST_KAFKA_ACL=PLAINTEXT_ADDR,SASL_ADDR names Apache Kafka with an authorizer (make test-kafka)")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl), plain, sasl
+}
+
+func scramUser(t *testing.T, adm *kadm.Client, name, pass string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: name, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: pass}})
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatalf("create scram user %s: %v", name, err)
+	}
+}
+
+func allow(t *testing.T, adm *kadm.Client, b *kadm.ACLBuilder) {
+	res, err := adm.CreateACLs(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatalf("create acl: %v", r.Err)
+		}
+	}
+}
+
+// TestLeastPrivilegeKafka: with the topics created beforehand and a SCRAM
+// principal allowed only WRITE on the event topic, READ and WRITE on the
+// checkpoint topic, READ on the lock topic and group, and WRITE on the
+// transactional id, `check` passes every ACL item and the relay publishes
+// every event; a principal without ACLs gets exactly the missing ones.
+func TestLeastPrivilegeKafka(t *testing.T) {
+	adm, plain, sasl := aclKafka(t)
+	ctx := context.Background()
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(&itest.Kafka{Brokers: []string{sasl}}, s.Table())
+	user, pass := cfg.Name, "scram-"+cfg.Name
+	scramUser(t, adm, user, pass)
+	cfg.Kafka.SASL = config.SASL{Mechanism: config.SASLScramSHA512, User: user, Password: pass}
+	cfg.HA.LockTopic = "outbox-relay.lock." + cfg.Name
+	event := cfg.Router.TopicPrefix + "alarm"
+
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, cfg.Kafka.CheckpointTopic); err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range []struct {
+		name  string
+		parts int32
+	}{{cfg.HA.LockTopic, 1}, {event, 3}} {
+		if _, err := adm.CreateTopic(ctx, tp.parts, 1, nil, tp.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	principal := "User:" + user
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.Kafka.CheckpointTopic).Operations(kadm.OpRead, kadm.OpWrite))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.HA.LockTopic).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(relay.GroupID(cfg.Name)).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
+	allow(t, adm, kadm.NewACLs().Allow(principal).TransactionalIDs(cfg.Name).Operations(kadm.OpWrite))
+
+	items := aclItems(t, cfg)
+	for _, it := range items {
+		if it.Status != preflight.Pass {
+			t.Errorf("check: %s %s: %s (fix: %s)", it.Status, it.Name, it.Detail, it.Fix)
+		}
+	}
+	wantNames := []string{"acl topic " + cfg.Kafka.CheckpointTopic, "acl topic " + cfg.HA.LockTopic, "acl topic " + event,
+		"acl group " + relay.GroupID(cfg.Name), "acl transactional-id " + cfg.Name}
+	if got := names(items); !slices.Equal(got, wantNames) {
+		t.Fatalf("acl items %q, want %q", got, wantNames)
+	}
+
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	if _, err := s.Write(ctx, itest.WriteOptions{Writers: 1, Transactions: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if cp := itest.WaitCheckpoint(t, cfg, itest.Head(t, env.DB), time.Minute); cp.Events != 10 {
+		t.Fatalf("checkpoint counts %d events, want 10", cp.Events)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatalf("relay stopped with %v\n%s", err, r.Logs())
+	}
+	if n := itest.CountAll(t, []string{plain}, cfg.Router.TopicPrefix); n != 10 {
+		t.Fatalf("%d records in %s*, want 10", n, cfg.Router.TopicPrefix)
+	}
+	if logs := r.Logs(); strings.Count(logs, "kafka refused to create the topic") != 1 || strings.Contains(logs, pass) {
+		t.Fatalf("want the refused topic creation logged once (and no password):\n%s", logs)
+	}
+
+	// A principal without ACLs: check names each missing one and its fix.
+	weak := cfg
+	weak.Kafka.SASL.User, weak.Kafka.SASL.Password = user+"-weak", pass+"-weak"
+	scramUser(t, adm, weak.Kafka.SASL.User, weak.Kafka.SASL.Password)
+	want := map[string]string{
+		"acl topic " + cfg.Kafka.CheckpointTopic: "--operation Read --operation Write --topic " + cfg.Kafka.CheckpointTopic,
+		"acl topic " + cfg.HA.LockTopic:          "--operation Read --topic " + cfg.HA.LockTopic,
+		"acl group " + relay.GroupID(cfg.Name):   "--operation Read --group " + relay.GroupID(cfg.Name),
+		"acl transactional-id " + cfg.Name:       "--operation Write --transactional-id " + cfg.Name,
+	}
+	got := aclItems(t, weak)
+	for _, it := range got {
+		w, ok := want[it.Name]
+		if !ok {
+			continue
+		}
+		delete(want, it.Name)
+		if it.Status != preflight.Fail || !strings.Contains(it.Fix, "--allow-principal User:"+weak.Kafka.SASL.User+" "+w) {
+			t.Errorf("%s: %s %s, fix %q; want FAIL with %q", it.Name, it.Status, it.Detail, it.Fix, w)
+		}
+	}
+	if len(want) > 0 {
+		t.Fatalf("no item for %v in %+v", want, got)
+	}
+}
+
+func aclItems(t *testing.T, cfg config.Config) preflight.Report {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out preflight.Report
+	for _, it := range preflight.Run(ctx, cfg) {
+		if it.Target == "kafka" && strings.HasPrefix(it.Name, "acl ") {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func names(r preflight.Report) []string {
+	var out []string
+	for _, it := range r {
+		out = append(out, it.Name)
+	}
+	return out
+}

@@ -1,0 +1,188 @@
+package metrics
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// State is the instance's state in outbox_relay_up{state}.
+type State string
+
+// States of an instance. Exactly one is 1 in outbox_relay_up.
+const (
+	// StateStandby: not holding the lease; connected to the lock group only.
+	StateStandby State = "standby"
+	// StateConnecting: holding the lease, not streaming: an attempt is
+	// starting (fencing, loading the checkpoint, choosing and connecting to
+	// a source host, waiting for a lagging one) or waiting to start again
+	// after a failure. A source or Kafka outage keeps an active instance
+	// here (or, when the lock group is lost too, in standby).
+	StateConnecting State = "connecting"
+	// StateStreaming: holding the lease and streaming (Ready).
+	StateStreaming State = "streaming"
+	// StateFenced: back to standby after another producer with the same
+	// transactional id fenced this one (a `checkpoint set`, or an instance
+	// that took over), until this instance holds the lease again. Derived:
+	// StateStandby while the Fenced gauge is 1.
+	StateFenced State = "fenced"
+	// StateStopped: Run has returned (or has not begun); kept for
+	// http.exit_grace before a fatal exit, with outbox_relay_exit_code.
+	StateStopped State = "stopped"
+
+	// StateStarting and StateRetrying are the relay's names for the two
+	// halves of StateConnecting (an attempt starting, a pause before the
+	// next one); both are exported as "connecting".
+	StateStarting = StateConnecting
+	StateRetrying = StateConnecting
+)
+
+// States lists every State, in the order they are exported.
+var States = []State{StateStandby, StateConnecting, StateStreaming, StateFenced, StateStopped}
+
+// Role is the instance's role in outbox_relay_role{role}.
+type Role string
+
+// Roles. A stopped instance has neither.
+const (
+	RoleActive  Role = "active"
+	RoleStandby Role = "standby"
+)
+
+// SetState records the instance's state; it is also a progress mark.
+// StateConnecting turns into StateStreaming while Ready is set, and
+// StateStandby into StateFenced while the fenced gauge is 1.
+func (m *Metrics) SetState(s State) {
+	if s == StateConnecting && m.Role() != RoleActive {
+		// A new term: the last term's reading says nothing about this one.
+		m.lastCommit.Store(0)
+		m.atHead.Store(false)
+	}
+	m.state.Store(&s)
+	m.Progress()
+}
+
+// State is the current state.
+func (m *Metrics) State() State {
+	p := m.state.Load()
+	if p == nil {
+		return StateStopped
+	}
+	switch *p {
+	case StateStopped:
+		return *p
+	case StateStandby, StateFenced:
+		if value(m.Fenced) == 1 {
+			return StateFenced
+		}
+		return StateStandby
+	}
+	if end := m.leaseEnd.Load(); end != 0 && time.Now().UnixNano() > end {
+		// The clock says the lease may be gone: whatever the loop is
+		// still winding down, this instance publishes nothing more.
+		return StateStandby
+	}
+	if *p == StateConnecting && m.Ready.Load() {
+		return StateStreaming
+	}
+	return *p
+}
+
+// LeaseUntil sets until when the lease is trusted (zero time: no lease
+// check); past it an active state reads as standby.
+func (m *Metrics) LeaseUntil(t time.Time) {
+	if t.IsZero() {
+		m.leaseEnd.Store(0)
+		return
+	}
+	m.leaseEnd.Store(t.UnixNano())
+}
+
+// Role is the role of the current state; "" when stopped.
+func (m *Metrics) Role() Role {
+	switch m.State() {
+	case StateStandby, StateFenced:
+		return RoleStandby
+	case StateStopped:
+		return ""
+	}
+	return RoleActive
+}
+
+// Exiting records the exit status the process is about to end with
+// (outbox_relay_exit_code) and sets StateStopped: the caller then keeps
+// serving /metrics for http.exit_grace, so that a scrape sees why.
+func (m *Metrics) Exiting(code int) {
+	m.ExitCode.Set(float64(code))
+	m.SetState(StateStopped)
+}
+
+// Progress marks that the relay loop moved: an event handled, a checkpoint
+// committed, a state change.
+func (m *Metrics) Progress() { m.progress.Store(time.Now().UnixNano()) }
+
+// SetStallTimeout sets how long the active instance may go without progress
+// before /healthz fails (0: never).
+func (m *Metrics) SetStallTimeout(d time.Duration) { m.stall.Store(int64(d)) }
+
+// KafkaSeen records when Kafka last answered the lock group's requests;
+// KafkaMaxAge sets how old that may be while /readyz answers 200 (0: not
+// checked).
+func (m *Metrics) KafkaSeen(t time.Time)       { m.kafkaSeen.Store(t.UnixNano()) }
+func (m *Metrics) KafkaMaxAge(d time.Duration) { m.kafkaAge.Store(int64(d)) }
+func since(unixNano int64) time.Duration       { return time.Since(time.Unix(0, unixNano)) }
+
+// Stalled reports how long the streaming relay loop has made no progress,
+// when that exceeds the stall timeout; 0 otherwise. Only a streaming
+// instance can stall: a standby waits by design, and a connecting one is
+// bounded by its own timeouts (a start that waits for a source host to
+// catch up must not look stuck).
+func (m *Metrics) Stalled() time.Duration {
+	limit := time.Duration(m.stall.Load())
+	if limit <= 0 || m.State() != StateStreaming {
+		return 0
+	}
+	if d := since(m.progress.Load()); d > limit {
+		return d
+	}
+	return 0
+}
+
+// NotReady says why /readyz fails, "" when the instance is active, streaming
+// and Kafka answered recently. outbox_relay_ready exports the same verdict.
+func (m *Metrics) NotReady() string {
+	if s := m.State(); s != StateStreaming {
+		return string(s)
+	}
+	if limit := time.Duration(m.kafkaAge.Load()); limit > 0 {
+		if d := since(m.kafkaSeen.Load()); d > limit {
+			return fmt.Sprintf("kafka: no answer for %s", d.Round(100*time.Millisecond))
+		}
+	}
+	return ""
+}
+
+// Handler serves /metrics, /healthz (503 when the active relay loop has
+// stalled, see Stalled) and /readyz (200 only while active and streaming with
+// Kafka answering, see NotReady; the body names the state).
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if d := m.Stalled(); d > 0 {
+			http.Error(w, fmt.Sprintf("stalled: no progress for %s (%s)", d.Round(time.Second), m.State()), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = fmt.Fprintf(w, "ok: %s\n", m.State())
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if why := m.NotReady(); why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready: streaming\n"))
+	})
+	return mux
+}

@@ -1,0 +1,216 @@
+//go:build integration
+
+package mysqlitest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/itest"
+	"github.com/outbox-relay/outbox-relay/internal/mysqlsource"
+)
+
+// A purged prefix: start `earliest` begins at gtid_purged and publishes
+// what the binlogs still hold; a checkpoint from before the purge stops
+// the relay with ErrPurged (exit 66) instead of skipping silently.
+func TestMySQLPurgedPrefix(t *testing.T) {
+	p := startPrimary(t, mysqlsource.Options{Version: v80})
+	a := newApp(t, p)
+	k := itest.StartKafka(t)
+	stale := relayConfig(t, k, "mysql", p.Addr())
+	r := itest.RunRelay(t, stale) // pins its checkpoint at `now`, before the purge
+	r.WaitReady(t)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	gone := a.newRows(5, 2, "purged")
+	a.commit(t, "", gone)
+	p.Rotate()
+	a.commit(t, "", a.newRows(4, 2, "kept"))
+	if err := p.PurgeTo(p.Files()[1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range gone {
+		delete(a.rows, row[1].(string))
+	}
+	if p.Purged().Empty() {
+		t.Fatal("gtid_purged empty after PURGE BINARY LOGS")
+	}
+
+	cfg := relayConfig(t, k, "mysql", p.Addr())
+	cfg.Source.Start = "earliest"
+	r = itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	a.commit(t, "", a.newRows(3, 2, "live"))
+	waitCheckpoint(t, cfg, p.Executed().Flat(), time.Minute)
+	requireExact(t, k, cfg, a)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	r = itest.RunRelay(t, stale)
+	err := r.StoppedWith(t)
+	if !errors.Is(err, binlog.ErrPurged) {
+		t.Fatalf("a checkpoint before the purged binlogs: relay stopped with %v, want ErrPurged", err)
+	}
+}
+
+// The double is strict where MySQL is: a checkpoint with transactions of
+// the server's own uuid that its binlog lacks (the server lost the end of
+// its binlog, or it is another server with that uuid) is refused as
+// diverged, never streamed from.
+func TestMySQLRefusesGTIDsItLacks(t *testing.T) {
+	const id = "5a5a5a5a-0000-4000-8000-0000000000aa"
+	long := startPrimary(t, mysqlsource.Options{Version: v84, UUID: id})
+	a := newApp(t, long)
+	k := itest.StartKafka(t)
+	cfg := relayConfig(t, k, "mysql", long.Addr())
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	for i := 0; i < 5; i++ {
+		a.commit(t, "", a.newRows(1, 2, ""))
+	}
+	waitCheckpoint(t, cfg, long.Executed().Flat(), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	short := startPrimary(t, mysqlsource.Options{Version: v84, UUID: id})
+	newApp(t, short) // the same uuid's first transaction only
+	cfg.Source.Hosts = []string{short.Addr()}
+	r = itest.RunRelay(t, cfg)
+	err := r.StoppedWith(t)
+	if !errors.Is(err, binlog.ErrPositionDiverged) {
+		t.Fatalf("checkpoint ahead of the server's own uuid: relay stopped with %v, want ErrPositionDiverged", err)
+	}
+}
+
+// Failover between two doubles sharing history: the relay reads the
+// primary; the primary dies with a transaction the replica has not
+// applied yet; the relay waits for the replica to catch up, then reads it,
+// also what it commits as the new primary under its own uuid.
+func TestMySQLFailover(t *testing.T) {
+	primary := startPrimary(t, mysqlsource.Options{Version: v80})
+	a := newApp(t, primary)
+	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Close)
+	k := itest.StartKafka(t)
+	cfg := relayConfig(t, k, "auto", primary.Addr(), replica.Addr())
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	for i := 0; i < 10; i++ {
+		a.commit(t, "", a.newRows(2, 3, "p"))
+	}
+	if err := replica.Apply(primary); err != nil {
+		t.Fatal(err)
+	}
+	a.commit(t, "", a.newRows(2, 3, "last")) // not yet on the replica
+	waitCheckpoint(t, cfg, primary.Executed().Flat(), time.Minute)
+	primary.Close()
+	itest.Eventually(t, 30*time.Second, func() error {
+		if strings.Contains(r.Logs(), replica.Addr()) {
+			return nil
+		}
+		return errors.New("the relay has not tried the replica yet")
+	})
+	if err := replica.Apply(primary); err != nil { // its relay log catches up
+		t.Fatal(err)
+	}
+	// Promoted: new transactions under the replica's own uuid.
+	promoted := &app{p: replica, tbl: a.tbl, seq: a.seq, rows: a.rows, value: a.value, next: a.next}
+	for i := 0; i < 10; i++ {
+		promoted.commit(t, "", promoted.newRows(2, 3, "r"))
+	}
+	waitCheckpoint(t, cfg, replica.Executed().Flat(), time.Minute)
+	requireExact(t, k, cfg, promoted)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The source drops every connection (a restart) while the relay streams
+// and writers commit: nothing lost or duplicated.
+func TestMySQLSourceRestart(t *testing.T) {
+	p := startPrimary(t, mysqlsource.Options{Version: v84, Compression: true})
+	a := newApp(t, p)
+	k := itest.StartKafka(t)
+	cfg := relayConfig(t, k, "mysql", p.Addr())
+	cfg.Source.HeartbeatPeriod = 500 * time.Millisecond
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	for i := 0; i < 300; i++ {
+		a.commit(t, "", a.newRows(1+i%3, 6, ""))
+		if i%100 == 50 {
+			if err := p.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitCheckpoint(t, cfg, p.Executed().Flat(), time.Minute)
+	requireExact(t, k, cfg, a)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Privileges granted through a role (MySQL 8 roles, activated by SET
+// DEFAULT ROLE or activate_all_roles_on_login): SHOW GRANTS lists only the
+// role; the relay must find the privileges in the role.
+func TestMySQLRoleBasedGrants(t *testing.T) {
+	roleGrants := []string{"GRANT USAGE ON *.* TO `relay`@`%`", "GRANT `outbox_relay`@`%` TO `relay`@`%`"}
+	roles := map[string][]string{"`outbox_relay`@`%`": {"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `relay`@`%`",
+		"GRANT SELECT ON `app`.* TO `relay`@`%`"}}
+	p := startPrimary(t, mysqlsource.Options{Version: v84, Grants: roleGrants, Roles: roles})
+	a := newApp(t, p)
+	k := itest.StartKafka(t)
+	cfg := relayConfig(t, k, "mysql", p.Addr())
+	out, errOut, code := env.CLI(t, "check", "--config", itest.WriteConfig(t, cfg))
+	if code != 0 {
+		t.Fatalf("check with role-based grants: exit %d\n%s\n%s", code, out, errOut)
+	}
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	a.commit(t, "", a.newRows(3, 2, ""))
+	waitCheckpoint(t, cfg, p.Executed().Flat(), time.Minute)
+	requireExact(t, k, cfg, a)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same role granted but not active: its privileges do not count.
+	inactive := startPrimary(t, mysqlsource.Options{Version: v84, Grants: roleGrants[:2], Roles: roles, RolesInactive: true})
+	newApp(t, inactive)
+	cfg = relayConfig(t, k, "mysql", inactive.Addr())
+	out, _, code = env.CLI(t, "check", "--config", itest.WriteConfig(t, cfg))
+	if code == 0 || !strings.Contains(out, "refuses REPLICATION SLAVE") || !strings.Contains(out, "SET DEFAULT ROLE `outbox_relay`@`%`") {
+		t.Fatalf("check with an inactive role: exit %d\n%s", code, out)
+	}
+}
+
+// Two pipelines given the same source.server_id: MySQL drops the older
+// dump with error 1236 "same server_uuid/server_id"; that relay stops with
+// ErrDuplicateServerID (a configuration error) instead of taking the
+// stream back.
+func TestMySQLDuplicateServerID(t *testing.T) {
+	p := startPrimary(t, mysqlsource.Options{Version: v80})
+	newApp(t, p)
+	k := itest.StartKafka(t)
+	first := relayConfig(t, k, "mysql", p.Addr())
+	second := relayConfig(t, k, "mysql", p.Addr())
+	second.Source.ServerID = first.Source.ServerID
+	r1 := itest.RunRelay(t, first)
+	r1.WaitReady(t)
+	r2 := itest.RunRelay(t, second)
+	r2.WaitReady(t)
+	if err := r1.StoppedWith(t); !errors.Is(err, binlog.ErrDuplicateServerID) {
+		t.Fatalf("the older relay stopped with %v, want ErrDuplicateServerID", err)
+	}
+	if err := r2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}

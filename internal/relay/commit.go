@@ -1,0 +1,208 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+)
+
+// Commit pipelining (exactly-once).
+//
+// A Kafka commit is round trips: the last produce acknowledgements, EndTxn,
+// and the wait for the coordinator to complete it (txnsettle.go). The loop
+// does not sit idle through them: startCommit closes the batch (its
+// checkpoint names the position reached, exactly as before) and the sink
+// commits it in a goroutine, while the loop goes on reading and routing. The
+// records routed meanwhile belong to the next Kafka transaction: they are
+// held, not produced, until the commit in flight has ended, then produced
+// into the next transaction. Nothing else changes: a batch is still one
+// Kafka transaction whose last record is its checkpoint; at most one commit
+// is in flight; what is held is at most one batch (kafka.batch limits);
+// a failed commit ends the attempt, which resumes from the last committed
+// checkpoint, and a crash loses only what was never committed. Only the
+// goroutine touches the sink while a commit is in flight (the loop only
+// creates topics), and the loop waits for it before it returns.
+
+// inflightCommit is a batch whose Kafka commit is running.
+type inflightCommit struct {
+	done    chan commitResult
+	cp      *checkpoint.Checkpoint
+	began   time.Time
+	records int
+	topics  map[topicOutcome]int
+	partial bool // it commits part of the source transaction being read
+}
+
+type commitResult struct {
+	written *checkpoint.Checkpoint
+	err     error
+}
+
+// batchOpen reports whether the batch being built holds records.
+func (l *loop) batchOpen() bool {
+	if l.inflight != nil {
+		return len(l.held) > 0
+	}
+	return l.sink.open
+}
+
+// send adds rec to the batch being built: produced at once, or held while
+// the previous batch's commit is in flight.
+func (l *loop) send(ctx context.Context, rec *kgo.Record) error {
+	if l.inflight != nil {
+		l.held = append(l.held, rec)
+		return nil
+	}
+	return l.sink.produce(ctx, rec)
+}
+
+// inflightDone is the channel the commit in flight answers on; nil (never
+// ready) when there is none.
+func (l *loop) inflightDone() <-chan commitResult {
+	if l.inflight == nil {
+		return nil
+	}
+	return l.inflight.done
+}
+
+// commit ends the open batch (or writes a checkpoint-only batch) with the
+// current position and waits until it is committed.
+func (l *loop) commit(ctx context.Context) error {
+	if err := l.startCommit(ctx); err != nil {
+		return err
+	}
+	return l.awaitCommit(ctx)
+}
+
+// startCommit ends the open batch (or writes a checkpoint-only batch) with
+// the current position. Exactly-once it returns once the commit is running
+// (after the previous one ended); its end is handled by committed or
+// awaitCommit.
+func (l *loop) startCommit(ctx context.Context) error {
+	if err := l.awaitCommit(ctx); err != nil {
+		return err
+	}
+	l.wantCommit = false
+	now := time.Now()
+	cp := &checkpoint.Checkpoint{
+		Name:       l.r.cfg.Name,
+		GTIDSet:    l.position(),
+		Flavor:     l.srv.Flavor,
+		ServerID:   l.srv.ServerID,
+		Host:       l.srv.Addr,
+		CommitTime: l.lastCommitTime,
+		Time:       now.UTC(),
+		Events:     l.events + int64(l.batchRecords),
+		Schema:     l.schema,
+		XA:         l.xaCheckpoint(),
+	}
+	if l.partial.GTID != "" {
+		p := l.partial
+		cp.Partial = &p
+	}
+	job := &inflightCommit{done: make(chan commitResult, 1), cp: cp, began: now, records: l.batchRecords,
+		topics: l.batchTopics, partial: cp.Partial != nil && cp.Partial.GTID == l.curGTID}
+	l.batchTopics = make(map[topicOutcome]int, len(job.topics))
+	l.events = cp.Events
+	l.batchRecords, l.batchBytes = 0, 0
+	l.dirty = false
+	l.lastCheckpoint = now
+	if !l.sink.txn {
+		// At-least-once commits never wait on Kafka (see sink.commit).
+		written, err := l.sink.commit(ctx, cp)
+		return l.finishCommit(job, commitResult{written, err})
+	}
+	l.inflight = job
+	go func() {
+		written, err := l.sink.commit(ctx, cp)
+		job.done <- commitResult{written, err}
+	}()
+	return nil
+}
+
+// awaitCommit waits for the commit in flight, if any, and starts the next
+// Kafka transaction with the records held meanwhile.
+func (l *loop) awaitCommit(ctx context.Context) error {
+	if l.inflight == nil {
+		return nil
+	}
+	return l.ended(ctx, <-l.inflight.done)
+}
+
+// committed handles the end of the commit in flight, taken by run, and
+// commits the batch built meanwhile at once when it is due and ends at a
+// source transaction boundary.
+func (l *loop) committed(ctx context.Context, res commitResult) error {
+	if err := l.ended(ctx, res); err != nil {
+		return err
+	}
+	if !l.batchOpen() {
+		l.wantCommit = false
+		return nil
+	}
+	if l.wantCommit && l.curGTID == "" {
+		return l.startCommit(ctx)
+	}
+	return nil
+}
+
+// ended finishes the commit in flight with its result and produces the
+// records held meanwhile into the next Kafka transaction.
+func (l *loop) ended(ctx context.Context, res commitResult) error {
+	job := l.inflight
+	l.inflight = nil
+	if err := l.finishCommit(job, res); err != nil {
+		return err
+	}
+	for i, rec := range l.held {
+		if err := l.sink.produce(ctx, rec); err != nil {
+			return err
+		}
+		l.held[i] = nil
+	}
+	l.held = l.held[:0]
+	return nil
+}
+
+// settleInflight waits, when run returns, for a commit still in flight
+// (bounded by the sink's timeout); its outcome no longer matters to this
+// attempt.
+func (l *loop) settleInflight() {
+	if l.inflight != nil {
+		<-l.inflight.done
+		l.inflight = nil
+	}
+	clear(l.held)
+	l.held = l.held[:0]
+}
+
+// finishCommit accounts for a commit that ended.
+func (l *loop) finishCommit(job *inflightCommit, res commitResult) error {
+	if res.err != nil {
+		l.r.metrics.KafkaTransactions.WithLabelValues("abort").Inc()
+		return res.err
+	}
+	l.r.metrics.KafkaTransactions.WithLabelValues("commit").Inc()
+	if l.sink.txn {
+		l.r.metrics.KafkaTxnSeconds.Observe(time.Since(job.began).Seconds())
+	}
+	l.r.metrics.BatchRecords.Observe(float64(job.records))
+	l.written(res.written)
+	for to, n := range job.topics {
+		c := l.topicCounters[to]
+		if c == nil {
+			c = l.r.metrics.Events.WithLabelValues(to.topic, to.outcome)
+			l.topicCounters[to] = c
+		}
+		c.Add(float64(n))
+	}
+	if job.partial {
+		hit("after-partial")
+	} else {
+		hit("after-commit")
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package relay
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+)
+
+// sampleEvery is how often a streaming attempt samples the source's binlog
+// head (outbox_relay_source_behind_bytes) and retention.
+const sampleEvery = 5 * time.Second
+
+// sampleSource keeps outbox_relay_source_behind_bytes (the source's binlog
+// bytes after the reader's position) and the binlog retention behind
+// outbox_relay_checkpoint_purge_margin_seconds up to date while an attempt
+// streams from srv, on a client connection of its own, until ctx ends. A
+// failed sample is logged at debug level and tried again: it never ends the
+// attempt. At the end the sample is unknown again (NaN).
+func (r *Relay) sampleSource(ctx context.Context, srv *binlog.Server, reader *binlog.Reader) {
+	defer r.metrics.SourceBehindBytes.Set(math.NaN())
+	var conn *client.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	tick := time.NewTicker(sampleEvery)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if conn == nil {
+			c, err := binlog.Connect(ctx, r.source, srv.Addr)
+			if err != nil {
+				r.log.Debug().Err(err).Msg("sample the source: connect")
+				continue
+			}
+			conn, n = c, 0
+		}
+		if n%12 == 0 { // at the start, then every minute: a DBA may change it
+			ret, err := binlog.Retention(conn)
+			if err != nil {
+				r.log.Warn().Err(err).Msg("sample the source: binlog retention unknown, outbox_relay_checkpoint_purge_margin_seconds is NaN")
+				r.metrics.SetRetention(0)
+			} else {
+				r.metrics.SetRetention(ret)
+			}
+		}
+		file, pos := reader.ReadPosition()
+		if file == "" {
+			continue
+		}
+		behind, err := binlog.BehindBytes(conn, file, pos)
+		if err != nil {
+			r.log.Debug().Err(err).Msg("sample the source: binlog head")
+			r.metrics.SourceBehindBytes.Set(math.NaN())
+			conn.Close()
+			conn = nil
+			continue
+		}
+		r.metrics.SourceBehindBytes.Set(float64(behind))
+	}
+}
