@@ -77,7 +77,7 @@ BENCH_ROUNDS ?= 3
 BENCH_LATENCY_SECONDS ?= 10
 BENCH_BROKERS ?= kfake,kafka
 BENCH_KAFKA ?=
-BENCH_ARGS = -n $(BENCH_N) -rounds $(BENCH_ROUNDS) -latency-seconds $(BENCH_LATENCY_SECONDS) -kafka "$(BENCH_KAFKA)"
+BENCH_ARGS = -n $(BENCH_N) -rounds $(BENCH_ROUNDS) -latency-seconds $(BENCH_LATENCY_SECONDS) $(if $(BENCH_KAFKA),-kafka $(BENCH_KAFKA))
 bench: deps
 	$(GO) run ./bench $(BENCH_ARGS) -brokers $(BENCH_BROKERS) -out BENCHMARKS.md
 

@@ -80,6 +80,7 @@ func run(o options) error {
 	h.printf("Machine: %s, %d cores, %s, shared with other work while measuring (ratios are taken within one round, contenders interleaved); %s; MariaDB %s (scratch, binlog ROW/FULL).\n\n",
 		cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), h.version())
 	h.printf("Baseline: a naive go-mysql BinlogSyncer + franz-go loop (bench/baseline.go), tuned: %s.\n\n", baselineSettings)
+	h.printf("The summary, the breakdown of one exactly-once transaction and what changed are in the notes at the end (written by hand, kept across runs).\n\n")
 
 	// Both shapes are written once; every broker reads the same binlog.
 	loads := map[string][2]string{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -96,7 +97,7 @@ func (r Relation) String() string {
 // says why when the relation is not Contains.
 func Relate(flavor, pos, state, ownID string) (Relation, string, error) {
 	if flavor == mysql.MariaDBFlavor {
-		return relateMariaDB(pos, state, "")
+		return relateMariaDB(pos, state, "", ownID, true)
 	}
 	return relateMySQL(pos, state, ownID)
 }
@@ -107,10 +108,12 @@ func Relate(flavor, pos, state, ownID string) (Relation, string, error) {
 // re-provisioned from a backup, or whose binlog was reset, has no GTID of
 // a domain that was idle since, yet it applied the checkpoint's
 // transaction of that domain and logs the ones after it; the server itself
-// accepts such a position (its own slave position).
+// accepts such a position (its own slave position). The rule needs a host
+// that logs what it replicates (log_slave_updates): without it, its binlog
+// never holds the domain's next transactions either.
 func (s *Server) Relate(pos string) (Relation, string, error) {
 	if s.Flavor == mysql.MariaDBFlavor {
-		return relateMariaDB(pos, s.State, s.SlavePos)
+		return relateMariaDB(pos, s.State, s.SlavePos, s.ServerID, s.LogsReplicated)
 	}
 	return relateMySQL(pos, s.State, s.ServerID)
 }
@@ -149,7 +152,7 @@ func (st mariadbState) last(d uint32) (uint64, string) {
 	return seq, fmt.Sprintf("%d-%d-%d", d, srv, seq)
 }
 
-func relateMariaDB(pos, state, slavePos string) (Relation, string, error) {
+func relateMariaDB(pos, state, slavePos, ownID string, logsReplicated bool) (Relation, string, error) {
 	set, err := ParseSet(mysql.MariaDBFlavor, pos)
 	if err != nil {
 		return 0, "", err
@@ -164,12 +167,32 @@ func relateMariaDB(pos, state, slavePos string) (Relation, string, error) {
 	}
 	rel := Contains
 	var why []string
+	own, ownErr := strconv.ParseUint(strings.TrimSpace(ownID), 10, 32)
 	for _, g := range set.(*mysql.MariadbGTIDSet).Sets {
 		if g.SequenceNumber == 0 || st[g.DomainID][g.ServerID] >= g.SequenceNumber {
 			continue
 		}
 		top, topGTID := st.last(g.DomainID)
 		switch {
+		case ownErr == nil && uint64(g.ServerID) == own:
+			// The checkpoint holds a transaction the host wrote itself
+			// that its binlog no longer has (RESET MASTER, a restore from
+			// an older backup, a crash that lost the binlog's end with
+			// sync_binlog=0). A server never receives its own
+			// transactions back (replicate_same_server_id is off), and it
+			// writes new ones under the same GTIDs: never "behind".
+			rel = max(rel, Diverged)
+			why = append(why, fmt.Sprintf("the checkpoint holds %s, a transaction of the host's own server_id %d, and its binlog has it only up to %d "+
+				"(it lost transactions it wrote: binlog reset, restored from an older backup, or the end of its binlog lost in a crash)",
+				g, own, st[g.DomainID][g.ServerID]))
+		case !logsReplicated && len(applied[g.DomainID]) > 0:
+			// A replica that does not log what it applies
+			// (log_slave_updates OFF, MariaDB's default): its binlog never
+			// holds the domain's transactions it replicates, now or later.
+			rel = max(rel, Lacks)
+			why = append(why, fmt.Sprintf("it replicates domain %d (applied up to %s) without log_slave_updates: its binlog does not hold "+
+				"the transactions it applies (the checkpoint is at %s); set log_slave_updates=ON on it, or leave it out of source.hosts",
+				g.DomainID, func() string { _, x := applied.last(g.DomainID); return x }(), g))
 		case len(st[g.DomainID]) == 0 && len(applied[g.DomainID]) > 0:
 			// Nothing of the domain in its binlog, but it applied the
 			// domain's transactions as a replica: exactly the checkpoint's
@@ -426,4 +449,19 @@ func errantMariaDB(pos, state, refState string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// Position reads the binlog position of the server at addr (flavor, Head,
+// State), judging nothing: a cheap look at a host while another streams.
+func Position(ctx context.Context, cfg Config, addr string) (*Server, error) {
+	conn, err := Connect(ctx, cfg, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	vars, err := Variables(conn)
+	if err != nil {
+		return nil, err
+	}
+	return Describe(conn, addr, vars)
 }

@@ -78,7 +78,7 @@ func TestRelateMariaDBAppliedDomain(t *testing.T) {
 		{"0-1-40,1-1-1", "0-2-45", "0-2-45,1-1-4", Diverged, "domain 0"},
 	}
 	for _, tt := range tests {
-		srv := &Server{Flavor: "mariadb", State: tt.state, SlavePos: tt.slavePos}
+		srv := &Server{Flavor: "mariadb", State: tt.state, SlavePos: tt.slavePos, LogsReplicated: true}
 		got, why, err := srv.Relate(tt.pos)
 		if err != nil {
 			t.Fatalf("%q vs %q/%q: %v", tt.pos, tt.state, tt.slavePos, err)
@@ -87,9 +87,54 @@ func TestRelateMariaDBAppliedDomain(t *testing.T) {
 			t.Errorf("%q vs state %q, slave pos %q: %v (%s), want %v (%s)", tt.pos, tt.state, tt.slavePos, got, why, tt.want, tt.why)
 		}
 	}
-	srv := &Server{Addr: "b:3306", Flavor: "mariadb", State: "0-1-45", SlavePos: "0-1-45,1-1-4", Earliest: ""}
+	srv := &Server{Addr: "b:3306", Flavor: "mariadb", State: "0-1-45", SlavePos: "0-1-45,1-1-4", LogsReplicated: true}
 	if err := srv.Resumable("0-1-40,1-1-1", "0-1-40,1-1-1"); !errors.Is(err, ErrPurged) {
 		t.Errorf("Resumable on a host that lacks applied transactions: %v, want ErrPurged", err)
+	}
+	// A replica without log_slave_updates (MariaDB's default) applied the
+	// checkpoint's transaction but will never log the domain's next ones:
+	// it is not usable for that domain (it did stream, and stalled).
+	srv = &Server{Addr: "b:3306", Flavor: "mariadb", State: "0-1-45", SlavePos: "0-1-45,1-1-1"}
+	if rel, why, _ := srv.Relate("0-1-40,1-1-1"); rel != Lacks || !strings.Contains(why, "log_slave_updates") {
+		t.Errorf("replica without log_slave_updates: %v (%s), want lacks, naming log_slave_updates", rel, why)
+	}
+	// Its own writes (a former replica, now a primary) are judged by its
+	// binlog as before.
+	srv = &Server{Addr: "b:3306", Flavor: "mariadb", ServerID: "2", State: "0-2-45", SlavePos: "1-1-1"}
+	if rel, why, _ := srv.Relate("0-2-40"); rel != Contains {
+		t.Errorf("former replica, its own domain-0 writes: %v (%s), want contains", rel, why)
+	}
+}
+
+// The checkpoint holds transactions of the host's own server_id that its
+// binlog lacks (RESET MASTER on a primary, an older backup restored, the
+// binlog's end lost in a crash): it never receives them back and writes
+// new ones under the same GTIDs, so it is diverged, not behind (it was
+// "behind", and the relay resumed after a GTID naming another
+// transaction).
+func TestRelateMariaDBOwnServerID(t *testing.T) {
+	for _, tt := range []struct {
+		state string
+		want  Relation
+	}{
+		{"0-1-62", Diverged}, // reset, written again up to 62
+		{"", Diverged},       // reset, nothing written yet
+		{"0-1-71", Contains},
+		{"0-1-80", Contains},
+	} {
+		srv := &Server{Addr: "primary:3306", Flavor: "mariadb", ServerID: "1", State: tt.state}
+		rel, why, err := srv.Relate("0-1-71")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel != tt.want || tt.want == Diverged && !strings.Contains(why, "own server_id") {
+			t.Errorf("checkpoint 0-1-71 on server_id 1 with state %q: %v (%s), want %v", tt.state, rel, why, tt.want)
+		}
+	}
+	// Another server's transaction missing: behind, as before.
+	srv := &Server{Flavor: "mariadb", ServerID: "2", State: "0-1-62"}
+	if rel, _, _ := srv.Relate("0-1-71"); rel != Behind {
+		t.Errorf("replica (server 2) at 0-1-62, checkpoint 0-1-71: %v, want behind", rel)
 	}
 }
 

@@ -180,7 +180,7 @@ func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
 		return false, err
 	}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID: ProbeServerID(cfg.ServerID), Flavor: flavor, Host: host, Port: uint16(port),
+		ServerID: ProbeServerID(), Flavor: flavor, Host: host, Port: uint16(port),
 		User: cfg.User, Password: cfg.Password, TLSConfig: tlsFor(cfg.TLS, addr),
 		DisableRetrySync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
@@ -193,4 +193,51 @@ func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// missingGrants lists what the relay needs and grants lacks: REPLICATION
+// SLAVE (MySQL 8.0.22+ also shows REPLICATION REPLICA) and REPLICATION
+// CLIENT (MariaDB 10.5+: BINLOG MONITOR) on *.*, or ALL PRIVILEGES. Each
+// privilege is compared whole: MariaDB's REPLICATION SLAVE ADMIN (START
+// SLAVE, CHANGE MASTER) does not allow reading the binlog.
+func missingGrants(grants []string) []string {
+	has := map[string]bool{}
+	for _, g := range grants {
+		for _, p := range globalPrivileges(g) {
+			has[p] = true
+		}
+	}
+	if has["ALL PRIVILEGES"] || has["ALL"] {
+		return nil
+	}
+	var missing []string
+	if !has["REPLICATION SLAVE"] && !has["REPLICATION REPLICA"] {
+		missing = append(missing, "REPLICATION SLAVE")
+	}
+	if !has["REPLICATION CLIENT"] && !has["BINLOG MONITOR"] {
+		missing = append(missing, "REPLICATION CLIENT")
+	}
+	return missing
+}
+
+// globalPrivileges returns the privileges a "GRANT p1, p2 ON *.* TO ..."
+// statement lists, upper case, one name each (MySQL 8 lists dynamic
+// privileges with "," and no space); nothing for a grant on a database,
+// table or proxy, or a grant of roles.
+func globalPrivileges(grant string) []string {
+	g := strings.ToUpper(strings.TrimSpace(grant))
+	if !strings.HasPrefix(g, "GRANT ") {
+		return nil
+	}
+	list, _, ok := strings.Cut(g[len("GRANT "):], " ON *.* ")
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.Join(strings.Fields(p), " "); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -2,9 +2,11 @@ package binlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"time"
@@ -31,6 +33,16 @@ import (
 // checkpoint and the reset are gone. Only the server's own search of its
 // binlog finds the hole.
 func Probe(ctx context.Context, cfg Config, srv *Server, from string, limit time.Duration) (bool, error) {
+	ok, err := probe(ctx, cfg, srv, from, limit)
+	if errors.Is(err, ErrDuplicateServerID) {
+		// Another probe (a `check` on another host of the fleet) drew the
+		// same id: draw again.
+		ok, err = probe(ctx, cfg, srv, from, limit)
+	}
+	return ok, err
+}
+
+func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time.Duration) (bool, error) {
 	set, err := ParseSet(srv.Flavor, from)
 	if err != nil {
 		return false, err
@@ -45,7 +57,7 @@ func Probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 	}
 	heartbeat := min(limit/4, 250*time.Millisecond)
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID:         ProbeServerID(cfg.ServerID),
+		ServerID:         ProbeServerID(),
 		Flavor:           srv.Flavor,
 		Host:             host,
 		Port:             uint16(port),
@@ -100,9 +112,11 @@ func Probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 	}
 }
 
-// ProbeServerID is the server_id Probe registers with: not the relay's own
+// ProbeServerID is a server_id for one Probe: not the relay's own
 // (source.server_id), since the server drops an earlier dump connection
 // with the same server_id when a new one comes, and `check` runs beside a
-// running relay. It is taken from the top of the range (4294901760 and up),
-// away from the small numbers replicas are given.
-func ProbeServerID(relayID uint32) uint32 { return 0xFFFF0000 | relayID&0xFFFF }
+// running relay; drawn at random from the top of the range (4294901760 and
+// up), away from the small numbers replicas are given, so that checks run
+// at once on several hosts of a fleet rarely meet (Probe draws again if
+// they do).
+func ProbeServerID() uint32 { return 0xFFFF0000 | uint32(rand.N(0xFFFF)+1) }

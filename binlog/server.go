@@ -76,6 +76,9 @@ type Server struct {
 	// SlavePos is what a MariaDB server applied as a replica
 	// (gtid_slave_pos), whether or not its binlog holds it; empty on MySQL.
 	SlavePos string
+	// LogsReplicated: the server writes what it replicates to its own
+	// binlog (log_slave_updates).
+	LogsReplicated bool
 	// Earliest is the GTID set before the oldest binlog still on the server:
 	// starting there replays everything the server still has.
 	Earliest string
@@ -229,6 +232,7 @@ func (srv *Server) positions(conn *client.Conn, vars map[string]string) error {
 		if len(rows[0]) > 2 {
 			srv.SlavePos = clean(rows[0][2])
 		}
+		srv.LogsReplicated = strings.EqualFold(vars["log_slave_updates"], "ON") || vars["log_slave_updates"] == "1"
 		srv.ServerID = vars["server_id"]
 		earliest, err := mariadbEarliest(conn)
 		if err != nil {
@@ -335,33 +339,7 @@ func Grants(conn *client.Conn) ([]string, error) {
 // MissingGrants lists what the relay needs and grants lacks: REPLICATION
 // SLAVE and REPLICATION CLIENT (MariaDB 10.5+: BINLOG MONITOR) on *.*.
 func MissingGrants(grants []string) []string {
-	var all strings.Builder
-	for _, g := range grants {
-		g = strings.ToUpper(g)
-		if strings.Contains(g, " ON *.* ") {
-			all.WriteString(g)
-		}
-	}
-	g := all.String()
-	has := func(names ...string) bool {
-		for _, n := range names {
-			if strings.Contains(g, n) {
-				return true
-			}
-		}
-		return false
-	}
-	if has("ALL PRIVILEGES") {
-		return nil
-	}
-	var missing []string
-	if !has("REPLICATION SLAVE", "REPLICATION REPLICA") {
-		missing = append(missing, "REPLICATION SLAVE")
-	}
-	if !has("REPLICATION CLIENT", "BINLOG MONITOR") {
-		missing = append(missing, "REPLICATION CLIENT")
-	}
-	return missing
+	return missingGrants(grants) // privileges.go
 }
 
 // checkGrants refuses only what the server refuses (CheckPrivileges):

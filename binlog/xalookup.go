@@ -51,7 +51,11 @@ func FindXAPrepare(ctx context.Context, cfg Config, srv *Server, xid, commitGTID
 				}
 				typ, info := r[2], r[5]
 				switch {
-				case typ == "Gtid":
+				case typ == "Anonymous_Gtid":
+					cur = XAPrepare{} // a group without a GTID: not the one looked for
+				case typ == "Gtid" || strings.HasPrefix(typ, "Gtid_tagged"):
+					// MySQL 8.3+ prints a tagged GTID's event as
+					// Gtid_tagged_log_event.
 					if g := gtidInInfo(info); g != "" {
 						if g == commitGTID {
 							reachedCommit = true

@@ -196,13 +196,38 @@ func (e *HeldBackError) Error() string {
 // pipeline's own earlier transaction, so only other pipelines' transactions
 // can hold it back.
 func (s *Store) Load(ctx context.Context, name string) (*Checkpoint, error) {
-	var last *Checkpoint
-	err := s.scan(ctx, name, func(cp *Checkpoint) { last = cp })
+	var last stored
+	err := s.scan(ctx, name, func(r stored) { last = r })
 	if hb, ok := errors.AsType[*HeldBackError](err); ok {
-		hb.Visible = last
+		hb.Visible, _ = last.decode()
 		return nil, err
 	}
-	return last, err
+	if err != nil {
+		return nil, err
+	}
+	return last.decode()
+}
+
+// stored is one record of a name as read: only the newest ones are
+// decoded, so that a record a later one supersedes (one in a newer format
+// written before a rollback, then reset or set by this build) is never
+// looked at.
+type stored struct {
+	offset int64
+	value  []byte // nil: a tombstone
+	found  bool
+}
+
+// decode returns the checkpoint r holds, nil for a tombstone or no record.
+func (r stored) decode() (*Checkpoint, error) {
+	if !r.found || r.value == nil {
+		return nil, nil
+	}
+	cp, err := Decode(r.value)
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint at offset %s: %w", strconv.FormatInt(r.offset, 10), err)
+	}
+	return cp, nil
 }
 
 // LoadVisible returns the newest checkpoint of name that read_committed
@@ -214,9 +239,11 @@ func (s *Store) Load(ctx context.Context, name string) (*Checkpoint, error) {
 func (s *Store) LoadVisible(ctx context.Context, name string) (*Checkpoint, error) {
 	c := *s
 	c.stableWait = noWait
-	var last *Checkpoint
-	err := c.scan(ctx, name, func(cp *Checkpoint) { last = cp })
-	return last, err
+	var last stored
+	if err := c.scan(ctx, name, func(r stored) { last = r }); err != nil {
+		return nil, err
+	}
+	return last.decode()
 }
 
 // noWait as the stable wait reads up to the last stable offset as it is.
@@ -224,19 +251,21 @@ const noWait = -1
 
 // History returns up to n of the newest committed checkpoints for name,
 // oldest first, as far back as the topic (after compaction) still holds. It
-// waits for open transactions like Load.
+// waits for open transactions like Load. Only the records it returns are
+// decoded.
 func (s *Store) History(ctx context.Context, name string, n int) ([]*Checkpoint, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("checkpoint history: count %d: want 1 or more", n)
 	}
-	var all []*Checkpoint
-	err := s.scan(ctx, name, func(cp *Checkpoint) {
-		if cp == nil {
+	var all []stored
+	slack := 64 + min(n, 1<<16) // trim now and then; n may be math.MaxInt
+	err := s.scan(ctx, name, func(r stored) {
+		if r.value == nil {
 			all = all[:0]
 			return
 		}
-		all = append(all, cp)
-		if len(all) > 2*n+64 {
+		all = append(all, r)
+		if len(all) > n && len(all)-n > slack {
 			all = append(all[:0], all[len(all)-n:]...)
 		}
 	})
@@ -246,19 +275,27 @@ func (s *Store) History(ctx context.Context, name string, n int) ([]*Checkpoint,
 	if len(all) > n {
 		all = all[len(all)-n:]
 	}
-	return all, nil
+	out := make([]*Checkpoint, 0, len(all))
+	for _, r := range all {
+		cp, err := r.decode()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cp)
+	}
+	return out, nil
 }
 
 // diagnoseBudget bounds what a held-back Load does after its wait: naming
 // the holders and reading the visible checkpoint.
 const diagnoseBudget = 3 * time.Second
 
-// scan calls fn, in offset order, for each committed record of name: a
-// decoded checkpoint, or nil for a tombstone. It reads up to a last stable
+// scan calls fn, in offset order, for each committed record of name (a nil
+// value for a tombstone). It reads up to a last stable
 // offset at or past the high watermark it found first; when the wait for
 // that ends, it reads up to the last stable offset with a bounded context of
 // its own and returns a *HeldBackError.
-func (s *Store) scan(ctx context.Context, name string, fn func(*Checkpoint)) error {
+func (s *Store) scan(ctx context.Context, name string, fn func(stored)) error {
 	cl, err := kgo.NewClient(s.opts...)
 	if err != nil {
 		return fmt.Errorf("load checkpoint: %w", err)
@@ -283,7 +320,7 @@ func (s *Store) scan(ctx context.Context, name string, fn func(*Checkpoint)) err
 
 // read calls fn for each record of name in [start, end), end at most the
 // last stable offset.
-func (s *Store) read(ctx context.Context, name string, start, end int64, fn func(*Checkpoint)) error {
+func (s *Store) read(ctx context.Context, name string, start, end int64, fn func(stored)) error {
 	if end <= start {
 		return nil
 	}
@@ -308,28 +345,15 @@ func (s *Store) read(ctx context.Context, name string, start, end int64, fn func
 			return fmt.Errorf("load checkpoint: fetch %s: %w", s.topic, ferr)
 		}
 		done := false
-		var derr error
 		fetches.EachRecord(func(r *kgo.Record) {
 			if r.Offset+1 >= end {
 				done = true
 			}
-			if r.Attrs.IsControl() || string(r.Key) != name || derr != nil || r.Offset >= end {
+			if r.Attrs.IsControl() || string(r.Key) != name || r.Offset >= end {
 				return
 			}
-			if r.Value == nil {
-				fn(nil)
-				return
-			}
-			cp, err := Decode(r.Value)
-			if err != nil {
-				derr = fmt.Errorf("load checkpoint at offset %s: %w", strconv.FormatInt(r.Offset, 10), err)
-				return
-			}
-			fn(cp)
+			fn(stored{offset: r.Offset, value: r.Value, found: true})
 		})
-		if derr != nil {
-			return derr
-		}
 		if done {
 			return nil
 		}

@@ -45,12 +45,21 @@ const erDupEntry = 1062
 // deduplicated, so it is not processed (never guessed).
 var ErrNoEventID = errors.New("record has no event id header")
 
+// MaxEventIDBytes is the longest event id (and consumer name) the
+// consumed-event table of DDL holds: VARBINARY(255).
+const MaxEventIDBytes = 255
+
 // DDL is the CREATE TABLE of the consumed-event table (both flavors),
-// without a trailing semicolon.
+// without a trailing semicolon. consumer_name and event_id are VARBINARY:
+// compared byte for byte, so ids differing in case or by a trailing space
+// are distinct events (a VARCHAR with the default collation would take
+// "Ord-7a" and "ord-7A", or "evt-1" and "evt-1 ", for one event and skip
+// the second as already done). See docs/application-kit.md for migrating
+// a table created by an earlier version (VARCHAR(64)).
 func DDL(table string) string {
 	return "CREATE TABLE " + quoteTable(table) + ` (
-  consumer_name VARCHAR(64) NOT NULL,
-  event_id      VARCHAR(64) NOT NULL,
+  consumer_name VARBINARY(255) NOT NULL,
+  event_id      VARBINARY(255) NOT NULL,
   consumed_at   DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (consumer_name, event_id)
 ) ENGINE=InnoDB`
@@ -108,6 +117,8 @@ type Store struct {
 	// AfterCommit, when set, runs after the database commit and before the
 	// caller commits the offset (tests and the demo crash the process here).
 	AfterCommit func(r *kgo.Record, o Outcome)
+
+	cols columnCheck // the table's key columns, checked once
 }
 
 // Handle applies r once for this consumer: marker and handler in one
@@ -135,6 +146,9 @@ func (s *Store) apply(ctx context.Context, id string, r *kgo.Record, h Handler) 
 	if table == "" {
 		table = DefaultTable
 	}
+	if err := s.cols.check(ctx, s.DB, table, s.Name, id); err != nil {
+		return 0, err
+	}
 	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("begin transaction: %w", err)
@@ -160,7 +174,8 @@ func (s *Store) apply(ctx context.Context, id string, r *kgo.Record, h Handler) 
 
 // dupPrimary matches the end of ER_DUP_ENTRY's message when the duplicate
 // is on the primary key: MariaDB and MySQL before 8.0.19 say
-// "for key 'PRIMARY'", MySQL 8.0.19+ "for key 'consumed_event.PRIMARY'".
+// "for key 'PRIMARY'", MySQL 8.0.19+ "for key 'consumed_event.PRIMARY'"
+// (the table name as stored: lower case under lower_case_table_names=1).
 var dupPrimary = regexp.MustCompile(`for key '(?:([^']+)\.)?PRIMARY'$`)
 
 // IsMarkerDuplicate reports whether err, returned by the marker INSERT into
@@ -195,7 +210,11 @@ func IsMarkerDuplicate(err error, table string) bool {
 	if !ok {
 		tbl = table
 	}
-	return m[1] == tbl
+	// Table names are case-insensitive where the server stores them in
+	// lower case (lower_case_table_names=1, Windows, Azure's default), and
+	// a case-sensitive server cannot hold two tables that differ only in
+	// case and both be "table" here.
+	return strings.EqualFold(m[1], tbl)
 }
 
 func quoteTable(t string) string {

@@ -85,7 +85,6 @@ type Writer struct {
 	cols    Columns
 	newID   func() (string, error)
 	now     func() time.Time
-	maxRows int
 }
 
 // Option changes a Writer.
@@ -119,7 +118,6 @@ func New(table string, opts ...Option) (*Writer, error) {
 			return nil, fmt.Errorf("new outbox writer: the %s column is not named", c[0])
 		}
 	}
-	w.maxRows = maxPlaceholders / (len(w.columns(nil)) + 8) // room for Extra
 	return w, nil
 }
 
@@ -179,8 +177,9 @@ func (w *Writer) Write(ctx context.Context, tx *sql.Tx, events ...Event) ([]stri
 	}
 	cols := w.columns(extra)
 	now := w.now().UTC()
-	for start := 0; start < len(evs); start += w.maxRows {
-		chunk := evs[start:min(len(evs), start+w.maxRows)]
+	maxRows := maxPlaceholders / len(cols) // one placeholder per column per row
+	for start := 0; start < len(evs); start += maxRows {
+		chunk := evs[start:min(len(evs), start+maxRows)]
 		q, args, err := w.insert(cols, extra, chunk, now)
 		if err != nil {
 			return nil, fmt.Errorf("write outbox: %w", err)

@@ -88,13 +88,13 @@ func TestCreateTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"PRIMARY KEY (`id`)", "`aggregatetype`", "`tenant`"} {
+	for _, want := range []string{"PRIMARY KEY (`id`)", "`aggregatetype`", "`tenant`", "UNIQUE KEY uk_seq (`seq`)"} {
 		if !strings.Contains(ddl, want) {
 			t.Errorf("debezium: no %q in\n%s", want, ddl)
 		}
 	}
-	if strings.Contains(ddl, "AUTO_INCREMENT") {
-		t.Errorf("debezium table has an auto-increment id:\n%s", ddl)
+	if strings.Contains(ddl, "`id`                 BIGINT") || !strings.Contains(ddl, "`seq`              BIGINT        NOT NULL AUTO_INCREMENT") {
+		t.Errorf("debezium table: want the event id as primary key and an auto-increment seq (write order for replay):\n%s", ddl)
 	}
 	if _, err := CreateTable("oracle", TableSpec{Table: "outbox", Columns: DefaultColumns}); err == nil {
 		t.Error("flavor oracle accepted")

@@ -20,7 +20,10 @@ type TableSpec struct {
 	Table   string // "outbox" or "db.outbox"
 	Columns Columns
 	// Debezium lays the table out as Debezium's outbox table: the event id
-	// is the primary key, no auto-increment id.
+	// is the primary key; an auto-increment column seq (unique key, not
+	// the primary key) records the write order of the rows of one
+	// statement, which share a time, so that `outbox-relay replay`
+	// re-publishes them in that order.
 	Debezium bool
 	// SchemaVersion and Additional are more columns the router reads
 	// (router.schema_version_column, router.additional_fields).
@@ -85,6 +88,8 @@ func CreateTable(flavor Flavor, spec TableSpec) (string, error) {
 	steps := []struct{ name, def string }{}
 	if !spec.Debezium {
 		steps = append(steps, struct{ name, def string }{"id", "BIGINT        NOT NULL AUTO_INCREMENT"})
+	} else {
+		steps = append(steps, struct{ name, def string }{"seq", "BIGINT        NOT NULL AUTO_INCREMENT COMMENT 'write order: replay sorts by time, then seq'"})
 	}
 	steps = append(steps,
 		struct{ name, def string }{c.EventID, "VARCHAR(64)   NOT NULL"},
@@ -110,7 +115,7 @@ func CreateTable(flavor Flavor, spec TableSpec) (string, error) {
 	qe, _ := quoteIdent(c.EventID)
 	qt, _ := quoteIdent(timeCol)
 	if spec.Debezium {
-		lines = append(lines, "  PRIMARY KEY ("+qe+")")
+		lines = append(lines, "  PRIMARY KEY ("+qe+")", "  UNIQUE KEY uk_seq (`seq`)")
 	} else {
 		lines = append(lines, "  PRIMARY KEY (`id`)", "  UNIQUE KEY uk_event_id ("+qe+")")
 	}

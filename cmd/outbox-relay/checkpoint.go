@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -390,6 +391,20 @@ func addWriteFlags(fs *pflag.FlagSet) writeFlags {
 	}
 }
 
+// overNewer lets set and reset replace a checkpoint in a newer format (the
+// way back after a downgrade) with --force only: which relay wrote it, and
+// whether it still runs, is unknown. Other errors come back as they are.
+func (w writeFlags) overNewer(err error) error {
+	if err == nil || !errors.Is(err, checkpoint.ErrNewerFormat) {
+		return err
+	}
+	if !*w.force {
+		return fmt.Errorf("%w: a newer outbox-relay wrote it and may still be running: stop it, then pass --force to replace its checkpoint", err)
+	}
+	fmt.Fprintf(os.Stderr, "warning: %v: replacing it (--force)\n", err)
+	return nil
+}
+
 // guard refuses while a relay looks live and asks for confirmation.
 func (w writeFlags) guard(cfg config.Config, cur *checkpoint.Checkpoint, action string) error {
 	if cur != nil && !*w.force {
@@ -474,7 +489,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 		return err
 	}
 	store, cur, err := currentCheckpoint(ctx, cfg, false)
-	if err != nil {
+	if err := w.overNewer(err); err != nil {
 		return err
 	}
 	from := "(none)"
@@ -607,22 +622,27 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
 	store, cur, err := currentCheckpoint(ctx, cfg, false)
-	if err != nil {
+	newer := err != nil
+	if err := w.overNewer(err); err != nil {
 		return err
 	}
-	if cur == nil {
+	from := "(a newer format)"
+	switch {
+	case cur != nil:
+		from = cur.GTIDSet
+	case !newer:
 		fmt.Printf("no checkpoint for %s: nothing to reset\n", cfg.Name)
 		return nil
 	}
-	if err := w.guard(cfg, cur, fmt.Sprintf("delete the checkpoint of %s (at %q); the relay then starts at source.start (%s)", cfg.Name, cur.GTIDSet, cfg.Source.Start)); err != nil {
+	if err := w.guard(cfg, cur, fmt.Sprintf("delete the checkpoint of %s (at %s); the relay then starts at source.start (%s)", cfg.Name, strconv.Quote(from), cfg.Source.Start)); err != nil {
 		return err
 	}
 	log := newLogger(cfg.Log, nil)
 	if err := writeCheckpoint(cfg, store, nil, log); err != nil {
 		return err
 	}
-	log.Info().Str("name", cfg.Name).Str("from", cur.GTIDSet).Msg("checkpoint reset")
-	fmt.Printf("checkpoint of %s: %s -> (none)\n", cfg.Name, cur.GTIDSet)
+	log.Info().Str("name", cfg.Name).Str("from", from).Msg("checkpoint reset")
+	fmt.Printf("checkpoint of %s: %s -> (none)\n", cfg.Name, from)
 	return nil
 }
 

@@ -158,14 +158,38 @@ func replayRows(conn *client.Conn, cfg config.Config, t string, o replayOpts) ([
 			args = append(args, id)
 		}
 	}
-	for _, c := range []struct{ v, cond string }{{sqlTime(o.since), quoteIdent(timeCol) + " >= ?"}, {sqlTime(o.until), quoteIdent(timeCol) + " < ?"},
-		{o.aggregateType, quoteIdent(rc.AggregateTypeColumn) + " = ?"}, {o.aggregID, quoteIdent(rc.AggregateIDColumn) + " = ?"}} {
+	for _, c := range []struct{ v, cond string }{{o.since, quoteIdent(timeCol) + " >= "}, {o.until, quoteIdent(timeCol) + " < "}} {
+		if c.v == "" {
+			continue
+		}
+		v, absolute := sqlTime(c.v)
+		if absolute {
+			// An absolute (RFC 3339) time is compared in the session's time
+			// zone, the zone DEFAULT CURRENT_TIMESTAMP fills a DATETIME in
+			// and TIMESTAMP columns are shown in.
+			where = append(where, c.cond+"CONVERT_TZ(?, '+00:00', @@SESSION.time_zone)")
+		} else {
+			where = append(where, c.cond+"?")
+		}
+		args = append(args, v)
+	}
+	for _, c := range []struct{ v, cond string }{{o.aggregateType, quoteIdent(rc.AggregateTypeColumn) + " = ?"}, {o.aggregID, quoteIdent(rc.AggregateIDColumn) + " = ?"}} {
 		if c.v != "" {
 			where = append(where, c.cond)
 			args = append(args, c.v)
 		}
 	}
-	q := "SELECT * FROM " + qt + " WHERE " + strings.Join(where, " AND ") + " ORDER BY " + quoteIdent(timeCol) +
+	order := quoteIdent(timeCol)
+	seq, err := autoIncrementColumn(conn, t)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", t, err)
+	}
+	if seq != "" {
+		// Rows of one statement share a time; the auto-increment value
+		// is their write order (ties otherwise: docs/application-kit.md).
+		order += ", " + quoteIdent(seq)
+	}
+	q := "SELECT * FROM " + qt + " WHERE " + strings.Join(where, " AND ") + " ORDER BY " + order +
 		fmt.Sprintf(" LIMIT %d", o.maxRows+1)
 	res, err := conn.Execute(q, args...)
 	if err != nil {
@@ -191,13 +215,27 @@ func replayRows(conn *client.Conn, cfg config.Config, t string, o replayOpts) ([
 	return out, nil
 }
 
-// sqlTime turns an RFC 3339 time into the server's DATETIME text (UTC);
-// anything else is passed as written.
-func sqlTime(s string) string {
+// sqlTime turns an RFC 3339 time into DATETIME text in UTC (absolute:
+// the caller converts it to the session's zone); anything else is passed
+// as written, in the server's terms.
+func sqlTime(s string) (string, bool) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC().Format("2006-01-02 15:04:05.999999")
+		return t.UTC().Format("2006-01-02 15:04:05.999999"), true
 	}
-	return s
+	return s, false
+}
+
+// autoIncrementColumn names table t's auto-increment column, "" if none.
+func autoIncrementColumn(conn *client.Conn, t string) (string, error) {
+	db, tbl, _ := strings.Cut(t, ".")
+	res, err := conn.Execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND EXTRA LIKE '%auto_increment%'", db, tbl)
+	if err != nil {
+		return "", fmt.Errorf("read auto-increment column: %w", err)
+	}
+	if res.RowNumber() == 0 {
+		return "", nil
+	}
+	return res.GetString(0, 0)
 }
 
 // tableRouter builds the router of one table's settings.
@@ -321,10 +359,19 @@ func publishInSession(ctx context.Context, sess *kgo.GroupTransactSession, recs 
 	return nil
 }
 
+// createRefused reports a CreateTopics refusal that still lets the
+// principal write a topic created beforehand (least privilege: no CREATE),
+// as the relay's sink treats it.
+func createRefused(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, kerr.PolicyViolation)
+}
+
 // ensureTopics creates the records' topics that are missing, as the relay
 // would (kafka.topic_partitions, kafka.replication_factor), and refuses a
 // record whose chosen partition (placement partition) its topic lacks,
-// before anything is produced.
+// before anything is produced. A refused creation (no CREATE permission)
+// is fine for a topic that exists.
 func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs []*kgo.Record) error {
 	seen := map[string]bool{}
 	var topics []string
@@ -342,18 +389,42 @@ func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs 
 	adm := kadm.NewClient(cl)
 	cctx, cancel := context.WithTimeout(ctx, cfg.Kafka.RequestTimeout)
 	defer cancel()
+	refused := map[string]error{} // creation refused: fine if the topic exists
 	res, err := adm.CreateTopics(cctx, cfg.Kafka.TopicPartitions, cfg.Kafka.ReplicationFactor, nil, topics...)
-	if err != nil {
+	switch {
+	case err != nil && createRefused(err):
+		for _, t := range topics {
+			refused[t] = err
+		}
+	case err != nil:
 		return fmt.Errorf("create topics: %w", err)
 	}
 	for _, r := range res.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+		switch {
+		case r.Err == nil || errors.Is(r.Err, kerr.TopicAlreadyExists):
+		case createRefused(r.Err):
+			refused[r.Topic] = r.Err
+		default:
 			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
 		}
 	}
 	details, err := adm.ListTopics(cctx, topics...)
 	if err != nil {
 		return fmt.Errorf("list topics: %w", err)
+	}
+	for _, t := range topics {
+		cerr, ok := refused[t]
+		if !ok {
+			continue
+		}
+		if d, found := details[t]; !found || d.Err != nil {
+			var derr error = kerr.UnknownTopicOrPartition
+			if found {
+				derr = d.Err
+			}
+			return fmt.Errorf("topic %s does not exist and creating it was refused (%v): create it beforehand, or grant the principal CREATE (describe: %w); nothing was published", t, cerr, derr)
+		}
+		fmt.Fprintf(os.Stderr, "warning: kafka refused to create topic %s (%v): using it as it exists\n", t, cerr)
 	}
 	for _, r := range recs {
 		if r.Context != explicitReplayPartition {

@@ -13,6 +13,9 @@ import (
 // checkHostPort accepts host:port with a port from 1 to 65535 (0 too when
 // listening, for any free port); an empty host only when listening.
 func checkHostPort(v string, listen bool) error {
+	if strings.Contains(v, "@") || strings.Contains(v, "://") {
+		return errors.New("is a URL or holds credentials: write host:port only, with the user and password in their own settings")
+	}
 	host, port, err := net.SplitHostPort(v)
 	if err != nil {
 		return errors.New("is not host:port: write it as host:port, such as db1:3306 or [::1]:3306")
@@ -118,4 +121,13 @@ func allDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// maskUserinfo hides what comes before the last '@' of a host:port (a
+// URL's user and password) so that an error can show the rest.
+func maskUserinfo(v string) string {
+	if i := strings.LastIndexByte(v, '@'); i >= 0 {
+		return "***" + v[i:]
+	}
+	return v
 }

@@ -208,17 +208,25 @@ type RouterConfig struct {
 	InvalidOp InvalidOp `yaml:"invalid_op"`
 	// Tables overrides these settings for single outbox tables (db.table).
 	Tables map[string]RouterConfig `yaml:"tables,omitempty"`
+	// complete marks an entry of Tables that Load decoded onto a copy of
+	// the router: For returns it as it is.
+	complete bool
 }
 
-// For returns the settings of table: every setting the table's entry in
-// Tables sets, on top of r. Load already decodes each entry onto a copy of
-// r, so its entries are complete; an entry built in code holds only the
-// settings it changes. A table with another preset takes that preset's
-// column names for the columns it does not set.
+// For returns the settings of table. Load decodes each entry onto a copy
+// of r, so an entry it built is complete and comes back as it is (a
+// setting the table sets to "" stays ""). An entry built in code holds only
+// the settings it changes: its non-zero settings go on top of r, and a
+// table with another preset takes that preset's column names for the
+// columns it does not set.
 func (r RouterConfig) For(table string) RouterConfig {
 	o, ok := r.Tables[table]
 	if !ok {
 		return r
+	}
+	if o.complete {
+		o.Tables = nil
+		return o
 	}
 	out := r
 	out.Tables = nil
@@ -228,12 +236,27 @@ func (r RouterConfig) For(table string) RouterConfig {
 	}
 	ov, dst := reflect.ValueOf(o), reflect.ValueOf(&out).Elem()
 	for i := range ov.NumField() {
-		if f := ov.Field(i); dst.Type().Field(i).Name != "Tables" && !f.IsZero() {
-			dst.Field(i).Set(f)
+		if sf := dst.Type().Field(i); sf.Name != "Tables" && sf.IsExported() && !ov.Field(i).IsZero() {
+			dst.Field(i).Set(ov.Field(i))
 		}
 	}
 	out.applyPreset()
 	return out
+}
+
+// MarshalYAML writes each entry of Tables complete (as For returns it),
+// so that a router whose entries were built in code, holding only the
+// settings they change, loads again as the same settings.
+func (r RouterConfig) MarshalYAML() (any, error) {
+	type plain RouterConfig // without this method
+	p := plain(r)
+	if len(r.Tables) > 0 {
+		p.Tables = make(map[string]RouterConfig, len(r.Tables))
+		for t := range r.Tables {
+			p.Tables[t] = r.For(t)
+		}
+	}
+	return p, nil
 }
 
 // AdditionalField is one more column in the record.
@@ -408,9 +431,9 @@ func Load(path string) (Config, error) {
 
 // Parse is Load on bytes, with lookup standing in for the environment.
 func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return Config{}, fmt.Errorf("%w: %s: fix the YAML syntax (quote a value that contains \": \" or \" #\")", ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
+	doc, err := parseYAML(raw)
+	if err != nil {
+		return Config{}, err
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" {
 		return Config{}, fmt.Errorf("%w: the file is empty: write at least name, source (hosts, user, server_id, tables) and kafka.brokers", ErrInvalid)
@@ -461,58 +484,6 @@ func (e *ValidationError) Error() string { return invalid(e.Problems).Error() }
 // Unwrap returns ErrInvalid.
 func (e *ValidationError) Unwrap() error { return ErrInvalid }
 
-// withLines adds the line of each problem's key path, found in root.
-func withLines(err error, root *yaml.Node) error {
-	ve, ok := errors.AsType[*ValidationError](err)
-	if !ok {
-		return err
-	}
-	out := make([]string, len(ve.Problems))
-	for i, p := range ve.Problems {
-		key := problemKey(p)
-		if n := findKey(root, key); n != nil {
-			p = fmt.Sprintf("%s (line %d)%s", key, n.Line, p[len(key):])
-		}
-		out[i] = p
-	}
-	return &ValidationError{Problems: out}
-}
-
-// problemKey is the key path a problem starts with.
-func problemKey(p string) string { return p[:strings.IndexAny(p+" ", " :")] }
-
-// findKey finds the key node of a dotted key path such as source.user (the
-// element for source.hosts[1]), or the nearest enclosing key present.
-func findKey(n *yaml.Node, path string) *yaml.Node {
-	var found *yaml.Node
-	for _, part := range strings.Split(path, ".") {
-		name, idx := part, -1
-		if i := strings.IndexByte(part, '['); i > 0 && strings.HasSuffix(part, "]") {
-			name = part[:i]
-			fmt.Sscanf(part[i:], "[%d]", &idx)
-		}
-		if n == nil || n.Kind != yaml.MappingNode {
-			return found
-		}
-		var next, key *yaml.Node
-		for j := 0; j+1 < len(n.Content); j += 2 {
-			if n.Content[j].Value == name {
-				key, next = n.Content[j], n.Content[j+1]
-			}
-		}
-		if next == nil {
-			return found
-		}
-		found = key
-		if idx >= 0 && next.Kind == yaml.SequenceNode && idx < len(next.Content) {
-			next = next.Content[idx]
-			found = next
-		}
-		n = next
-	}
-	return found
-}
-
 // readSecrets fills passwords from their files.
 func (c *Config) readSecrets() error {
 	if f := c.Source.PasswordFile; f != "" {
@@ -528,6 +499,20 @@ func (c *Config) readSecrets() error {
 			return fmt.Errorf("%w: kafka.sasl.password_file: %v", ErrInvalid, err)
 		}
 		c.Kafka.SASL.Password = pw
+	}
+	// re-read at each authentication (rotated tokens): check them now, so
+	// that a typo stops here and not as failed authentications
+	for _, f := range []struct{ key, path string }{
+		{"token_file", c.Kafka.SASL.TokenFile},
+		{"secret_access_key_file", c.Kafka.SASL.SecretAccessKeyFile},
+		{"session_token_file", c.Kafka.SASL.SessionTokenFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := readSecret(f.path); err != nil {
+			return fmt.Errorf("%w: kafka.sasl.%s: %v", ErrInvalid, f.key, err)
+		}
 	}
 	return nil
 }
@@ -548,7 +533,7 @@ func (c *Config) Validate() error {
 	}
 	for i, h := range s.Hosts {
 		if err := checkHostPort(h, false); err != nil {
-			bad("source.hosts[%d]: %q %v", i, h, err)
+			bad("source.hosts[%d]: %q %v", i, maskUserinfo(h), err)
 		}
 	}
 	if s.User == "" {
@@ -597,7 +582,7 @@ func (c *Config) Validate() error {
 	}
 	for i, b := range k.Brokers {
 		if err := checkHostPort(b, false); err != nil {
-			bad("kafka.brokers[%d]: %q %v", i, b, err)
+			bad("kafka.brokers[%d]: %q %v", i, maskUserinfo(b), err)
 		}
 	}
 	if err := k.TLS.validate("kafka.tls"); err != nil {

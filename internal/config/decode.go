@@ -102,9 +102,7 @@ func kindName(n *yaml.Node) string {
 
 // decode sets out (addressable) from n.
 func (d *decoder) decode(path string, n *yaml.Node, out reflect.Value) {
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
+	n = d.resolve(path, n)
 	t := out.Type()
 	switch {
 	case t.Kind() == reflect.Struct && !reflect.PointerTo(t).Implements(textUnmarshalerType):
@@ -177,6 +175,11 @@ func (d *decoder) scalar(path string, n *yaml.Node, out reflect.Value) {
 		}
 		return
 	}
+	if k := out.Kind(); k >= reflect.Int && k <= reflect.Uint64 && c.ShortTag() == "!!float" {
+		// yaml.v3 would truncate it: 4242.9 into 4242
+		d.fail(path, n, "%q is not valid here: %s", v, hint(out.Type()))
+		return
+	}
 	if err := c.Decode(out.Addr().Interface()); err != nil {
 		d.fail(path, n, "%q is not valid here: %s", v, hint(out.Type()))
 	}
@@ -220,8 +223,11 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, out reflect.Value) {
 		d.decode(p, v, out.Field(fi))
 	}
 	if t == reflect.TypeFor[RouterConfig]() {
-		if i := slices.IndexFunc(n.Content, func(k *yaml.Node) bool { return k.Value == "tables" }); i >= 0 && i%2 == 0 {
-			d.routerTables(path+".tables", n.Content[i+1], out.Addr().Interface().(*RouterConfig))
+		for i := 0; i+1 < len(n.Content); i += 2 { // keys only: a value may be spelled "tables"
+			if n.Content[i].Value == "tables" {
+				d.routerTables(path+".tables", n.Content[i+1], out.Addr().Interface().(*RouterConfig))
+				break
+			}
 		}
 	}
 }
@@ -231,6 +237,7 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, out reflect.Value) {
 // another preset takes that preset's column names for the columns it does
 // not name itself.
 func (d *decoder) routerTables(path string, n *yaml.Node, r *RouterConfig) {
+	n = d.resolve(path, n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
 	}
@@ -241,8 +248,10 @@ func (d *decoder) routerTables(path string, n *yaml.Node, r *RouterConfig) {
 	r.Tables = map[string]RouterConfig{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
+		v = d.resolve(path+"."+k.Value, v) // an alias or merge keys: the keys it sets count as set
 		out := *r
 		out.Tables = nil
+		out.complete = true
 		out.AdditionalFields = slices.Clone(r.AdditionalFields)
 		p := path + "." + k.Value
 		if v.Kind == yaml.MappingNode {
@@ -276,4 +285,60 @@ func (d *decoder) routerTables(path string, n *yaml.Node, r *RouterConfig) {
 		out.applyPreset()
 		r.Tables[k.Value] = out
 	}
+}
+
+// resolve follows an alias and applies YAML merge keys ("<<: *common", or
+// a list of aliases) to a mapping, returning a copy: a key the mapping
+// sets itself wins over a merged one, and an earlier merged mapping wins
+// over a later one (the YAML merge key rules). Other nodes come back as
+// they are.
+func (d *decoder) resolve(path string, n *yaml.Node) *yaml.Node {
+	return d.resolveDepth(path, n, 0)
+}
+
+func (d *decoder) resolveDepth(path string, n *yaml.Node, depth int) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode || depth > 32 {
+		return n
+	}
+	var own, merged []*yaml.Node
+	hasMerge := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.ShortTag() != "!!merge" {
+			own = append(own, k, v)
+			continue
+		}
+		hasMerge = true
+		srcs := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			srcs = v.Content
+		}
+		for _, src := range srcs {
+			m := d.resolveDepth(path, src, depth+1)
+			if m.Kind != yaml.MappingNode {
+				d.fail(path+".<<", k, "got %s: a merge key takes a mapping or an alias of one (<<: *name), or a list of them", kindName(m))
+				continue
+			}
+			merged = append(merged, m.Content...)
+		}
+	}
+	if !hasMerge {
+		return n
+	}
+	set := map[string]bool{}
+	for i := 0; i < len(own); i += 2 {
+		set[own[i].Value] = true
+	}
+	c := *n
+	c.Content = slices.Clone(own)
+	for i := 0; i+1 < len(merged); i += 2 {
+		if !set[merged[i].Value] {
+			set[merged[i].Value] = true
+			c.Content = append(c.Content, merged[i], merged[i+1])
+		}
+	}
+	return &c
 }

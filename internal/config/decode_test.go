@@ -244,6 +244,9 @@ func TestPerTableInheritsEverySetting(t *testing.T) {
 	pv, ov := reflect.ValueOf(parent), reflect.ValueOf(other)
 	for i := range pv.NumField() {
 		name := pv.Type().Field(i).Name
+		if !pv.Type().Field(i).IsExported() {
+			continue
+		}
 		switch name {
 		case "Tables":
 			continue

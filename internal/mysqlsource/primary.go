@@ -444,7 +444,11 @@ func (p *Primary) log(g GTID, tx Tx) error {
 	gev := p.w.gtidEvent(g, f.seq, uint64(tx.Time.UnixMicro()), txLen, ver)
 	gev = p.w.gtidEvent(g, f.seq, uint64(tx.Time.UnixMicro()), txLen+uint64(len(gev)), ver)
 	gp := &g
-	p.append(f, gev, "Gtid", fmt.Sprintf("SET @@SESSION.GTID_NEXT= '%s'", g), gp, ts)
+	name := "Gtid"
+	if g.Tag != "" {
+		name = "Gtid_tagged_log_event" // how MySQL 8.3+ names it in SHOW BINLOG EVENTS
+	}
+	p.append(f, gev, name, fmt.Sprintf("SET @@SESSION.GTID_NEXT= '%s'", g), gp, ts)
 	for _, pt := range parts {
 		p.append(f, pt.ev, pt.typ, pt.info, gp, ts)
 	}

@@ -109,6 +109,11 @@ func (p *Primary) query(h *handler, q string) (*mysql.Result, error) {
 			}
 			h.heartbeat = time.Duration(ns)
 		}
+		if strings.Contains(upper, "@SLAVE_UUID") || strings.Contains(upper, "@REPLICA_UUID") {
+			if i := strings.Index(flat, "="); i >= 0 {
+				h.replicaUUID = strings.Trim(strings.TrimSpace(flat[i+1:]), "'\"")
+			}
+		}
 		return nil, nil
 	case strings.HasPrefix(upper, "KILL "):
 		return nil, nil

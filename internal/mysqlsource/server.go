@@ -109,8 +109,10 @@ type handler struct {
 	srvDone   chan struct{} // closed when the server closes
 	conn      *server.Conn
 	serverID  uint32
+	// replicaUUID is the @replica_uuid (@slave_uuid) the client set.
+	replicaUUID string
 	// kicked carries the error that ends this dump: a newer replica
-	// registered with the same server_id.
+	// registered with the same identity.
 	kicked chan error
 }
 
@@ -141,8 +143,12 @@ func (h *handler) HandleQuery(q string) (*mysql.Result, error) {
 }
 
 // HandleRegisterSlave needs REPLICATION SLAVE, as in MySQL. A replica
-// registering with the server_id of a connected one takes its place: the
-// older dump ends with error 1236.
+// registering with the identity of a connected one takes its place: the
+// older dump ends with error 1236. MySQL 8 (rpl_source.cc,
+// find_zombie_dump_thread) compares the @replica_uuid the clients set, and
+// the server_id only between clients that set none: go-mysql sets a fresh
+// random uuid on every connection, so two relays with one server_id both
+// go on streaming.
 func (h *handler) HandleRegisterSlave(data []byte) error {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
@@ -154,7 +160,7 @@ func (h *handler) HandleRegisterSlave(data []byte) error {
 	}
 	h.serverID = binary.LittleEndian.Uint32(data)
 	h.kicked = make(chan error, 1)
-	if old := h.p.replicas[h.serverID]; old != nil && old != h {
+	if old := h.p.replicas[h.serverID]; old != nil && old != h && old.replicaUUID == h.replicaUUID {
 		f := h.p.files[len(h.p.files)-1]
 		kick := mysql.NewError(mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG, fmt.Sprintf(
 			"A replica with the same server_uuid/server_id as this replica has connected to the source; the first event "+

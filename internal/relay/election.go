@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -175,26 +176,32 @@ func (r *Relay) newElector() *elector {
 	h := r.cfg.HA
 	return &elector{r: r, group: GroupID(r.cfg.Name), topic: h.LockTopic, session: h.SessionTimeout,
 		heartbeat: h.HeartbeatInterval, guard: h.SessionTimeout - 2*h.HeartbeatInterval, assigned: make(chan struct{}, 1),
-		refused: make(chan error, 1), instanceID: InstanceID(h.InstanceID)}
+		refused: make(chan error, 1), instanceID: InstanceID(r.cfg)}
 }
 
-// InstanceID is the lock group's static membership id for the configured
-// ha.instance_id: itself, or the host name (characters Kafka does not take
-// in an id replaced by '-').
-func InstanceID(configured string) string {
-	if configured != "" {
-		return configured
+// InstanceID is the lock group's static membership id of an instance with
+// configuration cfg: ha.instance_id, or by default the host name, the
+// source.server_id and the port of http.listen, which instances sharing a
+// host are told to give each their own (characters Kafka does not take in
+// an id replaced by '-').
+func InstanceID(cfg config.Config) string {
+	if cfg.HA.InstanceID != "" {
+		return cfg.HA.InstanceID
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "localhost"
+	}
+	id := host + "-" + strconv.FormatUint(uint64(cfg.Source.ServerID), 10)
+	if _, port, err := net.SplitHostPort(cfg.HTTP.Listen); err == nil && port != "" {
+		id += "-" + port
 	}
 	return strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
 			return r
 		}
 		return '-'
-	}, host)
+	}, id)
 }
 
 // current is the term in progress; nil in standby.
@@ -291,6 +298,9 @@ func (e *elector) join(ctx context.Context) error {
 	if e.clientID == "" {
 		e.clientID = e.fingerprint() + "-" + strconv.FormatUint(rand.Uint64(), 36)
 	}
+	if err := e.awaitInstanceID(ctx); err != nil {
+		return err
+	}
 	opts = append(opts, kgo.ClientID(e.clientID))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -329,6 +339,60 @@ func (e *elector) join(ctx context.Context) error {
 	e.r.metrics.LeaseUntil(now.Add(e.guard))
 	e.cl = cl
 	return nil
+}
+
+// awaitInstanceID waits, before joining, until no member of the lock
+// group holds this instance's id. Joining with the id of a member takes
+// its place at once: right for this instance's own earlier process that
+// died (kill -9: its member lingers until its session ends), wrong for a
+// live instance that shares the id (two instances on one host with the
+// same settings), which would be evicted while active. A member of a dead
+// process is gone within a session timeout; one still there after that is
+// alive, and this instance refuses to start (configuration error) rather
+// than take its place. Errors reaching Kafka are left to the join.
+func (e *elector) awaitInstanceID(ctx context.Context) error {
+	cl, err := kgo.NewClient(e.r.kopts...)
+	if err != nil {
+		return nil
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(e.session + 2*e.heartbeat + time.Second)
+	logged := false
+	for {
+		dctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
+		groups, err := adm.DescribeGroups(dctx, e.group)
+		cancel()
+		if err != nil || groups.Error() != nil {
+			return nil
+		}
+		var holder *kadm.DescribedGroupMember
+		for _, g := range groups {
+			for i, m := range g.Members {
+				if m.InstanceID != nil && *m.InstanceID == e.instanceID {
+					holder = &g.Members[i]
+				}
+			}
+		}
+		if holder == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: a live member of the lock group %s (%s, %s) has this instance's ha.instance_id %q "+
+				"(by default the host name, source.server_id and the port of http.listen): give every instance of pipeline %s its own",
+				config.ErrInvalid, e.group, holder.ClientHost, holder.ClientID, e.instanceID, e.r.cfg.Name)
+		}
+		if !logged {
+			e.r.log.Info().Str("instance_id", e.instanceID).Str("member", holder.ClientID).
+				Msg("a member with this instance id is in the lock group (this instance's earlier process, or another one): waiting for it to leave")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(e.heartbeat):
+		}
+	}
 }
 
 // ensureTopic creates the one-partition lock topic if it is missing.
@@ -730,14 +794,18 @@ func (r *Relay) elect(ctx context.Context) error {
 			r.metrics.Errors.WithLabelValues(kind(err)).Inc()
 			r.log.Warn().Err(err).Msg("rejoin the lock group")
 			if err := r.rejoin(ctx, e); err != nil {
-				return nil
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
 			}
 		}
 	}
 }
 
-// rejoin retries joining the lock group with back-off until it succeeds or
-// ctx ends (then it returns ctx's error).
+// rejoin retries joining the lock group with back-off until it succeeds,
+// ctx ends (then it returns ctx's error) or the join is refused for good
+// (a configuration error: another live instance has this one's id).
 func (r *Relay) rejoin(ctx context.Context, e *elector) error {
 	backoff := time.Second
 	for {
@@ -750,6 +818,9 @@ func (r *Relay) rejoin(ctx context.Context, e *elector) error {
 		err := e.join(ctx)
 		if err == nil || ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, config.ErrInvalid) {
+			return err
 		}
 		r.log.Warn().Err(err).Msg("rejoin the lock group")
 		backoff = min(backoff*2, 30*time.Second)

@@ -293,10 +293,11 @@ func TestElectionRefusedSessionTimeout(t *testing.T) {
 }
 
 // Two live instances with one ha.instance_id (two processes on one host
-// with the default, the host name): the newer member takes the older one's
-// place, and the older one is told so by the coordinator. It must not
-// rejoin (each would keep taking the other's place) but stop with a
-// configuration error naming the setting.
+// with the same settings): the newcomer must not take the place of the
+// live member (it would evict an active instance); it waits for the
+// member to leave, as it would for its own dead process, and refuses to
+// start with a configuration error naming the setting when the member is
+// still there after a session timeout. The incumbent keeps its lease.
 func TestElectionSameInstanceIDRefused(t *testing.T) {
 	ec := newElectionCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -309,20 +310,65 @@ func TestElectionSameInstanceIDRefused(t *testing.T) {
 	}
 	r2 := ec.relay(t)
 	r2.cfg.HA.InstanceID = r1.cfg.HA.InstanceID
-	b := joined(t, r2)
-	go func() { _, _ = b.acquire(ctx) }()
-	select {
-	case <-la.lost:
-	case <-ctx.Done():
-		t.Fatal("the older instance kept its lease after another joined with its instance id")
+	b := r2.newElector()
+	began := time.Now()
+	err = b.join(ctx)
+	if err == nil {
+		b.leave()
+		t.Fatal("a second live instance with the same ha.instance_id joined the lock group")
 	}
-	a.end(la)
-	select {
-	case err := <-a.refused:
-		if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "ha.instance_id") {
-			t.Fatalf("refusal %v, want a configuration error naming ha.instance_id", err)
+	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "ha.instance_id") {
+		t.Fatalf("join: %v, want a configuration error naming ha.instance_id", err)
+	}
+	if waited := time.Since(began); waited < r2.cfg.HA.SessionTimeout {
+		t.Errorf("refused after %s: a dead process's member may linger for a session timeout (%s)", waited, r2.cfg.HA.SessionTimeout)
+	}
+	if err := la.err(); err != nil {
+		t.Fatalf("the incumbent lost its lease: %v", err)
+	}
+}
+
+// An instance restarted after a kill -9 finds its earlier process's member
+// in the group: it waits for that member's session to end, then joins,
+// and the member that is active meanwhile keeps its lease.
+func TestElectionRestartWaitsForOwnDeadMember(t *testing.T) {
+	ec := newElectionCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := joined(t, ec.relay(t))
+	la, err := a.acquire(ctx)
+	if err != nil || la == nil {
+		t.Fatalf("active: lease %v, err %v", la, err)
+	}
+	rs := ec.relay(t)
+	s := rs.newElector()
+	if err := s.join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// kill -9 of the standby: a static member's client stops without
+	// leaving the group.
+	s.cl.Close()
+	restarted := rs.newElector()
+	if err := restarted.join(ctx); err != nil {
+		t.Fatalf("restarted standby: %v", err)
+	}
+	t.Cleanup(restarted.leave)
+	adm := kadm.NewClient(restarted.cl)
+	for { // until the rebalance its join started is over
+		groups, err := adm.DescribeGroups(ctx, restarted.group)
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-ctx.Done():
-		t.Fatal("the older instance was not refused")
+		if g := groups[restarted.group]; g.State == "Stable" && len(g.Members) == 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the group did not settle with the restarted standby: %+v", groups)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := la.err(); err != nil {
+		t.Fatalf("the active instance lost its lease when a standby restarted: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -388,11 +389,17 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	if l.done != nil {
 		reader.Published(l.done)
 	}
+	// The reader's own context: a stale host (stale.go) ends the stream,
+	// never the sink's work in hand.
+	readCtx, stopReading := context.WithCancel(runCtx)
+	defer stopReading()
 	go func() {
 		defer close(readerDone)
-		readErr <- reader.Run(runCtx, from, events)
+		readErr <- reader.Run(readCtx, from, events)
 	}()
 	go r.sampleSource(runCtx, srv, reader) // behind bytes, binlog retention
+	var stale atomic.Pointer[error]
+	go r.watchStale(runCtx, srv, &stale, stopReading)
 	defer func() {
 		cancel()
 		<-readerDone
@@ -402,7 +409,11 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		Str("from", from).Bool("checkpoint", cp != nil).Str("delivery", r.cfg.Kafka.Delivery).Msg("relay started")
 	*started = true
 	r.metrics.Ready.Store(true)
-	return r.judgeStream(srv, from, l.run(ctx, events, readErr))
+	err = l.run(ctx, events, readErr)
+	if p := stale.Load(); p != nil && ctx.Err() == nil && !fatal(err) {
+		return r.judgeStale(srv, from, *p)
+	}
+	return r.judgeStream(srv, from, err)
 }
 
 // tracker starts the schema tracker at the start position: the layout the

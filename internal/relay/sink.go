@@ -492,7 +492,7 @@ func classify(err error) error {
 // id, or the coordinator aborted the transaction.
 func fencing(ke *kerr.Error) bool {
 	switch ke.Code {
-	case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.TransactionalIDAuthorizationFailed.Code, kerr.InvalidTxnState.Code:
+	case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.InvalidTxnState.Code:
 		return true
 	}
 	return false

@@ -288,7 +288,7 @@ func TestClassify(t *testing.T) {
 
 		{kerr.ProducerFenced, ErrFenced},
 		{kerr.InvalidProducerEpoch, ErrFenced},
-		{kerr.TransactionalIDAuthorizationFailed, ErrFenced},
+		{kerr.TransactionalIDAuthorizationFailed, ErrRejected}, // a missing ACL, not another producer: stop, do not rejoin
 		{kerr.InvalidTxnState, ErrFenced},
 
 		{kerr.MessageTooLarge, ErrRejected},

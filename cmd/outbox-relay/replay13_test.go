@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+// Without CREATE, a topic that does not exist stops replay before anything
+// is produced, naming the topic and what to do.
+func TestReplayEnsureTopicsMissingWithoutCreate(t *testing.T) {
+	const topic = "outbox.event.Missing"
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableACLs(), kfake.EnableSASL(),
+		kfake.Superuser("PLAIN", "admin", "admin"),
+		kfake.User("PLAIN", "relay", "pw",
+			kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite, Allow: true},
+		))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cfg := config.Default()
+	kopts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...), kgo.SASL(plain.Auth{User: "relay", Pass: "pw"}.AsMechanism())}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = ensureTopics(ctx, cfg, kopts, []*kgo.Record{{Topic: topic, Key: []byte("1"), Value: []byte("{}")}})
+	if err == nil || !strings.Contains(err.Error(), "topic "+topic+" does not exist and creating it was refused") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -1,0 +1,201 @@
+//go:build integration
+
+package itest
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+)
+
+func attack14Gauge(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s: no single series", name)
+	return 0
+}
+
+func attack14State(m *metrics.Metrics) string { return string(m.State()) }
+
+// Attack 14: a Kafka outage is the outage during which the source keeps
+// purging binlogs while the checkpoint does not move (a source outage
+// purges nothing). The runbook's OutboxRelayPurgeMarginLow: "It falls when
+// the pipeline is stuck". But once Kafka stops answering the lock group,
+// the active instance drops to standby, and purge margin (and checkpoint
+// age) are NaN on a standby: during a Kafka outage of any length the purge
+// alerts cannot fire, and the relay later stops with exit 66.
+func TestAttack14PurgeMarginBlindDuringKafkaOutage(t *testing.T) {
+	if err := env.DB.Exec("SET GLOBAL expire_logs_days = 7"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.DB.Exec("SET GLOBAL expire_logs_days = 0") }()
+	k, s, cfg := env.Pipeline(t)
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	if _, err := s.Write(t.Context(), WriteOptions{Writers: 1, Transactions: 3, Devices: 2}); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, func() error {
+		if v := attack14Gauge(t, p.Metrics, "outbox_relay_checkpoint_purge_margin_seconds"); math.IsNaN(v) {
+			return errString("margin not known yet")
+		}
+		return nil
+	})
+	before := attack14Gauge(t, p.Metrics, "outbox_relay_checkpoint_purge_margin_seconds")
+	t.Logf("streaming: state %s, purge margin %.0fs", attack14State(p.Metrics), before)
+
+	k.Stop(t) // Kafka outage; the source keeps its (7-day) purge schedule
+	time.Sleep(20 * time.Second)
+	margin := attack14Gauge(t, p.Metrics, "outbox_relay_checkpoint_purge_margin_seconds")
+	age := attack14Gauge(t, p.Metrics, "outbox_relay_checkpoint_age_seconds")
+	t.Logf("Kafka down 20s: state %s, purge margin %v, checkpoint age %v", attack14State(p.Metrics), margin, age)
+	if math.IsNaN(margin) {
+		t.Fatalf("during a Kafka outage the purge margin is NaN (state %s): OutboxRelayPurgeMarginLow/Critical cannot fire while the checkpoint ages", attack14State(p.Metrics))
+	}
+	k.Start(t)
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// Attack 14: outbox_relay_source_lag_seconds is "0 once a heartbeat arrived
+// after the last transaction handled", and nothing clears that until the
+// NEXT COMMIT is handled. A bulk INSERT ... SELECT of outbox rows (one big
+// transaction, "any size" in the README) arriving at an idle relay is read
+// and published for as long as Kafka takes; all that time the relay is
+// behind (the transaction was committed long ago, more may follow) but the
+// lag reads 0, so OutboxRelayLagHigh cannot fire, and checkpoints with a
+// partial keep OutboxRelayCheckpointStalled quiet too. Kafka is slowed
+// down here (each produce answered after 300ms, batches of 20 records) to
+// stretch a 3000-row transaction over a minute and more.
+func TestAttack14LagZeroWhileReadingBigTransaction(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	cfg.Kafka.Batch.MaxRecords = 20
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	time.Sleep(3 * time.Second) // idle: heartbeats (1s) arrive, lag 0
+	if lag := attack14Gauge(t, p.Metrics, "outbox_relay_source_lag_seconds"); lag != 0 {
+		t.Fatalf("idle lag %v", lag)
+	}
+	k.Cluster.ControlKey(0 /* Produce */, func(kmsgReq kmsgRequest) (kmsgResponse, error, bool) {
+		k.Cluster.KeepControl()
+		k.Cluster.SleepControl(func() { time.Sleep(300 * time.Millisecond) })
+		return nil, nil, false
+	})
+	committed := time.Now()
+	if err := s.BigInsert(3000, "bulk"); err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for i := 0; i < 12; i++ {
+		time.Sleep(5 * time.Second)
+		lag := attack14Gauge(t, p.Metrics, "outbox_relay_source_lag_seconds")
+		behind := attack14Gauge(t, p.Metrics, "outbox_relay_source_behind_bytes")
+		age := attack14Gauge(t, p.Metrics, "outbox_relay_checkpoint_age_seconds")
+		pub := CountAll(t, k.Brokers, cfg.Router.TopicPrefix)
+		t.Logf("%3.0fs after the commit: lag %v, behind_bytes %v, checkpoint age %.1f, records published %d, state %s",
+			time.Since(committed).Seconds(), lag, behind, age, pub, attack14State(p.Metrics))
+		if pub >= 3000 {
+			break
+		}
+		if lag == 0 && time.Since(committed) > 30*time.Second {
+			worst = time.Since(committed).Seconds()
+		}
+	}
+	if worst > 0 {
+		t.Fatalf("the relay was still publishing a transaction committed %.0fs ago, and lag read 0", worst)
+	}
+}
+
+type (
+	kmsgRequest  = kmsg.Request
+	kmsgResponse = kmsg.Response
+)
+
+// Attack 14: outbox_relay_source_behind_bytes after a restart on a quiet
+// source. The server starts a GTID dump at the beginning of the binlog
+// file that holds the position, skips (does not send) the transactions the
+// relay has, then sends heartbeats. The reader's position moves only on
+// events it receives (heartbeats, which carry the server's position, are
+// ignored), so it stays at offset 4 of the file: behind_bytes reports the
+// size of the binlog file (up to max_binlog_size, 1 GiB) for a relay that
+// is at the head, until the next transaction.
+func TestAttack14BehindBytesAfterRestartOnQuietSource(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	if err := s.BigInsert(2000, "fill"); err != nil { // some bytes in the current binlog
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	p2 := RunRelay(t, cfg)
+	p2.WaitReady(t)
+	time.Sleep(12 * time.Second) // two samples (every 5s); the source is quiet
+	behind := attack14Gauge(t, p2.Metrics, "outbox_relay_source_behind_bytes")
+	lag := attack14Gauge(t, p2.Metrics, "outbox_relay_source_lag_seconds")
+	rows, err := env.DB.Query("SHOW MASTER STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restarted relay at the head of a quiet source: behind_bytes %v, lag %v; server: %v", behind, lag, rows)
+	if behind > 1000 {
+		t.Fatalf("a relay at the head reports %.0f bytes behind", behind)
+	}
+}
+
+// Attack 14: deploy/systemd/outbox-relay.service runs `outbox-relay check`
+// as ExecStartPre. check FAILs "binlog retention" (exit 1) as soon as the
+// checkpoint is older than the server's retention setting, whether or not
+// anything was purged (a server purges only at a rotation, and with GTIDs
+// nothing is lost while the binlogs after the checkpoint are there). Its
+// own fix says "start the relay now", but under the unit that is
+// impossible: ExecStartPre fails, Restart=on-failure (exit 1 is not in
+// RestartPreventExitStatus) retries every 10s forever, `run` never starts,
+// no /metrics is ever served (so OutboxRelayStoppedFatal never fires). Here
+// `run` streams fine from the same checkpoint.
+func TestAttack14SystemdCheckBlocksARelayThatWouldRun(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	if _, err := s.Write(t.Context(), WriteOptions{Writers: 1, Transactions: 3, Devices: 2}); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The relay was down longer than retention (here: retention ~9s).
+	if err := env.DB.Exec("SET GLOBAL expire_logs_days = 0.0001"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.DB.Exec("SET GLOBAL expire_logs_days = 0") }()
+	time.Sleep(12 * time.Second)
+	path := WriteConfig(t, cfg)
+	out, _, code := env.CLI(t, "check", "--config", path)
+	t.Logf("ExecStartPre `check`: exit %d\n%s", code, out)
+	p2 := RunRelay(t, cfg)
+	p2.WaitReady(t)
+	if _, err := s.Write(t.Context(), WriteOptions{Writers: 1, Transactions: 2, Devices: 2, Tag: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	t.Logf("`run` from the same checkpoint streams and checkpoints the new transactions")
+	if code != 0 {
+		t.Fatalf("the unit's ExecStartPre exits %d (restarted every 10s forever) for a checkpoint `run` resumes from fine", code)
+	}
+}
