@@ -26,7 +26,11 @@ import (
 func TestAttack14RDSRetentionUnreadableWithDocumentedGrants(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := devdb.Start(ctx, devdb.Options{Dir: filepath.Join(t.TempDir(), "db"),
+	// Real RDS keeps its data under /rdsdbdata/ (@@datadir, readable by any
+	// user): without it a denied mysql.rds_configuration cannot be told
+	// from an ordinary server's, which also answers 1142 to this user
+	// (retention14_test.go), so the simulation places its data there too.
+	srv, err := devdb.Start(ctx, devdb.Options{Dir: filepath.Join(t.TempDir(), "rdsdbdata", "db"),
 		Settings: map[string]string{"expire-logs-days": "7"}})
 	if errors.Is(err, devdb.ErrNotInstalled) {
 		t.Skip("MariaDB not installed")

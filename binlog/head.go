@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
 // NoExpiry is the Retention of a server that never purges binlogs by age.
@@ -18,13 +19,18 @@ const NoExpiry time.Duration = -1
 // them by age: MariaDB expire_logs_days (a fraction of days from 10.6) or
 // binlog_expire_logs_seconds (10.6+, the same setting in seconds); MySQL
 // binlog_expire_logs_seconds, else expire_logs_days, NoExpiry with
-// binlog_expire_logs_auto_purge OFF; Amazon RDS and Aurora MySQL the
-// 'binlog retention hours' of mysql.rds_configuration, which replaces them
-// (NULL there: purged as soon as the server can, reported as one second).
-// NoExpiry when every setting is 0. A value it cannot read is an error.
+// binlog_expire_logs_auto_purge OFF (8.0.29+); Amazon RDS and Aurora MySQL
+// the 'binlog retention hours' of mysql.rds_configuration, which replaces
+// them (NULL there: purged as soon as the server can, reported as one
+// second). NoExpiry when every setting is 0. A value it cannot read is an
+// error, and so is an RDS or Aurora server (datadir under /rdsdbdata/,
+// basedir under /rdsdbbin/, or aurora_version set) whose
+// mysql.rds_configuration the user may not read (ErrRDSRetentionDenied):
+// its variables are not what it does.
 func Retention(conn *client.Conn) (time.Duration, error) {
 	rows, err := Query(conn, `SHOW GLOBAL VARIABLES WHERE Variable_name IN
-		('expire_logs_days','binlog_expire_logs_seconds','binlog_expire_logs_auto_purge')`)
+		('expire_logs_days','binlog_expire_logs_seconds','binlog_expire_logs_auto_purge',
+		'basedir','datadir','aurora_version')`)
 	if err != nil {
 		return 0, fmt.Errorf("read binlog retention: %w", err)
 	}
@@ -32,13 +38,30 @@ func Retention(conn *client.Conn) (time.Duration, error) {
 	for _, r := range rows {
 		vars[strings.ToLower(r[0])] = r[1]
 	}
-	if rds, ok, err := rdsRetention(conn); err != nil || ok {
+	if rds, ok, err := rdsRetention(conn, vars); err != nil || ok {
 		return rds, err
 	}
-	return retentionOf(vars)
+	return RetentionOf(vars)
 }
 
-func retentionOf(vars map[string]string) (time.Duration, error) {
+// ErrRDSRetentionDenied: the server is Amazon RDS or Aurora and the user
+// may not read mysql.rds_configuration, which holds its binlog retention.
+var ErrRDSRetentionDenied = errors.New("read rds binlog retention hours: SELECT on mysql.rds_configuration denied (grant it to the relay's user)")
+
+// IsRDS tells Amazon RDS and Aurora MySQL apart from other servers by
+// variables any user can read (SHOW GLOBAL VARIABLES): RDS installs the
+// server under /rdsdbbin/ and its data under /rdsdbdata/; Aurora has
+// aurora_version.
+func IsRDS(vars map[string]string) bool {
+	return strings.Contains(vars["datadir"], "/rdsdbdata/") || strings.HasPrefix(vars["basedir"], "/rdsdbbin/") ||
+		vars["aurora_version"] != ""
+}
+
+// RetentionOf is Retention from the server variables alone
+// (binlog_expire_logs_auto_purge, binlog_expire_logs_seconds,
+// expire_logs_days; missing ones count as unset), for callers that have
+// read them: `check` judges retention with it as the metrics do.
+func RetentionOf(vars map[string]string) (time.Duration, error) {
 	if strings.EqualFold(vars["binlog_expire_logs_auto_purge"], "OFF") {
 		return NoExpiry, nil
 	}
@@ -63,12 +86,26 @@ func retentionOf(vars map[string]string) (time.Duration, error) {
 	return NoExpiry, nil
 }
 
-// rdsRetention reads Amazon RDS's binlog retention; ok is false on a server
-// without mysql.rds_configuration (or without the right to read it).
-func rdsRetention(conn *client.Conn) (d time.Duration, ok bool, err error) {
+// rdsRetention reads Amazon RDS's binlog retention; ok is false on a
+// server without mysql.rds_configuration (error 1146). A user without
+// SELECT on it gets error 1142 whether or not the table exists (MySQL and
+// MariaDB check the grant first), so a denial is "not RDS" only on a
+// server that does not look like RDS (IsRDS); on one that does it is
+// ErrRDSRetentionDenied. Any other error is returned.
+func rdsRetention(conn *client.Conn, vars map[string]string) (d time.Duration, ok bool, err error) {
 	res, err := conn.Execute(`SELECT value FROM mysql.rds_configuration WHERE name = 'binlog retention hours'`)
 	if err != nil {
-		return 0, false, nil // not RDS
+		var me *mysql.MyError
+		switch {
+		case errors.As(err, &me) && me.Code == mysql.ER_NO_SUCH_TABLE:
+			return 0, false, nil // not RDS
+		case errors.As(err, &me) && (me.Code == mysql.ER_TABLEACCESS_DENIED_ERROR || me.Code == mysql.ER_DBACCESS_DENIED_ERROR):
+			if IsRDS(vars) {
+				return 0, true, fmt.Errorf("%w: %w", ErrRDSRetentionDenied, err)
+			}
+			return 0, false, nil // no such table here, or one the server does not use
+		}
+		return 0, true, fmt.Errorf("read rds binlog retention hours: %w", err)
 	}
 	defer res.Close()
 	if res.Resultset == nil || res.RowNumber() == 0 {

@@ -23,7 +23,7 @@ func TestRetentionOf(t *testing.T) {
 		{"garbage seconds", map[string]string{"binlog_expire_logs_seconds": "soon"}, 0, true},
 		{"garbage days", map[string]string{"expire_logs_days": "NaN"}, 0, true},
 	} {
-		got, err := retentionOf(c.vars)
+		got, err := RetentionOf(c.vars)
 		if (err != nil) != c.bad || got != c.want {
 			t.Errorf("%s: %v, %v; want %v (error %v)", c.name, got, err, c.want, c.bad)
 		}

@@ -80,11 +80,11 @@ var DebeziumColumns = Columns{EventID: "id", AggregateType: "aggregatetype", Agg
 // Writer writes events into one outbox table. The zero value is not
 // usable; use New. A Writer is safe for concurrent use.
 type Writer struct {
-	table   string // quoted, possibly db-qualified
-	name    string
-	cols    Columns
-	newID   func() (string, error)
-	now     func() time.Time
+	table string // quoted, possibly db-qualified
+	name  string
+	cols  Columns
+	newID func() (string, error)
+	now   func() time.Time
 }
 
 // Option changes a Writer.

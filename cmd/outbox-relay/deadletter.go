@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -56,7 +55,16 @@ columns the dead-letter record carries) and publishes it to its routed topic
 with its original event id and a "replayed" header, in one Kafka transaction
 that also commits the consumer group outbox-relay.dead-letter.<name>: a
 replayed record is not pending any more. A row that still fails stops the
-replay and nothing is published.`,
+replay and nothing is published; --skip EVENT_ID marks such a record
+replayed without publishing it.
+
+A dead-letter topic may be shared (router.dead_letter_topic): a record is
+this pipeline's when its source table is in source.tables and its event id
+is in that table; a record whose row is not there is this pipeline's only
+on its own topic (outbox-relay.dead-letter.<name>) or with --from-record.
+Other records are ignored (counted) and not pending for this pipeline any
+more. Two replays at once publish each record once: the second fences the
+first's Kafka transaction and re-reads what is already replayed.`,
 		Example: `  outbox-relay dead-letter list --config relay.yaml
   outbox-relay dead-letter replay --config relay.yaml --dry-run
   outbox-relay dead-letter replay --config relay.yaml --yes`,
@@ -70,7 +78,7 @@ replay and nothing is published.`,
 	all := list.Flags().Bool("all", false, "also list records already replayed")
 	asJSON := list.Flags().Bool("json", false, "one JSON object per line")
 	list.RunE = func(*cobra.Command, []string) error { return deadLetterList(*listPath, *all, *asJSON) }
-	rp := &cobra.Command{Use: "replay --config FILE [--dry-run] [--yes]", Short: "publish the pending dead-lettered rows to their routed topics", Args: noArgs,
+	rp := &cobra.Command{Use: "replay --config FILE [--dry-run] [--yes] [--skip EVENT_ID] [--from-record]", Short: "publish the pending dead-lettered rows to their routed topics", Args: noArgs,
 		Example: `  outbox-relay dead-letter replay --config relay.yaml --dry-run
   outbox-relay dead-letter replay --config relay.yaml --yes`}
 	rpPath := configFlag(rp)
@@ -78,7 +86,13 @@ replay and nothing is published.`,
 	yes := rp.Flags().Bool("yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
 	var db dbFlags
 	addDBFlags(rp, &db, "read outbox rows from")
-	rp.RunE = func(*cobra.Command, []string) error { return deadLetterReplay(*rpPath, *dry, *yes, db) }
+	skip := rp.Flags().StringSlice("skip", nil, "event id of a pending record to mark replayed without publishing it (repeat, or comma-separated): "+
+		"one that can no longer be rebuilt, or was handled another way")
+	fromRecord := rp.Flags().Bool("from-record", false, "records of this pipeline's tables whose row is not in the table are this pipeline's: "+
+		"rebuild them from the columns they carry (default: only on the pipeline's own topic outbox-relay.dead-letter.<name>)")
+	rp.RunE = func(*cobra.Command, []string) error {
+		return deadLetterReplay(dlReplayOpts{path: *rpPath, dryRun: *dry, yes: *yes, db: db, skip: *skip, fromRecord: *fromRecord})
+	}
 	cmd.AddCommand(list, rp)
 	return cmd
 }
@@ -249,136 +263,6 @@ func readDeadLetters(ctx context.Context, kopts []kgo.Opt, ends, from map[string
 		})
 	}
 	return nil
-}
-
-func deadLetterReplay(path string, dryRun, yes bool, db dbFlags) error {
-	cfg, err := loadConfigFile(path)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	kopts, err := relay.KafkaOpts(cfg)
-	if err != nil {
-		return err
-	}
-	committed, ends, err := deadLetterOffsets(ctx, cfg, kopts)
-	if err != nil {
-		return err
-	}
-	var pending []*kgo.Record
-	if err := readDeadLetters(ctx, kopts, ends, committed, func(r *kgo.Record) { pending = append(pending, r) }); err != nil {
-		return err
-	}
-	if len(pending) == 0 {
-		fmt.Println("dead-letter: nothing pending")
-		return nil
-	}
-	conn, _, err := db.connect(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	now := time.Now().UTC()
-	out := make([]*kgo.Record, 0, len(pending))
-	for _, r := range pending {
-		rec, src, err := rerouteDeadLetter(conn, cfg, r, now)
-		if err != nil {
-			return fmt.Errorf("dead-letter %s[%d]@%d (event id %s): %w; nothing was replayed", r.Topic, r.Partition, r.Offset, headerValue(r, "id"), err)
-		}
-		fmt.Printf("%s[%d]@%d  event_id=%s -> topic=%s key=%s (row from %s)\n", r.Topic, r.Partition, r.Offset, headerValue(r, "id"), rec.Topic, rec.Key, src)
-		out = append(out, rec)
-	}
-	if dryRun {
-		fmt.Printf("dead-letter: would replay %d records (dry run)\n", len(out))
-		return nil
-	}
-	if err := confirm(yes, fmt.Sprintf("publish %d dead-lettered records to their topics", len(out))); err != nil {
-		return err
-	}
-	if err := replayDeadLetters(ctx, cfg, kopts, pending, out); err != nil {
-		return fmt.Errorf("dead-letter replay: %w; nothing was replayed", err)
-	}
-	fmt.Printf("dead-letter: replayed %d records\n", len(out))
-	return nil
-}
-
-// replayDeadLetters publishes out and commits the replay group's offsets
-// past pending in one Kafka transaction.
-func replayDeadLetters(ctx context.Context, cfg config.Config, kopts []kgo.Opt, pending, out []*kgo.Record) error {
-	if err := ensureTopics(ctx, cfg, kopts, out); err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(append(kopts, kgo.TransactionalID(cfg.Name+".dead-letter-replay"),
-		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(replayPartitioner{kgo.StickyKeyPartitioner(nil)}))...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
-	wctx := context.WithoutCancel(ctx)
-	if err := cl.BeginTransaction(); err != nil {
-		return fmt.Errorf("begin kafka transaction: %w", err)
-	}
-	if err := cl.ProduceSync(wctx, out...).FirstErr(); err != nil {
-		_ = cl.EndTransaction(wctx, kgo.TryAbort)
-		return fmt.Errorf("produce: %w", err)
-	}
-	offsets := map[string]map[int32]kgo.EpochOffset{}
-	for _, r := range pending {
-		if offsets[r.Topic] == nil {
-			offsets[r.Topic] = map[int32]kgo.EpochOffset{}
-		}
-		offsets[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: -1, Offset: r.Offset + 1}
-	}
-	if err := commitTxnOffsets(wctx, cl, deadLetterGroup(cfg), offsets); err != nil {
-		_ = cl.EndTransaction(wctx, kgo.TryAbort)
-		return err
-	}
-	if err := cl.EndTransaction(wctx, kgo.TryCommit); err != nil {
-		return fmt.Errorf("commit kafka transaction: %w", err)
-	}
-	return nil
-}
-
-// rerouteDeadLetter rebuilds the outbox row of a dead-letter record (from
-// the table by event id when it is still there, else from the record's
-// columns) and routes it with the current settings.
-func rerouteDeadLetter(conn *client.Conn, cfg config.Config, r *kgo.Record, now time.Time) (*kgo.Record, string, error) {
-	table, id := headerValue(r, "source.table"), headerValue(r, "id")
-	if !containsString(cfg.Source.Tables, table) {
-		return nil, "", fmt.Errorf("its table %q is not in source.tables", table)
-	}
-	rc := cfg.Router.For(table)
-	rt, err := tableRouter(rc)
-	if err != nil {
-		return nil, "", err
-	}
-	if id != "" {
-		qt, err := quoteTableName(table)
-		if err != nil {
-			return nil, "", err
-		}
-		res, err := conn.Execute("SELECT * FROM "+qt+" WHERE "+quoteIdent(rc.EventIDColumn)+" = ?", id)
-		if err != nil {
-			return nil, "", fmt.Errorf("read outbox row: %w", err)
-		}
-		if res.RowNumber() > 1 {
-			return nil, "", fmt.Errorf("%d rows of %s have event id %s", res.RowNumber(), table, id)
-		}
-		if res.RowNumber() == 1 {
-			rec, err := routeAgain(rt, resultRow(res, 0, now), now)
-			return rec, "table " + table, err
-		}
-	}
-	if r.Value == nil || headerValue(r, "truncated") == "true" {
-		return nil, "", errors.New("the outbox row is gone and the dead-letter record does not carry its columns")
-	}
-	row, err := rowFromDeadLetter(r.Value, now)
-	if err != nil {
-		return nil, "", err
-	}
-	rec, err := routeAgain(rt, row, now)
-	return rec, "dead-letter record", err
 }
 
 // rowFromDeadLetter decodes the JSON object of columns the relay wrote:

@@ -61,6 +61,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	usageMistakes(root) // after SetOut: the completion command keeps the writer it is made with
 	cmd, err := root.ExecuteC()
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -110,6 +111,30 @@ run adds 65, 66, 75 and 78 (see README "Exit codes").`,
 	return root
 }
 
+// usageMistakes makes every command-line mistake exit 2 in cobra's own
+// commands too: an unknown shell for completion, arguments a command does
+// not take, an unknown help topic.
+func usageMistakes(root *cobra.Command) {
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(_ *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			if err != nil || cmd == nil || len(rest) > 0 {
+				return usageErr("unknown help topic %q", strings.Join(args, " "))
+			}
+			return cmd.Help()
+		},
+	})
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" && !c.Runnable() {
+			c.Args, c.RunE = cobra.ArbitraryArgs, groupRun
+			setFlagErrors(c)
+		}
+	}
+}
+
 // legacyCommand adapts a command parsing its own flags: its arguments are
 // passed on untouched.
 func legacyCommand(c command) *cobra.Command {
@@ -144,6 +169,16 @@ func flagError(_ *cobra.Command, err error) error {
 
 func setFlagErrors(c *cobra.Command) {
 	c.SetFlagErrorFunc(flagError)
+	if args := c.Args; args != nil {
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil && !errors.Is(err, errUsage) {
+				return fmt.Errorf("%w: %w", errUsage, err)
+			} else if err != nil {
+				return err
+			}
+			return nil
+		}
+	}
 	for _, s := range c.Commands() {
 		setFlagErrors(s)
 	}

@@ -172,7 +172,12 @@ func prune(o pruneOpts) error {
 	if err != nil {
 		return err
 	}
-	p := &pruner{o: o, cfg: cfg, conn: conn, store: store, age: age, progress: newProgress("prune")}
+	kopts, err := relay.KafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	p := &pruner{o: o, cfg: cfg, conn: conn, store: store, age: age, progress: newProgress("prune"),
+		pending: &pendingDeadLetters{cfg: cfg, kopts: kopts}}
 	for _, t := range cfg.Source.Tables {
 		if err := p.table(ctx, t); err != nil {
 			p.progress.done()
@@ -184,7 +189,7 @@ func prune(o pruneOpts) error {
 	if o.dryRun {
 		verb = "would delete"
 	}
-	fmt.Printf("prune: %s %d rows older than %s\n", verb, p.total, o.olderThan)
+	fmt.Printf("prune: %s %d rows older than %s%s\n", verb, p.total, o.olderThan, p.pending.note())
 	return nil
 }
 
@@ -198,9 +203,15 @@ type pruner struct {
 	progress *progress
 	started  time.Time
 	ownGTID  string // MariaDB: the GTID of prune's last DELETE
+	pending  *pendingDeadLetters
 }
 
-// table prunes one outbox table, batch by batch.
+// table prunes one outbox table, batch by batch. Rows are selected and
+// deleted by primary key (an event id need not be unique: a re-sent event
+// keeps its id, and its newer row must stay until published); rows with a
+// NULL event id and rows whose event id is pending on a dead-letter topic
+// (the dead-letter record may not carry the row: it is the only copy) are
+// kept.
 func (p *pruner) table(ctx context.Context, t string) error {
 	rc := p.cfg.Router.For(t)
 	timeCol := p.o.timeColumn
@@ -214,40 +225,70 @@ func (p *pruner) table(ctx context.Context, t string) error {
 	if err != nil {
 		return err
 	}
+	pk, err := primaryKey(p.conn, t)
+	if err != nil {
+		return fmt.Errorf("prune %s: %w", t, err)
+	}
 	idCol, tcol := quoteIdent(rc.EventIDColumn), quoteIdent(timeCol)
+	pkList := quoteIdents(pk)
+	pkTuple := pkList
+	if len(pk) > 1 {
+		pkTuple = "(" + pkList + ")"
+	}
 	if p.started.IsZero() {
 		p.started = time.Now()
 	}
-	var after string // dry run: page past rows already counted
+	var after []any // dry run: page past rows already counted
 	for {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("prune %s: interrupted after %d rows: %w", t, p.total, err)
 		}
-		q := fmt.Sprintf("SELECT %s FROM %s WHERE %s < NOW(6) - INTERVAL %d MICROSECOND", idCol, qt, tcol, p.age.Microseconds())
+		if err := p.pending.refresh(ctx); err != nil {
+			return fmt.Errorf("prune %s: %w", t, err)
+		}
+		q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s < NOW(6) - INTERVAL %d MICROSECOND AND %s IS NOT NULL",
+			pkList, idCol, qt, tcol, p.age.Microseconds(), idCol)
 		var args []any
-		if p.o.dryRun && after != "" {
-			q += fmt.Sprintf(" AND %s > ?", idCol)
-			args = append(args, after)
+		if skip := p.pending.of(t); len(skip) > 0 {
+			q += fmt.Sprintf(" AND %s NOT IN (%s)", idCol, placeholders(len(skip)))
+			args = append(args, skip...)
+		}
+		if p.o.dryRun && after != nil {
+			q += fmt.Sprintf(" AND %s > %s", pkTuple, tuplePlaceholders(len(pk)))
+			args = append(args, after...)
 		}
 		if p.o.dryRun {
-			q += fmt.Sprintf(" ORDER BY %s LIMIT %d", idCol, p.o.batch)
+			q += fmt.Sprintf(" ORDER BY %s LIMIT %d", pkList, p.o.batch)
 		} else {
-			q += fmt.Sprintf(" ORDER BY %s LIMIT %d", tcol, p.o.batch)
+			q += fmt.Sprintf(" ORDER BY %s, %s LIMIT %d", tcol, pkList, p.o.batch)
+		}
+		if len(args) > maxPlaceholders {
+			return fmt.Errorf("prune %s: %d event ids pending on the dead-letter topics: replay or skip them first (dead-letter replay)", t, len(args))
 		}
 		res, err := p.conn.Execute(q, args...)
 		if err != nil {
 			return fmt.Errorf("prune %s: select candidates: %w", t, err)
 		}
-		ids := make([]any, 0, res.RowNumber())
-		for i := range res.RowNumber() {
-			v, err := res.GetString(i, 0)
+		selected := res.RowNumber()
+		if selected == 0 {
+			return nil
+		}
+		keys := make([][]any, 0, selected)
+		ids := make([]string, 0, selected)
+		for i := range selected {
+			k := make([]any, len(pk))
+			for j := range pk {
+				v, err := res.GetValue(i, j)
+				if err != nil {
+					return fmt.Errorf("prune %s: read primary key: %w", t, err)
+				}
+				k[j] = v
+			}
+			id, err := res.GetString(i, len(pk))
 			if err != nil {
 				return fmt.Errorf("prune %s: read event id: %w", t, err)
 			}
-			ids = append(ids, v)
-		}
-		if len(ids) == 0 {
-			return nil
+			keys, ids = append(keys, k), append(ids, id)
 		}
 		// Every row the SELECT saw was committed before this read.
 		head, flavor, err := executedSet(p.conn)
@@ -267,30 +308,29 @@ func (p *pruner) table(ctx context.Context, t string) error {
 			return fmt.Errorf("prune %s: %w: the server has executed %q, the checkpoint of %s covers %s (waited %s; is the relay running and caught up?); %d deleted so far, %d candidate rows left in place",
 				t, errNotCovered, head, p.cfg.Name, have, p.o.wait, p.total, len(ids))
 		}
+		// A row dead-lettered by the transactions the checkpoint now
+		// covers is pending on the dead-letter topic: keep it.
+		if err := p.pending.refresh(ctx); err != nil {
+			return fmt.Errorf("prune %s: %w", t, err)
+		}
+		last := keys[len(keys)-1]
+		keys = p.pending.filter(t, keys, ids)
 		if p.o.dryRun {
-			p.total += len(ids)
-			after = ids[len(ids)-1].(string)
-			p.progress.update("%s: %d rows would be deleted (published)", t, p.total)
-			if len(ids) < p.o.batch {
+			p.total += len(keys)
+			after = last
+			p.progress.update("%s: %d rows would be deleted (published)%s", t, p.total, p.pending.note())
+			if selected < p.o.batch {
 				return nil
 			}
 			continue
 		}
-		del := fmt.Sprintf("DELETE FROM %s WHERE %s IN (%s)", qt, idCol, strings.TrimSuffix(strings.Repeat("?,", len(ids)), ","))
-		r, err := p.conn.Execute(del, ids...)
+		n, err := p.deleteKeys(qt, pk, pkTuple, keys)
 		if err != nil {
-			return fmt.Errorf("prune %s: delete %d rows: %w (%d deleted before)", t, len(ids), err, p.total)
+			return fmt.Errorf("prune %s: delete %d rows: %w (%d deleted before)", t, len(keys), err, p.total)
 		}
-		p.total += int(r.AffectedRows)
-		if flavor == "mariadb" {
-			// This DELETE inserted no outbox row: the next batch need not wait
-			// for a checkpoint covering it (see withoutOwnDelete).
-			if res, err := p.conn.Execute("SELECT @@SESSION.last_gtid"); err == nil && res.RowNumber() == 1 {
-				p.ownGTID, _ = res.GetString(0, 0)
-			}
-		}
+		p.total += n
 		rate := float64(p.total) / max(time.Since(p.started).Seconds(), 1e-3)
-		p.progress.update("%s: %d rows deleted, %.0f rows/s", t, p.total, rate)
+		p.progress.update("%s: %d rows deleted, %.0f rows/s%s", t, p.total, rate, p.pending.note())
 		if p.o.maxRate > 0 {
 			// Pace: the next batch starts when the average is back at the limit.
 			due := p.started.Add(time.Duration(float64(p.total) / p.o.maxRate * float64(time.Second)))
@@ -299,10 +339,92 @@ func (p *pruner) table(ctx context.Context, t string) error {
 			case <-time.After(time.Until(due)):
 			}
 		}
-		if len(ids) < p.o.batch {
+		if selected < p.o.batch {
 			return nil
 		}
 	}
+}
+
+// maxPlaceholders is MySQL's and MariaDB's limit of placeholders in one
+// prepared statement (error 1390 past it).
+const maxPlaceholders = 65535
+
+// deleteKeys deletes the rows of keys by primary key in one transaction
+// (one GTID), in statements of at most maxPlaceholders placeholders.
+func (p *pruner) deleteKeys(qt string, pk []string, pkTuple string, keys [][]any) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	if err := p.conn.Begin(); err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	n := 0
+	per := maxPlaceholders / len(pk)
+	for start := 0; start < len(keys); start += per {
+		chunk := keys[start:min(len(keys), start+per)]
+		tuple := tuplePlaceholders(len(pk))
+		args := make([]any, 0, len(chunk)*len(pk))
+		for _, k := range chunk {
+			args = append(args, k...)
+		}
+		q := fmt.Sprintf("DELETE FROM %s WHERE %s IN (%s)", qt, pkTuple, strings.TrimSuffix(strings.Repeat(tuple+",", len(chunk)), ","))
+		r, err := p.conn.Execute(q, args...)
+		if err != nil {
+			_ = p.conn.Rollback()
+			return 0, err
+		}
+		n += int(r.AffectedRows)
+	}
+	if err := p.conn.Commit(); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	if flavor, _ := p.conn.Execute("SELECT @@SESSION.last_gtid"); flavor != nil && flavor.RowNumber() == 1 {
+		// MariaDB: this DELETE inserted no outbox row: the next batch need
+		// not wait for a checkpoint covering it (see withoutOwnDelete).
+		// MySQL has no last_gtid: the SELECT fails and nothing is kept.
+		p.ownGTID, _ = flavor.GetString(0, 0)
+	}
+	return n, nil
+}
+
+// primaryKey lists table t's primary key columns: prune deletes by them.
+func primaryKey(conn *client.Conn, t string) ([]string, error) {
+	db, tbl, _ := strings.Cut(t, ".")
+	res, err := conn.Execute(`SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
+WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, db, tbl)
+	if err != nil {
+		return nil, fmt.Errorf("read primary key: %w", err)
+	}
+	var cols []string
+	for i := range res.RowNumber() {
+		c, err := res.GetString(i, 0)
+		if err != nil {
+			return nil, fmt.Errorf("read primary key: %w", err)
+		}
+		cols = append(cols, c)
+	}
+	if len(cols) == 0 {
+		return nil, errors.New("the table has no primary key (or does not exist): prune selects and deletes rows by primary key")
+	}
+	return cols, nil
+}
+
+func quoteIdents(cols []string) string {
+	q := make([]string, len(cols))
+	for i, c := range cols {
+		q[i] = quoteIdent(c)
+	}
+	return strings.Join(q, ", ")
+}
+
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+// tuplePlaceholders is "?" for one column, "(?,?)" for more.
+func tuplePlaceholders(n int) string {
+	if n == 1 {
+		return "?"
+	}
+	return "(" + placeholders(n) + ")"
 }
 
 // waitCovered polls the committed checkpoint until it contains head, for

@@ -65,6 +65,8 @@ type Metrics struct {
 	leaseEnd   atomic.Int64 // unix nanoseconds until which the lease is trusted; 0: not checked
 	lastCommit atomic.Int64 // unix nanoseconds: commit time of the last source transaction handled
 	atHead     atomic.Bool  // a heartbeat was handled after it
+	cpCommit   atomic.Int64 // unix nanoseconds: commit time of the last known checkpoint's last transaction; 0 unknown
+	clearAt    atomic.Int64 // unix nanoseconds: last time at the head with everything read checkpointed
 	retention  atomic.Int64 // binlog retention (ns); 0 unknown, -1 never purged by age
 }
 
@@ -108,7 +110,7 @@ func New(version string) *Metrics {
 	m.SourceBehindBytes.Set(math.NaN())
 	m.CheckpointTime = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "outbox_relay_checkpoint_timestamp_seconds",
-		Help: "Unix time of the last committed checkpoint.",
+		Help: "Unix time at which the last committed checkpoint known to this instance was written (see CheckpointKnown).",
 	})
 	m.Restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_relay_restarts_total",
@@ -132,20 +134,17 @@ func New(version string) *Metrics {
 	}, []string{"gtid_source"})
 	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outbox_relay_checkpoint_age_seconds",
-		Help: "Seconds since the last committed checkpoint written by this instance while active (connecting or streaming); 0 before the first, NaN on a standby.",
+		Help: "Seconds since the pipeline's last committed checkpoint known to this instance (loaded at the start of an attempt or written since), whatever its role; NaN before one is known. An instance that knows a later checkpoint shows a lower age: aggregate with min.",
 	}, func() float64 {
 		last := m.lastCheckpoint()
-		if m.Role() != RoleActive {
-			return math.NaN() // a standby writes no checkpoint
-		}
 		if last == 0 {
-			return 0
+			return math.NaN()
 		}
 		return float64(time.Now().UnixNano())/1e9 - last
 	})
 	margin := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outbox_relay_checkpoint_purge_margin_seconds",
-		Help: "The source's binlog retention (its expire settings) minus the checkpoint's age: how long until the binlogs after the checkpoint may be purged if it does not move. +Inf when the source never purges by age, NaN until known.",
+		Help: "The source's binlog retention (its expire settings) minus the age of the binlogs after the checkpoint (the commit time of the checkpoint's last transaction, or the last time the relay was at the head with everything checkpointed): how long until they may be purged if the checkpoint does not move. Kept from the last known checkpoint whatever the role; +Inf when the source never purges by age, NaN until known. Aggregate with max.",
 	}, m.purgeMargin)
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outbox_relay_ready",

@@ -205,7 +205,8 @@ func TestPurgeMargin(t *testing.T) {
 	if got := gauge(t, m, "outbox_relay_checkpoint_purge_margin_seconds"); !math.IsNaN(got) {
 		t.Fatalf("margin before anything known %v, want NaN", got)
 	}
-	m.CheckpointTime.Set(float64(time.Now().Add(-time.Hour).UnixNano()) / 1e9)
+	hourAgo := time.Now().Add(-time.Hour)
+	m.CheckpointKnown(hourAgo, hourAgo)
 	m.SetRetention(24 * time.Hour)
 	if got := gauge(t, m, "outbox_relay_checkpoint_purge_margin_seconds"); got < 22*3600-10 || got > 23*3600 {
 		t.Fatalf("margin %v, want about 23h", got)
@@ -221,11 +222,47 @@ func TestPurgeMargin(t *testing.T) {
 	if got := gauge(t, m, "outbox_relay_checkpoint_purge_margin_seconds"); !math.IsNaN(got) {
 		t.Fatalf("margin with retention unknown %v, want NaN", got)
 	}
-	m.SetState(StateStandby)
-	for _, name := range []string{"outbox_relay_checkpoint_purge_margin_seconds", "outbox_relay_checkpoint_age_seconds"} {
-		if got := gauge(t, m, name); !math.IsNaN(got) {
-			t.Fatalf("%s of a standby %v, want NaN (its last term's checkpoint is not the pipeline's)", name, got)
-		}
+	m.SetRetention(24 * time.Hour)
+	m.SetState(StateStandby) // e.g. a Kafka outage: the checkpoint ages, the source purges
+	if got := gauge(t, m, "outbox_relay_checkpoint_purge_margin_seconds"); got < 22*3600-10 || got > 23*3600 {
+		t.Fatalf("margin of a standby that knows the checkpoint %v, want about 23h", got)
+	}
+	if got := gauge(t, m, "outbox_relay_checkpoint_age_seconds"); got < 3599 || got > 3700 {
+		t.Fatalf("checkpoint age of a standby that knows the checkpoint %v, want about 1h", got)
+	}
+}
+
+// At the head, with everything read checkpointed, nothing after the
+// checkpoint is on the server: the margin is the whole retention however
+// old the last commit (a quiet source). Behind, it counts from the
+// checkpoint's last commit; the first event after a heartbeat ends "at
+// the head" for the lag too.
+func TestPurgeMarginAtHeadAndBehind(t *testing.T) {
+	m := New("test")
+	m.SetState(StateStarting)
+	m.Ready.Store(true)
+	m.SetRetention(7 * 24 * time.Hour)
+	old := time.Now().Add(-30 * 24 * time.Hour) // a quiet source: last commit a month ago
+	m.SourceRead(old)
+	m.CheckpointKnown(time.Now(), old)
+	m.SourceAtHead()
+	if got := gauge(t, m, "outbox_relay_checkpoint_purge_margin_seconds"); got < 7*86400-60 {
+		t.Fatalf("margin at the head %v, want about 7 days", got)
+	}
+	m.SourceEvent(time.Now().Add(-2 * time.Minute)) // a big transaction starts arriving
+	if got := gauge(t, m, "outbox_relay_source_lag_seconds"); got < 119 {
+		t.Fatalf("lag while reading a transaction after a heartbeat %v, want about 120s", got)
+	}
+	m2 := New("test")
+	m2.SetState(StateStarting)
+	m2.SetRetention(7 * 24 * time.Hour)
+	m2.CheckpointKnown(time.Now(), time.Now().Add(-6*24*time.Hour)) // loaded at start: 6 days behind
+	if got := gauge(t, m2, "outbox_relay_checkpoint_purge_margin_seconds"); got > 86400+60 || got < 86400-60 {
+		t.Fatalf("margin 6 days behind on 7 days retention %v, want about 1 day", got)
+	}
+	m2.SourceAtHead() // nothing read yet: the checkpoint is the head
+	if got := gauge(t, m2, "outbox_relay_checkpoint_purge_margin_seconds"); got < 7*86400-60 {
+		t.Fatalf("margin at the head after a restart %v, want about 7 days", got)
 	}
 }
 

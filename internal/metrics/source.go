@@ -15,11 +15,65 @@ func (m *Metrics) SourceRead(commit time.Time) {
 	m.atHead.Store(false)
 }
 
+// SourceEvent records that the relay loop handles a binlog event (a row
+// event, a DDL, an XA prepare, ... anything but a heartbeat) dated t. The
+// first one after a heartbeat ends "at the head": the server had more to
+// send, and until its commit is handled the lag counts from t (a big
+// transaction read and published for minutes is behind all that time).
+func (m *Metrics) SourceEvent(t time.Time) {
+	if !m.atHead.Load() {
+		return
+	}
+	if t.IsZero() {
+		t = time.Now()
+	}
+	m.lastCommit.Store(t.UnixNano())
+	m.atHead.Store(false)
+}
+
 // SourceAtHead records that the relay loop has handled everything the
 // server had: the reader passed on a server heartbeat, which the server
 // sends only when it has nothing more to send. The lag is 0 until the next
-// SourceRead, however old the last commit.
-func (m *Metrics) SourceAtHead() { m.atHead.Store(true) }
+// SourceEvent or SourceRead, however old the last commit. When the last
+// checkpoint also covers everything handled, nothing after the checkpoint
+// exists on the server at this instant (see purgeMargin).
+func (m *Metrics) SourceAtHead() {
+	m.atHead.Store(true)
+	m.noteClear()
+}
+
+// AtHead tells whether a heartbeat was handled after the last event: the
+// relay has everything the server had sent.
+func (m *Metrics) AtHead() bool { return m.atHead.Load() }
+
+// noteClear records now as a time at which the server held nothing after
+// the checkpoint: at the head, and the checkpoint covers every transaction
+// handled this term.
+func (m *Metrics) noteClear() {
+	if !m.atHead.Load() {
+		return
+	}
+	last, cp := m.lastCommit.Load(), m.cpCommit.Load()
+	if last == 0 || (cp != 0 && cp >= last) {
+		m.clearAt.Store(time.Now().UnixNano())
+	}
+}
+
+// CheckpointKnown records the pipeline's last committed checkpoint: when it
+// was written and the commit time of the last source transaction it covers
+// (zero: not recorded). The relay calls it with the checkpoint it loads at
+// the start of an attempt and with every checkpoint it writes. It feeds
+// outbox_relay_checkpoint_timestamp_seconds, _age_seconds and
+// _purge_margin_seconds, which keep the last known checkpoint whatever the
+// instance's role: a Kafka outage (connecting, or standby once the lock
+// group is lost too) is when the checkpoint ages while the source purges.
+func (m *Metrics) CheckpointKnown(written, commit time.Time) {
+	m.CheckpointTime.Set(float64(written.UnixNano()) / 1e9)
+	if !commit.IsZero() {
+		m.cpCommit.Store(commit.UnixNano())
+	}
+	m.noteClear()
+}
 
 // sourceLag is the commit-time lag of the last transaction handled while
 // behind the server's head, 0 at the head or before the first transaction
@@ -43,20 +97,38 @@ func (m *Metrics) SetRetention(d time.Duration) {
 	m.retention.Store(int64(max(d, -1)))
 }
 
-// purgeMargin is the retention minus the checkpoint's age: how long the
-// checkpoint's binlogs stay on the source if nothing moves it. +Inf when the
-// source never purges by age, NaN while retention or checkpoint is unknown
-// and on an instance that is not active (the active one exports it).
+// purgeMargin is how long the binlogs after the checkpoint stay on the
+// source if the checkpoint does not move: the retention minus the age of
+// the oldest transaction after the checkpoint. That age is not known
+// without reading it; its lower bound is the later of
+//   - the commit time of the checkpoint's last transaction (the binlog
+//     after it is at least that recent; a relay days behind has days-old
+//     binlogs after its checkpoint, however recently it wrote it), and
+//   - the last time the relay was at the head with everything it had read
+//     checkpointed (nothing after the checkpoint existed then).
+//
+// Before the checkpoint's commit time is known, the last transaction read
+// stands in for it. +Inf when the source never purges by age; NaN while
+// retention or checkpoint is unknown. Exported whatever the role (the
+// last known checkpoint): an instance that knows a later one shows a
+// higher margin, so alerts take the max over a pipeline's instances.
 func (m *Metrics) purgeMargin() float64 {
 	r := m.retention.Load()
-	last := m.lastCheckpoint()
 	switch {
-	case r == 0 || last == 0 || m.Role() != RoleActive:
+	case r == 0:
 		return math.NaN()
 	case r < 0:
 		return math.Inf(1)
 	}
-	return time.Duration(r).Seconds() - (float64(time.Now().UnixNano())/1e9 - last)
+	anchor := m.cpCommit.Load()
+	if anchor == 0 {
+		anchor = m.lastCommit.Load()
+	}
+	anchor = max(anchor, m.clearAt.Load())
+	if anchor == 0 {
+		return math.NaN()
+	}
+	return time.Duration(r).Seconds() - since(anchor).Seconds()
 }
 
 // SetPosition exports the checkpoint's GTID set as one sequence number per

@@ -53,18 +53,13 @@ func checkACLs(ctx context.Context, cl *kgo.Client, cfg config.Config, existing 
 		{"topic", cfg.Kafka.CheckpointTopic, []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationWrite}},
 		{"topic", cfg.HA.LockTopic, []kmsg.ACLOperation{kmsg.ACLOperationRead}},
 	}
-	var events []string
-	for name := range existing {
-		if strings.HasPrefix(name, cfg.Router.TopicPrefix) {
-			events = append(events, name)
-		}
-	}
-	slices.Sort(events)
-	for _, t := range events {
+	for _, t := range eventTopics(cfg, existing) {
 		needs = append(needs, aclNeed{"topic", t, []kmsg.ACLOperation{kmsg.ACLOperationWrite}})
 	}
 	for _, t := range deadLetterTopics(cfg) {
-		needs = append(needs, aclNeed{"topic", t, []kmsg.ACLOperation{kmsg.ACLOperationWrite}})
+		if !slices.ContainsFunc(needs, func(n aclNeed) bool { return n.name == t }) {
+			needs = append(needs, aclNeed{"topic", t, []kmsg.ACLOperation{kmsg.ACLOperationWrite}})
+		}
 	}
 	for _, n := range needs {
 		name := "acl topic " + n.name

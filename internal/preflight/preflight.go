@@ -230,7 +230,7 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 	}
 	checkCompression(vars, c)
 	checkReplica(conn, vars, srv.Flavor, c)
-	checkRetention(vars, cp, c)
+	checkSourceRetention(conn, cp, c)
 	checkGrants(conn, cfg, src, addr, srv.Flavor, c)
 	checkTables(conn, cfg, c)
 	switch {
@@ -354,26 +354,48 @@ func checkReplica(conn *client.Conn, vars map[string]string, flavor string, c co
 		"set log_slave_updates=ON (MySQL: log_replica_updates=ON) so replicated transactions reach its binlog")
 }
 
-// checkRetention compares binlog retention with the checkpoint's age.
+// checkSourceRetention reads the source's binlog retention as the
+// purge-margin metric does (binlog.Retention: expire settings,
+// binlog_expire_logs_auto_purge, Amazon RDS's own) and judges it with
+// judgeRetention.
+func checkSourceRetention(conn *client.Conn, cp *checkpoint.Checkpoint, c collector) {
+	ret, err := binlog.Retention(conn)
+	judgeRetention(ret, err, cp, c)
+}
+
+// checkRetention judges retention read from server variables alone
+// (binlog.RetentionOf).
 func checkRetention(vars map[string]string, cp *checkpoint.Checkpoint, c collector) {
-	var retention time.Duration
-	if s, err := strconv.ParseFloat(vars["binlog_expire_logs_seconds"], 64); err == nil && s > 0 {
-		retention = time.Duration(s * float64(time.Second))
-	} else if d, err := strconv.ParseFloat(vars["expire_logs_days"], 64); err == nil && d > 0 {
-		retention = time.Duration(d * 24 * float64(time.Hour))
-	}
-	if retention == 0 {
+	ret, err := binlog.RetentionOf(vars)
+	judgeRetention(ret, err, cp, c)
+}
+
+// judgeRetention compares binlog retention with the checkpoint's age. It
+// never FAILs: a server purges only at a binlog rotation, and whether the
+// binlogs after the checkpoint are still there is what the "binlog
+// positions", "position" and "stream" items find out. An old checkpoint is
+// a warning to start the relay (systemd's ExecStartPre must not keep a
+// relay that would resume fine from starting).
+func judgeRetention(retention time.Duration, err error, cp *checkpoint.Checkpoint, c collector) {
+	switch {
+	case err != nil:
+		fix := ""
+		if errors.Is(err, binlog.ErrRDSRetentionDenied) {
+			fix = "GRANT SELECT ON mysql.rds_configuration TO the relay's user (docs/mysql.md, managed MySQL)"
+		}
+		c.add("binlog retention", Warn, err.Error(), fix)
+		return
+	case retention == binlog.NoExpiry:
 		c.add("binlog retention", Pass, "binlogs are never expired automatically", "")
 		return
-	}
-	if cp == nil {
+	case cp == nil:
 		c.add("binlog retention", Pass, "retention "+retention.String()+"; no checkpoint yet", "")
 		return
 	}
 	age := time.Since(cp.Time)
 	switch {
 	case age >= retention:
-		c.add("binlog retention", Fail, fmt.Sprintf("the checkpoint is %s old, retention is %s", age.Round(time.Second), retention),
+		c.add("binlog retention", Warn, fmt.Sprintf("the checkpoint is %s old, retention is %s: the binlogs after it may be purged (the position and stream items tell)", age.Round(time.Second), retention),
 			"start the relay now; raise binlog_expire_logs_seconds (expire_logs_days) above the longest relay outage")
 	case age >= retention/2:
 		c.add("binlog retention", Warn, fmt.Sprintf("the checkpoint is %s old, over half the retention of %s", age.Round(time.Second), retention),
@@ -423,8 +445,9 @@ func checkGrants(conn *client.Conn, cfg config.Config, src binlog.Config, addr, 
 }
 
 func checkTables(conn *client.Conn, cfg config.Config, c collector) {
-	want := []string{cfg.Router.EventIDColumn, cfg.Router.AggregateTypeColumn, cfg.Router.AggregateIDColumn, cfg.Router.PayloadColumn}
 	for _, t := range cfg.Source.Tables {
+		rc := cfg.Router.For(t) // router.tables.<t> may name other columns
+		want := []string{rc.EventIDColumn, rc.AggregateTypeColumn, rc.AggregateIDColumn, rc.PayloadColumn}
 		db, tbl, _ := strings.Cut(t, ".")
 		cols, err := binlog.TableColumns(conn, db, tbl)
 		if err != nil {
@@ -444,7 +467,7 @@ func checkTables(conn *client.Conn, cfg config.Config, c collector) {
 		}
 		if len(missing) > 0 {
 			c.add("table "+t, Fail, "missing columns "+strings.Join(missing, ", "),
-				"add the columns or point router.*_column at the existing ones")
+				"add the columns or point router.*_column (router.tables."+t+".*_column for this table) at the existing ones")
 			continue
 		}
 		c.add("table "+t, Pass, fmt.Sprintf("%d columns, the router's present", len(cols)), "")
@@ -544,12 +567,7 @@ func checkCheckpointTopic(ctx context.Context, adm *kadm.Client, cfg config.Conf
 }
 
 func checkTargetTopics(ctx context.Context, adm *kadm.Client, cfg config.Config, topics kadm.TopicDetails, c collector) {
-	var names []string
-	for name := range topics {
-		if strings.HasPrefix(name, cfg.Router.TopicPrefix) {
-			names = append(names, name)
-		}
-	}
+	names := eventTopics(cfg, topics)
 	if len(names) == 0 {
 		c.add("target topics", Pass, "none yet: the relay creates them with kafka.topic_partitions and kafka.replication_factor", "")
 		return

@@ -172,6 +172,9 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) error {
 	l.r.metrics.BinlogBytes.Add(float64(ev.Size))
 	l.r.metrics.Progress()
+	if ev.Kind != binlog.KindHeartbeat {
+		l.r.metrics.SourceEvent(ev.Time) // the first event after a heartbeat: behind again
+	}
 	switch ev.Kind {
 	case binlog.KindRows:
 		if ev.XID != "" {
@@ -445,7 +448,7 @@ func (l *loop) written(cp *checkpoint.Checkpoint) {
 		return
 	}
 	l.r.metrics.Progress()
-	l.r.metrics.CheckpointTime.Set(float64(cp.Time.UnixNano()) / 1e9)
+	l.r.metrics.CheckpointKnown(cp.Time, cp.CommitTime)
 	l.r.metrics.SetPosition(cp.GTIDSet)
 }
 

@@ -15,7 +15,7 @@ import (
 const sampleEvery = 5 * time.Second
 
 // sampleSource keeps outbox_relay_source_behind_bytes (the source's binlog
-// bytes after the reader's position) and the binlog retention behind
+// bytes after the reader's position; 0 at the head) and the binlog retention behind
 // outbox_relay_checkpoint_purge_margin_seconds up to date while an attempt
 // streams from srv, on a client connection of its own, until ctx ends. A
 // failed sample is logged at debug level and tried again: it never ends the
@@ -31,10 +31,12 @@ func (r *Relay) sampleSource(ctx context.Context, srv *binlog.Server, reader *bi
 	tick := time.NewTicker(sampleEvery)
 	defer tick.Stop()
 	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+		if n > 0 { // the first sample at once: the purge margin needs the retention
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 		if conn == nil {
 			c, err := binlog.Connect(ctx, r.source, srv.Addr)
@@ -52,6 +54,15 @@ func (r *Relay) sampleSource(ctx context.Context, srv *binlog.Server, reader *bi
 			} else {
 				r.metrics.SetRetention(ret)
 			}
+		}
+		if r.metrics.AtHead() {
+			// A heartbeat came after the last event handled: the server had
+			// nothing more. The reader's position does not move on
+			// heartbeats (after a restart it stays at the start of the
+			// file the server skipped through), so it would count bytes the
+			// relay has.
+			r.metrics.SourceBehindBytes.Set(0)
+			continue
 		}
 		file, pos := reader.ReadPosition()
 		if file == "" {

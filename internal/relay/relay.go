@@ -339,6 +339,9 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	if err != nil {
 		return err
 	}
+	if cp != nil {
+		r.metrics.CheckpointKnown(cp.Time, cp.CommitTime) // purge margin and age from the start, whatever comes next
+	}
 	// The first of source.hosts that has every published transaction; waits
 	// while the usable ones are only behind (source.go).
 	srv, err := r.chooseSource(ctx, cp)
