@@ -85,6 +85,9 @@ the candidate rows, then reads the server's executed GTID set (every row the
 SELECT saw was committed before it), and deletes them only once the relay's
 committed checkpoint contains that set (waiting up to --wait). Auto-increment
 ids are not commit order, so "below the last published id" is never used.
+Rows are selected and deleted by primary key (a table without one is refused);
+rows with a NULL event id, and rows whose event id is pending on the
+pipeline's dead-letter topics (the row may be the only copy), are kept.
 
 Rows the checkpoint does not cover (the relay stopped or behind) are left in
 place and prune exits 1. The relay logs prune's DELETEs as invalid operations

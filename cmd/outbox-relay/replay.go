@@ -51,9 +51,11 @@ func newReplayCmd() *cobra.Command {
 of the time column, by aggregate type and id; several filters combine with AND),
 routes them with the current router settings and publishes them again in Kafka
 transactions of --batch records (transactional id <name>.replay, so the running
-relay is not fenced), in the time column's order. Each record keeps its event
-id (header "id": consumers deduplicate) and gets a "replayed" header. Times are
-RFC 3339 or "2006-01-02 15:04:05" in the server's time zone.`,
+relay is not fenced), in the time column's order, then the auto-increment
+column's (rows of one INSERT share a time). Each record keeps its event id
+(header "id": consumers deduplicate) and gets a "replayed" header. Times are
+RFC 3339 (converted to the session's time zone) or "2006-01-02 15:04:05" as
+the server compares it.`,
 		Example: `  outbox-relay replay --config relay.yaml --event-id 0191c1f6-... --event-id 0191c1f7-... --yes
   outbox-relay replay --config relay.yaml --since '2026-11-30 10:00:00' --until '2026-11-30 11:00:00' --dry-run
   outbox-relay replay --config relay.yaml --aggregate-type alarm --aggregate-id device-7 --yes`,

@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
-	"net"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,22 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
-
-// ErrLeaseLost: this instance lost the lease (its group session ended, or no
-// group request was answered for long enough that it may have ended) and
-// stopped publishing at once, without a final commit. Not fatal: the
-// instance goes back to standby.
-var ErrLeaseLost = errors.New("lease lost")
-
-// errRevoked: the lease was handed over cleanly (a rebalance moved it); the
-// attempt committed what it held. The instance goes back to standby.
-var errRevoked = errors.New("lease revoked")
 
 // Kafka API keys of the group requests whose answers keep the session alive.
 const (
@@ -40,103 +25,6 @@ const (
 	keyHeartbeat = 12
 	keySyncGroup = 14
 )
-
-// lease is one term as the active instance: partition 0 of the lock topic
-// assigned to this member.
-type lease struct {
-	ctx    context.Context // the attempts' context: canceled on revoke, loss or stop
-	cancel context.CancelFunc
-	lost   chan struct{} // closed when lost: stop publishing at once, no commit
-	done   chan struct{} // closed when the active phase has ended
-	once   sync.Once
-	why    atomic.Pointer[string]
-
-	// expired reports, from the clock alone, that the lease can no longer
-	// be trusted (nil: never): err checks it on every produce and commit, so
-	// a process that was paused (SIGSTOP, a VM freeze) stops before its
-	// watcher goroutine runs again.
-	expired func() string
-	metrics *metrics.Metrics // nil in tests
-
-	mu    sync.Mutex
-	stops []func() // run once when lost (the sinks' produce abort)
-}
-
-type leaseKey struct{}
-
-func newLease(parent context.Context) *lease {
-	l := &lease{lost: make(chan struct{}), done: make(chan struct{})}
-	l.ctx, l.cancel = context.WithCancel(context.WithValue(parent, leaseKey{}, l))
-	return l
-}
-
-// leaseFrom is the lease ctx carries; nil without one (tests of the loop).
-func leaseFrom(ctx context.Context) *lease {
-	l, _ := ctx.Value(leaseKey{}).(*lease)
-	return l
-}
-
-// lose ends the lease at once: the sinks stop producing and abort what is
-// buffered, the loop returns ErrLeaseLost.
-func (l *lease) lose(why string) {
-	l.once.Do(func() {
-		l.why.Store(&why)
-		if l.metrics != nil {
-			l.metrics.Ready.Store(false)
-			l.metrics.SetState(metrics.StateStandby) // publishes nothing more
-		}
-		close(l.lost)
-		l.mu.Lock()
-		stops := l.stops
-		l.stops = nil
-		l.mu.Unlock()
-		for _, f := range stops {
-			f()
-		}
-		l.cancel()
-	})
-}
-
-// onLost runs f when the lease is lost (at once if it already is).
-func (l *lease) onLost(f func()) {
-	l.mu.Lock()
-	select {
-	case <-l.lost:
-		l.mu.Unlock()
-		f()
-		return
-	default:
-	}
-	l.stops = append(l.stops, f)
-	l.mu.Unlock()
-}
-
-// err is ErrLeaseLost with the reason once lost, else nil. A nil lease (no
-// election) is never lost.
-func (l *lease) err() error {
-	if l == nil {
-		return nil
-	}
-	if l.expired != nil {
-		if why := l.expired(); why != "" {
-			l.lose(why)
-		}
-	}
-	select {
-	case <-l.lost:
-		return fmt.Errorf("%w: %s", ErrLeaseLost, *l.why.Load())
-	default:
-		return nil
-	}
-}
-
-// lostChan is closed when the lease is lost; nil (never ready) without one.
-func (l *lease) lostChan() <-chan struct{} {
-	if l == nil {
-		return nil
-	}
-	return l.lost
-}
 
 // elector is this instance's membership of the lock group.
 type elector struct {
@@ -177,31 +65,6 @@ func (r *Relay) newElector() *elector {
 	return &elector{r: r, group: GroupID(r.cfg.Name), topic: h.LockTopic, session: h.SessionTimeout,
 		heartbeat: h.HeartbeatInterval, guard: h.SessionTimeout - 2*h.HeartbeatInterval, assigned: make(chan struct{}, 1),
 		refused: make(chan error, 1), instanceID: InstanceID(r.cfg)}
-}
-
-// InstanceID is the lock group's static membership id of an instance with
-// configuration cfg: ha.instance_id, or by default the host name, the
-// source.server_id and the port of http.listen, which instances sharing a
-// host are told to give each their own (characters Kafka does not take in
-// an id replaced by '-').
-func InstanceID(cfg config.Config) string {
-	if cfg.HA.InstanceID != "" {
-		return cfg.HA.InstanceID
-	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	id := host + "-" + strconv.FormatUint(uint64(cfg.Source.ServerID), 10)
-	if _, port, err := net.SplitHostPort(cfg.HTTP.Listen); err == nil && port != "" {
-		id += "-" + port
-	}
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
-			return r
-		}
-		return '-'
-	}, id)
 }
 
 // current is the term in progress; nil in standby.
@@ -339,60 +202,6 @@ func (e *elector) join(ctx context.Context) error {
 	e.r.metrics.LeaseUntil(now.Add(e.guard))
 	e.cl = cl
 	return nil
-}
-
-// awaitInstanceID waits, before joining, until no member of the lock
-// group holds this instance's id. Joining with the id of a member takes
-// its place at once: right for this instance's own earlier process that
-// died (kill -9: its member lingers until its session ends), wrong for a
-// live instance that shares the id (two instances on one host with the
-// same settings), which would be evicted while active. A member of a dead
-// process is gone within a session timeout; one still there after that is
-// alive, and this instance refuses to start (configuration error) rather
-// than take its place. Errors reaching Kafka are left to the join.
-func (e *elector) awaitInstanceID(ctx context.Context) error {
-	cl, err := kgo.NewClient(e.r.kopts...)
-	if err != nil {
-		return nil
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(e.session + 2*e.heartbeat + time.Second)
-	logged := false
-	for {
-		dctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
-		groups, err := adm.DescribeGroups(dctx, e.group)
-		cancel()
-		if err != nil || groups.Error() != nil {
-			return nil
-		}
-		var holder *kadm.DescribedGroupMember
-		for _, g := range groups {
-			for i, m := range g.Members {
-				if m.InstanceID != nil && *m.InstanceID == e.instanceID {
-					holder = &g.Members[i]
-				}
-			}
-		}
-		if holder == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: a live member of the lock group %s (%s, %s) has this instance's ha.instance_id %q "+
-				"(by default the host name, source.server_id and the port of http.listen): give every instance of pipeline %s its own",
-				config.ErrInvalid, e.group, holder.ClientHost, holder.ClientID, e.instanceID, e.r.cfg.Name)
-		}
-		if !logged {
-			e.r.log.Info().Str("instance_id", e.instanceID).Str("member", holder.ClientID).
-				Msg("a member with this instance id is in the lock group (this instance's earlier process, or another one): waiting for it to leave")
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(e.heartbeat):
-		}
-	}
 }
 
 // ensureTopic creates the one-partition lock topic if it is missing.
@@ -545,125 +354,6 @@ func (e *elector) acquire(ctx context.Context) (*lease, error) {
 		go e.watch(l)
 		return l, nil
 	}
-}
-
-// agree checks, before this member acts on the lease, that every member of
-// the lock group subscribes to the same lock topic: two instances of one
-// pipeline with different ha.lock_topic settings would each be given
-// partition 0 of their own topic, and both would be active. Such a
-// member refuses the lease with a configuration error; so does the other one
-// when it next acquires it.
-func (e *elector) agree(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
-	defer cancel()
-	groups, err := kadm.NewClient(e.cl).DescribeGroups(ctx, e.group)
-	if err == nil {
-		err = groups.Error()
-	}
-	if err != nil {
-		// Best effort: Kafka just assigned the lease, so a failed
-		// description is likely passing, and must not block a takeover.
-		e.r.log.Warn().Err(err).Msg("describe the lock group: members' lock topics not checked")
-		return nil
-	}
-	for _, g := range groups {
-		for _, m := range g.Members {
-			if prefix := e.fingerprint() + "-"; !strings.HasPrefix(m.ClientID, prefix) {
-				return fmt.Errorf("%w: instances of pipeline %s disagree on kafka.checkpoint_topic, kafka.delivery or "+
-					"ha.lock_topic: member %s (%s) is not %s; a standby taking over with another checkpoint would publish "+
-					"from another position: give every instance of one name the same settings", config.ErrInvalid,
-					e.r.cfg.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
-			}
-			meta, ok := m.Join.AsConsumer()
-			if !ok || len(meta.Topics) == 0 {
-				continue // between generations, a member may show no subscription
-			}
-			if len(meta.Topics) != 1 || meta.Topics[0] != e.topic {
-				return fmt.Errorf("%w: instances of pipeline %s disagree on ha.lock_topic: this one uses %q, member %s (%s) "+
-					"subscribes to %v; give every instance of one name the same settings", config.ErrInvalid,
-					e.r.cfg.Name, e.topic, m.ClientHost, m.ClientID, meta.Topics)
-			}
-		}
-	}
-	return nil
-}
-
-// The lock group keeps, as the metadata of an offset committed for the
-// lock topic's partition 0, the checkpoint topic of the last instance that
-// held the lease. agree compares the members present; this record outlives
-// them: after a rolling restart a lone instance with another
-// kafka.checkpoint_topic would otherwise take the lease and publish from
-// a position that is not the pipeline's (source.start, or an old
-// checkpoint). Kafka keeps the record offsets.retention.minutes (7 days by
-// default) after the group empties. A deliberate move to another
-// checkpoint topic deletes the lock group first (docs/ha.md).
-const claimPrefix = "outbox-relay checkpoint_topic="
-
-// claim checks the lock group's record of the pipeline's checkpoint topic
-// and writes this instance's: a configuration error (config.ErrInvalid)
-// when the record names another topic. Reading and writing the record are
-// best effort: Kafka just assigned the lease, and a passing failure must
-// not block a takeover.
-func (e *elector) claim(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
-	defer cancel()
-	want := claimPrefix + e.r.cfg.Kafka.CheckpointTopic
-	offs, err := kadm.NewClient(e.cl).FetchOffsets(ctx, e.group)
-	if err != nil {
-		e.r.log.Warn().Err(err).Msg("read the lock group's checkpoint topic record: not checked")
-		return nil
-	}
-	if o, ok := offs.Lookup(e.topic, 0); ok && o.Err == nil && o.Metadata != "" && o.Metadata != want {
-		if prev, ours := strings.CutPrefix(o.Metadata, claimPrefix); ours {
-			return fmt.Errorf("%w: pipeline %s last published with kafka.checkpoint_topic %q, this instance uses %q: "+
-				"taking over it would publish from another position; give every instance of one name the same settings, "+
-				"or, moving the pipeline to another checkpoint topic on purpose, stop every instance and delete the lock group %s "+
-				"(kafka-consumer-groups.sh --delete --group %s) first", config.ErrInvalid, e.r.cfg.Name, prev,
-				e.r.cfg.Kafka.CheckpointTopic, e.group, e.group)
-		}
-	}
-	if o, ok := offs.Lookup(e.topic, 0); ok && o.Err == nil && o.Metadata == want {
-		return nil
-	}
-	// OffsetCommit v10+ names the topic by its id.
-	tds, err := kadm.NewClient(e.cl).ListTopics(ctx, e.topic)
-	if err != nil {
-		e.r.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
-		return nil
-	}
-	member, gen := e.cl.GroupMetadata()
-	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Group, req.MemberID, req.Generation, req.InstanceID = e.group, member, gen, &e.instanceID
-	t := kmsg.NewOffsetCommitRequestTopic()
-	t.Topic, t.TopicID = e.topic, tds[e.topic].ID
-	pt := kmsg.NewOffsetCommitRequestTopicPartition()
-	pt.Partition, pt.Offset, pt.Metadata = 0, 0, &want
-	t.Partitions = append(t.Partitions, pt)
-	req.Topics = append(req.Topics, t)
-	resp, err := req.RequestWith(ctx, e.cl)
-	if err == nil {
-		for _, rt := range resp.Topics {
-			for _, rp := range rt.Partitions {
-				err = errors.Join(err, kerr.ErrorForCode(rp.ErrorCode))
-			}
-		}
-	}
-	if err != nil {
-		e.r.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
-	}
-	return nil
-}
-
-// fingerprint names the settings every instance of a pipeline must share
-// (a hash, carried in the lock group member's client id).
-func (e *elector) fingerprint() string {
-	c := e.r.cfg
-	h := fnv.New32a()
-	for _, s := range []string{c.Kafka.CheckpointTopic, c.Kafka.Delivery, c.HA.LockTopic} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	return "outbox-relay-" + strconv.FormatUint(uint64(h.Sum32()), 36)
 }
 
 // watch loses the lease when no group request has been answered for guard
