@@ -205,7 +205,7 @@ type pruner struct {
 	total    int
 	progress *progress
 	started  time.Time
-	ownGTID  string // MariaDB: the GTID of prune's last DELETE
+	ownGTIDs map[string]bool // MariaDB: the GTIDs of prune's DELETEs
 	pending  *pendingDeadLetters
 }
 
@@ -298,7 +298,7 @@ func (p *pruner) table(ctx context.Context, t string) error {
 		if err != nil {
 			return fmt.Errorf("prune %s: %w", t, err)
 		}
-		head = withoutOwnDelete(head, p.ownGTID)
+		head = withoutOwnDelete(head, p.ownGTIDs)
 		covered, cp, err := p.waitCovered(ctx, head, flavor)
 		if err != nil {
 			return fmt.Errorf("prune %s: %w", t, err)
@@ -385,7 +385,12 @@ func (p *pruner) deleteKeys(qt string, pk []string, pkTuple string, keys [][]any
 		// MariaDB: this DELETE inserted no outbox row: the next batch need
 		// not wait for a checkpoint covering it (see withoutOwnDelete).
 		// MySQL has no last_gtid: the SELECT fails and nothing is kept.
-		p.ownGTID, _ = flavor.GetString(0, 0)
+		if g, _ := flavor.GetString(0, 0); g != "" {
+			if p.ownGTIDs == nil {
+				p.ownGTIDs = map[string]bool{}
+			}
+			p.ownGTIDs[g] = true
+		}
 	}
 	return n, nil
 }
@@ -469,29 +474,31 @@ func (p *pruner) waitCovered(ctx context.Context, head, flavor string) (bool, *c
 }
 
 // withoutOwnDelete lowers head (a MariaDB GTID position: the last GTID
-// per domain) by prune's own last DELETE when that is the last transaction
-// of its domain: everything before it in the domain has a lower sequence
-// number, and the DELETE itself inserted nothing to publish. Otherwise head
-// is returned as it is.
-func withoutOwnDelete(head, own string) string {
-	if own == "" {
+// per domain) past prune's own DELETEs (own) that are the last
+// transactions of their domain: everything before them in the domain has
+// a lower sequence number, and the DELETEs inserted nothing to publish.
+// Otherwise head is returned as it is.
+func withoutOwnDelete(head string, own map[string]bool) string {
+	if len(own) == 0 {
 		return head
 	}
 	parts := strings.Split(head, ",")
 	out := parts[:0]
 	for _, g := range parts {
 		g = strings.TrimSpace(g)
-		if g != own {
-			out = append(out, g)
-			continue
-		}
 		i := strings.LastIndexByte(g, '-')
-		seq, err := strconv.ParseUint(g[i+1:], 10, 64)
-		if i < 0 || err != nil {
+		if i < 0 {
 			return head
 		}
-		if seq > 1 {
-			out = append(out, g[:i+1]+strconv.FormatUint(seq-1, 10))
+		seq, err := strconv.ParseUint(g[i+1:], 10, 64)
+		if err != nil {
+			return head
+		}
+		for seq > 0 && own[g[:i+1]+strconv.FormatUint(seq, 10)] {
+			seq--
+		}
+		if seq > 0 {
+			out = append(out, g[:i+1]+strconv.FormatUint(seq, 10))
 		}
 	}
 	return strings.Join(out, ",")

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseAge(t *testing.T) {
 	for in, want := range map[string]string{"7d": "168h0m0s", "1.5d": "36h0m0s", "90m": "1h30m0s", "30s": "30s"} {
@@ -23,8 +26,16 @@ func TestWithoutOwnDelete(t *testing.T) {
 		{"0-1-24", "0-1-23", "0-1-24"}, // another transaction came after prune's DELETE
 		{"0-1-9,1-1-5", "1-1-5", "0-1-9,1-1-4"},
 		{"0-1-1", "0-1-1", ""},
+		{"0-1-12", "0-1-11,0-1-12,0-1-9", "0-1-10"}, // two DELETEs in a row; 10 was another transaction
+		{"0-1-12", "0-1-10,0-1-11,0-1-12", "0-1-9"},
 	} {
-		if got := withoutOwnDelete(c.head, c.own); got != c.want {
+		own := map[string]bool{}
+		for _, g := range strings.Split(c.own, ",") {
+			if g != "" {
+				own[g] = true
+			}
+		}
+		if got := withoutOwnDelete(c.head, own); got != c.want {
 			t.Errorf("withoutOwnDelete(%q, %q) = %q, want %q", c.head, c.own, got, c.want)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
 )
 
@@ -101,5 +102,54 @@ func TestDeadLetterReplaySkip(t *testing.T) {
 	}
 	if code, out := runCLI(t, nil, "dead-letter", "list", "--config", path); code != 0 || !strings.Contains(out, "dead-letter: 0 records listed") {
 		t.Errorf("records still pending after the replay: exit %d: %s", code, out)
+	}
+}
+
+// TestPruneCompositePrimaryKey: prune pages (dry run) and deletes by a
+// primary key of two columns, in batches smaller than the rows, and
+// refuses a table without a primary key, deleting nothing.
+func TestPruneCompositePrimaryKey(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	db := openDB(t, s.Name)
+	path := itest.WriteConfig(t, cfg)
+	relay := itest.RunRelay(t, cfg)
+	relay.WaitReady(t)
+	if err := relay.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"ALTER TABLE outbox DROP PRIMARY KEY, ADD PRIMARY KEY (id, event_id)",
+		"INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, created_at) VALUES " +
+			"('c-1', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 3 HOUR), ('c-2', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 3 HOUR), " +
+			"('c-3', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 2 HOUR), ('c-4', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 2 HOUR), " +
+			"('c-5', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 2 HOUR), ('new', 'alarm', 'd', 'X', '{}', NOW(3))"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, out := runCLI(t, nil, "checkpoint", "set", "--config", path, "--to", "now", "--yes", "--force"); code != 0 {
+		t.Fatalf("checkpoint set: exit %d: %s", code, out)
+	}
+	pw := []string{"KITITEST_ROOT_PW=" + devdb.RootPassword}
+	args := []string{"prune", "--config", path, "--older-than", "1h", "--batch", "2", "--wait", "5s", "--user", "root", "--password-env", "KITITEST_ROOT_PW", "--yes"}
+	if code, out := runCLI(t, pw, append(args, "--dry-run")...); code != 0 || !strings.Contains(out, "would delete 5 rows") {
+		t.Errorf("dry run: exit %d, want 5 rows: %s", code, out)
+	}
+	if code, out := runCLI(t, pw, args...); code != 0 || !strings.Contains(out, "deleted 5 rows") {
+		t.Errorf("prune: exit %d, want 5 rows: %s", code, out)
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM outbox"); n != 1 {
+		t.Errorf("%d rows left, want 1 (the new one)", n)
+	}
+	if _, err := db.Exec("INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, created_at) VALUES ('c-6', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 2 HOUR)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("ALTER TABLE outbox MODIFY id BIGINT NOT NULL, DROP PRIMARY KEY"); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCLI(t, pw, args...); code == 0 || !strings.Contains(out, "no primary key") {
+		t.Errorf("table without a primary key: exit %d, want a refusal naming the primary key: %s", code, out)
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM outbox"); n != 2 {
+		t.Errorf("%d rows left after the refusal, want 2", n)
 	}
 }
