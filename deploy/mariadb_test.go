@@ -143,5 +143,10 @@ func TestMariaDBSnippetAndGrants(t *testing.T) {
 	if n, err := binlog.BehindBytes(conn, rows[0][0], 4); err != nil || n <= 0 {
 		t.Fatalf("behind bytes from the start of the current binlog: %d, %v", n, err)
 	}
+	// `check` tells a replica (which must log_replica_updates) from a
+	// primary with SHOW ALL SLAVES STATUS: SLAVE MONITOR on MariaDB 10.5.9+.
+	if _, err := binlog.Query(conn, "SHOW ALL SLAVES STATUS"); err != nil {
+		t.Fatalf("the relay's user of grants.sql cannot read replica status (check's log_replica_updates): %v", err)
+	}
 	t.Logf("MariaDB %s accepts mariadb.cnf; relay user ok", info.Version)
 }

@@ -503,7 +503,24 @@ func (r *ShapeRun) awaitRun(p *Proc, target string) (res DriveResult, done bool)
 		if r.Mode == KillAfterFlush || r.Mode == KillAfterPartial {
 			if cp, ok := r.tryCheckpoint(time.Second); ok && Covers(cp, target) && !p.Exited() {
 				r.waitRunning(p)
-				r.terminate(p, fmt.Sprintf("%s run %d (no failpoint left to hit)", r.Mode, r.Runs))
+				what := fmt.Sprintf("%s run %d (no failpoint left to hit)", r.Mode, r.Runs)
+				code, err := p.Terminate(time.Minute)
+				if err != nil {
+					p.Kill()
+					t.Fatalf("%s: %v after SIGTERM:\n%s", what, err, r.Tail())
+				}
+				if p.Killed() {
+					// The failpoint was still armed: the final commit (or a
+					// checkpoint written meanwhile) was the flush it waited
+					// for, and it killed the relay as asked: a crash like
+					// the others. The shape was covered before the stop:
+					// the drive is over (the next relay started fences the
+					// transaction the kill left open, and the checks read
+					// what was committed).
+					r.Kills++
+					return DriveResult{}, true
+				}
+				r.checkCleanStop(p, code, what)
 				return DriveResult{}, false
 			}
 		}

@@ -334,8 +334,11 @@ func checkReplica(conn *client.Conn, vars map[string]string, flavor string, c co
 	}
 	rows, err := binlog.Query(conn, q)
 	if err != nil {
-		c.add("log_replica_updates", Warn, "cannot tell whether the server is a replica: "+err.Error(),
-			"grant REPLICATION CLIENT (MariaDB: SLAVE MONITOR) to let the check see replica status")
+		fix := "GRANT REPLICATION CLIENT ON *.* (SHOW REPLICA STATUS) to let the check see replica status"
+		if flavor == "mariadb" {
+			fix = "GRANT SLAVE MONITOR ON *.* (MariaDB 10.5.9+; REPLICATION SLAVE ADMIN before; REPLICATION CLIENT does not give it) to let the check see replica status"
+		}
+		c.add("log_replica_updates", Warn, "cannot tell whether the server is a replica: "+err.Error(), fix)
 		return
 	}
 	if len(rows) == 0 {
