@@ -146,7 +146,7 @@ func replayDeadLetters(ctx context.Context, cfg config.Config, kopts []kgo.Opt, 
 		}
 	}
 	cl, err := kgo.NewClient(append(kopts, kgo.TransactionalID(cfg.Name+".dead-letter-replay"),
-		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(replayPartitioner{kgo.StickyKeyPartitioner(nil)}))...)
+		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(relay.Partitioner()))...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("kafka client: %w", err)
 	}

@@ -272,36 +272,11 @@ func routeAgain(rt *router.Router, row router.Row, now time.Time) (*kgo.Record, 
 	}
 	k := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
 	if rec.HasPartition {
-		k.Partition, k.Context = rec.Partition, explicitReplayPartition
+		k.Partition = rec.Partition
+		relay.PlaceExplicitly(k)
 	}
 	k.Headers = append(k.Headers, kgo.RecordHeader{Key: ReplayedHeader, Value: []byte(now.Format(time.RFC3339Nano))})
 	return k, nil
-}
-
-type replayPartitionKey struct{}
-
-// explicitReplayPartition marks records whose partition the router chose
-// (placement partition); the others are placed by murmur2 of the key, as
-// the relay and the Java client do.
-var explicitReplayPartition = context.WithValue(context.Background(), replayPartitionKey{}, true)
-
-type replayPartitioner struct{ key kgo.Partitioner }
-
-func (p replayPartitioner) ForTopic(t string) kgo.TopicPartitioner {
-	return replayTopicPartitioner{p.key.ForTopic(t)}
-}
-
-type replayTopicPartitioner struct{ kgo.TopicPartitioner }
-
-func (p replayTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
-	return r.Context == explicitReplayPartition || p.TopicPartitioner.RequiresConsistency(r)
-}
-
-func (p replayTopicPartitioner) Partition(r *kgo.Record, n int) int {
-	if r.Context == explicitReplayPartition {
-		return int(r.Partition)
-	}
-	return p.TopicPartitioner.Partition(r, n)
 }
 
 // publishTransactional produces recs in Kafka transactions of batch records
@@ -319,7 +294,7 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 		return publishInSession(ctx, sess, recs)
 	}
 	cl, err := kgo.NewClient(append(kopts, kgo.TransactionalID(cfg.Name+".replay"),
-		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(replayPartitioner{kgo.StickyKeyPartitioner(nil)}))...)
+		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(relay.Partitioner()))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
@@ -429,7 +404,7 @@ func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs 
 		fmt.Fprintf(os.Stderr, "warning: kafka refused to create topic %s (%v): using it as it exists\n", t, cerr)
 	}
 	for _, r := range recs {
-		if r.Context != explicitReplayPartition {
+		if !relay.PlacedExplicitly(r) {
 			continue
 		}
 		if n := len(details[r.Topic].Partitions); int(r.Partition) >= n {

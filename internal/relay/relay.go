@@ -180,6 +180,13 @@ type explicitPartition struct{}
 // explicitPartitionCtx marks records whose Partition the router chose.
 var explicitPartitionCtx = context.WithValue(context.Background(), explicitPartition{}, true)
 
+// PlaceExplicitly makes Partitioner keep rec's Partition (set by the
+// router: placement partition) instead of hashing its key.
+func PlaceExplicitly(rec *kgo.Record) { rec.Context = explicitPartitionCtx }
+
+// PlacedExplicitly reports whether rec keeps its Partition (PlaceExplicitly).
+func PlacedExplicitly(rec *kgo.Record) bool { return rec.Context == explicitPartitionCtx }
+
 type explicitOrKey struct{ key kgo.Partitioner }
 
 func (p explicitOrKey) ForTopic(t string) kgo.TopicPartitioner {
