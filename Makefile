@@ -37,11 +37,8 @@ test-unit: deps
 # own port and an embedded Kafka broker per test (RELAY_TEST_KAFKA=host:port
 # points them at a real broker instead).
 test-integration: deps
-	$(GO) test -count=1 -tags integration -timeout 20m ./internal/itest/
-	$(GO) test -count=1 -tags integration -timeout 10m ./internal/mysqlitest/
-	$(GO) test -count=1 -tags integration -timeout 5m ./deploy/...
-	$(GO) test -count=1 -tags integration -timeout 10m ./internal/kititest/
-	$(GO) test -count=1 -tags integration -timeout 5m ./internal/acltest/
+	$(GO) test -count=1 -tags integration -timeout 30m ./internal/itest/ ./internal/mysqlitest/ ./internal/kititest/ \
+		./internal/acltest/ ./deploy/...
 
 test: deps vet test-unit test-integration
 
@@ -55,7 +52,7 @@ test-kafka: deps
 	@export KAFKA_PORT=$(KAFKA_TEST_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-XXXXXX); \
 	deploy/dev/kafka.sh start || exit 1; \
 	RELAY_TEST_KAFKA=127.0.0.1:$(KAFKA_TEST_PORT) RELAY_TEST_KAFKA_RESTART="deploy/dev/kafka.sh restart" RELAY_TEST_KAFKA_CTL=deploy/dev/kafka.sh \
-		$(GO) test -count=1 -tags integration -timeout 20m ./internal/itest/; rc=$$?; \
+		$(GO) test -count=1 -tags integration -timeout 30m ./internal/itest/; rc=$$?; \
 	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; [ $$rc = 0 ] || exit $$rc; \
 	export KAFKA_SASL=1 KAFKA_PORT=$(KAFKA_ACL_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-acl-XXXXXX); \
 	deploy/dev/kafka.sh start || exit 1; \
@@ -83,6 +80,16 @@ bench: deps
 
 bench-kafka: deps
 	$(GO) run ./bench $(BENCH_ARGS) -brokers kafka -out BENCHMARKS.md
+
+# bench-debezium (not in CI; needs Java 17+ and Maven): Debezium 3.6.1's MySQL
+# connector + outbox EventRouter on Kafka Connect standalone
+# (deploy/dev/debezium.sh, jars fetched from Maven Central and cached) side
+# by side with the relay over the same binlog on Apache Kafka; prints the
+# section kept by hand in BENCHMARKS.md ("Debezium side by side").
+BENCH_DEBEZIUM_N ?= 500000
+bench-debezium: deps
+	deploy/dev/debezium.sh fetch
+	$(GO) run ./bench -n $(BENCH_DEBEZIUM_N) -rounds $(BENCH_ROUNDS) -latency-seconds $(BENCH_LATENCY_SECONDS) $(if $(BENCH_KAFKA),-kafka $(BENCH_KAFKA)) -brokers kafka -sections debezium
 
 # image builds the container image of deploy/compose/Dockerfile (static
 # binary on distroless nonroot, uid 65532), the one the Kubernetes manifest

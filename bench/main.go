@@ -20,6 +20,11 @@
 //
 // Each part runs on kfake and on Apache Kafka (-brokers, -kafka).
 //
+// -sections debezium (make bench-debezium, not in the default) runs
+// Debezium's MySQL connector with the outbox EventRouter on Kafka Connect
+// standalone side by side with the relay and compares their records
+// (debezium.go).
+//
 // Usage: go run ./bench [-n 1000000] [-rounds 3] [-brokers kfake,kafka]
 // [-kafka HOST:PORT] [-sections txn,catchup,batch,latency,bigtx,profile]
 // [-out BENCHMARKS.md]; `bench baseline` is the baseline process the harness
@@ -56,11 +61,13 @@ func main() {
 	out := flag.String("out", "", "write the Markdown report here (default: stdout only)")
 	brokers := flag.String("brokers", "kfake,kafka", "brokers to measure on, in order: kfake (embedded, in memory), kafka (Apache Kafka)")
 	kafkaAddr := flag.String("kafka", "", "host:port of a running Apache Kafka to use; empty: start deploy/dev/kafka.sh on a free port and stop it afterwards")
-	sections := flag.String("sections", "txn,catchup,batch,latency,bigtx,profile", "report sections to run: txn (one Kafka transaction timed), catchup, batch (batch bound), latency, bigtx (memory through one large transaction), profile")
+	sections := flag.String("sections", "txn,catchup,batch,latency,bigtx,profile", "report sections to run: txn (one Kafka transaction timed), catchup, batch (batch bound), latency, bigtx (memory through one large transaction), profile; debezium (side by side with Debezium, deploy/dev/debezium.sh; not in the default)")
+	dbzShapes := flag.String("debezium-shapes", "single,multi200", "shapes the debezium section measures (single, multi200)")
 	relayBin := flag.String("relay-bin", "", "measure this relay binary instead of building ./cmd/outbox-relay (to compare two builds)")
 	flag.Parse()
 	o := options{relayBin: *relayBin, n: *n, bigTx: *bigTx, latencySeconds: *latencySeconds, rounds: *rounds, out: *out,
-		brokers: strings.Split(*brokers, ","), kafkaAddr: *kafkaAddr, sections: map[string]bool{}, args: strings.Join(os.Args[1:], " ")}
+		brokers: strings.Split(*brokers, ","), kafkaAddr: *kafkaAddr, sections: map[string]bool{}, args: strings.Join(os.Args[1:], " "),
+		debeziumShapes: strings.Split(*dbzShapes, ",")}
 	for _, s := range strings.Split(*sections, ",") {
 		o.sections[s] = true
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +31,8 @@ type harness struct {
 	kafka  *exec.Cmd
 	report strings.Builder
 	seq    int
-	runID  string // in every topic and relay name: runs can share a broker
+	runID  string               // in every topic and relay name: runs can share a broker
+	binlog map[string]binlogPos // database -> binlog position before its rows (debezium.go)
 }
 
 func (h *harness) printf(format string, a ...any) {
@@ -45,8 +47,9 @@ type options struct {
 	kafkaAddr                        string   // an Apache Kafka to use; "" starts deploy/dev/kafka.sh
 	sections                         map[string]bool
 	out                              string
-	args                             string // the command line, for the report
-	relayBin                         string // a relay binary to measure instead of building ./cmd/outbox-relay
+	args                             string   // the command line, for the report
+	relayBin                         string   // a relay binary to measure instead of building ./cmd/outbox-relay
+	debeziumShapes                   []string // shapes the debezium section measures
 }
 
 func run(o options) error {
@@ -68,8 +71,11 @@ func run(o options) error {
 		return err
 	}
 	ctx := context.Background()
-	h.db, err = devdb.Start(ctx, devdb.Options{Dir: filepath.Join(dir, "db"),
-		Settings: map[string]string{"innodb-buffer-pool-size": "512M", "max-binlog-size": "1G"}})
+	settings := map[string]string{"innodb-buffer-pool-size": "512M", "max-binlog-size": "1G"}
+	if o.sections["debezium"] {
+		settings["version"] = debeziumVersionString
+	}
+	h.db, err = devdb.Start(ctx, devdb.Options{Dir: filepath.Join(dir, "db"), Settings: settings})
 	if err != nil {
 		return err
 	}
@@ -84,8 +90,11 @@ func run(o options) error {
 
 	// Both shapes are written once; every broker reads the same binlog.
 	loads := map[string][2]string{}
-	if o.sections["catchup"] || o.sections["batch"] {
+	if o.sections["catchup"] || o.sections["batch"] || o.sections["debezium"] {
 		for _, shape := range []string{"single", "multi200"} {
+			if !o.sections["catchup"] && !o.sections["batch"] && !slices.Contains(o.debeziumShapes, shape) {
+				continue
+			}
 			db, from, err := h.load(shape, o.n)
 			if err != nil {
 				return err
@@ -175,6 +184,11 @@ func (h *harness) brokerPart(self, kind, desc string, o options, loads map[strin
 		}
 		h.printf("Exactly-once, split into Kafka transactions of kafka.batch.max_records: %.2f s, %.2f CPU s, peak RSS %.0f MB.\n",
 			res.elapsed.Seconds(), res.cpu.Seconds(), float64(res.rssKB)/1024)
+	}
+	if o.sections["debezium"] {
+		if err := h.debeziumSection(loads, o.debeziumShapes, o.n, o.rounds, o.latencySeconds); err != nil {
+			return fmt.Errorf("debezium: %w", err)
+		}
 	}
 	if o.sections["profile"] && o.sections["catchup"] {
 		if err := h.profileSection(profile); err != nil {
@@ -315,6 +329,9 @@ func (h *harness) load(shape string, n int) (string, string, error) {
 	}
 	from, err := h.head()
 	if err != nil {
+		return "", "", err
+	}
+	if err := h.recordBinlog(db); err != nil {
 		return "", "", err
 	}
 	began := time.Now()

@@ -166,7 +166,7 @@ func (p *InProcess) StoppedWith(t testing.TB) error {
 	case <-p.done:
 		return p.err
 	case <-time.After(time.Minute):
-		t.Fatal("the relay did not stop by itself within a minute")
+		t.Fatalf("the relay did not stop by itself within a minute; its last lines:\n%s", tailLines(p.Logs(), 12))
 		return nil
 	}
 }
