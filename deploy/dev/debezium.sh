@@ -98,6 +98,7 @@ NAME=outbox-debezium SERVER=dbz
 run() {
   need DBZ_DIR DBZ_BOOTSTRAP DBZ_DB_HOST DBZ_DB_PORT DBZ_DB_USER DBZ_DB_PASSWORD DBZ_DB DBZ_TOPIC_PREFIX DBZ_BINLOG_FILE DBZ_BINLOG_POS
   fetch
+  umask 077 # the connector file holds the database password
   mkdir -p "$DBZ_DIR"
   local name=$NAME server=$SERVER
   cat > "$DBZ_DIR/worker.properties" <<PROPS

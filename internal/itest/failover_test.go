@@ -71,14 +71,6 @@ func requireRunning(t *testing.T, p *InProcess) {
 	}
 }
 
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // The replica in use is killed while writers commit: the relay goes on
 // with the other one.
 func TestFailoverReplicaKilledMidStream(t *testing.T) {

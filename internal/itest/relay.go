@@ -593,3 +593,12 @@ var instanceSeq atomic.Int64
 func newInstanceID() string {
 	return fmt.Sprintf("itest-%d-%d", os.Getpid(), instanceSeq.Add(1))
 }
+
+// tailLines is the last n lines of s.
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
