@@ -104,7 +104,7 @@ func (h *harness) latencySection(seconds int) error {
 	runs := []struct {
 		delivery string
 		rate     int
-	}{{config.ExactlyOnce, 100}, {config.ExactlyOnce, 1000}, {config.AtLeastOnce, 1000}, {config.ExactlyOnce, 5000}, {config.ExactlyOnce, 10000}}
+	}{{string(config.ExactlyOnce), 100}, {string(config.ExactlyOnce), 1000}, {string(config.AtLeastOnce), 1000}, {string(config.ExactlyOnce), 5000}, {string(config.ExactlyOnce), 10000}}
 	for _, r := range runs {
 		lat, err := h.latency(r.delivery, r.rate, d)
 		if err != nil {

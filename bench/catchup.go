@@ -85,7 +85,7 @@ func (h *harness) relayCommand(cfg config.Config, args ...string) (*exec.Cmd, er
 // first record a read_committed consumer sees.
 func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile string, tune ...func(*config.Config)) (catchUp, error) {
 	cfg := h.relayConfig("bench", db, from)
-	cfg.Kafka.Delivery = delivery
+	cfg.Kafka.Delivery = config.Delivery(delivery)
 	for _, f := range tune {
 		f(&cfg)
 	}
@@ -181,7 +181,7 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, n, rou
 		"a ratio is the baseline's time over the relay's in the same round. Medians, then each round.\n\n", rounds)
 	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | CPU s | peak RSS | first record after |\n|---|---|---|---|---|---|---|---|\n")
 	var detail strings.Builder
-	runs := []string{"baseline", config.ExactlyOnce, config.AtLeastOnce}
+	runs := []string{"baseline", string(config.ExactlyOnce), string(config.AtLeastOnce)}
 	for _, shape := range []string{"single", "multi200"} {
 		db, from := loads[shape][0], loads[shape][1]
 		res := map[string][]catchUp{}
@@ -194,7 +194,7 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, n, rou
 				switch {
 				case run == "baseline":
 					c, err = h.baseline(self, db, from, n)
-				case shape == "single" && run == config.ExactlyOnce && r == 0:
+				case shape == "single" && run == string(config.ExactlyOnce) && r == 0:
 					c, err = h.relayCatchUp(db, from, n, run, profile)
 				default:
 					c, err = h.relayCatchUp(db, from, n, run, "")

@@ -259,7 +259,7 @@ func (h *harness) debeziumSection(loads map[string][2]string, shapes []string, n
 	h.printf("Debezium's MySQL connector (MariaDB reports `--version=%s`), EventRouter routing as the relay's defaults (topic per aggregate_type, key aggregate_id, header id = event_id, header type = event_type), StringConverter for keys and values (the payload bytes as stored), snapshot.mode=recovery from a seeded binlog offset, file offset store and schema history, 1 GB heap, Connect producer defaults; Debezium defaults otherwise (poll.interval.ms 500 unless stated). Catch-up is timed from process start until the topic's end offsets reach N (Debezium) or the checkpoint counts N (relay). Rounds run relay exactly-once, relay at-least-once, Debezium, one after the other.\n\n", debeziumVersionString)
 	h.printf("| shape | run | seconds median (range) | events/s | CPU s | peak RSS | first record after |\n|---|---|---|---|---|---|---|\n")
 	var notes strings.Builder
-	runs := []string{config.ExactlyOnce, config.AtLeastOnce, "debezium"}
+	runs := []string{string(config.ExactlyOnce), string(config.AtLeastOnce), "debezium"}
 	for _, shape := range shapes {
 		if shape == "" || shape == "none" {
 			continue
@@ -316,10 +316,10 @@ func (h *harness) debeziumSection(loads map[string][2]string, shapes []string, n
 		for _, run := range []struct {
 			name   string
 			pollMS int
-		}{{config.ExactlyOnce, 0}, {config.AtLeastOnce, 0}, {"debezium defaults", 0}, {"debezium poll.interval.ms=10", 10}} {
+		}{{string(config.ExactlyOnce), 0}, {string(config.AtLeastOnce), 0}, {"debezium defaults", 0}, {"debezium poll.interval.ms=10", 10}} {
 			var lat latencyResult
 			var err error
-			if run.name == config.ExactlyOnce || run.name == config.AtLeastOnce {
+			if run.name == string(config.ExactlyOnce) || run.name == string(config.AtLeastOnce) {
 				lat, err = h.latency(run.name, 1000, d)
 			} else {
 				lat, err = h.debeziumLatency(1000, d, run.pollMS)

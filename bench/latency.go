@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 type latencyResult struct {
@@ -36,7 +38,7 @@ func (h *harness) latency(delivery string, rate int, d time.Duration) (latencyRe
 		return latencyResult{}, err
 	}
 	cfg := h.relayConfig("lat", db, from)
-	cfg.Kafka.Delivery = delivery
+	cfg.Kafka.Delivery = config.Delivery(delivery)
 	topic := cfg.Router.TopicPrefix + "alarm"
 	if err := h.createTopic(topic); err != nil {
 		return latencyResult{}, err

@@ -162,7 +162,7 @@ func (h *harness) brokerPart(self, kind, desc string, o options, loads map[strin
 		h.printf("\n### Batch bound (kafka.batch.max_records), exactly-once, single-row shape\n\n")
 		h.printf("| max_records | seconds | events/s | peak RSS |\n|---|---|---|---|\n")
 		for _, records := range []int{500, 2000, 5000, 20000} {
-			res, err := h.relayCatchUp(single[0], single[1], o.n, config.ExactlyOnce, "", func(c *config.Config) {
+			res, err := h.relayCatchUp(single[0], single[1], o.n, string(config.ExactlyOnce), "", func(c *config.Config) {
 				c.Kafka.Batch.MaxRecords = records
 			})
 			if err != nil {
@@ -178,7 +178,7 @@ func (h *harness) brokerPart(self, kind, desc string, o options, loads map[strin
 	}
 	if o.sections["bigtx"] {
 		h.printf("\n## 3. Memory: one source transaction of %d outbox rows\n\n", o.bigTx)
-		res, err := h.relayCatchUp(bigDB, bigFrom, o.bigTx, config.ExactlyOnce, "")
+		res, err := h.relayCatchUp(bigDB, bigFrom, o.bigTx, string(config.ExactlyOnce), "")
 		if err != nil {
 			return err
 		}

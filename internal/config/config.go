@@ -23,10 +23,23 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Delivery guarantees.
+// Delivery is kafka.delivery, the delivery guarantee.
+type Delivery string
+
+// Values of kafka.delivery.
 const (
-	ExactlyOnce = "exactly-once"
-	AtLeastOnce = "at-least-once"
+	ExactlyOnce Delivery = "exactly-once"
+	AtLeastOnce Delivery = "at-least-once"
+)
+
+// Flavor is source.flavor: which server the source is.
+type Flavor string
+
+// Values of source.flavor.
+const (
+	FlavorAuto    Flavor = "auto" // detected from the server's version
+	FlavorMySQL   Flavor = "mysql"
+	FlavorMariaDB Flavor = "mariadb"
 )
 
 // StatementDML is what a statement-logged change of a table that is not
@@ -95,7 +108,7 @@ type Source struct {
 	PasswordFile string   `yaml:"password_file"`
 	TLS          TLS      `yaml:"tls"`
 	ServerID     uint32   `yaml:"server_id"`
-	Flavor       string   `yaml:"flavor"` // auto | mysql | mariadb
+	Flavor       Flavor   `yaml:"flavor"` // auto | mysql | mariadb
 	Tables       []string `yaml:"tables"` // db.table
 	Start        string   `yaml:"start"`  // now | earliest | a GTID set
 	// ConnectTimeout bounds dialing one host.
@@ -116,7 +129,7 @@ type Kafka struct {
 	Brokers           []string `yaml:"brokers"`
 	TLS               TLS      `yaml:"tls"`
 	SASL              SASL     `yaml:"sasl"`
-	Delivery          string   `yaml:"delivery"`
+	Delivery          Delivery `yaml:"delivery"`
 	CheckpointTopic   string   `yaml:"checkpoint_topic"`
 	TopicPartitions   int32    `yaml:"topic_partitions"`
 	ReplicationFactor int16    `yaml:"replication_factor"`
@@ -402,7 +415,7 @@ func (c *Config) Validate() error {
 		bad("source.server_id: must be set and unique among the server's replicas, such as 4242")
 	}
 	switch s.Flavor {
-	case "auto", "mysql", "mariadb":
+	case FlavorAuto, FlavorMySQL, FlavorMariaDB:
 	default:
 		bad("source.flavor: %q: write auto, mysql or mariadb", s.Flavor)
 	}
@@ -415,7 +428,7 @@ func (c *Config) Validate() error {
 			bad("source.tables[%d]: %q: write db.table", i, t)
 		}
 	}
-	if err := checkStart(s.Start, s.Flavor); err != nil {
+	if err := checkStart(s.Start, string(s.Flavor)); err != nil {
 		bad("source.start: %v", err)
 	}
 	switch s.StatementDML {

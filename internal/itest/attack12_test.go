@@ -428,7 +428,7 @@ func TestAttack12BrokerRestartTwoInstances(t *testing.T) {
 			k := StartKafka(t)
 			s := env.NewSchema(t)
 			cfg := env.RelayConfig(k, s.Table())
-			cfg.Kafka.Delivery = mode
+			cfg.Kafka.Delivery = config.Delivery(mode)
 			p1 := RunRelay(t, cfg)
 			p1.WaitReady(t)
 			c2 := cfg

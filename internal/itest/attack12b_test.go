@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
@@ -179,7 +180,7 @@ func TestAttack12bTwoInstancesOneHostDefaultInstanceID(t *testing.T) {
 	for _, mode := range []string{"at-least-once", "exactly-once"} {
 		t.Run(mode, func(t *testing.T) {
 			_, s, cfg := env.Pipeline(t)
-			cfg.Kafka.Delivery = mode
+			cfg.Kafka.Delivery = config.Delivery(mode)
 			cfg.HA.InstanceID = env.Unique("same-host")
 			p1 := RunRelay(t, cfg)
 			p1.WaitReady(t)

@@ -153,12 +153,12 @@ func TestCrashAtNamedPoints(t *testing.T) {
 
 // The embedded broker stops and starts again (same data) mid-stream.
 func TestCrashBrokerRestart(t *testing.T) {
-	for _, delivery := range []string{config.ExactlyOnce, config.AtLeastOnce} {
-		t.Run(delivery, func(t *testing.T) { brokerRestart(t, delivery) })
+	for _, delivery := range []config.Delivery{config.ExactlyOnce, config.AtLeastOnce} {
+		t.Run(string(delivery), func(t *testing.T) { brokerRestart(t, delivery) })
 	}
 }
 
-func brokerRestart(t *testing.T, delivery string) {
+func brokerRestart(t *testing.T, delivery config.Delivery) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Delivery = delivery
 	cfg.Kafka.RequestTimeout = 5 * time.Second

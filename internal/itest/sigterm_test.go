@@ -22,7 +22,7 @@ func TestSIGTERMWhileStreaming(t *testing.T) {
 	for _, delivery := range []string{"exactly-once", "at-least-once"} {
 		t.Run(delivery, func(t *testing.T) {
 			k, s, cfg := env.Pipeline(t)
-			cfg.Kafka.Delivery = delivery
+			cfg.Kafka.Delivery = config.Delivery(delivery)
 			cfg.Kafka.Batch.MaxRecords = 50
 			cfg.Log.Level = "info"
 			path := WriteConfig(t, cfg)

@@ -135,7 +135,7 @@ func relayConfig(t *testing.T, k *itest.Kafka, flavor string, hosts ...string) c
 	cfg.Source.Hosts = hosts
 	cfg.Source.User, cfg.Source.Password = "relay", "relay-pw"
 	cfg.Source.ServerID = uint32(2000 + counter.next())
-	cfg.Source.Flavor = flavor
+	cfg.Source.Flavor = config.Flavor(flavor)
 	cfg.Source.Tables = []string{"app.outbox"}
 	cfg.Source.HeartbeatPeriod = time.Second
 	cfg.Kafka.Brokers = k.Brokers

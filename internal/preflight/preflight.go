@@ -210,7 +210,7 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 		return res
 	}
 	srv, posErr := binlog.Describe(conn, addr, vars)
-	if cfg.Source.Flavor != "auto" && cfg.Source.Flavor != srv.Flavor {
+	if cfg.Source.Flavor != config.FlavorAuto && string(cfg.Source.Flavor) != srv.Flavor {
 		c.add("version", Fail, fmt.Sprintf("%s (%s), but source.flavor is %s", srv.Version, srv.Flavor, cfg.Source.Flavor),
 			"set source.flavor to auto or "+srv.Flavor)
 	} else {

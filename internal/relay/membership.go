@@ -215,7 +215,7 @@ func (e *elector) claim(ctx context.Context) error {
 func (e *elector) fingerprint() string {
 	c := e.r.cfg
 	h := fnv.New32a()
-	for _, s := range []string{c.Kafka.CheckpointTopic, c.Kafka.Delivery, c.HA.LockTopic} {
+	for _, s := range []string{c.Kafka.CheckpointTopic, string(c.Kafka.Delivery), c.HA.LockTopic} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}

@@ -218,7 +218,7 @@ func SourceConfig(cfg config.Config) (binlog.Config, error) {
 		User:            cfg.Source.User,
 		Password:        cfg.Source.Password,
 		ServerID:        cfg.Source.ServerID,
-		Flavor:          cfg.Source.Flavor,
+		Flavor:          string(cfg.Source.Flavor),
 		Tables:          cfg.Source.Tables,
 		ConnectTimeout:  cfg.Source.ConnectTimeout,
 		HeartbeatPeriod: cfg.Source.HeartbeatPeriod,
@@ -416,7 +416,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}()
 
 	r.log.Info().Str("source", srv.Addr).Str("flavor", srv.Flavor).Str("server_version", srv.Version).
-		Str("from", from).Bool("checkpoint", cp != nil).Str("delivery", r.cfg.Kafka.Delivery).Msg("relay started")
+		Str("from", from).Bool("checkpoint", cp != nil).Str("delivery", string(r.cfg.Kafka.Delivery)).Msg("relay started")
 	*started = true
 	r.metrics.Ready.Store(true)
 	err = l.run(ctx, events, readErr)

@@ -200,7 +200,7 @@ func newHarness(t *testing.T, s *script, tweak func(*config.Config)) *harness {
 	t.Cleanup(c.Close)
 	cfg := config.Default()
 	cfg.Name = "pipeline"
-	cfg.Source.Flavor = s.flavor
+	cfg.Source.Flavor = config.Flavor(s.flavor)
 	cfg.Source.Tables = []string{"app.outbox"}
 	cfg.Source.Start = "earliest"
 	cfg.Kafka.Brokers = c.ListenAddrs()
