@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
 	"github.com/outbox-relay/outbox-relay/internal/mysqlsource"
 )
@@ -209,8 +210,10 @@ func TestMySQLDuplicateServerID(t *testing.T) {
 	r2 := itest.RunRelay(t, second)
 	r2.WaitReady(t)
 	a.commit(t, "", a.newRows(3, 2, "dup"))
-	requireExact(t, k, first, a)
-	requireExact(t, k, second, a)
+	for _, cfg := range []config.Config{first, second} {
+		waitCheckpoint(t, cfg, p.Executed().Flat(), time.Minute)
+		requireExact(t, k, cfg, a)
+	}
 	for i, r := range []*itest.InProcess{r1, r2} {
 		select {
 		case <-r.Done():
