@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -388,31 +387,7 @@ func (h *harness) debeziumLatency(rate int, d time.Duration, pollMS int) (latenc
 		}
 		recvd <- lat
 	}()
-	began := time.Now()
-	err = h.parallel(4, total, func(c *client.Conn, i int) error {
-		if wait := time.Until(began.Add(time.Duration(float64(i) / float64(rate) * float64(time.Second)))); wait > 0 {
-			time.Sleep(wait)
-		}
-		id := fmt.Sprintf("l-%d", i)
-		q := fmt.Sprintf("BEGIN; INSERT INTO %s.alarm_record (device_id, temp) VALUES ('dev-%d', %d); "+
-			"INSERT INTO %s.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('%s', 'alarm', 'dev-%d', 'AlarmCreated', '"+payload+"'); COMMIT",
-			db, i%1000, 80+i%40, db, id, i%1000, i%1000, 80+i%40)
-		if err := execMulti(c, q); err != nil {
-			return err
-		}
-		commits.Store(id, time.Now())
-		return nil
-	})
-	if err != nil {
-		return latencyResult{}, err
-	}
-	achieved := float64(total) / time.Since(began).Seconds()
-	lat := <-recvd
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	if len(lat) < total {
-		return latencyResult{}, fmt.Errorf("received %d of %d events", len(lat), total)
-	}
-	return latencyResult{samples: lat, achieved: achieved}, nil
+	return h.pacedLatency(db, 4, total, rate, &commits, recvd)
 }
 
 // binlogPos is a binlog file and position.

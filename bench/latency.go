@@ -118,8 +118,16 @@ func (h *harness) latency(delivery string, rate int, d time.Duration) (latencyRe
 	if rate <= 100 {
 		writers = 1
 	}
+	return h.pacedLatency(db, writers, total, rate, &commits, recvd)
+}
+
+// pacedLatency commits total one-row transactions (an alarm record and its
+// outbox row) at rate per second over writers connections, noting each
+// event's commit time in commits, and returns the latencies the consumer
+// behind recvd measured, sorted, with the rate achieved.
+func (h *harness) pacedLatency(db string, writers, total, rate int, commits *sync.Map, recvd <-chan []time.Duration) (latencyResult, error) {
 	began := time.Now()
-	err = h.parallel(writers, total, func(c *client.Conn, i int) error {
+	err := h.parallel(writers, total, func(c *client.Conn, i int) error {
 		due := began.Add(time.Duration(float64(i) / float64(rate) * float64(time.Second)))
 		if wait := time.Until(due); wait > 0 {
 			time.Sleep(wait)
