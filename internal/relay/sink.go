@@ -187,6 +187,15 @@ const maxBatchBytes = 1_000_012
 
 // ensureTopic creates topic if this sink has not seen it yet and learns its
 // partition count and max.message.bytes.
+// brokersRestarting reports whether an INVALID_REPLICATION_FACTOR answer
+// can be passing: the cluster's metadata lists at least as many brokers as
+// the replication factor asks for (kafka.replication_factor larger than the
+// cluster stays a configuration error).
+func (s *sink) brokersRestarting(ctx context.Context) bool {
+	md, err := s.adm.BrokerMetadata(ctx)
+	return err == nil && (s.repl <= 0 || len(md.Brokers) >= int(s.repl))
+}
+
 func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error) {
 	if info, ok := s.topics[topic]; ok {
 		return info, nil
@@ -202,6 +211,10 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 	case err == nil, errors.Is(err, kerr.TopicAlreadyExists):
 	case adminRefused(err):
 		refused = err // least privilege: the topic may exist (topicauth.go)
+	case errors.Is(err, kerr.InvalidReplicationFactor) && s.brokersRestarting(ctx):
+		// Right after a broker restart, KRaft registers brokers before it
+		// unfences them: CreateTopics counts none available. Passing.
+		return topicInfo{}, fmt.Errorf("create topic %s: %v (the brokers are registered but not yet available: retried)", topic, err)
 	default:
 		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, classify(err))
 	}

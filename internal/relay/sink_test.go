@@ -571,3 +571,29 @@ func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
 		t.Fatalf("settleOff %v, waits %d; want false, 1", s.settleOff, s.settleWaits.Load())
 	}
 }
+
+// INVALID_REPLICATION_FACTOR from CreateTopics is passing only while the
+// metadata lists enough brokers (they restart: KRaft registers them before
+// it unfences them); a replication factor above the cluster's size is a
+// configuration error.
+func TestBrokersRestarting(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, tc := range []struct {
+		repl int16
+		want bool
+	}{{1, true}, {-1, true}, {3, false}} {
+		s := &sink{adm: kadm.NewClient(cl), sinkOptions: sinkOptions{repl: tc.repl}}
+		if got := s.brokersRestarting(context.Background()); got != tc.want {
+			t.Errorf("replication factor %d on one broker: passing %v, want %v", tc.repl, got, tc.want)
+		}
+	}
+}
