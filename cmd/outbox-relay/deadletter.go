@@ -110,25 +110,49 @@ type dlRecord struct {
 	Replayed  bool      `json:"replayed"`
 }
 
-func deadLetterList(path string, all, asJSON bool) error {
+// deadLetters is what both dead-letter commands start from: the pipeline's
+// configuration, Kafka options, the group's committed offsets and the
+// dead-letter records up to the topics' ends (from the committed offsets
+// when from is non-nil, from the start otherwise).
+type deadLetters struct {
+	cfg       config.Config
+	kopts     []kgo.Opt
+	committed map[string]map[int32]int64
+	recs      []*kgo.Record
+}
+
+func openDeadLetters(ctx context.Context, path string, fromCommitted bool) (*deadLetters, error) {
 	cfg, err := loadConfigFile(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	kopts, err := relay.KafkaOpts(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	committed, ends, err := deadLetterOffsets(ctx, cfg, kopts)
 	if err != nil {
+		return nil, err
+	}
+	d := &deadLetters{cfg: cfg, kopts: kopts, committed: committed}
+	from := map[string]map[int32]int64(nil)
+	if fromCommitted {
+		from = committed
+	}
+	if err := readDeadLetters(ctx, kopts, ends, from, func(r *kgo.Record) { d.recs = append(d.recs, r) }); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func deadLetterList(path string, all, asJSON bool) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	d, err := openDeadLetters(ctx, path, false)
+	if err != nil {
 		return err
 	}
-	var recs []*kgo.Record
-	if err := readDeadLetters(ctx, kopts, ends, nil, func(r *kgo.Record) { recs = append(recs, r) }); err != nil {
-		return err
-	}
+	committed, recs := d.committed, d.recs
 	n := 0
 	enc := json.NewEncoder(os.Stdout)
 	for _, r := range recs {

@@ -39,24 +39,13 @@ type dlItem struct {
 }
 
 func deadLetterReplay(o dlReplayOpts) error {
-	cfg, err := loadConfigFile(o.path)
-	if err != nil {
-		return err
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	kopts, err := relay.KafkaOpts(cfg)
+	d, err := openDeadLetters(ctx, o.path, true)
 	if err != nil {
 		return err
 	}
-	committed, ends, err := deadLetterOffsets(ctx, cfg, kopts)
-	if err != nil {
-		return err
-	}
-	var pending []*kgo.Record
-	if err := readDeadLetters(ctx, kopts, ends, committed, func(r *kgo.Record) { pending = append(pending, r) }); err != nil {
-		return err
-	}
+	cfg, kopts, pending := d.cfg, d.kopts, d.recs
 	skip := map[string]bool{}
 	for _, id := range o.skip {
 		skip[id] = true

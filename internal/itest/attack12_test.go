@@ -212,7 +212,7 @@ func TestAttack12LockTopicDeleted(t *testing.T) {
 	c2 := cfg
 	c2.Source.ServerID = cfg.Source.ServerID + 1
 	p2 := RunRelay(t, c2)
-	time.Sleep(2 * time.Second)
+	WaitLockGroup(t, k.Brokers, cfg.Name, 2, 30*time.Second)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +401,7 @@ func TestAttack12StandbyCrashRestartDemotesActive(t *testing.T) {
 	standby := 1 - active
 	waitStarted(t, f.proc(active), cfg)
 	addr := f.members[active].cfg.HTTP.Listen
-	time.Sleep(8 * time.Second) // the standby is a settled member
+	f.waitSettled(30 * time.Second) // the standby is a settled member of a stable group
 	wait := writeAsync(t, s, WriteOptions{Writers: 2, Transactions: 300, Pace: 5 * time.Millisecond})
 	f.proc(standby).Kill()
 	f.restart(standby)
@@ -434,7 +434,7 @@ func TestAttack12BrokerRestartTwoInstances(t *testing.T) {
 			c2 := cfg
 			c2.Source.ServerID = cfg.Source.ServerID + 1
 			p2 := RunRelay(t, c2)
-			time.Sleep(2 * time.Second)
+			WaitLockGroup(t, k.Brokers, cfg.Name, 2, 30*time.Second)
 			wait := writeAsync(t, s, WriteOptions{Writers: 2, Transactions: 300, Pace: 5 * time.Millisecond})
 			time.Sleep(500 * time.Millisecond)
 			k.Restart(t)

@@ -602,3 +602,31 @@ func tailLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// WaitLockGroup waits until the lock group of pipeline name is stable with
+// n members: the instances started have joined and no rebalance is under
+// way.
+func WaitLockGroup(t testing.TB, brokers []string, name string, n int, timeout time.Duration) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	Eventually(t, timeout, func() error {
+		groups, err := adm.DescribeGroups(context.Background(), relay.GroupID(name))
+		if err == nil {
+			err = groups.Error()
+		}
+		if err != nil {
+			return err
+		}
+		for _, g := range groups {
+			if g.State != "Stable" || len(g.Members) != n {
+				return fmt.Errorf("lock group %s, %d of %d members", g.State, len(g.Members), n)
+			}
+		}
+		return nil
+	})
+}

@@ -19,11 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 // series reads one series (name and labels exactly as exposed, e.g.
@@ -220,27 +218,7 @@ func killActive(t *testing.T, f *fleet, kills int, rng *rand.Rand) []time.Durati
 func (f *fleet) waitSettled(timeout time.Duration) {
 	f.t.Helper()
 	cfg := f.members[0].cfg
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	Eventually(f.t, timeout, func() error {
-		groups, err := adm.DescribeGroups(context.Background(), relay.GroupID(cfg.Name))
-		if err == nil {
-			err = groups.Error()
-		}
-		if err != nil {
-			return err
-		}
-		for _, g := range groups {
-			if g.State != "Stable" || len(g.Members) != len(f.members) {
-				return fmt.Errorf("lock group %s, %d of %d members", g.State, len(g.Members), len(f.members))
-			}
-		}
-		return nil
-	})
+	WaitLockGroup(f.t, cfg.Kafka.Brokers, cfg.Name, len(f.members), timeout)
 }
 
 func summary(ds []time.Duration) string {
