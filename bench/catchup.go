@@ -175,14 +175,14 @@ func peakRSS(pid int) int {
 // catchUpSection measures catch-up in both shapes over rounds and writes
 // section 1 of the report; the first exactly-once single-row run writes the
 // CPU profile. It returns the single-row database and start for later runs.
-func (h *harness) catchUpSection(self string, loads map[string][2]string, n, rounds int, profile string) error {
+func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes []string, n, rounds int, profile string) error {
 	h.printf("## 1. Catch-up throughput (%d outbox rows, from the position before them)\n\n", n)
 	h.printf("Each shape runs %d rounds of baseline, exactly-once and at-least-once over the same binlog; "+
 		"a ratio is the baseline's time over the relay's in the same round. Medians, then each round.\n\n", rounds)
 	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | CPU s | peak RSS | first record after |\n|---|---|---|---|---|---|---|---|\n")
 	var detail strings.Builder
 	runs := []string{"baseline", string(config.ExactlyOnce), string(config.AtLeastOnce)}
-	for _, shape := range []string{"single", "multi200"} {
+	for _, shape := range shapes {
 		db, from := loads[shape][0], loads[shape][1]
 		res := map[string][]catchUp{}
 		ratios := map[string][]float64{}
@@ -194,7 +194,7 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, n, rou
 				switch {
 				case run == "baseline":
 					c, err = h.baseline(self, db, from, n)
-				case shape == "single" && run == string(config.ExactlyOnce) && r == 0:
+				case shape == shapes[0] && run == string(config.ExactlyOnce) && r == 0:
 					c, err = h.relayCatchUp(db, from, n, run, profile)
 				default:
 					c, err = h.relayCatchUp(db, from, n, run, "")
@@ -251,4 +251,46 @@ func spread(fs []float64) (lo, mid, hi float64) {
 	s := slices.Clone(fs)
 	slices.Sort(s)
 	return s[0], s[(len(s)-1)/2], s[len(s)-1]
+}
+
+// batchSection compares kafka.batch.max_records values, exactly-once, in
+// each shape: every round runs at-least-once (defaults) and then each value,
+// and a ratio is the at-least-once time over that run's, within the round.
+func (h *harness) batchSection(loads map[string][2]string, shapes []string, values []int, n, rounds int) error {
+	h.printf("\n### Batch bound (kafka.batch.max_records), exactly-once\n\n")
+	h.printf("Each of %d rounds runs at-least-once (defaults), then exactly-once with each bound; the ratio is at-least-once's time over exactly-once's in the same round. Medians (min-max).\n\n", rounds)
+	h.printf("| shape | max_records | seconds | events/s | vs at-least-once | CPU s | peak RSS |\n|---|---|---|---|---|---|---|\n")
+	for _, shape := range shapes {
+		db, from := loads[shape][0], loads[shape][1]
+		res := make([][]catchUp, len(values))
+		ratios := make([][]float64, len(values))
+		for r := 0; r < rounds; r++ {
+			alo, err := h.relayCatchUp(db, from, n, string(config.AtLeastOnce), "")
+			if err != nil {
+				return err
+			}
+			for i, records := range values {
+				c, err := h.relayCatchUp(db, from, n, string(config.ExactlyOnce), "", func(c *config.Config) {
+					c.Kafka.Batch.MaxRecords = records
+				})
+				if err != nil {
+					return err
+				}
+				res[i] = append(res[i], c)
+				ratios[i] = append(ratios[i], alo.elapsed.Seconds()/c.elapsed.Seconds())
+			}
+		}
+		for i, records := range values {
+			el := median(durations(res[i], func(c catchUp) time.Duration { return c.elapsed }))
+			cpu := median(durations(res[i], func(c catchUp) time.Duration { return c.cpu }))
+			lo, mid, hi := spread(ratios[i])
+			rss := 0
+			for _, c := range res[i] {
+				rss = max(rss, c.rssKB)
+			}
+			h.printf("| %s | %d | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f | %.0f MB |\n", shape, records, el.Seconds(), float64(n)/el.Seconds(),
+				mid, lo, hi, cpu.Seconds(), float64(rss)/1024)
+		}
+	}
+	return nil
 }

@@ -319,7 +319,7 @@ func (h *harness) debeziumSection(loads map[string][2]string, shapes []string, n
 			var lat latencyResult
 			var err error
 			if run.name == string(config.ExactlyOnce) || run.name == string(config.AtLeastOnce) {
-				lat, err = h.latency(run.name, 1000, d)
+				lat, err = h.latency(run.name, 1000, 1, d)
 			} else {
 				lat, err = h.debeziumLatency(1000, d, run.pollMS)
 			}
@@ -387,7 +387,7 @@ func (h *harness) debeziumLatency(rate int, d time.Duration, pollMS int) (latenc
 		}
 		recvd <- lat
 	}()
-	return h.pacedLatency(db, 4, total, rate, &commits, recvd)
+	return h.pacedLatency(db, 4, total, rate, 1, &commits, recvd)
 }
 
 // binlogPos is a binlog file and position.

@@ -36,6 +36,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -63,11 +64,21 @@ func main() {
 	kafkaAddr := flag.String("kafka", "", "host:port of a running Apache Kafka to use; empty: start deploy/dev/kafka.sh on a free port and stop it afterwards")
 	sections := flag.String("sections", "txn,catchup,batch,latency,bigtx,profile", "report sections to run: txn (one Kafka transaction timed), catchup, batch (batch bound), latency, bigtx (memory through one large transaction), profile; debezium (side by side with Debezium, deploy/dev/debezium.sh; not in the default)")
 	dbzShapes := flag.String("debezium-shapes", "single,multi200", "shapes the debezium section measures (single, multi200)")
+	shapes := flag.String("shapes", "single,multi200", "shapes the catchup and batch sections measure: single (one outbox and one business row per transaction), multi200 (INSERTs of 200 outbox rows)")
+	batchRecords := flag.String("batch-records", "2000,5000,20000", "kafka.batch.max_records values the batch section compares")
 	relayBin := flag.String("relay-bin", "", "measure this relay binary instead of building ./cmd/outbox-relay (to compare two builds)")
 	flag.Parse()
 	o := options{relayBin: *relayBin, n: *n, bigTx: *bigTx, latencySeconds: *latencySeconds, rounds: *rounds, out: *out,
 		brokers: strings.Split(*brokers, ","), kafkaAddr: *kafkaAddr, sections: map[string]bool{}, args: strings.Join(os.Args[1:], " "),
-		debeziumShapes: strings.Split(*dbzShapes, ",")}
+		debeziumShapes: strings.Split(*dbzShapes, ","), shapes: strings.Split(*shapes, ",")}
+	for _, v := range strings.Split(*batchRecords, ",") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "bench: -batch-records: %q: write positive numbers separated by commas\n", v)
+			os.Exit(2)
+		}
+		o.batchRecords = append(o.batchRecords, n)
+	}
 	for _, s := range strings.Split(*sections, ",") {
 		o.sections[s] = true
 	}

@@ -50,6 +50,8 @@ type options struct {
 	args                             string   // the command line, for the report
 	relayBin                         string   // a relay binary to measure instead of building ./cmd/outbox-relay
 	debeziumShapes                   []string // shapes the debezium section measures
+	shapes                           []string // shapes the catchup and batch sections measure
+	batchRecords                     []int    // kafka.batch.max_records values the batch section compares
 }
 
 func run(o options) error {
@@ -92,7 +94,7 @@ func run(o options) error {
 	loads := map[string][2]string{}
 	if o.sections["catchup"] || o.sections["batch"] || o.sections["debezium"] {
 		for _, shape := range []string{"single", "multi200"} {
-			if !o.sections["catchup"] && !o.sections["batch"] && !slices.Contains(o.debeziumShapes, shape) {
+			if !slices.Contains(o.shapes, shape) && !(o.sections["debezium"] && slices.Contains(o.debeziumShapes, shape)) {
 				continue
 			}
 			db, from, err := h.load(shape, o.n)
@@ -153,22 +155,13 @@ func (h *harness) brokerPart(self, kind, desc string, o options, loads map[strin
 		h.printf("\n")
 	}
 	if o.sections["catchup"] {
-		if err := h.catchUpSection(self, loads, o.n, o.rounds, profile); err != nil {
+		if err := h.catchUpSection(self, loads, o.shapes, o.n, o.rounds, profile); err != nil {
 			return err
 		}
 	}
 	if o.sections["batch"] {
-		single := loads["single"]
-		h.printf("\n### Batch bound (kafka.batch.max_records), exactly-once, single-row shape\n\n")
-		h.printf("| max_records | seconds | events/s | peak RSS |\n|---|---|---|---|\n")
-		for _, records := range []int{500, 2000, 5000, 20000} {
-			res, err := h.relayCatchUp(single[0], single[1], o.n, string(config.ExactlyOnce), "", func(c *config.Config) {
-				c.Kafka.Batch.MaxRecords = records
-			})
-			if err != nil {
-				return err
-			}
-			h.printf("| %d | %.2f | %.0f | %.0f MB |\n", records, res.elapsed.Seconds(), float64(o.n)/res.elapsed.Seconds(), float64(res.rssKB)/1024)
+		if err := h.batchSection(loads, o.shapes, o.batchRecords, o.n, o.rounds); err != nil {
+			return err
 		}
 	}
 	if o.sections["latency"] {
@@ -191,7 +184,7 @@ func (h *harness) brokerPart(self, kind, desc string, o options, loads map[strin
 		}
 	}
 	if o.sections["profile"] && o.sections["catchup"] {
-		if err := h.profileSection(profile); err != nil {
+		if err := h.profileSection(profile, o.shapes[0]); err != nil {
 			return err
 		}
 	}
@@ -209,7 +202,7 @@ func (w reportWriter) Write(p []byte) (int, error) {
 
 // profileSection writes section 4: the top of the CPU profile (kept, with
 // the binary, at $BENCH_KEEP_PROFILE when set).
-func (h *harness) profileSection(profile string) error {
+func (h *harness) profileSection(profile, shape string) error {
 	if keep := os.Getenv("BENCH_KEEP_PROFILE"); keep != "" {
 		if b, err := os.ReadFile(profile); err == nil {
 			_ = os.WriteFile(keep, b, 0o644)
@@ -220,7 +213,7 @@ func (h *harness) profileSection(profile string) error {
 	if err != nil {
 		return fmt.Errorf("pprof: %v\n%s", err, top)
 	}
-	h.printf("\n## 4. CPU profile of the exactly-once single-row catch-up (round 1)\n\n```\n%s```\n", trimProfile(string(top)))
+	h.printf("\n## 4. CPU profile of the exactly-once catch-up, shape %s (round 1)\n\n```\n%s```\n", shape, trimProfile(string(top)))
 	return nil
 }
 

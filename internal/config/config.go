@@ -261,7 +261,7 @@ func defaults() Config {
 			CheckpointTopic:    "outbox-relay.checkpoints",
 			TopicPartitions:    3,
 			ReplicationFactor:  -1,
-			Batch:              Batch{MaxRecords: 5000, MaxBytes: 8 << 20, MaxWait: 200 * time.Millisecond},
+			Batch:              Batch{MaxRecords: 20000, MaxBytes: 8 << 20, MaxWait: 200 * time.Millisecond},
 			TransactionTimeout: time.Minute,
 			CheckpointInterval: 10 * time.Second,
 			RequestTimeout:     30 * time.Second,
