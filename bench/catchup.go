@@ -54,6 +54,9 @@ func (h *harness) relayConfig(prefix, db, from string) config.Config {
 	cfg.Router.TopicPrefix = cfg.Name + "."
 	cfg.HTTP.Listen = ""
 	cfg.Log.Level = "warn"
+	for _, tune := range h.tune {
+		tune(&cfg)
+	}
 	return cfg
 }
 

@@ -65,12 +65,14 @@ func main() {
 	sections := flag.String("sections", "txn,catchup,batch,latency,bigtx,profile", "report sections to run: txn (one Kafka transaction timed), catchup, batch (batch bound), latency, bigtx (memory through one large transaction), profile; debezium (side by side with Debezium, deploy/dev/debezium.sh; not in the default)")
 	dbzShapes := flag.String("debezium-shapes", "single,multi200", "shapes the debezium section measures (single, multi200)")
 	shapes := flag.String("shapes", "single,multi200", "shapes the catchup and batch sections measure: single (one outbox and one business row per transaction), multi200 (INSERTs of 200 outbox rows)")
-	batchRecords := flag.String("batch-records", "2000,5000,20000", "kafka.batch.max_records values the batch section compares")
+	batchRecords := flag.String("batch-records", "5000,20000", "kafka.batch.max_records values the batch section compares")
+	linger := flag.Duration("linger", -1, "kafka.linger of every relay run (default: the relay's default)")
 	relayBin := flag.String("relay-bin", "", "measure this relay binary instead of building ./cmd/outbox-relay (to compare two builds)")
 	flag.Parse()
 	o := options{relayBin: *relayBin, n: *n, bigTx: *bigTx, latencySeconds: *latencySeconds, rounds: *rounds, out: *out,
 		brokers: strings.Split(*brokers, ","), kafkaAddr: *kafkaAddr, sections: map[string]bool{}, args: strings.Join(os.Args[1:], " "),
 		debeziumShapes: strings.Split(*dbzShapes, ","), shapes: strings.Split(*shapes, ",")}
+	o.linger = *linger
 	for _, v := range strings.Split(*batchRecords, ",") {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {

@@ -31,8 +31,9 @@ type harness struct {
 	kafka  *exec.Cmd
 	report strings.Builder
 	seq    int
-	runID  string               // in every topic and relay name: runs can share a broker
-	binlog map[string]binlogPos // database -> binlog position before its rows (debezium.go)
+	runID  string                 // in every topic and relay name: runs can share a broker
+	binlog map[string]binlogPos   // database -> binlog position before its rows (debezium.go)
+	tune   []func(*config.Config) // applied to every relay configuration (flags such as -linger)
 }
 
 func (h *harness) printf(format string, a ...any) {
@@ -47,11 +48,12 @@ type options struct {
 	kafkaAddr                        string   // an Apache Kafka to use; "" starts deploy/dev/kafka.sh
 	sections                         map[string]bool
 	out                              string
-	args                             string   // the command line, for the report
-	relayBin                         string   // a relay binary to measure instead of building ./cmd/outbox-relay
-	debeziumShapes                   []string // shapes the debezium section measures
-	shapes                           []string // shapes the catchup and batch sections measure
-	batchRecords                     []int    // kafka.batch.max_records values the batch section compares
+	args                             string        // the command line, for the report
+	relayBin                         string        // a relay binary to measure instead of building ./cmd/outbox-relay
+	debeziumShapes                   []string      // shapes the debezium section measures
+	shapes                           []string      // shapes the catchup and batch sections measure
+	batchRecords                     []int         // kafka.batch.max_records values the batch section compares
+	linger                           time.Duration // kafka.linger of every relay run; < 0: the default
 }
 
 func run(o options) error {
@@ -61,6 +63,9 @@ func run(o options) error {
 	}
 	defer os.RemoveAll(dir)
 	h := &harness{dir: dir, bin: filepath.Join(dir, "outbox-relay"), runID: time.Now().UTC().Format("150405")}
+	if o.linger >= 0 {
+		h.tune = append(h.tune, func(c *config.Config) { c.Kafka.Linger = o.linger })
+	}
 	if o.relayBin != "" {
 		if h.bin, err = filepath.Abs(o.relayBin); err != nil {
 			return err
