@@ -17,9 +17,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -105,7 +105,6 @@ func TestAttack17CommitFailsWhileHolding(t *testing.T) {
 		h.verify()
 	})
 }
-
 
 // outbox_relay_kafka_transaction_duration_seconds is documented as "flush
 // and commit time of a batch". With pipelining it is observed when the loop
@@ -213,7 +212,7 @@ func TestAttack17SettleOffAfterOneTransientError(t *testing.T) {
 // throttleProduce makes the broker accept produce requests at rate bytes/s
 // (as a client quota or a slow disk does: responses are delayed in
 // proportion to their size).
-var total atomic.Int64
+var throttledRecords atomic.Int64
 
 func throttleProduce(h *harness, rate float64) {
 	var mu sync.Mutex
@@ -225,7 +224,7 @@ func throttleProduce(h *harness, rate float64) {
 				n += len(p.Records)
 			}
 		}
-		total.Add(int64(n))
+		throttledRecords.Add(int64(n))
 		d := time.Duration(float64(n) / rate * float64(time.Second))
 		h.kafka.SleepControl(func() { mu.Lock(); time.Sleep(d); mu.Unlock() })
 		return nil, nil, false
@@ -264,7 +263,7 @@ func TestAttack17BigDefaultBatchNeverFlushesOnSlowBroker(t *testing.T) {
 			t.Logf("kafka.batch.max_records %d", h.cfg.Kafka.Batch.MaxRecords)
 			throttleProduce(h, 60_000)
 			var last error
-			for i := 0; i < 2; i++ {
+			for i := 0; i < 4; i++ {
 				a := h.start()
 				a.feedAll()
 				if last = a.term(); last == nil {
@@ -273,9 +272,12 @@ func TestAttack17BigDefaultBatchNeverFlushesOnSlowBroker(t *testing.T) {
 				t.Logf("attempt %d: %v", i+1, last)
 			}
 			cp := h.load()
-			t.Logf("bytes produced %d", total.Swap(0))
+			t.Logf("records produced %d", throttledRecords.Swap(0))
 			if last != nil {
-				t.Fatalf("two attempts failed, checkpoint still at %q with %d events: %v", cp.GTIDSet, cp.Events, last)
+				t.Fatalf("four attempts failed, checkpoint still at %q with %d events (batch bound %d): %v", cp.GTIDSet, cp.Events, h.relay.batchLimit(), last)
+			}
+			if tc.max == 0 && h.relay.batchLimit() >= h.cfg.Kafka.Batch.MaxRecords {
+				t.Errorf("batch bound %d after a flush time-out: not lowered", h.relay.batchLimit())
 			}
 			h.verify()
 		})
@@ -375,6 +377,74 @@ func TestAttack17FatalStopWhileInFlightCommitFails(t *testing.T) {
 			if fatal(err) && cp.GTIDSet != s.set(n) {
 				t.Errorf("fatal stop before %s with the checkpoint at %q, not %q (the transaction before it): `checkpoint skip --gtid %s` refuses; with --force it skips %s..%s unpublished",
 					s.gtid(3), cp.GTIDSet, s.set(n), s.gtid(3), s.gtid(1), s.gtid(2))
+			}
+			if fatal(err) {
+				return
+			}
+			// Not fatal: the next attempt reaches the stop again, with the
+			// transactions before it committed.
+			b := h.start()
+			b.feed(s.through(2))
+			b.readErr <- fmt.Errorf("%w: gtid %s", binlog.ErrStatementLogged, s.gtid(3))
+			err = b.wait()
+			if cp := h.load(); !fatal(err) || cp.GTIDSet != s.set(2) {
+				t.Errorf("second attempt: %v (fatal %v), checkpoint %q; want the stop with the checkpoint at %q", err, fatal(err), cp.GTIDSet, s.set(2))
+			}
+		})
+	}
+}
+
+// A coordinator that never answers DescribeTransactions (here: always
+// UNKNOWN_SERVER_ERROR) stops being asked after settleGiveUp waits in a row,
+// and one that refuses it (authorization) after the first.
+func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
+	for _, tc := range []struct {
+		code  int16
+		after int
+	}{{kerr.UnknownServerError.Code, settleGiveUp}, {kerr.TransactionalIDAuthorizationFailed.Code, 1}} {
+		t.Run(kerr.ErrorForCode(tc.code).Error(), func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			var asked atomic.Int32
+			c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				asked.Add(1)
+				r := req.(*kmsg.DescribeTransactionsRequest)
+				resp := r.ResponseKind().(*kmsg.DescribeTransactionsResponse)
+				for _, id := range r.TransactionalIDs {
+					st := kmsg.NewDescribeTransactionsResponseTransactionState()
+					st.TransactionalID, st.ErrorCode = id, tc.code
+					resp.TransactionStates = append(resp.TransactionStates, st)
+				}
+				return resp, nil, true
+			})
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			store := checkpoint.NewStore("cp", kgo.SeedBrokers(c.ListenAddrs()...))
+			ctx := context.Background()
+			if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
+				t.Fatal(err)
+			}
+			s := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1})
+			for i := 1; i <= settleGiveUp+3; i++ {
+				if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {
+					t.Fatal(err)
+				}
+				if off, want := s.settleOff, i > tc.after; i <= tc.after+1 && off != want {
+					t.Fatalf("after commit %d: settle off %v, want %v", i, off, want)
+				}
+			}
+			if !s.settleOff || int(asked.Load()) != tc.after {
+				t.Errorf("settle off %v after %d questions, want off after %d", s.settleOff, asked.Load(), tc.after)
 			}
 		})
 	}

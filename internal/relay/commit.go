@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -39,6 +41,7 @@ type inflightCommit struct {
 type commitResult struct {
 	written *checkpoint.Checkpoint
 	err     error
+	took    time.Duration // the sink's commit alone (flush, EndTxn, settle start)
 }
 
 // batchOpen reports whether the batch being built holds records.
@@ -113,12 +116,12 @@ func (l *loop) startCommit(ctx context.Context) error {
 	if !l.sink.txn {
 		// At-least-once commits never wait on Kafka (see sink.commit).
 		written, err := l.sink.commit(ctx, cp)
-		return l.finishCommit(job, commitResult{written, err})
+		return l.finishCommit(job, commitResult{written, err, time.Since(now)})
 	}
 	l.inflight = job
 	go func() {
 		written, err := l.sink.commit(ctx, cp)
-		job.done <- commitResult{written, err}
+		job.done <- commitResult{written, err, time.Since(now)}
 	}()
 	return nil
 }
@@ -167,16 +170,32 @@ func (l *loop) ended(ctx context.Context, res commitResult) error {
 	return nil
 }
 
-// settleInflight waits, when run returns, for a commit still in flight
-// (bounded by the sink's timeout); its outcome no longer matters to this
-// attempt.
-func (l *loop) settleInflight() {
-	if l.inflight != nil {
-		<-l.inflight.done
+// settleInflight waits, when the loop ends with err, for a commit still in
+// flight (bounded by the sink's timeout) and accounts for its end; it
+// returns the attempt's error. A commit that failed leaves the checkpoint
+// behind what the loop handled after it, so it comes first: a fatal stop
+// decided meanwhile (which names a transaction the checkpoint would not
+// reach, and exits for good) becomes that commit's failure, and the next
+// attempt reaches the stop again from the committed checkpoint; any other
+// ending keeps both (a fence or a transaction time-out of the commit is
+// seen through a stream error).
+func (l *loop) settleInflight(err error) error {
+	if job := l.inflight; job != nil {
 		l.inflight = nil
+		if cerr := l.finishCommit(job, <-job.done); cerr != nil {
+			switch {
+			case err == nil:
+				err = cerr
+			case fatal(err) && !errors.Is(err, ErrFenced):
+				err = fmt.Errorf("commit batch in flight: %w (the loop stopped meanwhile, to be reached again: %v)", cerr, err)
+			default:
+				err = errors.Join(err, cerr)
+			}
+		}
 	}
 	clear(l.held)
 	l.held = l.held[:0]
+	return err
 }
 
 // finishCommit accounts for a commit that ended.
@@ -187,7 +206,8 @@ func (l *loop) finishCommit(job *inflightCommit, res commitResult) error {
 	}
 	l.r.metrics.KafkaTransactions.WithLabelValues("commit").Inc()
 	if l.sink.txn {
-		l.r.metrics.KafkaTxnSeconds.Observe(time.Since(job.began).Seconds())
+		l.r.metrics.KafkaTxnSeconds.Observe(res.took.Seconds())
+		l.tookCommit(res.took)
 	}
 	l.r.metrics.BatchRecords.Observe(float64(job.records))
 	l.written(res.written)

@@ -37,6 +37,13 @@ type loop struct {
 	// the delete-after-insert pattern while they do not outnumber curRows.
 	curDeleted int64
 
+	// maxRecords bounds a batch's records: kafka.batch.max_records, less
+	// after Kafka was slow to acknowledge (batchlimit.go); lastSlow: when a
+	// commit last took a quarter of kafka.request_timeout; limitSince: when
+	// maxRecords last changed.
+	maxRecords           int
+	lastSlow, limitSince time.Time
+
 	batchRecords int
 	batchBytes   int
 	batchStart   time.Time
@@ -75,6 +82,7 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 	now := time.Now()
 	l := &loop{r: r, srv: srv, sink: s, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
 		topicCounters: map[topicOutcome]prometheus.Counter{}, lastCheckpoint: now, lastProgress: now}
+	l.setLimit(r.batchLimit(), now)
 	if cp != nil {
 		if cp.Partial != nil {
 			l.partial = *cp.Partial
@@ -95,15 +103,19 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 // error ends the attempt. The end of ctx is only looked at between batches:
 // the work in hand, a Kafka commit above all, never sees it canceled.
 func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
+	// Whatever ends the attempt, no commit is left running behind it (the
+	// caller aborts the open transaction next) and its end is accounted for.
+	return l.settleInflight(l.consume(ctx, events, readErr))
+}
+
+// consume is run's loop.
+func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
 	work := context.WithoutCancel(ctx)
 	cfg := l.r.cfg.Kafka
 	// A quarter of the transaction timeout at most: onTick commits a part
 	// of a long source transaction at half of it, well before the whole.
 	tick := time.NewTicker(min(cfg.Batch.MaxWait, cfg.CheckpointInterval, cfg.TransactionTimeout/4, time.Second))
 	defer tick.Stop()
-	// Whatever ends the attempt, no commit is left running behind it: the
-	// caller aborts the open transaction next.
-	defer l.settleInflight()
 	ls := leaseFrom(ctx)
 	for {
 		select {
@@ -139,7 +151,9 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 				// any, stay in the open Kafka transaction, which is aborted.
 				if l.curGTID == "" && (l.batchOpen() || l.dirty && l.done == nil) {
 					if cerr := l.commit(work); cerr != nil {
-						return errors.Join(err, cerr)
+						// Not committed: the checkpoint is behind the stop.
+						// The next attempt reaches it again (not fatal).
+						return fmt.Errorf("commit before the stop: %w (stop, to be reached again: %v)", cerr, err)
 					}
 				}
 				return err
@@ -211,7 +225,7 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 			return nil // a checkpoint-only transaction waits for the tick
 		}
 		k := l.r.cfg.Kafka.Batch
-		if l.batchRecords >= k.MaxRecords || l.batchBytes >= k.MaxBytes || now.Sub(l.batchStart) >= k.MaxWait {
+		if l.batchRecords >= l.maxRecords || l.batchBytes >= k.MaxBytes || now.Sub(l.batchStart) >= k.MaxWait {
 			return l.startCommit(ctx)
 		}
 		if caughtUp || l.wantCommit {
@@ -281,7 +295,7 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 		l.batchBytes += len(rec.kafka.Key) + len(rec.kafka.Value)
 		l.batchTopics[topicOutcome{rec.kafka.Topic, rec.outcome}]++
 		l.partial = checkpoint.Partial{GTID: ev.GTID, Rows: l.curRows}
-		if l.batchRecords >= k.MaxRecords || l.batchBytes >= k.MaxBytes {
+		if l.batchRecords >= l.maxRecords || l.batchBytes >= k.MaxBytes {
 			// One source transaction outgrew the batch: commit the part read so
 			// far; the checkpoint's partial says how many rows to skip.
 			if err := l.startCommit(ctx); err != nil {
@@ -396,6 +410,7 @@ func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
 func (l *loop) onTick(ctx context.Context, now time.Time) error {
 	cfg := l.r.cfg.Kafka
 	l.progress(now)
+	l.recoverLimit(now)
 	cp, err := l.sink.drain() // at-least-once; a no-op exactly-once
 	if err != nil {
 		return err

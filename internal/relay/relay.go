@@ -57,6 +57,10 @@ type Relay struct {
 	// position that their variables said they had (source.go); owned by
 	// the goroutine of Run.
 	refused map[string]hostRefusal
+	// limit is the records bound of batches after Kafka was slow to
+	// acknowledge (batchlimit.go); 0: kafka.batch.max_records. Owned by
+	// the goroutine of Run.
+	limit int
 }
 
 // tableKey names a captured table without allocating.
@@ -366,7 +370,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	snk := newSink(runCtx, cl, r.store, sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(maxBuffered / 2), log: r.log})
+		maxUnacked: int64(2 * r.batchLimit()), log: r.log})
 	defer func() {
 		// A failed attempt ends its open Kafka transaction at once, so that
 		// read_committed consumers of its partitions (and of the shared
@@ -420,6 +424,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	*started = true
 	r.metrics.Ready.Store(true)
 	err = l.run(ctx, events, readErr)
+	r.ackTimedOut(err, l.maxRecords)
 	if p := stale.Load(); p != nil && ctx.Err() == nil && !fatal(err) {
 		return r.judgeStale(srv, from, *p)
 	}

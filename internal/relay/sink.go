@@ -62,10 +62,15 @@ type sink struct {
 
 	// Exactly-once: the answer to whether the last committed transaction is
 	// complete at its coordinator (txnsettle.go); nil when none is awaited.
-	settled     chan bool
+	settled     chan settleAnswer
 	settleOff   bool   // the coordinator cannot answer: do not ask
+	settleFails int    // settle waits failed in a row
 	txnID       string // the client's transactional id, once looked up
 	settleWaits atomic.Int64
+
+	// lastSlow (at-least-once): when a wait for acknowledgements last took
+	// a quarter of the timeout or more (batchlimit.go).
+	lastSlow time.Time
 
 	// lease is the term the sink publishes for (nil without an election):
 	// once it is lost the sink produces and commits nothing more.
@@ -289,10 +294,14 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 			// does not cut the wait short: the loop then writes its final
 			// checkpoint.
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+			began := time.Now()
 			err := s.cl.Flush(fctx)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("wait for acknowledgements: %w", err)
+				return fmt.Errorf("wait for acknowledgements: %w", ackTimeout(err))
+			}
+			if time.Since(began) >= s.timeout/4 {
+				s.lastSlow = time.Now()
 			}
 		}
 		if err := s.lease.err(); err != nil {
@@ -331,7 +340,7 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoi
 	}
 	s.cl.Produce(s.pctx, s.store.Record(cp), s.cpPromise)
 	if err := s.cl.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("flush batch: %w", err)
+		return nil, fmt.Errorf("flush batch: %w", ackTimeout(err))
 	}
 	if err := s.err(); err != nil {
 		return nil, fmt.Errorf("produce batch: %w", s.classify(err))
@@ -396,7 +405,7 @@ func (s *sink) finish(ctx context.Context) (*checkpoint.Checkpoint, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.cl.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("flush batch: %w", err)
+		return nil, fmt.Errorf("flush batch: %w", ackTimeout(err))
 	}
 	cp, err := s.drain()
 	if err != nil {
@@ -525,4 +534,12 @@ func refusal(ke *kerr.Error) bool {
 		return true
 	}
 	return false
+}
+
+// ackTimeout marks a flush that ran out of time as errAckTimeout.
+func ackTimeout(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", errAckTimeout, err)
+	}
+	return err
 }

@@ -2,8 +2,11 @@ package relay
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -33,6 +36,24 @@ import (
 // 100 ms (add.partitions.to.txn.retry.backoff.max.ms).
 const settleMax = 50 * time.Millisecond
 
+// settlePoll is the pause between two questions to the coordinator.
+const settlePoll = 500 * time.Microsecond
+
+// settleGiveUp is how many settle waits in a row may fail (an error other
+// than the deadline) before the sink stops asking for the rest of the
+// attempt: a broker without DescribeTransactions fails every time, a broker
+// restart only for a moment.
+const settleGiveUp = 5
+
+// settleAnswer is how one settle wait ended.
+type settleAnswer int
+
+const (
+	settleDone   settleAnswer = iota // complete, or out of time
+	settleFailed                     // an error: maybe transient
+	settleNever                      // not allowed or not supported: stop asking
+)
+
 // settleAfterCommit starts asking the coordinator whether the transaction
 // just committed is complete; begin waits for the answer.
 func (s *sink) settleAfterCommit() {
@@ -47,37 +68,54 @@ func (s *sink) settleAfterCommit() {
 		}
 		s.txnID = id
 	}
-	done := make(chan bool, 1)
+	done := make(chan settleAnswer, 1)
 	s.settled = done
 	go func() {
 		ctx, cancel := context.WithTimeout(s.pctx, settleMax)
 		defer cancel()
 		for {
 			d, err := s.adm.DescribeTransactions(ctx, s.txnID)
+			if err == nil {
+				t, ok := d[s.txnID]
+				switch {
+				case !ok:
+					err = errors.New("no state for the transactional id")
+				case t.Err != nil:
+					err = t.Err
+				}
+				if err == nil {
+					switch t.State {
+					case "CompleteCommit", "CompleteAbort", "Empty":
+						done <- settleDone
+						return
+					}
+				}
+			}
 			if err != nil {
-				// Unsupported, not allowed, or out of time: stop asking
-				// when it is not the deadline (ctx) that ended it.
-				done <- ctx.Err() == nil
-				return
-			}
-			t, ok := d[s.txnID]
-			if !ok || t.Err != nil {
-				done <- t.Err != nil && ctx.Err() == nil
-				return
-			}
-			switch t.State {
-			case "CompleteCommit", "CompleteAbort", "Empty":
-				done <- false
+				done <- settleVerdict(ctx, err)
 				return
 			}
 			select {
 			case <-ctx.Done():
-				done <- false
+				done <- settleDone
 				return
-			case <-time.After(200 * time.Microsecond):
+			case <-time.After(settlePoll):
 			}
 		}
 	}()
+}
+
+// settleVerdict classifies a failed question: by property (authorization,
+// an unsupported request), not by a list of transient errors.
+func settleVerdict(ctx context.Context, err error) settleAnswer {
+	if ctx.Err() != nil {
+		return settleDone // out of time: the next produce goes unwaited, as before
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) && (ke == kerr.UnsupportedVersion || strings.HasSuffix(ke.Message, "_AUTHORIZATION_FAILED")) {
+		return settleNever
+	}
+	return settleFailed
 }
 
 // awaitSettled waits for the answer settleAfterCommit started asking for,
@@ -86,9 +124,19 @@ func (s *sink) awaitSettled() {
 	if s.settled == nil {
 		return
 	}
-	if off := <-s.settled; off {
-		s.settleOff = true // the broker cannot answer: never ask again
-	}
+	answer := <-s.settled
 	s.settled = nil
 	s.settleWaits.Add(1)
+	switch answer {
+	case settleDone:
+		s.settleFails = 0
+		return
+	case settleFailed:
+		if s.settleFails++; s.settleFails < settleGiveUp {
+			return
+		}
+	}
+	s.settleOff = true
+	s.log.Warn().Str("transactional_id", s.txnID).
+		Msg("the transaction coordinator does not answer DescribeTransactions: each exactly-once transaction may wait for the broker's retry back-off (about 20 ms) until the relay restarts; grant DESCRIBE on the transactional id")
 }

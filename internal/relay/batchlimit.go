@@ -1,0 +1,82 @@
+package relay
+
+import (
+	"errors"
+	"time"
+)
+
+// Batch bound after a slow broker.
+//
+// The sink waits at most kafka.request_timeout for Kafka to acknowledge a
+// batch (exactly-once: the flush before EndTxn; at-least-once: the wait once
+// twice the bound is unacknowledged). A broker slower than one batch per
+// request_timeout (a producer quota, a slow or distant cluster) would fail
+// every attempt on the same first batch, and the relay would never move. So
+// an attempt that ended because Kafka did not acknowledge in time halves the
+// records bound of the attempts after it (down to one record), with a
+// warning; the bound doubles again, up to kafka.batch.max_records, after
+// each minute in which no commit (or wait for acknowledgements) took a
+// quarter of request_timeout or more. Correctness does not depend on it: a
+// batch is a batch whatever its size.
+
+// errAckTimeout: Kafka did not acknowledge a batch within
+// kafka.request_timeout; the attempt ends and the next one uses smaller
+// batches.
+var errAckTimeout = errors.New("kafka did not acknowledge the batch within kafka.request_timeout")
+
+// batchRecovery is how long commits must stay fast before the bound doubles.
+const batchRecovery = time.Minute
+
+// batchLimit is the records bound of the next attempt's batches.
+func (r *Relay) batchLimit() int {
+	if r.limit <= 0 || r.limit > r.cfg.Kafka.Batch.MaxRecords {
+		return r.cfg.Kafka.Batch.MaxRecords
+	}
+	return r.limit
+}
+
+// ackTimedOut halves the bound when the attempt whose batches had limit
+// records ended with err because Kafka did not acknowledge in time.
+func (r *Relay) ackTimedOut(err error, limit int) {
+	if !errors.Is(err, errAckTimeout) || limit <= 1 {
+		return
+	}
+	r.limit = limit / 2
+	r.log.Warn().Int("max_records", r.cfg.Kafka.Batch.MaxRecords).Int("batch_limit", r.limit).
+		Dur("request_timeout", r.cfg.Kafka.RequestTimeout).
+		Msg("kafka did not acknowledge a batch within kafka.request_timeout: the next batches are smaller until commits are fast again (a slow broker or a producer quota: lower kafka.batch.max_records or raise kafka.request_timeout)")
+}
+
+// tookCommit notes an exactly-once commit's duration.
+func (l *loop) tookCommit(took time.Duration) {
+	if took >= l.sink.timeout/4 {
+		l.lastSlow = time.Now()
+	}
+}
+
+// recoverLimit doubles the loop's records bound, up to
+// kafka.batch.max_records, once commits have been fast for batchRecovery.
+func (l *loop) recoverLimit(now time.Time) {
+	full := l.r.cfg.Kafka.Batch.MaxRecords
+	if l.maxRecords >= full {
+		return
+	}
+	since := l.limitSince
+	for _, t := range []time.Time{l.lastSlow, l.sink.lastSlow} {
+		if t.After(since) {
+			since = t
+		}
+	}
+	if now.Sub(since) < batchRecovery {
+		return
+	}
+	l.setLimit(min(2*l.maxRecords, full), now)
+	l.r.limit = l.maxRecords
+	l.r.log.Info().Int("batch_limit", l.maxRecords).Int("max_records", full).Msg("kafka keeps up again: larger batches")
+}
+
+// setLimit sets the records bound of the loop's batches.
+func (l *loop) setLimit(records int, now time.Time) {
+	l.maxRecords, l.limitSince = records, now
+	l.sink.maxUnacked = int64(2 * records)
+}
