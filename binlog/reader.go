@@ -140,8 +140,13 @@ type Event struct {
 }
 
 // eventCacheCount is go-mysql's event buffer; a batch the reader hands on
-// holds at most this many events plus one.
-const eventCacheCount = 512
+// holds at most this many events plus one, and about batchBytes of binlog
+// at most. (With rows of hundreds of KB, go-mysql's buffer of decoded
+// events dominates memory: a smaller one cost one-row catch-up speed.)
+const (
+	eventCacheCount = 512
+	batchBytes      = 4 << 20
+)
 
 // Reader streams one server's binlog. Use it once: Run, then discard.
 type Reader struct {
@@ -291,13 +296,26 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		// burst, not per event, and no waiting for more when there is none.
 		more := stream.DumpEvents()
 		batch := make([]Event, 0, 2+len(more))
+		size := 0
 		for i := -1; i < len(more) && err == nil; i++ {
 			if i >= 0 {
-				ev = more[i]
+				ev, more[i] = more[i], nil // go-mysql's copy can go once converted
 			}
 			r.track(ev)
+			n := len(batch)
 			if batch, err = r.convert(st, ev, batch); err != nil && r.skipPublished(st, err) {
 				err = nil
+			}
+			for _, e := range batch[n:] {
+				size += e.Size
+			}
+			if size >= batchBytes && err == nil {
+				// Large rows: hand on what is converted, so that the
+				// loop's channel holds a bounded number of bytes.
+				if err := send(ctx, out, batch); err != nil {
+					return err
+				}
+				batch, size = make([]Event, 0, len(more)-i), 0
 			}
 		}
 		if err != nil {

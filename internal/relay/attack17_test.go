@@ -395,8 +395,9 @@ func TestAttack17FatalStopWhileInFlightCommitFails(t *testing.T) {
 }
 
 // A coordinator that never answers DescribeTransactions (here: always
-// UNKNOWN_SERVER_ERROR) stops being asked after settleGiveUp waits in a row,
-// and one that refuses it (authorization) after the first.
+// UNKNOWN_SERVER_ERROR) is not asked for settlePause after settleGiveUp
+// failed waits in a row; one that refuses it (authorization) is never asked
+// again after the first.
 func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
 	for _, tc := range []struct {
 		code  int16
@@ -439,12 +440,16 @@ func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
 				if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {
 					t.Fatal(err)
 				}
-				if off, want := s.settleOff, i > tc.after; i <= tc.after+1 && off != want {
-					t.Fatalf("after commit %d: settle off %v, want %v", i, off, want)
+				stopped := s.settleOff || time.Now().Before(s.settlePaused)
+				if want := i > tc.after; i <= tc.after+1 && stopped != want {
+					t.Fatalf("after commit %d: not asking %v, want %v", i, stopped, want)
 				}
 			}
-			if !s.settleOff || int(asked.Load()) != tc.after {
-				t.Errorf("settle off %v after %d questions, want off after %d", s.settleOff, asked.Load(), tc.after)
+			if int(asked.Load()) != tc.after {
+				t.Errorf("asked %d times in %d commits, want %d", asked.Load(), settleGiveUp+3, tc.after)
+			}
+			if refusal := tc.after == 1; s.settleOff != refusal {
+				t.Errorf("settle off for the attempt %v, want %v (paused until %s)", s.settleOff, refusal, s.settlePaused.Format(time.TimeOnly))
 			}
 		})
 	}

@@ -35,10 +35,19 @@ func (r *Relay) batchLimit() int {
 	return r.limit
 }
 
-// ackTimedOut halves the bound when the attempt whose batches had limit
-// records ended with err because Kafka did not acknowledge in time.
-func (r *Relay) ackTimedOut(err error, limit int) {
-	if !errors.Is(err, errAckTimeout) || limit <= 1 {
+// ackTimedOut halves the bound when the attempt ended with err because
+// Kafka did not acknowledge in time: half the records of the batch it
+// committed last (which kafka.batch.max_bytes may have made smaller than
+// the bound), and at most half the bound.
+func (r *Relay) ackTimedOut(err error, last int) {
+	if !errors.Is(err, errAckTimeout) {
+		return
+	}
+	limit := r.batchLimit()
+	if last > 0 {
+		limit = min(limit, last)
+	}
+	if limit <= 1 {
 		return
 	}
 	r.limit = limit / 2

@@ -97,7 +97,7 @@ func TestSettleVerdict(t *testing.T) {
 		{"server error", live, kerr.UnknownServerError, settleFailed},
 		{"coordinator moved", live, kerr.NotCoordinator, settleFailed},
 		{"connection refused", live, errors.New("dial tcp 127.0.0.1:9092: connect: connection refused"), settleFailed},
-		{"out of time", expired, context.DeadlineExceeded, settleDone},
+		{"out of time", expired, context.DeadlineExceeded, settleFailed},
 	} {
 		if got := settleVerdict(tc.ctx, tc.err); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)

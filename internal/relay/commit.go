@@ -109,6 +109,7 @@ func (l *loop) startCommit(ctx context.Context) error {
 	job := &inflightCommit{done: make(chan commitResult, 1), cp: cp, began: now, records: l.batchRecords,
 		topics: l.batchTopics, partial: cp.Partial != nil && cp.Partial.GTID == l.curGTID}
 	l.batchTopics = make(map[topicOutcome]int, len(job.topics))
+	l.lastBatch = l.batchRecords
 	l.events = cp.Events
 	l.batchRecords, l.batchBytes = 0, 0
 	l.dirty = false

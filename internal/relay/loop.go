@@ -38,11 +38,12 @@ type loop struct {
 	curDeleted int64
 
 	// maxRecords bounds a batch's records: kafka.batch.max_records, less
-	// after Kafka was slow to acknowledge (batchlimit.go); lastSlow: when a
-	// commit last took a quarter of kafka.request_timeout; limitSince: when
-	// maxRecords last changed.
-	maxRecords           int
-	lastSlow, limitSince time.Time
+	// after Kafka was slow to acknowledge (batchlimit.go); lastBatch: the
+	// records of the batch committed last; lastSlow: when a commit last took
+	// a quarter of kafka.request_timeout; limitSince: when maxRecords last
+	// changed.
+	maxRecords, lastBatch int
+	lastSlow, limitSince  time.Time
 
 	batchRecords int
 	batchBytes   int

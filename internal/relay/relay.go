@@ -308,7 +308,11 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	// Exactly-once, a batch (at most max_records) never fills the buffer;
 	// at-least-once, the sink keeps half of it free.
 	maxBuffered := 4 * r.cfg.Kafka.Batch.MaxRecords
+	limits := &topicLimits{}
 	opts := append([]kgo.Opt{
+		// A batch never exceeds the topic's max.message.bytes (learned
+		// before the first record to it), or the broker would refuse it.
+		kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes),
 		kgo.RecordPartitioner(Partitioner()),
 		kgo.ProducerLinger(0),
 		// A topic the relay just created may be unknown to a broker for a
@@ -370,7 +374,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	snk := newSink(runCtx, cl, r.store, sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * r.batchLimit()), log: r.log})
+		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits})
 	defer func() {
 		// A failed attempt ends its open Kafka transaction at once, so that
 		// read_committed consumers of its partitions (and of the shared
@@ -424,7 +428,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	*started = true
 	r.metrics.Ready.Store(true)
 	err = l.run(ctx, events, readErr)
-	r.ackTimedOut(err, l.maxRecords)
+	r.ackTimedOut(err, l.lastBatch)
 	if p := stale.Load(); p != nil && ctx.Err() == nil && !fatal(err) {
 		return r.judgeStale(srv, from, *p)
 	}

@@ -314,7 +314,7 @@ func (h *harness) start() *attempt {
 	go func() {
 		defer close(a.done)
 		a.err = l.run(runCtx, a.events, a.readErr)
-		r.ackTimedOut(a.err, l.maxRecords) // as Relay.attempt does
+		r.ackTimedOut(a.err, l.lastBatch) // as Relay.attempt does
 	}()
 	return a
 }

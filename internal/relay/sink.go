@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -52,21 +53,26 @@ type sink struct {
 	// At-least-once: the open batch, and batches ended but not yet
 	// acknowledged in full, oldest first. acked wakes the loop when a batch
 	// may have become complete.
-	cur        *aloBatch
-	sealed     []*aloBatch
-	acked      chan struct{}
-	cpInFlight atomic.Bool              // a checkpoint record is not yet acknowledged
-	cpPromise  func(*kgo.Record, error) // the checkpoint record's callback
-	cpOffset   atomic.Int64             // offset of the last checkpoint record acknowledged; -1: none
-	unacked    atomic.Int64             // records produced, not yet acknowledged
+	cur          *aloBatch
+	sealed       []*aloBatch
+	acked        chan struct{}
+	cpInFlight   atomic.Bool              // a checkpoint record is not yet acknowledged
+	cpPromise    func(*kgo.Record, error) // the checkpoint record's callback
+	cpOffset     atomic.Int64             // offset of the last checkpoint record acknowledged; -1: none
+	unacked      atomic.Int64             // records produced, not yet acknowledged
+	unackedBytes atomic.Int64             // their key and value bytes
 
 	// Exactly-once: the answer to whether the last committed transaction is
 	// complete at its coordinator (txnsettle.go); nil when none is awaited.
 	settled     chan settleAnswer
-	settleOff   bool   // the coordinator cannot answer: do not ask
-	settleFails int    // settle waits failed in a row
-	txnID       string // the client's transactional id, once looked up
-	settleWaits atomic.Int64
+	settleOff   bool // the coordinator cannot answer: do not ask
+	settleFails int  // settle waits failed in a row
+	// settlePaused: no settle wait before this time (too many failed in a
+	// row); settleWarned: that was logged in this attempt.
+	settlePaused time.Time
+	settleWarned bool
+	txnID        string // the client's transactional id, once looked up
+	settleWaits  atomic.Int64
 
 	// lastSlow (at-least-once): when a wait for acknowledgements last took
 	// a quarter of the timeout or more (batchlimit.go).
@@ -91,7 +97,11 @@ type sinkOptions struct {
 	// acknowledged; keep it below the client's MaxBufferedRecords so that
 	// Produce never blocks on a full buffer, where no context would end it.
 	maxUnacked int64
-	log        zerolog.Logger // notes of topics the broker refused to create
+	// maxUnackedBytes (at-least-once) bounds the key and value bytes of
+	// those records: large rows must not fill memory.
+	maxUnackedBytes int64
+	log             zerolog.Logger // notes of topics the broker refused to create
+	limits          *topicLimits   // franz-go's per-topic batch limit; nil: its default for every topic
 }
 
 // aloBatch is an at-least-once batch: its records not yet acknowledged and,
@@ -167,6 +177,7 @@ func (s *sink) newBatch() *aloBatch {
 	b.promise = func(r *kgo.Record, err error) {
 		s.promise(r, err) // the error is recorded before the count drops
 		s.unacked.Add(-1)
+		s.unackedBytes.Add(-int64(len(r.Key) + len(r.Value)))
 		if b.pending.Add(-1) == 0 {
 			s.wake()
 		}
@@ -250,16 +261,48 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 		}
 	}
 	s.topics[topic] = info
+	if s.limits != nil {
+		s.limits.set(topic, info.maxBytes)
+	}
 	return info, nil
 }
 
-// recordSize is an upper bound of rec's size in a record batch.
+// recordSize is rec's size as the only record of a record batch, counted as
+// franz-go counts it against its batch limit (ProducerBatchMaxBytes): the
+// batch header (61 bytes, one more for the length prefix of flexible produce
+// versions) and the record's fields with their varint lengths.
 func recordSize(rec *kgo.Record) int {
-	n := len(rec.Key) + len(rec.Value) + 64
+	l := 1 + 1 + 1 + // attributes, timestamp delta 0, offset delta 0
+		kbin.VarintLen(int32(len(rec.Key))) + len(rec.Key) +
+		kbin.VarintLen(int32(len(rec.Value))) + len(rec.Value) +
+		kbin.VarintLen(int32(len(rec.Headers)))
 	for _, h := range rec.Headers {
-		n += len(h.Key) + len(h.Value) + 8
+		l += kbin.VarintLen(int32(len(h.Key))) + len(h.Key) + kbin.VarintLen(int32(len(h.Value))) + len(h.Value)
 	}
-	return n
+	return recordBatchOverhead + 1 + kbin.VarintLen(int32(l)) + l
+}
+
+// recordBatchOverhead is the size of a record batch without records, with
+// its length prefix (Kafka's record batch v2 header).
+const recordBatchOverhead = 61
+
+// topicLimits holds the max.message.bytes of the topics the sink writes to
+// for franz-go's per-topic batch limit, which it asks for from its own
+// goroutines when it first meets a partition (after ensureTopic stored it).
+type topicLimits struct{ m sync.Map } // topic -> int32
+
+// batchMaxBytes is the largest record batch franz-go may build for topic.
+func (t *topicLimits) batchMaxBytes(topic string) int32 {
+	if v, ok := t.m.Load(topic); ok {
+		return v.(int32)
+	}
+	return maxBatchBytes
+}
+
+// set stores topic's largest record batch: its max.message.bytes, within
+// the bounds franz-go accepts.
+func (t *topicLimits) set(topic string, maxBytes int) {
+	t.m.Store(topic, int32(min(max(maxBytes, 512), maxBatchBytes)))
 }
 
 func (s *sink) begin() error {
@@ -288,7 +331,7 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 		return err
 	}
 	if !s.txn {
-		if s.unacked.Load() >= s.maxUnacked {
+		if s.unacked.Load() >= s.maxUnacked || s.maxUnackedBytes > 0 && s.unackedBytes.Load() >= s.maxUnackedBytes {
 			// Far ahead of the acknowledgements (a slow or unreachable
 			// broker): wait for them, for a bounded time. A stop signal
 			// does not cut the wait short: the loop then writes its final
@@ -308,6 +351,7 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 			return err // lost while waiting for acknowledgements
 		}
 		s.unacked.Add(1)
+		s.unackedBytes.Add(int64(len(rec.Key) + len(rec.Value)))
 		s.cur.pending.Add(1)
 		s.cl.Produce(s.pctx, rec, s.cur.promise)
 		return nil

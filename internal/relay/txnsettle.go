@@ -39,25 +39,31 @@ const settleMax = 50 * time.Millisecond
 // settlePoll is the pause between two questions to the coordinator.
 const settlePoll = 500 * time.Microsecond
 
-// settleGiveUp is how many settle waits in a row may fail (an error other
-// than the deadline) before the sink stops asking for the rest of the
-// attempt: a broker without DescribeTransactions fails every time, a broker
-// restart only for a moment.
-const settleGiveUp = 5
+// settleGiveUp is how many settle waits in a row may fail (an error, or no
+// complete commit within settleMax) before the sink stops asking for
+// settlePause: a coordinator slower than settleMax would cost each
+// transaction more than the broker's back-off it saves, a loading or moving
+// coordinator (a broker restart) only for a moment. After the pause it asks
+// again. Refusals (authorization, an unsupported request) end the asking
+// for the attempt.
+const (
+	settleGiveUp = 5
+	settlePause  = 30 * time.Second
+)
 
 // settleAnswer is how one settle wait ended.
 type settleAnswer int
 
 const (
-	settleDone   settleAnswer = iota // complete, or out of time
-	settleFailed                     // an error: maybe transient
+	settleDone   settleAnswer = iota // complete
+	settleFailed                     // an error or out of time: maybe passing
 	settleNever                      // not allowed or not supported: stop asking
 )
 
 // settleAfterCommit starts asking the coordinator whether the transaction
 // just committed is complete; begin waits for the answer.
 func (s *sink) settleAfterCommit() {
-	if !s.txn || s.settleOff {
+	if !s.txn || s.settleOff || time.Now().Before(s.settlePaused) {
 		return
 	}
 	if s.txnID == "" {
@@ -91,13 +97,15 @@ func (s *sink) settleAfterCommit() {
 					}
 				}
 			}
-			if err != nil {
+			if err != nil && (!kerr.IsRetriable(err) || ctx.Err() != nil) {
 				done <- settleVerdict(ctx, err)
 				return
 			}
+			// Not complete yet, or a passing error (the coordinator
+			// loading, moving): ask again within settleMax.
 			select {
 			case <-ctx.Done():
-				done <- settleDone
+				done <- settleFailed // out of time
 				return
 			case <-time.After(settlePoll):
 			}
@@ -109,7 +117,9 @@ func (s *sink) settleAfterCommit() {
 // an unsupported request), not by a list of transient errors.
 func settleVerdict(ctx context.Context, err error) settleAnswer {
 	if ctx.Err() != nil {
-		return settleDone // out of time: the next produce goes unwaited, as before
+		// Out of time: a coordinator slower than settleMax costs more
+		// than the broker's retry back-off it saves; a failure in a row.
+		return settleFailed
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) && (ke == kerr.UnsupportedVersion || strings.HasSuffix(ke.Message, "_AUTHORIZATION_FAILED")) {
@@ -135,8 +145,16 @@ func (s *sink) awaitSettled() {
 		if s.settleFails++; s.settleFails < settleGiveUp {
 			return
 		}
+		s.settleFails = 0
+		s.settlePaused = time.Now().Add(settlePause)
+		if !s.settleWarned {
+			s.settleWarned = true
+			s.log.Warn().Str("transactional_id", s.txnID).Dur("pause", settlePause).
+				Msg("the transaction coordinator did not report commits complete in time: the next transactions do not wait for it (each may wait for the broker's retry back-off, about 20 ms); asking again after the pause")
+		}
+		return
 	}
 	s.settleOff = true
 	s.log.Warn().Str("transactional_id", s.txnID).
-		Msg("the transaction coordinator does not answer DescribeTransactions: each exactly-once transaction may wait for the broker's retry back-off (about 20 ms) until the relay restarts; grant DESCRIBE on the transactional id")
+		Msg("the transaction coordinator refuses DescribeTransactions: each exactly-once transaction may wait for the broker's retry back-off (about 20 ms); grant DESCRIBE on the transactional id")
 }

@@ -1,0 +1,523 @@
+//go:build integration
+
+package itest
+
+// Adversarial review of issue 17 on a real Apache Kafka (RELAY_TEST_KAFKA).
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A row whose record the relay's own size check (loop.record, recordSize:
+// key+value+64+8 per header) lets through, but whose one-record batch is a
+// few bytes over franz-go's ProducerBatchMaxBytes (1,000,012): the batch
+// header is 61 bytes plus the 4-byte array length franz-go counts, and the
+// record's varints take 13 more. franz-go fails the record with
+// MESSAGE_TOO_LARGE, classify calls it ErrRejected (fatal), and the relay
+// stops for good with an error that names no event_id, although
+// router.on_error is dead-letter: the row should have gone to the
+// dead-letter topic as a record "Kafka would refuse", and the next row
+// published.
+func TestAttack17bRecordJustOverBatchLimitStopsRelay(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	cfg.Router.OnError = "dead-letter"
+	cfg.Router.DeadLetterTopic = cfg.Router.TopicPrefix + "dead-letter"
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	// One header (id; event_type '' adds none), key "d" (K=1), event_id
+	// "e-big" (E=5), value V: recordSize = K+V+64 + (2+E+8) = V+80;
+	// franz-go's one-record batch = 65 + 3 + (1+1+1+1+K+3+V+1+1+2+1+E) = V+86.
+	const limit = 1_000_012
+	v := limit - 80 // recordSize == limit: passes the check; franz-go needs V+86 <= limit
+	payload := `"` + strings.Repeat("x", v-2) + `"`
+	if err := env.DB.Exec(fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('e-big', 'alarm', 'd', '', '%s')`, s.Table(), payload),
+		fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('e-after', 'alarm', 'd', 'X', '{}')`, s.Table())); err != nil {
+		t.Fatal(err)
+	}
+	head := Head(t, env.DB)
+	deadline := time.Now().Add(time.Minute)
+wait:
+	for time.Now().Before(deadline) {
+		select {
+		case <-r.Done():
+			t.Fatalf("relay stopped for good on a row it should have dead-lettered: %v", r.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if cp := loadCheckpoint(t, cfg); cp != nil && Covers(cp, head) {
+			break wait
+		}
+	}
+	recs := Consume(t, k.Brokers, cfg.Router.TopicPrefix)
+	var got []string
+	for _, rec := range recs {
+		got = append(got, rec.Topic+"/"+rec.ID)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("records %v, want e-big (published or dead-lettered) and e-after\n%s", got, tailLines(r.Logs(), 20))
+	}
+}
+
+// soak skips a long test (minutes of broker crashes or catch-up under
+// signals) unless RELAY_TEST_SOAK=1: run them after a change to the sink,
+// the commit pipeline or the batch bounds.
+func soak(t *testing.T) {
+	t.Helper()
+	if os.Getenv("RELAY_TEST_SOAK") != "1" {
+		t.Skip("soak test: RELAY_TEST_SOAK=1 runs it")
+	}
+}
+
+// brokerKill9 kills the external broker with SIGKILL (an unclean stop: the
+// transaction state log is recovered at start) and starts it again after
+// down.
+func brokerKill9(t *testing.T, k *Kafka, down time.Duration) {
+	t.Helper()
+	dir := os.Getenv("ATK_KAFKA_DIR")
+	if dir == "" {
+		t.Skip("ATK_KAFKA_DIR names the external broker's KAFKA_DIR")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "kafka.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(down)
+	k.Start(t)
+}
+
+// Broker crashes (kill -9) and graceful restarts at random instants while a
+// 100,000-row source transaction is caught up in 20,000-record partial
+// commits (the default bound) and writers commit small transactions: the
+// relay must ride them out (never exit) and publish every row exactly once,
+// in order per key.
+func TestAttack17bBrokerCrashDuringPipelinedCatchUp(t *testing.T) {
+	soak(t)
+	if len(ExternalKafka()) == 0 {
+		t.Skip("needs a real broker")
+	}
+	k, s, cfg := env.Pipeline(t)
+	cfg.Kafka.RequestTimeout = 5 * time.Second
+	cfg.Kafka.CheckpointInterval = time.Second
+	cfg.Log.Level = "info"
+	p := env.StartProc(t, WriteConfig(t, cfg))
+	waitStarted(t, p, cfg)
+	wrote := writeInBackground(s, WriteOptions{Writers: 3, Transactions: 3000, Pace: 2 * time.Millisecond})
+	if err := s.BigInsert(100000, "big"); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	for i := 0; i < 4; i++ {
+		time.Sleep(time.Duration(300+rng.IntN(2500)) * time.Millisecond)
+		if i%2 == 0 {
+			brokerKill9(t, k, time.Duration(rng.IntN(3000))*time.Millisecond)
+		} else {
+			k.Stop(t)
+			k.Start(t)
+		}
+		if p.Exited() {
+			t.Fatalf("relay exited after broker restart %d", i)
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), 4*time.Minute)
+	if p.Exited() {
+		t.Fatalf("relay exited")
+	}
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	t.Logf("%s", rep)
+}
+
+// A 300,000-row INSERT ... SELECT caught up with the default batch bound
+// (20,000 records: commits pipelined, partial checkpoints), the relay
+// stopped by SIGTERM or kill -9 at random instants; every row exactly once,
+// in order per key. A SIGTERM must end with exit 0 in time.
+func TestAttack17bBulkCatchUpTermKill(t *testing.T) {
+	soak(t)
+	k, s, cfg := env.Pipeline(t)
+	cfg.Log.Level = "info"
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	p.Kill() // the bulk insert is a catch-up from the checkpoint
+	if err := s.BigInsert(300000, "bulk"); err != nil {
+		t.Fatal(err)
+	}
+	wrote := writeInBackground(s, WriteOptions{Writers: 2, Transactions: 500, Pace: 5 * time.Millisecond})
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+	stops := 14
+	if v, err := strconv.Atoi(os.Getenv("ATK_STOPS")); err == nil {
+		stops = v
+	}
+	for i := 0; i < stops; i++ {
+		p = env.StartProc(t, path)
+		// Stop inside the catch-up: once this run committed something.
+		before := loadCheckpoint(t, cfg)
+		for j := 0; j < 600 && !p.Exited(); j++ {
+			cp := loadCheckpoint(t, cfg)
+			if cp.Events != before.Events || (cp.Partial != nil) != (before.Partial != nil) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		if p.Exited() {
+			t.Fatalf("relay exited by itself: %s", tailLines(p.Output(), 20))
+		}
+		how := "kill"
+		if rng.IntN(2) == 0 {
+			how = "term"
+			began := time.Now()
+			code, err := p.Terminate(time.Minute)
+			if err != nil || code != 0 {
+				t.Fatalf("SIGTERM %d: exit %d %v after %s\n%s", i, code, err, time.Since(began), tailLines(p.Output(), 20))
+			}
+		} else {
+			p.Kill()
+		}
+		cp := loadCheckpoint(t, cfg)
+		t.Logf("stop %d (%s): events %d partial %v", i, how, cp.Events, cp.Partial)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	p = env.StartProc(t, path)
+	WaitCheckpoint(t, cfg, Head(t, env.DB), 5*time.Minute)
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	t.Logf("%s", rep)
+	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
+		t.Fatalf("exit %d %v", code, err)
+	}
+}
+
+// One-row transactions at a high commit rate (every commit pipelined, the
+// settle wait asking the coordinator after each), the broker killed -9 or
+// stopped at random instants eight times: the relay must never exit (a
+// fencing error misread from a restarted coordinator is fatal) and must
+// publish every row exactly once.
+func TestAttack17bBrokerCrashOneRowTransactions(t *testing.T) {
+	soak(t)
+	if len(ExternalKafka()) == 0 {
+		t.Skip("needs a real broker")
+	}
+	k, s, cfg := env.Pipeline(t)
+	cfg.Kafka.RequestTimeout = 4 * time.Second
+	cfg.Kafka.CheckpointInterval = 300 * time.Millisecond
+	cfg.Log.Level = "info"
+	p := env.StartProc(t, WriteConfig(t, cfg))
+	waitStarted(t, p, cfg)
+	wrote := writeInBackground(s, WriteOptions{Writers: 4, Transactions: 2500, Pace: 3 * time.Millisecond, Devices: 8})
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	n := 8
+	if v, err := strconv.Atoi(os.Getenv("ATK_RESTARTS")); err == nil {
+		n = v
+	}
+	for i := 0; i < n; i++ {
+		time.Sleep(time.Duration(500+rng.IntN(2000)) * time.Millisecond)
+		if rng.IntN(3) > 0 {
+			brokerKill9(t, k, time.Duration(rng.IntN(2000))*time.Millisecond)
+		} else {
+			k.Stop(t)
+			k.Start(t)
+		}
+		if p.Exited() {
+			t.Fatalf("relay exited after broker restart %d: %s", i, tailLines(p.Output(), 30))
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), 4*time.Minute)
+	if p.Exited() {
+		t.Fatalf("relay exited: %s", tailLines(p.Output(), 30))
+	}
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	t.Logf("%s", rep)
+}
+
+// brokerPause freezes the external broker (SIGSTOP: a long GC pause, a hung
+// disk) for d: requests already sent sit in its sockets and are processed
+// when it resumes, after the relay gave up on them.
+func brokerPause(t *testing.T, d time.Duration) {
+	t.Helper()
+	dir := os.Getenv("ATK_KAFKA_DIR")
+	if dir == "" {
+		t.Skip("ATK_KAFKA_DIR names the external broker's KAFKA_DIR")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "kafka.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	time.Sleep(d)
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+}
+
+// A 200,000-row source transaction caught up in partial commits while the
+// broker freezes for longer than kafka.request_timeout at random instants:
+// flushes time out (the batch bound halves: attempts with different bounds
+// resume from partial checkpoints written under other bounds), EndTxn
+// requests sent before the freeze complete after the relay gave up. Every
+// row exactly once, in order per key; the relay never exits.
+func TestAttack17bBrokerFreezeHalvesBoundMidTransaction(t *testing.T) {
+	soak(t)
+	if len(ExternalKafka()) == 0 {
+		t.Skip("needs a real broker")
+	}
+	k, s, cfg := env.Pipeline(t)
+	cfg.Kafka.RequestTimeout = 2 * time.Second
+	cfg.Kafka.Batch.MaxRecords = 20000
+	cfg.Log.Level = "info"
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
+	wrote := writeInBackground(s, WriteOptions{Writers: 2, Transactions: 400, Pace: 10 * time.Millisecond})
+	if err := s.BigInsert(200000, "frz"); err != nil {
+		t.Fatal(err)
+	}
+	before := loadCheckpoint(t, cfg).Events
+	for i := 0; i < 5; i++ {
+		// Inside the catch-up: once something more is committed.
+		for j := 0; j < 300; j++ {
+			if cp := loadCheckpoint(t, cfg); cp.Events != before {
+				before = cp.Events
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		brokerPause(t, time.Duration(2500+rng.IntN(3000))*time.Millisecond)
+		if p.Exited() {
+			t.Fatalf("relay exited after freeze %d: %s", i, tailLines(p.Output(), 30))
+		}
+		t.Logf("freeze %d at %d events", i, before)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), 4*time.Minute)
+	if p.Exited() {
+		t.Fatalf("relay exited: %s", tailLines(p.Output(), 30))
+	}
+	out := p.Output()
+	t.Logf("halvings logged: %d", strings.Count(out, "next batches are smaller"))
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	t.Logf("%s", rep)
+}
+
+// A topic whose max.message.bytes (100,000 here) is below franz-go's
+// ProducerBatchMaxBytes (1,000,012, the relay never sets it): the relay
+// reads the topic's limit and checks each record against it (20 KB rows
+// pass), but franz-go packs a catch-up's records into batches of up to
+// 1 MB, the broker refuses each with MESSAGE_TOO_LARGE (franz-go does not
+// split a batch), classify calls it ErrRejected, and the relay stops for
+// good on rows that are each valid. Larger batches (issue 17's 20,000
+// default, the pipelined backlog) make full producer batches the norm.
+func TestAttack17bTopicMaxMessageBytesBelowProducerBatch(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	topic := cfg.Router.TopicPrefix + "alarm"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	limit := "100000"
+	resp, err := kadm.NewClient(cl).CreateTopic(context.Background(), 3, 1, map[string]*string{"max.message.bytes": &limit}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	// 200 rows of 20 KB of random hex (snappy gains little on it), one key,
+	// in one source transaction.
+	stmts := []string{"BEGIN"}
+	for b := 0; b < 4; b++ {
+		var vals []string
+		for i := 0; i < 50; i++ {
+			buf := make([]byte, 10000)
+			for j := range buf {
+				buf[j] = byte(rand.IntN(256))
+			}
+			vals = append(vals, fmt.Sprintf(`('m-%d', 'alarm', 'dev-1', 'X', '"%x"')`, b*50+i, buf))
+		}
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES %s`, s.Table(), strings.Join(vals, ",")))
+	}
+	stmts = append(stmts, "COMMIT")
+	if err := env.DB.Exec(stmts...); err != nil {
+		t.Fatal(err)
+	}
+	head := Head(t, env.DB)
+	deadline := time.Now().Add(time.Minute)
+wait:
+	for time.Now().Before(deadline) {
+		select {
+		case <-r.Done():
+			t.Fatalf("relay stopped for good on rows each within the topic's max.message.bytes: %v", r.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if cp := loadCheckpoint(t, cfg); cp != nil && Covers(cp, head) {
+			break wait
+		}
+	}
+	requireExact(t, k, s, cfg.Router.TopicPrefix)
+}
+
+// vmHWM is a process's peak resident set size in bytes (Linux).
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n << 10
+		}
+	}
+	return -1
+}
+
+// Large payloads: one source transaction of ATK_BIG_ROWS (default 2,000)
+// rows of 50 KB (100 MB: batches bound by max_bytes 8 MB, each commit
+// pipelined with the next batch's reading, so up to two batches in memory),
+// the relay SIGTERMed and killed -9 inside it. Every row exactly once;
+// the peak RSS of the final run is logged against the issue's 150 MB goal.
+func TestAttack17bLargePayloadTransaction(t *testing.T) {
+	soak(t)
+	k, s, cfg := env.Pipeline(t)
+	cfg.Log.Level = "info"
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	p.Kill()
+	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("ATK_BIG_ROWS")); err == nil {
+		n = v
+	}
+	if err := env.DB.Exec("SET SESSION max_allowed_packet = 1073741824"); err != nil {
+		t.Log(err)
+	}
+	if err := env.DB.Exec(fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT CONCAT('L-', seq), 'alarm', CONCAT('dev-', seq %% 7), 'X', JSON_QUOTE(REPEAT(MD5(seq), 1600))
+		FROM %s.seq_1_to_%d`, s.Table(), s.Name, n)); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 17))
+	for i := 0; i < 4; i++ {
+		p = env.StartProc(t, path)
+		before := loadCheckpoint(t, cfg)
+		for j := 0; j < 600 && !p.Exited(); j++ {
+			if cp := loadCheckpoint(t, cfg); cp.Events != before.Events {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
+		if p.Exited() {
+			t.Fatalf("relay exited: %s", tailLines(p.Output(), 20))
+		}
+		how := "kill"
+		if i%2 == 1 {
+			how = "term"
+			if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
+				t.Fatalf("SIGTERM: exit %d %v\n%s", code, err, tailLines(p.Output(), 20))
+			}
+		} else {
+			p.Kill()
+		}
+		cp := loadCheckpoint(t, cfg)
+		t.Logf("stop %d (%s): events %d partial %v", i, how, cp.Events, cp.Partial)
+	}
+	p = env.StartProc(t, path)
+	var peak int64
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+				if v := vmHWM(p.cmd.Process.Pid); v > peak {
+					peak = v
+				}
+			}
+		}
+	}()
+	WaitCheckpoint(t, cfg, Head(t, env.DB), 5*time.Minute)
+	close(done)
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	t.Logf("%s; peak RSS of the last run %d MB", rep, peak>>20)
+}
+
+// Peak RSS while one run catches up one source transaction of
+// ATK_BIG_ROWS rows (2,000) of ATK_ROW_KB KB (50). The reader's buffers are
+// bounded by event count (go-mysql's 512-event cache, the events channel of
+// two 513-event batches), not bytes, and one batch is held while another
+// commits: with 50 KB rows 109 MB (2,000 rows) to 162 MB (14,000 rows);
+// with 500 KB rows (ATK_ROW_KB=500 ATK_BIG_ROWS=1200) 453 MB, beyond the
+// shipped Kubernetes manifest's 256Mi limit (an OOM kill on every restart
+// at the same position). The issue's goal is under 150 MB.
+func TestAttack17bLargePayloadPeakRSS(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	cfg.Log.Level = "info"
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	p.Kill()
+	n, rowKB := 2000, 50
+	if v, err := strconv.Atoi(os.Getenv("ATK_BIG_ROWS")); err == nil {
+		n = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("ATK_ROW_KB")); err == nil {
+		rowKB = v
+	}
+	if err := env.DB.Exec(fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT CONCAT('L-', seq), 'alarm', CONCAT('dev-', seq %% 7), 'X', JSON_QUOTE(REPEAT(MD5(seq), %d))
+		FROM %s.seq_1_to_%d`, s.Table(), rowKB*32, s.Name, n)); err != nil {
+		t.Fatal(err)
+	}
+	head := Head(t, env.DB)
+	_ = rowKB
+	p = env.StartProc(t, path)
+	var peak int64
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); {
+		if v := vmHWM(p.cmd.Process.Pid); v > peak {
+			peak = v
+		}
+		if cp := loadCheckpoint(t, cfg); cp != nil && Covers(cp, head) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if v := vmHWM(p.cmd.Process.Pid); v > peak {
+		peak = v
+	}
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	t.Logf("%s; peak RSS %d MB", rep, peak>>20)
+	if peak > 150<<20 {
+		t.Errorf("peak RSS %d MB catching up %d rows of %d KB, over the issue's 150 MB", peak>>20, n, rowKB)
+	}
+}
