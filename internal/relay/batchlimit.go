@@ -2,7 +2,10 @@ package relay
 
 import (
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Batch bound after a slow broker.
@@ -88,4 +91,21 @@ func (l *loop) recoverLimit(now time.Time) {
 func (l *loop) setLimit(records int, now time.Time) {
 	l.maxRecords, l.limitSince = records, now
 	l.sink.maxUnacked = int64(2 * records)
+}
+
+// sizeRefused lets one attempt that ended with a batch Kafka refused as too
+// large (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE: a topic's
+// max.message.bytes lowered while the relay ran) be retried: the next
+// attempt reads the topics' limits again and sends a row over them to the
+// dead-letter topic, or stops naming it. The same refusal again stays
+// ErrRejected (fatal).
+func (r *Relay) sizeRefused(err error) error {
+	refused := errors.Is(err, ErrRejected) && (errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge))
+	if !refused || r.tooLarge {
+		r.tooLarge = refused
+		return err
+	}
+	r.tooLarge = true
+	r.log.Warn().Err(err).Msg("kafka refused a batch as too large: starting again with the topics' max.message.bytes read anew")
+	return fmt.Errorf("kafka refused a batch as too large (retried once with the limits read again): %v", err)
 }

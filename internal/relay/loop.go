@@ -336,7 +336,17 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 		out.kafka.Partition, out.kafka.Context = rec.Partition, explicitPartitionCtx
 	}
 	if n := recordSize(out.kafka); n > info.maxBytes {
-		return out, fmt.Errorf("%w: record of %d bytes, topic %s takes at most %d (max.message.bytes)", router.ErrBadRow, n, rec.Topic, info.maxBytes)
+		// Too large for the topic as last read: read it again first. A
+		// raised limit ends the attempt: the next one's client batches by
+		// it (franz-go keeps a partition's limit once it has met it).
+		was := info.maxBytes
+		if info, again, err := l.sink.rereadTopic(ctx, rec.Topic); err != nil {
+			return out, err
+		} else if !again || n > info.maxBytes {
+			return out, fmt.Errorf("%w: record of %d bytes, topic %s takes at most %d (max.message.bytes, or the client's batch limit)", router.ErrBadRow, n, rec.Topic, info.maxBytes)
+		} else if info.maxBytes != was {
+			return out, fmt.Errorf("topic %s: max.message.bytes is now %d (was %d): start again with it", rec.Topic, info.maxBytes, was)
+		}
 	}
 	return out, nil
 }
@@ -374,6 +384,10 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 		// The row stays in the outbox table; the headers say where.
 		rec.Value = nil
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "truncated", Value: []byte("true")})
+		if n := recordSize(rec); n > info.maxBytes {
+			// Not even its headers fit: the relay stops before the row.
+			return outgoing{}, fmt.Errorf("dead-letter topic %s takes at most %d bytes, the row's truncated record is %d: %w", rt.deadLetter, info.maxBytes, n, cause)
+		}
 	}
 	l.r.log.Warn().Err(cause).Str("dead_letter_topic", rt.deadLetter).Msg("bad row sent to the dead-letter topic")
 	return outgoing{kafka: rec, outcome: "dead_letter", EventID: eventID}, nil

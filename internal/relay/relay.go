@@ -58,9 +58,11 @@ type Relay struct {
 	// the goroutine of Run.
 	refused map[string]hostRefusal
 	// limit is the records bound of batches after Kafka was slow to
-	// acknowledge (batchlimit.go); 0: kafka.batch.max_records. Owned by
-	// the goroutine of Run.
-	limit int
+	// acknowledge (batchlimit.go); 0: kafka.batch.max_records. tooLarge:
+	// the last attempt ended with a batch Kafka refused as too large.
+	// Owned by the goroutine of Run.
+	limit    int
+	tooLarge bool
 }
 
 // tableKey names a captured table without allocating.
@@ -429,6 +431,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	r.metrics.Ready.Store(true)
 	err = l.run(ctx, events, readErr)
 	r.ackTimedOut(err, l.lastBatch)
+	err = r.sizeRefused(err)
 	if p := stale.Load(); p != nil && ctx.Err() == nil && !fatal(err) {
 		return r.judgeStale(srv, from, *p)
 	}

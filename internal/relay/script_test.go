@@ -315,6 +315,7 @@ func (h *harness) start() *attempt {
 		defer close(a.done)
 		a.err = l.run(runCtx, a.events, a.readErr)
 		r.ackTimedOut(a.err, l.lastBatch) // as Relay.attempt does
+		a.err = r.sizeRefused(a.err)
 	}()
 	return a
 }

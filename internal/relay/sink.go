@@ -43,8 +43,9 @@ type sink struct {
 	adm      *kadm.Client
 	store    *checkpoint.Store
 	topics   map[string]topicInfo
-	open     bool      // a batch has begun (exactly-once: a Kafka transaction is open)
-	began    time.Time // exactly-once: when the open Kafka transaction began
+	reread   map[string]bool // topics learned again (rereadTopic)
+	open     bool            // a batch has begun (exactly-once: a Kafka transaction is open)
+	began    time.Time       // exactly-once: when the open Kafka transaction began
 	pctx     context.Context
 	errMu    sync.Mutex
 	firstErr error
@@ -212,6 +213,22 @@ func (s *sink) brokersRestarting(ctx context.Context) bool {
 	return err == nil && (s.repl <= 0 || len(md.Brokers) >= int(s.repl))
 }
 
+// rereadTopic forgets what the sink knows of topic and learns it again,
+// once per topic and attempt (a record over its max.message.bytes: the
+// operator may have raised it since); it reports whether it did.
+func (s *sink) rereadTopic(ctx context.Context, topic string) (topicInfo, bool, error) {
+	if s.reread[topic] {
+		return s.topics[topic], false, nil
+	}
+	if s.reread == nil {
+		s.reread = map[string]bool{}
+	}
+	s.reread[topic] = true
+	delete(s.topics, topic)
+	info, err := s.ensureTopic(ctx, topic)
+	return info, true, err
+}
+
 func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error) {
 	if info, ok := s.topics[topic]; ok {
 		return info, nil
@@ -256,7 +273,7 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 	if cfgs, err := rc.On(topic, nil); err == nil {
 		for _, c := range cfgs.Configs {
 			if v, err := strconv.Atoi(c.MaybeValue()); c.Key == "max.message.bytes" && err == nil && v > 0 {
-				info.maxBytes = min(info.maxBytes, v)
+				info.maxBytes = min(v, maxTopicBytes) // the batches follow it (topicLimits)
 			}
 		}
 	}
@@ -268,9 +285,11 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 }
 
 // recordSize is rec's size as the only record of a record batch, counted as
-// franz-go counts it against its batch limit (ProducerBatchMaxBytes): the
-// batch header (61 bytes, one more for the length prefix of flexible produce
-// versions) and the record's fields with their varint lengths.
+// franz-go counts it against its batch limit (ProducerBatchMaxBytes) before
+// it knows the broker's produce version, its largest count: the batch header
+// with the 4-byte length franz-go adds (65 bytes; Kafka itself counts 61),
+// one byte for the length prefix of flexible versions, and the record's
+// fields with their varint lengths.
 func recordSize(rec *kgo.Record) int {
 	l := 1 + 1 + 1 + // attributes, timestamp delta 0, offset delta 0
 		kbin.VarintLen(int32(len(rec.Key))) + len(rec.Key) +
@@ -282,9 +301,28 @@ func recordSize(rec *kgo.Record) int {
 	return recordBatchOverhead + 1 + kbin.VarintLen(int32(l)) + l
 }
 
-// recordBatchOverhead is the size of a record batch without records, with
-// its length prefix (Kafka's record batch v2 header).
-const recordBatchOverhead = 61
+// checkpointRecord is cp's record, refused with a clear error when it is
+// larger than the client sends (many prepared XA transactions listed).
+func (s *sink) checkpointRecord(cp *checkpoint.Checkpoint) (*kgo.Record, error) {
+	rec := s.store.Record(cp)
+	if n := recordSize(rec); n > maxBatchBytes {
+		xa := 0
+		if cp.XA != nil {
+			xa = len(cp.XA.Prepared)
+		}
+		return nil, fmt.Errorf("%w: checkpoint record of %d bytes, the client sends at most %d (it lists %d prepared XA transactions with outbox rows: commit or roll them back)",
+			ErrRejected, n, maxBatchBytes, xa)
+	}
+	return rec, nil
+}
+
+// recordBatchOverhead is the size of a record batch without records as
+// franz-go counts it (Kafka's record batch v2 header and the record count).
+const recordBatchOverhead = 65
+
+// maxTopicBytes bounds what the relay takes from a topic's
+// max.message.bytes for its batches and records.
+const maxTopicBytes = 64 << 20
 
 // topicLimits holds the max.message.bytes of the topics the sink writes to
 // for franz-go's per-topic batch limit, which it asks for from its own
@@ -299,10 +337,10 @@ func (t *topicLimits) batchMaxBytes(topic string) int32 {
 	return maxBatchBytes
 }
 
-// set stores topic's largest record batch: its max.message.bytes, within
-// the bounds franz-go accepts.
+// set stores topic's largest record batch: its max.message.bytes (franz-go
+// checks only its default's range; a smaller per-topic value is used as is).
 func (t *topicLimits) set(topic string, maxBytes int) {
-	t.m.Store(topic, int32(min(max(maxBytes, 512), maxBatchBytes)))
+	t.m.Store(topic, int32(min(max(maxBytes, 1), maxTopicBytes)))
 }
 
 func (s *sink) begin() error {
@@ -382,7 +420,11 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoi
 	if err := s.lease.err(); err != nil {
 		return nil, err
 	}
-	s.cl.Produce(s.pctx, s.store.Record(cp), s.cpPromise)
+	rec, err := s.checkpointRecord(cp)
+	if err != nil {
+		return nil, err
+	}
+	s.cl.Produce(s.pctx, rec, s.cpPromise)
 	if err := s.cl.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("flush batch: %w", ackTimeout(err))
 	}
@@ -433,9 +475,13 @@ func (s *sink) drain() (*checkpoint.Checkpoint, error) {
 	cp.Time = time.Now().UTC() // when written, which is later than the batch ended
 	clear(s.sealed[:done])
 	s.sealed = s.sealed[done:]
+	rec, err := s.checkpointRecord(cp)
+	if err != nil {
+		return nil, err
+	}
 	hit("after-flush")
 	s.cpInFlight.Store(true)
-	s.cl.Produce(s.pctx, s.store.Record(cp), s.cpPromise)
+	s.cl.Produce(s.pctx, rec, s.cpPromise)
 	return cp, nil
 }
 
