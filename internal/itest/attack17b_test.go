@@ -18,6 +18,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // A row whose record the relay's own size check (loop.record, recordSize:
@@ -46,19 +48,7 @@ func TestAttack17bRecordJustOverBatchLimitStopsRelay(t *testing.T) {
 		fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('e-after', 'alarm', 'd', 'X', '{}')`, s.Table())); err != nil {
 		t.Fatal(err)
 	}
-	head := Head(t, env.DB)
-	deadline := time.Now().Add(time.Minute)
-wait:
-	for time.Now().Before(deadline) {
-		select {
-		case <-r.Done():
-			t.Fatalf("relay stopped for good on a row it should have dead-lettered: %v", r.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-		if cp := loadCheckpoint(t, cfg); cp != nil && Covers(cp, head) {
-			break wait
-		}
-	}
+	awaitCoveredRunning(t, r, cfg, Head(t, env.DB), "relay stopped for good on a row it should have dead-lettered")
 	recs := Consume(t, k.Brokers, cfg.Router.TopicPrefix)
 	var got []string
 	for _, rec := range recs {
@@ -76,6 +66,22 @@ func soak(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RELAY_TEST_SOAK") != "1" {
 		t.Skip("soak test: RELAY_TEST_SOAK=1 runs it")
+	}
+}
+
+// awaitCoveredRunning waits (a minute at most) until the checkpoint covers
+// head, failing with what when the relay stops first.
+func awaitCoveredRunning(t *testing.T, r *InProcess, cfg config.Config, head, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		select {
+		case <-r.Done():
+			t.Fatalf("%s: %v", what, r.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if cp := loadCheckpoint(t, cfg); cp != nil && Covers(cp, head) {
+			return
+		}
 	}
 }
 
@@ -368,19 +374,7 @@ func TestAttack17bTopicMaxMessageBytesBelowProducerBatch(t *testing.T) {
 	if err := env.DB.Exec(stmts...); err != nil {
 		t.Fatal(err)
 	}
-	head := Head(t, env.DB)
-	deadline := time.Now().Add(time.Minute)
-wait:
-	for time.Now().Before(deadline) {
-		select {
-		case <-r.Done():
-			t.Fatalf("relay stopped for good on rows each within the topic's max.message.bytes: %v", r.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-		if cp := loadCheckpoint(t, cfg); cp != nil && Covers(cp, head) {
-			break wait
-		}
-	}
+	awaitCoveredRunning(t, r, cfg, Head(t, env.DB), "relay stopped for good on rows each within the topic's max.message.bytes")
 	requireExact(t, k, s, cfg.Router.TopicPrefix)
 }
 

@@ -4,7 +4,6 @@ package relay
 // batches): loop-level cases on the scripted harness (script_test.go).
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"sync"
@@ -17,12 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
@@ -175,26 +172,11 @@ func TestAttack17SettleOffAfterOneTransientError(t *testing.T) {
 		if failed.Add(1) > 1 {
 			return nil, nil, false // once only (the control is dropped)
 		}
-		r := req.(*kmsg.DescribeTransactionsRequest)
-		resp := r.ResponseKind().(*kmsg.DescribeTransactionsResponse)
-		for _, id := range r.TransactionalIDs {
-			st := kmsg.NewDescribeTransactionsResponseTransactionState()
-			st.TransactionalID, st.ErrorCode = id, kerr.UnknownServerError.Code
-			resp.TransactionStates = append(resp.TransactionStates, st)
-		}
-		return resp, nil, true
+		return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+			st.ErrorCode = kerr.UnknownServerError.Code
+		}), nil, true
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	store := checkpoint.NewStore("cp", kgo.SeedBrokers(c.ListenAddrs()...))
-	ctx := context.Background()
-	if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
-		t.Fatal(err)
-	}
-	s := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1})
+	s, ctx := txnSink(t, c)
 	for i := 1; i <= 5; i++ {
 		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
 			t.Fatal(err)
@@ -413,26 +395,11 @@ func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
 			c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				c.KeepControl()
 				asked.Add(1)
-				r := req.(*kmsg.DescribeTransactionsRequest)
-				resp := r.ResponseKind().(*kmsg.DescribeTransactionsResponse)
-				for _, id := range r.TransactionalIDs {
-					st := kmsg.NewDescribeTransactionsResponseTransactionState()
-					st.TransactionalID, st.ErrorCode = id, tc.code
-					resp.TransactionStates = append(resp.TransactionStates, st)
-				}
-				return resp, nil, true
+				return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+					st.ErrorCode = tc.code
+				}), nil, true
 			})
-			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cl.Close)
-			store := checkpoint.NewStore("cp", kgo.SeedBrokers(c.ListenAddrs()...))
-			ctx := context.Background()
-			if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
-				t.Fatal(err)
-			}
-			s := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1})
+			s, ctx := txnSink(t, c)
 			for i := 1; i <= settleGiveUp+3; i++ {
 				if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
 					t.Fatal(err)

@@ -42,17 +42,7 @@ func TestAttack17bSlowDescribeTransactionsNeverGivenUp(t *testing.T) {
 		c.SleepControl(func() { time.Sleep(80 * time.Millisecond) })
 		return nil, nil, false
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	store := checkpoint.NewStore("cp", kgo.SeedBrokers(c.ListenAddrs()...))
-	ctx := context.Background()
-	if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
-		t.Fatal(err)
-	}
-	s := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1})
+	s, ctx := txnSink(t, c)
 	const n = 20
 	var waited time.Duration
 	for i := 1; i <= n; i++ {
@@ -87,26 +77,11 @@ func TestAttack17bHeldBriefCoordinatorUnavailability(t *testing.T) {
 		if failed.Add(1) > settleGiveUp {
 			return nil, nil, false
 		}
-		r := req.(*kmsg.DescribeTransactionsRequest)
-		resp := r.ResponseKind().(*kmsg.DescribeTransactionsResponse)
-		for _, id := range r.TransactionalIDs {
-			st := kmsg.NewDescribeTransactionsResponseTransactionState()
-			st.TransactionalID, st.ErrorCode = id, kerr.CoordinatorLoadInProgress.Code
-			resp.TransactionStates = append(resp.TransactionStates, st)
-		}
-		return resp, nil, true
+		return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+			st.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		}), nil, true
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	store := checkpoint.NewStore("cp", kgo.SeedBrokers(c.ListenAddrs()...))
-	ctx := context.Background()
-	if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
-		t.Fatal(err)
-	}
-	s := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1})
+	s, ctx := txnSink(t, c)
 	for i := 1; i <= settleGiveUp+20; i++ {
 		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
 			t.Fatal(err)

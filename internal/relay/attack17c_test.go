@@ -177,10 +177,7 @@ func TestAttack17cRowAtLimitFirstOfAttemptStopsForGood(t *testing.T) {
 		}
 	}
 	h := newHarness(t, s, nil)
-	limits := &topicLimits{}
-	h.relay.kopts = append(h.relay.kopts, kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes)) // as Relay.attempt
 	a := h.start()
-	a.snk.limits = limits
 	a.feed(s.through(1))
 	if err := a.term(); err != nil {
 		t.Fatal(err)
@@ -207,7 +204,6 @@ func TestAttack17cRowAtLimitFirstOfAttemptStopsForGood(t *testing.T) {
 	failed := 0
 	for i := 0; i < 3; i++ { // the restarts
 		a := h.start()
-		a.snk.limits = limits
 		a.feedAll()
 		err := a.term()
 		if err != nil {
@@ -245,12 +241,9 @@ func TestAttack17cTopicBelow512StopsForGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limits := &topicLimits{}
-	h.relay.kopts = append(h.relay.kopts, kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes)) // as Relay.attempt
 	failed := 0
 	for i := 0; i < 3; i++ {
 		a := h.start()
-		a.snk.limits = limits
 		a.feedAll()
 		if err := a.term(); err != nil {
 			failed++
@@ -289,10 +282,7 @@ func TestAttack17cLimitLoweredWhileRunning(t *testing.T) {
 		c.Router.DeadLetterTopic = c.Router.TopicPrefix + "dead"
 		c.Kafka.Compression = config.CompressNone
 	})
-	limits := &topicLimits{}
-	h.relay.kopts = append(h.relay.kopts, kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes))
 	a := h.start()
-	a.snk.limits = limits
 	a.feed(s.through(1))
 	h.waitCheckpoint("first transaction", func(cp *checkpoint.Checkpoint) bool { return cp != nil && strings.Contains(cp.GTIDSet, s.gtid(1)) })
 	cl, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...))
@@ -319,7 +309,6 @@ func TestAttack17cLimitLoweredWhileRunning(t *testing.T) {
 		// and dead-letters the row.
 		t.Logf("first attempt: %v", err)
 		b := h.start()
-		b.snk.limits = limits
 		b.feedAll()
 		if err := b.term(); err != nil {
 			t.Fatalf("second attempt: %v (fatal: %v)", err, fatal(err))
@@ -388,10 +377,7 @@ func TestAttack17cLimitRaisedWhileRunningStillDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limits := &topicLimits{}
-	h.relay.kopts = append(h.relay.kopts, kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes))
 	a := h.start()
-	a.snk.limits = limits
 	a.feed(s.through(1))
 	h.waitCheckpoint("first transaction", func(cp *checkpoint.Checkpoint) bool { return cp != nil && strings.Contains(cp.GTIDSet, s.gtid(1)) })
 	v := "1000000"
@@ -411,7 +397,6 @@ func TestAttack17cLimitRaisedWhileRunningStillDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := h.start()
-		b.snk.limits = limits
 		b.feedAll()
 		if err := b.term(); err != nil {
 			t.Fatal(err)
@@ -450,10 +435,7 @@ func TestAttack17cTopicAboveDefaultLimitCapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limits := &topicLimits{}
-	h.relay.kopts = append(h.relay.kopts, kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes))
 	a := h.start()
-	a.snk.limits = limits
 	a.feedAll()
 	if err := a.term(); err != nil {
 		t.Errorf("a 1.5 MB row on a topic with max.message.bytes 2,000,000: %v", err)
@@ -555,10 +537,7 @@ func TestAttack17cDeadLetterTruncatedStillTooLarge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	limits := &topicLimits{}
-	h.relay.kopts = append(h.relay.kopts, kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes))
 	a := h.start()
-	a.snk.limits = limits
 	a.feedAll()
 	if err := a.term(); err != nil && !errors.Is(err, ErrBadRow) {
 		t.Errorf("dead-letter topic with max.message.bytes 250: %v (ErrBadRow: %v, exit %d)", err, errors.Is(err, ErrBadRow), ExitCode(err))

@@ -257,7 +257,9 @@ func (h *harness) start() *attempt {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	maxBuffered := 4 * cfg.Kafka.Batch.MaxRecords
+	limits := &topicLimits{} // as Relay.attempt
 	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes),
 		kgo.RecordPartitioner(Partitioner()), kgo.ProducerLinger(0), kgo.MetadataMinAge(250 * time.Millisecond),
 		kgo.MaxBufferedRecords(maxBuffered),
 		kgo.TransactionalID(cfg.Name), kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout),
@@ -289,7 +291,7 @@ func (h *harness) start() *attempt {
 	}
 	a.snk = newSink(context.Background(), cl, r.store, sinkOptions{txn: true, timeout: cfg.Kafka.RequestTimeout,
 		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(maxBuffered / 2)})
+		maxUnacked: int64(maxBuffered / 2), limits: limits})
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
 	if err != nil {
 		fail("new loop", err)

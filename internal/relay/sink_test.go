@@ -522,14 +522,9 @@ func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
 		}
 		prepared--
 		seen = append(seen, "describe:PrepareCommit")
-		r := req.(*kmsg.DescribeTransactionsRequest)
-		resp := r.ResponseKind().(*kmsg.DescribeTransactionsResponse)
-		for _, id := range r.TransactionalIDs {
-			st := kmsg.NewDescribeTransactionsResponseTransactionState()
-			st.TransactionalID, st.State, st.ProducerID = id, "PrepareCommit", 1
-			resp.TransactionStates = append(resp.TransactionStates, st)
-		}
-		return resp, nil, true
+		return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+			st.State, st.ProducerID = "PrepareCommit", 1
+		}), nil, true
 	})
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -538,17 +533,7 @@ func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
 		mu.Unlock()
 		return nil, nil, false
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	store := checkpoint.NewStore("cp", kgo.SeedBrokers(c.ListenAddrs()...))
-	ctx := context.Background()
-	if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
-		t.Fatal(err)
-	}
-	s := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1})
+	s, ctx := txnSink(t, c)
 	if _, err := s.commit(ctx, cpAt("0-1-1")); err != nil {
 		t.Fatal(err)
 	}
@@ -596,4 +581,35 @@ func TestBrokersRestarting(t *testing.T) {
 			t.Errorf("replication factor %d on one broker: passing %v, want %v", tc.repl, got, tc.want)
 		}
 	}
+}
+
+// txnSink is an exactly-once sink on c (transactional id "t", checkpoint
+// topic "cp", 3 partitions per topic it creates), with the context to use.
+func txnSink(t *testing.T, c *kfake.Cluster) (*sink, context.Context) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	store := checkpoint.NewStore("cp", kgo.SeedBrokers(c.ListenAddrs()...))
+	ctx := context.Background()
+	if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
+		t.Fatal(err)
+	}
+	return newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1}), ctx
+}
+
+// describeTxnAnswer answers a DescribeTransactions request with one state
+// per transactional id asked, set by fill.
+func describeTxnAnswer(req kmsg.Request, fill func(*kmsg.DescribeTransactionsResponseTransactionState)) kmsg.Response {
+	r := req.(*kmsg.DescribeTransactionsRequest)
+	resp := r.ResponseKind().(*kmsg.DescribeTransactionsResponse)
+	for _, id := range r.TransactionalIDs {
+		st := kmsg.NewDescribeTransactionsResponseTransactionState()
+		st.TransactionalID = id
+		fill(&st)
+		resp.TransactionStates = append(resp.TransactionStates, st)
+	}
+	return resp
 }
