@@ -15,9 +15,10 @@ import (
 )
 
 // baselineMain is the naive relay the report compares against: read the
-// binlog from a GTID set, produce each outbox INSERT asynchronously, exit when
-// n records are acknowledged. No checkpoint, no transactions, no routing
-// beyond picking three columns by position.
+// binlog from a GTID set, produce each outbox INSERT asynchronously (the
+// relay's record: key, value, id and type headers, the commit's time), exit
+// when n records are acknowledged. No checkpoint, no transactions, no
+// routing beyond picking columns by position.
 func baselineMain(args []string) error {
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
 	addr := fs.String("source", "", "host:port")
@@ -73,11 +74,17 @@ func baselineMain(args []string) error {
 		}
 		for _, row := range re.Rows {
 			// id, event_id, aggregate_type, aggregate_id, event_type, payload, created_at
+			// The relay's record: key, value, headers id and type, the
+			// source transaction's time.
 			rec := &kgo.Record{
-				Topic:   *prefix + str(row[2]),
-				Key:     []byte(str(row[3])),
-				Value:   []byte(str(row[5])),
-				Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(str(row[1]))}},
+				Topic: *prefix + str(row[2]),
+				Key:   []byte(str(row[3])),
+				Value: []byte(str(row[5])),
+				Headers: []kgo.RecordHeader{
+					{Key: "id", Value: []byte(str(row[1]))},
+					{Key: "type", Value: []byte(str(row[4]))},
+				},
+				Timestamp: time.Unix(int64(ev.Header.Timestamp), 0),
 			}
 			cl.Produce(ctx, rec, promise)
 			produced++
@@ -96,7 +103,7 @@ func baselineMain(args []string) error {
 
 // baselineSettings describes baselineOpts for the report.
 const baselineSettings = "franz-go `ProducerLinger(5ms)`, `MaxBufferedRecords(65536)`, `ProducerBatchMaxBytes` 1 MB (default), acks=all, idempotent and snappy compression (franz-go defaults; the relay also compresses with snappy by default), " +
-	"murmur2 key partitioning (default); go-mysql `BinlogSyncer` defaults (event cache of 10,240 events), every row decoded; no checkpoint, no transactions"
+	"murmur2 key partitioning (default); go-mysql `BinlogSyncer` defaults (event cache of 10,240 events), every row decoded; the relay's records (key, value, `id` and `type` headers, the commit's time); no checkpoint, no transactions"
 
 // baselineOpts are the baseline's producer settings, tuned for catch-up
 // throughput (a linger and a buffer deep enough that Produce never blocks
