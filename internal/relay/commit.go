@@ -32,7 +32,6 @@ import (
 type inflightCommit struct {
 	done    chan commitResult
 	cp      *checkpoint.Checkpoint
-	began   time.Time
 	records int
 	topics  map[topicOutcome]int
 	partial bool // it commits part of the source transaction being read
@@ -106,7 +105,7 @@ func (l *loop) startCommit(ctx context.Context) error {
 		p := l.partial
 		cp.Partial = &p
 	}
-	job := &inflightCommit{done: make(chan commitResult, 1), cp: cp, began: now, records: l.batchRecords,
+	job := &inflightCommit{done: make(chan commitResult, 1), cp: cp, records: l.batchRecords,
 		topics: l.batchTopics, partial: cp.Partial != nil && cp.Partial.GTID == l.curGTID}
 	l.batchTopics = make(map[topicOutcome]int, len(job.topics))
 	l.lastBatch = l.batchRecords

@@ -340,13 +340,14 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 		// raised limit ends the attempt: the next one's client batches by
 		// it (franz-go keeps a partition's limit once it has met it).
 		was := info.maxBytes
-		if info, again, err := l.sink.rereadTopic(ctx, rec.Topic); err != nil {
+		info, again, err := l.sink.rereadTopic(ctx, rec.Topic)
+		if err != nil {
 			return out, err
-		} else if !again || n > info.maxBytes {
-			return out, fmt.Errorf("%w: record of %d bytes, topic %s takes at most %d (max.message.bytes, or the client's batch limit)", router.ErrBadRow, n, rec.Topic, info.maxBytes)
-		} else if info.maxBytes != was {
-			return out, fmt.Errorf("topic %s: max.message.bytes is now %d (was %d): start again with it", rec.Topic, info.maxBytes, was)
 		}
+		if !again || n > info.maxBytes {
+			return out, fmt.Errorf("%w: record of %d bytes, topic %s takes at most %d (max.message.bytes, or the client's batch limit)", router.ErrBadRow, n, rec.Topic, info.maxBytes)
+		}
+		return out, fmt.Errorf("topic %s: max.message.bytes is now %d (was %d): start again with it", rec.Topic, info.maxBytes, was)
 	}
 	return out, nil
 }
