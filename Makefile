@@ -35,25 +35,28 @@ test-unit: deps
 
 # Integration tests: the harness starts MariaDB in a scratch directory on its
 # own port and an embedded Kafka broker per test (RELAY_TEST_KAFKA=host:port
-# points them at a real broker instead).
+# points them at a real broker instead). internal/itest runs in ITEST_SHARDS
+# processes at once (internal/itest/shards.sh, each with its own MariaDB),
+# beside the other integration packages.
+ITEST_SHARDS ?= 3
+INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/
 test-integration: deps
-	$(GO) test -count=1 -tags integration -timeout 30m ./internal/itest/ ./internal/mysqlitest/ ./internal/kititest/ \
-		./internal/acltest/ ./deploy/...
+	@$(GO) test -count=1 -tags integration -timeout 30m $(INTEGRATION_PKGS) & others=$$!; \
+	SHARDS=$(ITEST_SHARDS) internal/itest/shards.sh; rc=$$?; \
+	wait $$others || rc=1; exit $$rc
 
 test: deps vet test-unit test-integration
 
 # The integration and crash suites against Apache Kafka (fetched from Maven
-# Central by deploy/dev/kafka.sh, cached), in a fresh data directory that is
-# removed afterwards; then the least-privilege test (internal/acltest) against
-# a second broker with an ACL authorizer and SASL/SCRAM (KAFKA_SASL=1).
+# Central by deploy/dev/kafka.sh, cached): ITEST_SHARDS shards, each with a
+# broker of its own in a fresh data directory (ports KAFKA_TEST_PORT + 4i and
+# + 4i + 1), removed afterwards; then the least-privilege test
+# (internal/acltest) against a broker with an ACL authorizer and SASL/SCRAM
+# (KAFKA_SASL=1).
 KAFKA_TEST_PORT ?= 29092
 KAFKA_ACL_PORT ?= 29192
 test-kafka: deps
-	@export KAFKA_PORT=$(KAFKA_TEST_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-XXXXXX); \
-	deploy/dev/kafka.sh start || exit 1; \
-	RELAY_TEST_KAFKA=127.0.0.1:$(KAFKA_TEST_PORT) RELAY_TEST_KAFKA_RESTART="deploy/dev/kafka.sh restart" RELAY_TEST_KAFKA_CTL=deploy/dev/kafka.sh \
-		$(GO) test -count=1 -tags integration -timeout 30m ./internal/itest/; rc=$$?; \
-	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; [ $$rc = 0 ] || exit $$rc; \
+	@SHARDS=$(ITEST_SHARDS) KAFKA_BASE_PORT=$(KAFKA_TEST_PORT) internal/itest/shards.sh || exit 1; \
 	export KAFKA_SASL=1 KAFKA_PORT=$(KAFKA_ACL_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-acl-XXXXXX); \
 	deploy/dev/kafka.sh start || exit 1; \
 	RELAY_TEST_KAFKA_ACL=127.0.0.1:$(KAFKA_ACL_PORT),127.0.0.1:$$(($(KAFKA_ACL_PORT) + 2)) \

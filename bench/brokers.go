@@ -5,7 +5,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +39,7 @@ func (h *harness) startBroker(kind, addr string) (stop func(), desc string, err 
 			return nil, "", err
 		}
 		stop = func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }
+		h.brokerPID = cmd.Process.Pid
 		if err := waitBroker(h.broker); err != nil {
 			stop()
 			return nil, "", err
@@ -45,6 +48,15 @@ func (h *harness) startBroker(kind, addr string) (stop func(), desc string, err 
 	case brokerKafka:
 		if addr != "" {
 			h.broker = addr
+			if _, port, err := net.SplitHostPort(addr); err == nil {
+				// kafka.sh's directory: KAFKA_DIR as it was started with, or
+				// its default.
+				h.brokerDir = os.Getenv("KAFKA_DIR")
+				if h.brokerDir == "" {
+					h.brokerDir = filepath.Join(os.TempDir(), "outbox-relay-kafka-"+port)
+				}
+				h.brokerPID = pidFile(filepath.Join(h.brokerDir, "kafka.pid"))
+			}
 			return func() {}, fmt.Sprintf("Apache Kafka at %s (started by hand); topics of 6 partitions, replication factor 1.", addr), waitBroker(addr)
 		}
 		port, err := freePortPair()
@@ -67,13 +79,24 @@ func (h *harness) startBroker(kind, addr string) (stop func(), desc string, err 
 			return nil, "", fmt.Errorf("start Apache Kafka: %w", err)
 		}
 		h.broker = fmt.Sprintf("127.0.0.1:%d", port)
+		h.brokerPID, h.brokerDir = pidFile(filepath.Join(dir, "kafka.pid")), dir
 		ver := os.Getenv("KAFKA_VERSION")
 		if ver == "" {
 			ver = "4.1.1 (deploy/dev/kafka.sh's default)"
 		}
-		return stop, fmt.Sprintf("Apache Kafka %s, one KRaft node on this machine (`deploy/dev/kafka.sh`, 512 MB heap, broker defaults), started for this run; topics of 6 partitions, replication factor 1.", ver), nil
+		return stop, fmt.Sprintf("Apache Kafka %s, one KRaft node on this machine (`deploy/dev/kafka.sh`, 512 MB heap, Kafka's JVM options, broker defaults), started for this run; topics of 6 partitions, replication factor 1.", ver), nil
 	}
 	return nil, "", fmt.Errorf("unknown broker %q (kfake | kafka)", kind)
+}
+
+// pidFile reads a pid file; 0 when there is none.
+func pidFile(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
 }
 
 // freePortPair is a free port whose successor is free too: kafka.sh puts
@@ -95,28 +118,54 @@ func freePortPair() (int, error) {
 	return 0, fmt.Errorf("no two consecutive free ports found")
 }
 
+// latencyRun is one run of section 2: delivery, rate (events/s), events
+// per transaction.
+type latencyRun struct {
+	delivery    string
+	rate, perTx int
+}
+
+// defaultLatencyRuns are section 2's runs unless -latency-runs names others.
+var defaultLatencyRuns = []latencyRun{
+	{string(config.ExactlyOnce), 100, 1}, {string(config.ExactlyOnce), 1000, 1}, {string(config.AtLeastOnce), 1000, 1},
+	{string(config.ExactlyOnce), 5000, 1}, {string(config.ExactlyOnce), 10000, 1}, {string(config.ExactlyOnce), 10000, 10},
+}
+
+// parseLatencyRuns reads -latency-runs: delivery:rate:perTx, comma separated.
+func parseLatencyRuns(v string) ([]latencyRun, error) {
+	var runs []latencyRun
+	for _, f := range strings.Split(v, ",") {
+		parts := strings.Split(f, ":")
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("-latency-runs: %q: write delivery:rate:events-per-transaction, e.g. exactly-once:1000:1", f)
+		}
+		rate, err1 := strconv.Atoi(parts[1])
+		per, err2 := strconv.Atoi(parts[2])
+		d := config.Delivery(parts[0])
+		if err1 != nil || err2 != nil || rate <= 0 || per <= 0 || (d != config.ExactlyOnce && d != config.AtLeastOnce) {
+			return nil, fmt.Errorf("-latency-runs: %q: write delivery:rate:events-per-transaction, e.g. exactly-once:1000:1", f)
+		}
+		runs = append(runs, latencyRun{parts[0], rate, per})
+	}
+	return runs, nil
+}
+
 // latencySection writes section 2: commit-to-receive latency at fixed rates.
-func (h *harness) latencySection(seconds int) error {
+func (h *harness) latencySection(seconds int, runs []latencyRun) error {
 	d := time.Duration(seconds) * time.Second
 	h.printf("\n## 2. Commit-to-receive latency (%d s per rate)\n\n", seconds)
 	h.printf("From the writer's COMMIT returning to a read_committed consumer (FetchMaxWait 10 ms) receiving the record; " +
 		"transactions of an alarm record and 1 or 10 outbox rows (one INSERT), 4 writer connections. " +
 		"The last column is the median of the last tenth of the events to arrive: it grows with the run when the relay does not keep up.\n\n")
-	h.printf("| delivery | target events/s | events per transaction | achieved | events | p50 ms | p99 ms | max ms | last tenth p50 ms |\n|---|---|---|---|---|---|---|---|---|\n")
-	runs := []struct {
-		delivery    string
-		rate, perTx int
-	}{
-		{string(config.ExactlyOnce), 100, 1}, {string(config.ExactlyOnce), 1000, 1}, {string(config.AtLeastOnce), 1000, 1},
-		{string(config.ExactlyOnce), 5000, 1}, {string(config.ExactlyOnce), 10000, 1}, {string(config.ExactlyOnce), 10000, 10},
-	}
+	h.printf("The GC column is the broker's stop-the-world pauses during the run, from its GC log (Apache Kafka started by `deploy/dev/kafka.sh`; empty otherwise): an event committed during one waits for it, whatever the relay does.\n\n")
+	h.printf("| delivery | target events/s | events per transaction | achieved | events | p50 ms | p99 ms | max ms | last tenth p50 ms | broker GC pauses: n, longest, total ms |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		lat, err := h.latency(r.delivery, r.rate, r.perTx, d)
 		if err != nil {
 			return err
 		}
-		h.printf("| %s | %d | %d | %.0f | %d | %.1f | %.1f | %.1f | %.1f |\n", r.delivery, r.rate, r.perTx, lat.achieved, len(lat.samples),
-			ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), ms(lat.quantile(1)), ms(lat.lastP50))
+		h.printf("| %s | %d | %d | %.0f | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", r.delivery, r.rate, r.perTx, lat.achieved, len(lat.samples),
+			ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), ms(lat.quantile(1)), ms(lat.lastP50), lat.gc)
 	}
 	return nil
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,11 +30,12 @@ func (h *harness) baseline(self, db, from string, n int) (catchUp, error) {
 	cmd := exec.Command(self, "baseline", "-source", h.db.Addr, "-password", devdb.RootPassword, "-from", from,
 		"-db", db, "-brokers", h.broker, "-topic-prefix", prefix, "-n", strconv.Itoa(n))
 	cmd.Stderr = os.Stderr
+	brokerCPU := procCPU(h.brokerPID)
 	began := time.Now()
 	if err := cmd.Run(); err != nil {
 		return catchUp{}, fmt.Errorf("baseline: %w", err)
 	}
-	return catchUp{elapsed: time.Since(began), cpu: cpuTime(cmd.ProcessState)}, nil
+	return catchUp{elapsed: time.Since(began), cpu: cpuTime(cmd.ProcessState), brokerCPU: procCPU(h.brokerPID) - brokerCPU}, nil
 }
 
 // cpuTime is the user and system CPU time a finished process used.
@@ -54,6 +57,9 @@ func (h *harness) relayConfig(prefix, db, from string) config.Config {
 	cfg.Router.TopicPrefix = cfg.Name + "."
 	cfg.HTTP.Listen = ""
 	cfg.Log.Level = "warn"
+	if l := os.Getenv("BENCH_LOG_LEVEL"); l != "" {
+		cfg.Log.Level = config.LogLevel(l)
+	}
 	for _, tune := range h.tune {
 		tune(&cfg)
 	}
@@ -63,7 +69,12 @@ func (h *harness) relayConfig(prefix, db, from string) config.Config {
 type catchUp struct {
 	elapsed, first time.Duration
 	cpu            time.Duration // the process's CPU time, start to exit
+	brokerCPU      time.Duration // the broker's CPU time over the run (start to the last record)
 	rssKB          int
+	// commits: the relay's outbox_relay_kafka_transactions_total{result=
+	// "commit"} at catch-up (exactly-once: Kafka transactions; at-least-once:
+	// checkpoint batches); -1 unknown.
+	commits int
 }
 
 // relayCommand writes cfg to a file and returns the relay's `run` on it,
@@ -99,11 +110,17 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 	if cpuProfile != "" {
 		args = append(args, "--cpuprofile", cpuProfile)
 	}
+	port, err := devdb.FreePort()
+	if err != nil {
+		return catchUp{}, err
+	}
+	cfg.HTTP.Listen = fmt.Sprintf("127.0.0.1:%d", port) // for its commit count
 	cmd, err := h.relayCommand(cfg, args...)
 	if err != nil {
 		return catchUp{}, err
 	}
 	firstCh := make(chan time.Duration, 1)
+	brokerCPU := procCPU(h.brokerPID)
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		return catchUp{}, err
@@ -120,6 +137,7 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 			// The checkpoint says when the relay wrote it: polling slowly
 			// keeps the harness off the relay's CPU without losing precision.
 			res.elapsed = cp.Time.Sub(began)
+			res.brokerCPU = procCPU(h.brokerPID) - brokerCPU
 			break
 		}
 		if time.Now().After(deadline) {
@@ -129,6 +147,7 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 		time.Sleep(500 * time.Millisecond)
 	}
 	res.rssKB = peakRSS(cmd.Process.Pid)
+	res.commits = scrapeCounter("http://"+cfg.HTTP.Listen+"/metrics", `outbox_relay_kafka_transactions_total{result="commit"}`)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		return res, fmt.Errorf("relay %s: %w", cfg.Name, err)
@@ -160,6 +179,28 @@ func (h *harness) firstRecord(topic string, began time.Time, out chan<- time.Dur
 	}
 }
 
+// scrapeCounter reads one sample of a Prometheus text page; -1 when it is
+// not there.
+func scrapeCounter(url, sample string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return -1
+			}
+			return int(f)
+		}
+	}
+	return -1
+}
+
 // peakRSS is VmHWM of pid, in kB.
 func peakRSS(pid int) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -182,7 +223,8 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 	h.printf("## 1. Catch-up throughput (%d outbox rows, from the position before them)\n\n", n)
 	h.printf("Each shape runs %d rounds of baseline, exactly-once and at-least-once over the same binlog; "+
 		"a ratio is the baseline's time over the relay's in the same round. Medians, then each round.\n\n", rounds)
-	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | CPU s | peak RSS | first record after |\n|---|---|---|---|---|---|---|---|\n")
+	h.printf("Kafka commits: the relay's Kafka transactions (exactly-once) or checkpoint batches (at-least-once) over the run; each exactly-once transaction costs the broker its markers and transaction-log writes.\n\n")
+	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | CPU s | broker CPU s | peak RSS | first record after | Kafka commits |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	var detail strings.Builder
 	runs := []string{"baseline", string(config.ExactlyOnce), string(config.AtLeastOnce)}
 	for _, shape := range shapes {
@@ -215,10 +257,11 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 		for _, run := range runs {
 			el := median(durations(res[run], func(c catchUp) time.Duration { return c.elapsed }))
 			cpu := median(durations(res[run], func(c catchUp) time.Duration { return c.cpu }))
+			bcpu := median(durations(res[run], func(c catchUp) time.Duration { return c.brokerCPU }))
 			lo, mid, hi := spread(ratios[run])
-			row := fmt.Sprintf("| %s | %s | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f |", shape, run, el.Seconds(), float64(n)/el.Seconds(), mid, lo, hi, cpu.Seconds())
+			row := fmt.Sprintf("| %s | %s | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f | %.2f |", shape, run, el.Seconds(), float64(n)/el.Seconds(), mid, lo, hi, cpu.Seconds(), bcpu.Seconds())
 			if run == "baseline" {
-				h.printf("%s | |\n", row)
+				h.printf("%s | | | |\n", row)
 				continue
 			}
 			rss := 0
@@ -226,7 +269,8 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 				rss = max(rss, c.rssKB)
 			}
 			first := median(durations(res[run], func(c catchUp) time.Duration { return c.first }))
-			h.printf("%s %.0f MB | %d ms |\n", row, float64(rss)/1024, first.Milliseconds())
+			commits := median(durations(res[run], func(c catchUp) time.Duration { return time.Duration(c.commits) }))
+			h.printf("%s %.0f MB | %d ms | %d |\n", row, float64(rss)/1024, first.Milliseconds(), int(commits))
 		}
 	}
 	h.printf("\nSeconds per round (ratio to that round's baseline); peak RSS is the largest of the rounds:\n\n")
@@ -262,7 +306,7 @@ func spread(fs []float64) (lo, mid, hi float64) {
 func (h *harness) batchSection(loads map[string][2]string, shapes []string, values []int, n, rounds int) error {
 	h.printf("\n### Batch bound (kafka.batch.max_records), exactly-once\n\n")
 	h.printf("Each of %d rounds runs at-least-once (defaults), then exactly-once with each bound; the ratio is at-least-once's time over exactly-once's in the same round. Medians (min-max).\n\n", rounds)
-	h.printf("| shape | max_records | seconds | events/s | vs at-least-once | CPU s | peak RSS |\n|---|---|---|---|---|---|---|\n")
+	h.printf("| shape | max_records | seconds | events/s | vs at-least-once | CPU s | broker CPU s | peak RSS |\n|---|---|---|---|---|---|---|---|\n")
 	for _, shape := range shapes {
 		db, from := loads[shape][0], loads[shape][1]
 		res := make([][]catchUp, len(values))
@@ -286,13 +330,14 @@ func (h *harness) batchSection(loads map[string][2]string, shapes []string, valu
 		for i, records := range values {
 			el := median(durations(res[i], func(c catchUp) time.Duration { return c.elapsed }))
 			cpu := median(durations(res[i], func(c catchUp) time.Duration { return c.cpu }))
+			bcpu := median(durations(res[i], func(c catchUp) time.Duration { return c.brokerCPU }))
 			lo, mid, hi := spread(ratios[i])
 			rss := 0
 			for _, c := range res[i] {
 				rss = max(rss, c.rssKB)
 			}
-			h.printf("| %s | %d | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f | %.0f MB |\n", shape, records, el.Seconds(), float64(n)/el.Seconds(),
-				mid, lo, hi, cpu.Seconds(), float64(rss)/1024)
+			h.printf("| %s | %d | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f | %.2f | %.0f MB |\n", shape, records, el.Seconds(), float64(n)/el.Seconds(),
+				mid, lo, hi, cpu.Seconds(), bcpu.Seconds(), float64(rss)/1024)
 		}
 	}
 	return nil

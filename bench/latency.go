@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +29,60 @@ type latencyResult struct {
 	// lastP50 is the median latency of the last tenth of the events to
 	// arrive: a relay that does not keep up has it growing with the run.
 	lastP50 time.Duration
+	// gc sums up the broker's GC pauses during the timed part ("" unknown).
+	gc string
+}
+
+// gcLog follows a JVM GC log (-Xlog:gc) from the size it had at mark.
+type gcLog struct {
+	path string
+	from int64
+}
+
+// markGC starts following dir's gc.log; nil when there is none.
+func markGC(dir string) *gcLog {
+	if dir == "" {
+		return nil
+	}
+	path := filepath.Join(dir, "gc.log")
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	return &gcLog{path: path, from: st.Size()}
+}
+
+// gcPause matches a pause line: "[14.632s][info][gc] GC(19) Pause Young
+// (Normal) (G1 Evacuation Pause) 462M->169M(512M) 21.032ms".
+var gcPause = regexp.MustCompile(`\] GC\(\d+\) Pause .* ([0-9.]+)ms$`)
+
+// summary is the pauses logged since the mark: count, longest, total.
+func (g *gcLog) summary() string {
+	if g == nil {
+		return ""
+	}
+	f, err := os.Open(g.path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(g.from, io.SeekStart); err != nil {
+		return ""
+	}
+	var n int
+	var longest, total float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := gcPause.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		d, _ := strconv.ParseFloat(m[1], 64)
+		n++
+		total += d
+		longest = max(longest, d)
+	}
+	return fmt.Sprintf("%d, %.0f, %.0f", n, longest, total)
 }
 
 func (l latencyResult) quantile(q float64) time.Duration {
@@ -48,7 +108,11 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 	if err := h.createTopic(topic); err != nil {
 		return latencyResult{}, err
 	}
-	cmd, err := h.relayCommand(cfg)
+	var extra []string
+	if h.latencyProfiles != "" {
+		extra = append(extra, "--cpuprofile", filepath.Join(h.latencyProfiles, fmt.Sprintf("%s-%d-%d.pprof", delivery, rate, perTx)))
+	}
+	cmd, err := h.relayCommand(cfg, extra...)
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -90,6 +154,7 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 		warm = cons.PollFetches(wctx).NumRecords()
 	}
 	wcancel()
+	gc := markGC(h.brokerDir)
 	recvd := make(chan []time.Duration, 1)
 	go func() {
 		var lat []time.Duration
@@ -123,7 +188,9 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 	if rate <= 100 {
 		writers = 1
 	}
-	return h.pacedLatency(db, writers, total, rate, perTx, &commits, recvd)
+	res, err := h.pacedLatency(db, writers, total, rate, perTx, &commits, recvd)
+	res.gc = gc.summary()
+	return res, err
 }
 
 // pacedLatency commits total events at rate per second over writers

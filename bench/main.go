@@ -27,6 +27,7 @@
 //
 // Usage: go run ./bench [-n 1000000] [-rounds 3] [-brokers kfake,kafka]
 // [-kafka HOST:PORT] [-sections txn,catchup,batch,latency,bigtx,profile]
+// [-latency-runs exactly-once:1000:1,...] [-latency-profiles DIR]
 // [-out BENCHMARKS.md]; `bench baseline` is the baseline process the harness
 // starts itself; `bench txn -brokers HOST:PORT` times the parts of one Kafka
 // transaction (txnprobe.go).
@@ -67,12 +68,24 @@ func main() {
 	shapes := flag.String("shapes", "single,multi200", "shapes the catchup and batch sections measure: single (one outbox and one business row per transaction), multi200 (INSERTs of 200 outbox rows)")
 	batchRecords := flag.String("batch-records", "5000,20000", "kafka.batch.max_records values the batch section compares")
 	linger := flag.Duration("linger", -1, "kafka.linger of every relay run (default: the relay's default)")
+	latencyRuns := flag.String("latency-runs", "", "section 2's runs as delivery:rate:events-per-transaction, comma separated (default: exactly-once at 100, 1,000, 5,000 and 10,000 events/s, at-least-once at 1,000, and 10,000/s in 10-event transactions)")
+	latencyProfiles := flag.String("latency-profiles", "", "write the relay's CPU profile of each latency run into this directory (DELIVERY-RATE-PERTX.pprof)")
 	relayBin := flag.String("relay-bin", "", "measure this relay binary instead of building ./cmd/outbox-relay (to compare two builds)")
 	flag.Parse()
 	o := options{relayBin: *relayBin, n: *n, bigTx: *bigTx, latencySeconds: *latencySeconds, rounds: *rounds, out: *out,
 		brokers: strings.Split(*brokers, ","), kafkaAddr: *kafkaAddr, sections: map[string]bool{}, args: strings.Join(os.Args[1:], " "),
 		debeziumShapes: strings.Split(*dbzShapes, ","), shapes: strings.Split(*shapes, ",")}
 	o.linger = *linger
+	o.latencyProfiles = *latencyProfiles
+	o.latencyRuns = defaultLatencyRuns
+	if *latencyRuns != "" {
+		runs, err := parseLatencyRuns(*latencyRuns)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+		o.latencyRuns = runs
+	}
 	for _, v := range strings.Split(*batchRecords, ",") {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {

@@ -24,16 +24,24 @@ import (
 )
 
 type harness struct {
-	dir    string
-	bin    string
-	db     *devdb.Server
-	broker string
-	kafka  *exec.Cmd
-	report strings.Builder
-	seq    int
-	runID  string                 // in every topic and relay name: runs can share a broker
-	binlog map[string]binlogPos   // database -> binlog position before its rows (debezium.go)
-	tune   []func(*config.Config) // applied to every relay configuration (flags such as -linger)
+	dir       string
+	bin       string
+	db        *devdb.Server
+	broker    string
+	kafka     *exec.Cmd
+	brokerPID int // the broker's process, for its CPU time per run (0: unknown)
+	// brokerDir is deploy/dev/kafka.sh's KAFKA_DIR of the Apache Kafka in
+	// use, whose gc.log gives the broker's GC pauses per latency run ("":
+	// unknown).
+	brokerDir string
+	report    strings.Builder
+	seq       int
+	runID     string                 // in every topic and relay name: runs can share a broker
+	binlog    map[string]binlogPos   // database -> binlog position before its rows (debezium.go)
+	tune      []func(*config.Config) // applied to every relay configuration (flags such as -linger)
+	// latencyProfiles: a directory where each latency run's relay writes
+	// its CPU profile (-latency-profiles); "" for none.
+	latencyProfiles string
 }
 
 func (h *harness) printf(format string, a ...any) {
@@ -54,6 +62,8 @@ type options struct {
 	shapes                           []string      // shapes the catchup and batch sections measure
 	batchRecords                     []int         // kafka.batch.max_records values the batch section compares
 	linger                           time.Duration // kafka.linger of every relay run; < 0: the default
+	latencyRuns                      []latencyRun  // section 2's runs
+	latencyProfiles                  string        // a directory for the relay's CPU profile of each latency run
 }
 
 func run(o options) error {
@@ -63,6 +73,7 @@ func run(o options) error {
 	}
 	defer os.RemoveAll(dir)
 	h := &harness{dir: dir, bin: filepath.Join(dir, "outbox-relay"), runID: time.Now().UTC().Format("150405")}
+	h.latencyProfiles = o.latencyProfiles
 	if o.linger >= 0 {
 		h.tune = append(h.tune, func(c *config.Config) { c.Kafka.Linger = o.linger })
 	}
@@ -170,7 +181,7 @@ func (h *harness) brokerPart(self, kind, desc string, o options, loads map[strin
 		}
 	}
 	if o.sections["latency"] {
-		if err := h.latencySection(o.latencySeconds); err != nil {
+		if err := h.latencySection(o.latencySeconds, o.latencyRuns); err != nil {
 			return err
 		}
 	}

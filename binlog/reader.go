@@ -253,6 +253,9 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		Dialer:           watch.dial,
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory
 		UseDecimal:       false,
+		// TIMESTAMP values as text in this zone; decodeInsertRows renders
+		// them the same way.
+		TimestampStringLocation: timestampLocation,
 		// MySQL's binary JSON rendered as MySQL itself prints it (key order,
 		// 1.0 stays 1.0): the closest text to what the application stored.
 		RenderJSONAsMySQLText: true,
@@ -269,6 +272,9 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			}
 			if !r.captured(e.Table.Schema, e.Table.Table) {
 				return nil // not ours: skip decoding the row images
+			}
+			if decodeInsertRows(e, pos, data) {
+				return nil
 			}
 			return e.DecodeData(pos, data)
 		},

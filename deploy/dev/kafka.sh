@@ -14,7 +14,8 @@
 #   KAFKA_PORT     29092 (the controller listens on KAFKA_PORT+1)
 #   KAFKA_DIR      ${TMPDIR:-/tmp}/outbox-relay-kafka-$KAFKA_PORT
 #   KAFKA_CACHE    ${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/kafka-$KAFKA_VERSION
-#   KAFKA_HEAP     512m
+#   KAFKA_HEAP     512m (-Xms and -Xmx, as kafka-server-start.sh sets both)
+#   KAFKA_JVM_OPTS Kafka's KAFKA_JVM_PERFORMANCE_OPTS (G1, 20 ms pause target)
 #   KAFKA_SASL     unset; 1: least-privilege mode: an ACL authorizer
 #                  (StandardAuthorizer) and a SASL_PLAINTEXT listener with
 #                  SCRAM-SHA-256/512 on KAFKA_SASL_PORT (KAFKA_PORT+2). The
@@ -57,6 +58,11 @@ POM
   rm -rf "$work"
   touch "$KAFKA_CACHE/.complete"
 }
+
+# The broker's JVM options are Kafka's own (kafka-server-start.sh: heap
+# fixed at its size, KAFKA_JVM_PERFORMANCE_OPTS of kafka-run-class.sh), so
+# it runs as users run it: the JVM's defaults aim G1 at 200 ms pauses.
+KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true}
 
 java_kafka() { java -Xmx"$KAFKA_HEAP" -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" "$@"; }
 
@@ -124,7 +130,9 @@ start() {
   fetch
   configure
   : > "$KAFKA_DIR/server.log"
-  nohup java -Xmx"$KAFKA_HEAP" -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" \
+  # shellcheck disable=SC2086 # KAFKA_JVM_OPTS is a list of options
+  # GC log as kafka-server-start.sh keeps one (pauses only; bench reads it).
+  nohup java -Xms"$KAFKA_HEAP" -Xmx"$KAFKA_HEAP" $KAFKA_JVM_OPTS -Xlog:gc:file="$KAFKA_DIR/gc.log":uptime -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" \
     kafka.Kafka "$KAFKA_DIR/server.properties" > "$KAFKA_DIR/kafka.out" 2>&1 &
   echo $! > "$PIDFILE"
   for _ in $(seq 1 600); do

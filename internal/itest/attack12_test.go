@@ -176,7 +176,7 @@ func TestAttack12DifferentLockTopicTwoActives(t *testing.T) {
 // (75) instead of retrying, and no instance is left. The pipeline is down
 // until a supervisor restarts it (Kubernetes: CrashLoopBackOff).
 func TestAttack12StandbyExitsOnTransientErrorAtTakeover(t *testing.T) {
-	_, _, cfg := env.Pipeline(t)
+	k, _, cfg := env.Pipeline(t)
 	p1 := RunRelay(t, cfg)
 	p1.WaitReady(t)
 	c2 := cfg
@@ -184,6 +184,9 @@ func TestAttack12StandbyExitsOnTransientErrorAtTakeover(t *testing.T) {
 	c2.Source.Hosts = []string{freeAddr(t)} // the source, down for a moment
 	c2.Source.ConnectTimeout = time.Second
 	p2 := RunRelay(t, c2)
+	// A standby that waits: a member of the lock group beside the active
+	// (its role metric says standby from its start, before it has joined).
+	WaitLockGroup(t, k.Brokers, cfg.Name, 2, 30*time.Second)
 	Eventually(t, 20*time.Second, func() error {
 		if p2.Metrics.Role() != metrics.RoleStandby {
 			return context.DeadlineExceeded

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -241,12 +242,26 @@ func TestAttack12bResetMasterOnPrimarySkipsEvents(t *testing.T) {
 	if err := c.Primary.Exec("RESET MASTER"); err != nil {
 		t.Fatal(err)
 	}
-	p = RunRelay(t, cfg)
-	second, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 60, Tag: "b"})
+	// New history below the checkpoint's sequence number when the relay
+	// connects: the host is seen to lack transactions it wrote itself. (Once
+	// the new history passes the checkpoint's sequence number before the
+	// relay connects, GTIDs alone cannot tell it from a host that is ahead:
+	// README, "Source hosts".)
+	second, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 10, Tag: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("checkpoint before the reset %s, head after it %s", cp.GTIDSet, Head(t, c.Primary))
+	head := Head(t, c.Primary)
+	t.Logf("checkpoint before the reset %s, head after it %s", cp.GTIDSet, head)
+	if !gtidBelow(t, head, cp.GTIDSet) {
+		t.Fatalf("the new history %s already passed the checkpoint %s: write fewer transactions", head, cp.GTIDSet)
+	}
+	p = RunRelay(t, cfg)
+	more, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 60, Tag: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second = append(second, more...)
 	// Fixed: the host lost transactions it wrote itself: diverged, a
 	// stop for an operator (exit 65), and nothing after the reset is
 	// published from a position that names another transaction.
@@ -430,4 +445,19 @@ func TestAttack12bSharedServerIDFrozenActiveTakeover(t *testing.T) {
 		t.Fatalf("after the frozen instance resumed, the active one exited (code %d):\n%s",
 			other.cmd.ProcessState.ExitCode(), tailLines(other.Output(), 6))
 	}
+}
+
+// gtidBelow says a MariaDB GTID position does not contain another: it lacks
+// some of want's transactions.
+func gtidBelow(t testing.TB, have, want string) bool {
+	t.Helper()
+	h, err := gomysql.ParseMariadbGTIDSet(have)
+	if err != nil {
+		t.Fatalf("parse gtid set %q: %v", have, err)
+	}
+	w, err := gomysql.ParseMariadbGTIDSet(want)
+	if err != nil {
+		t.Fatalf("parse gtid set %q: %v", want, err)
+	}
+	return !h.Contain(w)
 }

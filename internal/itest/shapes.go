@@ -816,6 +816,75 @@ func (r *ShapeRun) LastGTID(c *client.Conn) string {
 	return g
 }
 
+// BinlogMark is a position in the server's binlog (SHOW MASTER STATUS):
+// where GTIDHolding starts looking.
+type BinlogMark struct {
+	File string
+	Pos  string
+}
+
+// Mark is the server's binlog position now.
+func (r *ShapeRun) Mark() BinlogMark {
+	r.T.Helper()
+	rows, err := r.Env.DB.Query("SHOW MASTER STATUS")
+	if err != nil || len(rows) != 1 || len(rows[0]) < 2 {
+		r.T.Fatalf("show master status: %v %v", rows, err)
+	}
+	return BinlogMark{File: rows[0][0], Pos: rows[0][1]}
+}
+
+// BinlogSince is the server's binlog after m as SHOW BINLOG EVENTS lists
+// it: one line per event, "Event_type Info".
+func (r *ShapeRun) BinlogSince(m BinlogMark) []string {
+	r.T.Helper()
+	files, err := r.Env.DB.Query("SHOW BINARY LOGS")
+	if err != nil {
+		r.T.Fatal(err)
+	}
+	var out []string
+	started := false
+	for _, f := range files {
+		started = started || f[0] == m.File
+		if !started {
+			continue
+		}
+		q := fmt.Sprintf("SHOW BINLOG EVENTS IN '%s'", f[0])
+		if f[0] == m.File {
+			q += " FROM " + m.Pos
+		}
+		evs, err := r.Env.DB.Query(q)
+		if err != nil {
+			r.T.Fatal(err)
+		}
+		for _, ev := range evs { // Log_name, Pos, Event_type, Server_id, End_log_pos, Info
+			out = append(out, ev[2]+" "+ev[len(ev)-1])
+		}
+	}
+	return out
+}
+
+// GTIDHolding is the GTID of the first event group after m whose events
+// mention needle (an event id in a statement-logged INSERT), read from the
+// server's own binlog: the oracle for "the relay names the transaction",
+// independent of the session's @@last_gtid. On a miss it fails the test
+// with the events it read.
+func (r *ShapeRun) GTIDHolding(m BinlogMark, needle string) string {
+	r.T.Helper()
+	evs := r.BinlogSince(m)
+	gtid := ""
+	for _, ev := range evs {
+		if typ, info, _ := strings.Cut(ev, " "); typ == "Gtid" {
+			fs := strings.Fields(info)
+			gtid = fs[len(fs)-1]
+		}
+		if strings.Contains(ev, needle) && gtid != "" {
+			return gtid
+		}
+	}
+	r.T.Fatalf("no binlog event after %s:%s mentions %q; events:\n%s", m.File, m.Pos, needle, strings.Join(evs, "\n"))
+	return ""
+}
+
 // SetGlobal sets a global server variable for the test and restores its
 // value at cleanup.
 func SetGlobal(t testing.TB, e *Env, name, value string) {

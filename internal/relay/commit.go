@@ -106,8 +106,16 @@ func (l *loop) startCommit(ctx context.Context) error {
 		cp.Partial = &p
 	}
 	job := &inflightCommit{done: make(chan commitResult, 1), cp: cp, records: l.batchRecords,
-		topics: l.batchTopics, partial: cp.Partial != nil && cp.Partial.GTID == l.curGTID}
+		topics: l.batchTopics, partial: l.batchPart}
+	l.batchPart = false
 	l.batchTopics = make(map[topicOutcome]int, len(job.topics))
+	// A batch cut by its size bound with rows already handed over behind it
+	// (catch-up): the next transaction does not wait for the coordinator to
+	// complete this one. Its first produce may meet the broker's retry
+	// back-off (about 20 ms, CONCURRENT_TRANSACTIONS) while the loop routes
+	// those rows; asking every 0.5 ms costs the broker more CPU than that
+	// wait. At the head (nothing handed over behind it) it always waits.
+	settle := !(l.batchFull() || l.overBound()) || !l.moreRows
 	l.lastBatch = l.batchRecords
 	l.events = cp.Events
 	l.batchRecords, l.batchBytes = 0, 0
@@ -120,7 +128,7 @@ func (l *loop) startCommit(ctx context.Context) error {
 	}
 	l.inflight = job
 	go func() {
-		written, err := l.sink.commit(ctx, cp)
+		written, err := l.sink.commitBatch(ctx, cp, settle)
 		job.done <- commitResult{written, err, time.Since(now)}
 	}()
 	return nil
@@ -146,8 +154,8 @@ func (l *loop) committed(ctx context.Context, res commitResult) error {
 		l.wantCommit = false
 		return nil
 	}
-	if l.wantCommit && l.curGTID == "" {
-		return l.startCommit(ctx)
+	if l.wantCommit {
+		return l.startCommit(ctx) // the batch holds ended transactions only
 	}
 	return nil
 }

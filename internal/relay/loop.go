@@ -43,12 +43,33 @@ type loop struct {
 	// a quarter of kafka.request_timeout; limitSince: when maxRecords last
 	// changed.
 	maxRecords, lastBatch int
-	lastSlow, limitSince  time.Time
+	// moreRows: rows the reader has already handed over follow the event
+	// being handled (later in its hand-off, or a hand-off waiting): a batch
+	// cut by its size bound then commits without the settle wait.
+	moreRows             bool
+	lastSlow, limitSince time.Time
 
 	batchRecords int
 	batchBytes   int
 	batchStart   time.Time
 	batchTopics  map[topicOutcome]int
+
+	// pending: the records of the source transaction being read (curGTID),
+	// kept apart until it ends; only then do they join the batch (produced,
+	// or held behind a commit in flight). A stop inside the transaction, or
+	// SIGTERM, drops them and commits the transactions that ended before
+	// it; a transaction larger than the batch joins it in parts (the
+	// checkpoint's partial). pendingRows: curRows at the last of them;
+	// pendingBytes: their key and value bytes.
+	pending      []pendingRecord
+	pendingRows  int64
+	pendingBytes int
+	// batchPart: the batch holds a part of a split transaction (the next
+	// commit is a partial one).
+	batchPart bool
+	// quietDue: the batch is due once the reader stays quiet for
+	// catchUpQuiet (catch-up: it caught up with the reader, not the source).
+	quietDue bool
 
 	dirty          bool // position moved since the last checkpoint
 	lastCommitTime time.Time
@@ -109,6 +130,113 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 	return l.settleInflight(l.consume(ctx, events, readErr))
 }
 
+// batchFull reports whether the open batch reached its size bound
+// (kafka.batch.max_records, as lowered after ack time-outs, or max_bytes).
+func (l *loop) batchFull() bool {
+	return l.batchRecords >= l.maxRecords || l.batchBytes >= l.r.cfg.Kafka.Batch.MaxBytes
+}
+
+// pendingFull reports whether the source transaction being read has, alone,
+// reached the batch's size bound: it is committed in parts.
+func (l *loop) pendingFull() bool {
+	return len(l.pending) >= l.maxRecords || l.pendingBytes >= l.r.cfg.Kafka.Batch.MaxBytes
+}
+
+// overBound reports whether the batch and the pending records together
+// reached the bound: the ended transactions are committed, and the one being
+// read stays whole (it may fit in the next batch).
+func (l *loop) overBound() bool {
+	return l.batchRecords+len(l.pending) >= l.maxRecords || l.batchBytes+l.pendingBytes >= l.r.cfg.Kafka.Batch.MaxBytes
+}
+
+// pendingRecord is a routed record of the source transaction being read.
+type pendingRecord struct {
+	rec *kgo.Record
+	to  topicOutcome
+}
+
+// flushPending moves the pending records into the batch: the transaction
+// they belong to ended, or (split) they are a part of it that fills a batch
+// alone, committed next with a partial checkpoint.
+func (l *loop) flushPending(ctx context.Context, split bool) error {
+	if len(l.pending) == 0 {
+		return nil
+	}
+	if split && l.partial.GTID != "" && l.partial.GTID != l.curGTID {
+		// A checkpoint holds one partial: that of another transaction, read
+		// after this one here (a host whose binlog orders independent
+		// transactions otherwise than the one the checkpoint was written
+		// from), is still outstanding.
+		return fmt.Errorf("%w: transaction %s is larger than kafka.batch.max_records/max_bytes (%d records, %d bytes) "+
+			"while the checkpoint's part of transaction %s (%d rows published) is outstanding: this host's binlog has them "+
+			"in another order than the host the checkpoint was written from; raise kafka.batch.max_records and "+
+			"max_bytes above the transaction's size, or read from that host until %s is published",
+			binlog.ErrUnframed, l.curGTID, len(l.pending), l.pendingBytes, l.partial.GTID, l.partial.Rows, l.partial.GTID)
+	}
+	if !l.batchOpen() {
+		l.batchStart = time.Now()
+	}
+	for i, p := range l.pending {
+		if err := l.send(ctx, p.rec); err != nil {
+			return err
+		}
+		l.batchTopics[p.to]++
+		l.pending[i] = pendingRecord{}
+	}
+	l.batchRecords += len(l.pending)
+	l.batchBytes += l.pendingBytes
+	if split || l.partial.GTID == l.curGTID {
+		// Else the partial belongs to another transaction, still to come
+		// (see above): the end of this one leaves it alone.
+		l.partial = checkpoint.Partial{GTID: l.curGTID, Rows: l.pendingRows}
+		l.batchPart = split
+	}
+	l.pending, l.pendingBytes = l.pending[:0], 0
+	return nil
+}
+
+// dropPending forgets the pending records: their transaction is not
+// published in this attempt (a stop inside it, or SIGTERM; the next attempt
+// reads it again from the checkpoint).
+func (l *loop) dropPending() {
+	clear(l.pending)
+	l.pending, l.pendingBytes = l.pending[:0], 0
+}
+
+// stopsAtTransaction reports whether err stops the relay at a source
+// transaction it cannot publish (a bad row, a shape it does not handle):
+// the transactions that ended before it are committed first, so that the
+// checkpoint is just before the one named (which `checkpoint skip` needs).
+// Kafka's refusals and fences are not: nothing more may be committed.
+func stopsAtTransaction(err error) bool {
+	return fatal(err) && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrRejected)
+}
+
+// stop ends the attempt with err. Before a stop at a source transaction it
+// commits what ended before it (the stopped transaction's own records are
+// dropped); when that commit fails, the attempt ends with it instead (not
+// fatal: the next one reaches the stop again from the committed checkpoint).
+func (l *loop) stop(err error) error {
+	if !stopsAtTransaction(err) {
+		return err
+	}
+	l.r.metrics.Ready.Store(false)
+	if cerr := l.shutdown(); cerr != nil {
+		return fmt.Errorf("commit before the stop: %w (stop, to be reached again: %v)", cerr, err)
+	}
+	return err
+}
+
+// lastRows is the index of the last rows event in batch, -1 without one.
+func lastRows(batch []binlog.Event) int {
+	for i := len(batch) - 1; i >= 0; i-- {
+		if batch[i].Kind == binlog.KindRows {
+			return i
+		}
+	}
+	return -1
+}
+
 // consume is run's loop.
 func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
 	work := context.WithoutCancel(ctx)
@@ -117,6 +245,9 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 	// of a long source transaction at half of it, well before the whole.
 	tick := time.NewTicker(min(cfg.Batch.MaxWait, cfg.CheckpointInterval, cfg.TransactionTimeout/4, time.Second))
 	defer tick.Stop()
+	quiet := time.NewTimer(time.Hour) // armed by quietDue
+	quiet.Stop()
+	defer quiet.Stop()
 	ls := leaseFrom(ctx)
 	for {
 		select {
@@ -135,36 +266,42 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 			// The reader has returned: what it sent before is handled first.
 			for len(events) > 0 {
 				batch := <-events
+				last := lastRows(batch)
 				for i := range batch {
+					l.moreRows = i < last || len(events) > 0
 					if herr := l.handle(work, &batch[i], false); herr != nil {
-						return herr
+						return l.stop(herr)
 					}
 				}
+			}
+			if fatal(err) {
+				// A stop at a transaction the relay cannot publish (even with
+				// SIGTERM at the same moment): the transactions that ended
+				// before it are committed, so the checkpoint names the
+				// transaction an operator acts on; the stopped one's records
+				// are dropped.
+				return l.stop(err)
 			}
 			if ctx.Err() != nil {
 				l.r.metrics.Ready.Store(false)
 				return l.shutdown()
 			}
-			if fatal(err) {
-				// A stop before a transaction the relay cannot publish: commit
-				// those that ended before it, so the checkpoint names the
-				// transaction an operator acts on. Rows of the stopped one, if
-				// any, stay in the open Kafka transaction, which is aborted.
-				if l.curGTID == "" && (l.batchOpen() || l.dirty && l.done == nil) {
-					if cerr := l.commit(work); cerr != nil {
-						// Not committed: the checkpoint is behind the stop.
-						// The next attempt reaches it again (not fatal).
-						return fmt.Errorf("commit before the stop: %w (stop, to be reached again: %v)", cerr, err)
-					}
-				}
-				return err
-			}
 			return fmt.Errorf("%w: %w", errSourceStream, err)
 		case batch := <-events:
+			l.quietDue = false // the reader was not quiet
+			last := lastRows(batch)
 			for i := range batch {
+				l.moreRows = i < last || len(events) > 0
 				if err := l.handle(work, &batch[i], i == len(batch)-1 && len(events) == 0); err != nil {
-					return err
+					return l.stop(err)
 				}
+			}
+			if l.quietDue {
+				quiet.Reset(catchUpQuiet)
+			}
+		case <-quiet.C:
+			if err := l.onQuiet(work); err != nil {
+				return l.stop(err)
 			}
 		case res := <-l.inflightDone(): // exactly-once only
 			if err := l.committed(work, res); err != nil {
@@ -208,11 +345,17 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		l.r.log.Debug().Str("gtid", ev.GTID).Msg(ev.Note)
 	case binlog.KindHeartbeat:
 		l.r.metrics.SourceAtHead() // everything the server had is handled
-	case binlog.KindPrepare:
-		l.prepareXA(ev)
-		l.advance(ev)
-	case binlog.KindRollback:
-		l.endXA(ev.XID)
+	case binlog.KindPrepare, binlog.KindRollback:
+		if len(l.pending) > 0 {
+			// An XA group's rows are held by xid (holdXA), never pending.
+			return fmt.Errorf("%w: %d outbox rows of %s outside its XA transaction at its XA %s", binlog.ErrUnframed,
+				len(l.pending), l.curGTID, map[binlog.Kind]string{binlog.KindPrepare: "PREPARE", binlog.KindRollback: "ROLLBACK"}[ev.Kind])
+		}
+		if ev.Kind == binlog.KindPrepare {
+			l.prepareXA(ev)
+		} else {
+			l.endXA(ev.XID)
+		}
 		l.advance(ev)
 	case binlog.KindCommit:
 		if ev.XID != "" {
@@ -220,14 +363,26 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 				return err
 			}
 		}
+		if err := l.flushPending(ctx, false); err != nil {
+			return err
+		}
 		l.advance(ev)
 		now := time.Now()
 		if !l.batchOpen() {
 			return nil // a checkpoint-only transaction waits for the tick
 		}
 		k := l.r.cfg.Kafka.Batch
-		if l.batchRecords >= l.maxRecords || l.batchBytes >= k.MaxBytes || now.Sub(l.batchStart) >= k.MaxWait {
+		if l.batchFull() || now.Sub(l.batchStart) >= k.MaxWait {
 			return l.startCommit(ctx)
+		}
+		if caughtUp && !l.wantCommit && now.Sub(ev.Time) >= catchUpLag {
+			// Far behind the source: the loop caught up with the reader for a
+			// moment, not with the source. Committing at each such moment
+			// makes hundreds of small Kafka transactions (each costs the
+			// broker its markers and transaction-log writes); the batch
+			// commits once the reader stays quiet, or at its bounds.
+			l.quietDue = true
+			return nil
 		}
 		if caughtUp || l.wantCommit {
 			if l.inflight != nil {
@@ -238,6 +393,34 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		}
 	}
 	return nil
+}
+
+// catchUpLag is how far behind the source (a transaction's commit time
+// against the relay's clock) the loop is catching up: a moment with nothing
+// handed over then only makes the batch due once the reader stays quiet for
+// catchUpQuiet. Nearer the source, a batch commits as soon as the reader has
+// nothing more (latency). A relay clock this far ahead of the source's only
+// costs catchUpQuiet per batch.
+const (
+	catchUpLag   = 5 * time.Second
+	catchUpQuiet = time.Millisecond
+)
+
+// onQuiet: the reader handed over nothing for catchUpQuiet since the batch
+// became due in catch-up: commit it (or as soon as the one in flight ends).
+func (l *loop) onQuiet(ctx context.Context) error {
+	if !l.quietDue {
+		return nil
+	}
+	l.quietDue = false
+	if !l.batchOpen() {
+		return nil
+	}
+	if l.inflight != nil {
+		l.wantCommit = true
+		return nil
+	}
+	return l.startCommit(ctx)
 }
 
 // advance moves the position past ev, the end of a source transaction (a
@@ -266,7 +449,6 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 	if ev.Op != binlog.OpInsert {
 		return l.invalidOp(rt, ev)
 	}
-	k := l.r.cfg.Kafka.Batch
 	for _, values := range ev.Rows {
 		l.curRows++
 		if l.partial.GTID == ev.GTID && l.curRows <= l.partial.Rows {
@@ -286,19 +468,22 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 				return err
 			}
 		}
-		if !l.batchOpen() {
-			l.batchStart = time.Now()
-		}
-		if err := l.send(ctx, rec.kafka); err != nil {
-			return err
-		}
-		l.batchRecords++
-		l.batchBytes += len(rec.kafka.Key) + len(rec.kafka.Value)
-		l.batchTopics[topicOutcome{rec.kafka.Topic, rec.outcome}]++
-		l.partial = checkpoint.Partial{GTID: ev.GTID, Rows: l.curRows}
-		if l.batchRecords >= l.maxRecords || l.batchBytes >= k.MaxBytes {
+		l.pending = append(l.pending, pendingRecord{rec.kafka, topicOutcome{rec.kafka.Topic, rec.outcome}})
+		l.pendingRows = l.curRows
+		l.pendingBytes += len(rec.kafka.Key) + len(rec.kafka.Value)
+		switch {
+		case l.pendingFull():
 			// One source transaction outgrew the batch: commit the part read so
 			// far; the checkpoint's partial says how many rows to skip.
+			if err := l.flushPending(ctx, true); err != nil {
+				return err
+			}
+			if err := l.startCommit(ctx); err != nil {
+				return err
+			}
+		case l.overBound() && l.batchOpen():
+			// The ended transactions fill the batch: commit them, and keep
+			// this one whole (never a part of a transaction that fits).
 			if err := l.startCommit(ctx); err != nil {
 				return err
 			}
@@ -440,7 +625,10 @@ func (l *loop) onTick(ctx context.Context, now time.Time) error {
 		// (the checkpoint's partial says how far) when the Kafka transaction
 		// has been open for half its timeout: one outbox row, then minutes of
 		// other tables' rows, must not let the broker abort it.
-		if (l.curGTID == "" && now.Sub(l.batchStart) >= cfg.Batch.MaxWait) || l.sink.openFor() >= cfg.TransactionTimeout/2 {
+		// The batch holds ended transactions only (a part of a split one is
+		// committed as soon as it joins): max_wait holds while a
+		// transaction is being read too.
+		if now.Sub(l.batchStart) >= cfg.Batch.MaxWait || l.sink.openFor() >= cfg.TransactionTimeout/2 {
 			return l.commit(ctx)
 		}
 		return nil
@@ -483,20 +671,17 @@ func (l *loop) written(cp *checkpoint.Checkpoint) {
 	l.r.metrics.SetPosition(cp.GTIDSet)
 }
 
-// shutdown commits what the loop holds: records already produced, even in
-// the middle of a source transaction, go out with a checkpoint whose partial
-// says so. It then waits until the last checkpoint is durable and visible to
-// read_committed readers.
+// shutdown commits what the loop holds of the transactions that ended (and
+// the parts of a large one that joined the batch, with a checkpoint whose
+// partial says so); the pending records of the transaction being read are
+// dropped, and the next attempt reads it again. It then waits until the last
+// checkpoint is durable and visible to read_committed readers.
 func (l *loop) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.r.cfg.Kafka.RequestTimeout)
 	defer cancel()
-	if err := l.awaitCommit(ctx); err != nil {
+	l.dropPending() // the transaction being read: read again from the checkpoint
+	if err := l.commitEnded(ctx); err != nil {
 		return fmt.Errorf("write final checkpoint: %w", err)
-	}
-	if l.batchOpen() || (l.dirty && l.done == nil) {
-		if err := l.commit(ctx); err != nil {
-			return fmt.Errorf("write final checkpoint: %w", err)
-		}
 	}
 	cp, err := l.sink.finish(ctx)
 	if err != nil {
@@ -507,6 +692,19 @@ func (l *loop) shutdown() error {
 		l.r.log.Warn().Err(err).Msg("final checkpoint committed; readers see it once an older open transaction on the checkpoint topic ends")
 	}
 	l.r.log.Info().Str("gtid_set", l.position()).Int64("events", l.events).Msg("final checkpoint written")
+	return nil
+}
+
+// commitEnded commits, and waits for, what the loop holds of the source
+// transactions that ended (the batch, or only a position that moved), if
+// anything. The pending records of the transaction being read stay out.
+func (l *loop) commitEnded(ctx context.Context) error {
+	if err := l.awaitCommit(ctx); err != nil {
+		return err
+	}
+	if l.batchOpen() || (l.dirty && l.done == nil) {
+		return l.commit(ctx)
+	}
 	return nil
 }
 

@@ -373,10 +373,13 @@ func TestLoopHeartbeatWhileIdle(t *testing.T) {
 	})
 }
 
-// One outbox row, then nothing of the source transaction for longer than
-// kafka.transaction_timeout (other tables' rows): the loop commits the part
-// read before half the timeout, so the broker does not abort it, and the
-// rest of the transaction follows, exactly once.
+// A transaction committed at the source but not yet in Kafka (its commit
+// waits for the reader to catch up), then one outbox row of a transaction
+// that stays open longer than kafka.transaction_timeout (other tables'
+// rows): the loop commits the ended one before half the timeout, so the
+// broker aborts nothing; the open transaction's row stays out of Kafka (no
+// Kafka transaction is open through it) until that transaction ends, and
+// everything is published exactly once.
 func TestLoopCommitsPartOfLongTransaction(t *testing.T) {
 	flavors(t, func(t *testing.T, flavor string) {
 		s := newScript(flavor)
@@ -385,40 +388,60 @@ func TestLoopCommitsPartOfLongTransaction(t *testing.T) {
 		s.tx(s.insert("order", "1", 1))
 		timeout := time.Second
 		h := newHarness(t, s, func(c *config.Config) {
-			c.Kafka.TransactionTimeout, c.Kafka.Batch.MaxWait = timeout, 50*time.Millisecond
+			c.Kafka.TransactionTimeout, c.Kafka.Batch.MaxWait = timeout, time.Minute
 		})
+		h.batch = 0 // one hand-off: the first transaction's end is not where the reader caught up
 		a := h.start()
-		a.feed(s.through(1) + 1) // the first row of the 2nd transaction
+		a.feed(s.through(1) + 1) // the first transaction and the first row of the 2nd
 		began := time.Now()
-		h.waitCheckpoint("with the first row of the open transaction", func(cp *checkpoint.Checkpoint) bool {
-			return cp.Partial != nil && *cp.Partial == checkpoint.Partial{GTID: s.gtid(2), Rows: 1}
+		h.waitCheckpoint("at the end of the first transaction", func(cp *checkpoint.Checkpoint) bool {
+			return cp.GTIDSet == s.set(1) && cp.Partial == nil
 		})
 		if d := time.Since(began); d >= timeout {
-			t.Errorf("partial checkpoint committed %s after the row, the transaction timeout is %s", d, timeout)
+			t.Errorf("the ended transaction was committed %s after its end, the transaction timeout is %s", d, timeout)
 		}
+		h.verifyNoOpenTransaction() // the open transaction's row is not in Kafka yet
 		// The source transaction stays open past the timeout.
 		time.Sleep(2*timeout - time.Since(began))
 		if !a.running() {
 			t.Fatalf("the loop stopped: %v", a.wait())
 		}
+		h.verifyPublished(s.want[:1])
 		a.finish()
 		h.verify()
 	})
 }
 
 // SIGTERM in the middle of a batch, inside a source transaction: the loop
-// commits what it produced with a partial checkpoint and returns nil, and
-// leaves no transaction open (the last stable offsets are the high
-// watermarks as soon as it returns).
+// commits the transactions that ended, drops what it read of the open one
+// (the next start reads it again from the checkpoint) and returns nil,
+// leaving no transaction open (the last stable offsets are the high
+// watermarks as soon as it returns). A transaction larger than the batch
+// keeps the parts that joined it: the checkpoint's partial says so.
 func TestLoopSigtermMidBatch(t *testing.T) {
 	flavors(t, func(t *testing.T, flavor string) {
-		for _, batch := range []int{1, 0} {
+		for _, tc := range []struct {
+			batch, maxRecords int
+			partial           *checkpoint.Partial // of the 2nd transaction's gtid
+			published         int                 // rows of s.want
+		}{
+			{batch: 1, published: 2},
+			{batch: 0, published: 2},
+			// max_records 3: the first transaction is committed where the
+			// reader caught up; 3 rows of the 2nd fill the batch (a partial
+			// commit), its 4th is dropped.
+			{batch: 1, maxRecords: 3, partial: &checkpoint.Partial{Rows: 3}, published: 5},
+		} {
 			s := newScript(flavor)
 			s.tx(s.insert("order", "1", 2))
 			s.tx(s.insert("order", "1", 2), s.insert("order", "2", 2), s.insert("order", "1", 2))
 			s.tx(s.insert("order", "1", 1))
-			h := newHarness(t, s, nil)
-			h.batch = batch
+			var tweak func(*config.Config)
+			if tc.maxRecords > 0 {
+				tweak = maxRecords(tc.maxRecords)
+			}
+			h := newHarness(t, s, tweak)
+			h.batch = tc.batch
 			a := h.start()
 			a.feed(s.through(1) + 2) // two rows events of the 2nd transaction
 			if err := a.term(); err != nil {
@@ -426,10 +449,14 @@ func TestLoopSigtermMidBatch(t *testing.T) {
 			}
 			h.verifyNoOpenTransaction()
 			cp := h.load()
-			if cp.GTIDSet != s.set(1) || cp.Partial == nil || *cp.Partial != (checkpoint.Partial{GTID: s.gtid(2), Rows: 4}) {
-				t.Fatalf("final checkpoint %+v partial %+v, want gtid_set %s with 4 rows of %s", cp, cp.Partial, s.set(1), s.gtid(2))
+			want := tc.partial
+			if want != nil {
+				want.GTID = s.gtid(2)
 			}
-			h.verifyPublished(s.want[:6])
+			if cp.GTIDSet != s.set(1) || (cp.Partial == nil) != (want == nil) || want != nil && *cp.Partial != *want {
+				t.Fatalf("final checkpoint %+v partial %+v, want gtid_set %s, partial %+v", cp, cp.Partial, s.set(1), want)
+			}
+			h.verifyPublished(s.want[:tc.published])
 			h.start().finish()
 			h.verify()
 		}
@@ -443,7 +470,7 @@ func TestLoopFinalCommitFails(t *testing.T) {
 	flavors(t, func(t *testing.T, flavor string) {
 		s := newScript(flavor)
 		s.tx(s.insert("order", "1", 2))
-		s.tx(s.insert("order", "1", 2), s.insert("order", "2", 2))
+		s.tx() // other tables only: SIGTERM commits the position it moved to
 		h := newHarness(t, s, nil)
 		var refuse atomic.Bool
 		h.kafka.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -455,7 +482,7 @@ func TestLoopFinalCommitFails(t *testing.T) {
 			return resp, nil, true // handled: dropped, the next EndTxn passes
 		})
 		a := h.start()
-		a.feed(s.through(1) + 1) // a rows event of the 2nd transaction
+		a.feed(s.through(1))
 		// The first transaction's commit may still be in flight (pipelined):
 		// only the final commit is refused.
 		for deadline := time.Now().Add(10 * time.Second); h.load().GTIDSet != s.set(1); {
@@ -465,6 +492,7 @@ func TestLoopFinalCommitFails(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		refuse.Store(true)
+		a.feedAll()
 		err := a.term()
 		if err == nil || errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "final checkpoint") {
 			t.Fatalf("SIGTERM with the final commit refused: %v, want the commit's error", err)
@@ -506,21 +534,24 @@ func TestLoopXAPreparedAtEmptyPosition(t *testing.T) {
 }
 
 // The same with a coarse tick: kafka.batch.max_wait and checkpoint_interval
-// of a minute make the loop look at the open transaction once a second
-// only. A row read 0.6 s after the start, with a transaction timeout of
-// 1 s, is 0.4 s old at the first tick (under half the timeout) and 1.4 s at
-// the second: the broker has aborted the transaction by then. The loop must
-// look often enough to commit before half the timeout has become the whole.
+// of a minute make the loop look at the open batch once a second only. An
+// ended transaction read 0.6 s after the start, with a transaction timeout
+// of 1 s, is 0.4 s old at the first tick (under half the timeout) and 1.4 s
+// at the second: the broker has aborted the transaction by then. The loop
+// must look often enough to commit before half the timeout has become the
+// whole.
 func TestLoopCommitsPartOfLongTransactionCoarseTick(t *testing.T) {
 	flavors(t, func(t *testing.T, flavor string) {
 		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
 		s.tx(s.insert("order", "1", 1), s.insert("order", "1", 1))
 		h := newHarness(t, s, func(c *config.Config) { c.Kafka.TransactionTimeout = time.Second })
+		h.batch = 0
 		a := h.start()
 		time.Sleep(600 * time.Millisecond) // the phase of the loop's ticker, not a synchronisation
-		a.feed(1)
-		h.waitCheckpoint("with the first row of the open transaction", func(cp *checkpoint.Checkpoint) bool {
-			return cp.Partial != nil && cp.Partial.GTID == s.gtid(1) || !a.running()
+		a.feed(s.through(1) + 1)
+		h.waitCheckpoint("at the end of the first transaction", func(cp *checkpoint.Checkpoint) bool {
+			return cp.GTIDSet == s.set(1) || !a.running()
 		})
 		if !a.running() {
 			t.Fatalf("the loop stopped: %v", a.wait())

@@ -303,14 +303,32 @@ func kind(err error) string {
 
 var errSourceStream = errors.New("binlog stream ended")
 
-// attempt runs one pipeline from the committed checkpoint.
-func (r *Relay) attempt(ctx context.Context, started *bool) error {
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
+// minExactlyOnceLinger is the least producer linger of an exactly-once
+// relay. Every batch ends with a flush (its commit), so a record never
+// waits longer than its batch, and none is visible before the commit
+// anyway; what the linger changes is that a small batch at the head (a few
+// rows, then the reader caught up) goes to the broker in one produce
+// request with its checkpoint record instead of two. A broker handles one
+// request per connection at a time, so two requests cost two round trips
+// before EndTxn in every transaction. Apache Kafka 4.1 on this 2-core
+// machine, 1,000 one-row transactions/s, interleaved pairs: 1 ms against
+// 0, p50 7.0 against 7.5 ms and p99 19.8 against 23.5 ms (medians of five
+// pairs); 5 ms against 1 ms, no worse (four pairs); bulk and one-row
+// catch-up unchanged (two rounds each).
+const minExactlyOnceLinger = 5 * time.Millisecond
+
+// exactlyOnceLinger is the producer linger of an exactly-once relay with
+// kafka.linger set to configured.
+func exactlyOnceLinger(configured time.Duration) time.Duration {
+	return max(configured, minExactlyOnceLinger)
+}
+
+// producerOpts are the options of an attempt's producer: kopts (the
+// configured connection and producer settings) with the relay's own.
+func producerOpts(cfg config.Config, limits *topicLimits, kopts []kgo.Opt) []kgo.Opt {
 	// Exactly-once, a batch (at most max_records) never fills the buffer;
 	// at-least-once, the sink keeps half of it free.
-	maxBuffered := 4 * r.cfg.Kafka.Batch.MaxRecords
-	limits := &topicLimits{}
+	maxBuffered := 4 * cfg.Kafka.Batch.MaxRecords
 	opts := append([]kgo.Opt{
 		// A batch never exceeds the topic's max.message.bytes (learned
 		// before the first record to it), or the broker would refuse it.
@@ -321,11 +339,21 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		// moment (Apache Kafka, not kfake): refresh metadata quickly.
 		kgo.MetadataMinAge(250 * time.Millisecond),
 		kgo.MaxBufferedRecords(maxBuffered),
-	}, r.kopts...)
-	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce
-	if exactlyOnce {
-		opts = append(opts, kgo.TransactionalID(r.cfg.Name), kgo.TransactionTimeout(r.cfg.Kafka.TransactionTimeout))
+	}, kopts...)
+	if cfg.Kafka.Delivery == config.ExactlyOnce {
+		opts = append(opts, kgo.TransactionalID(cfg.Name), kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout),
+			kgo.ProducerLinger(exactlyOnceLinger(cfg.Kafka.Linger)))
 	}
+	return opts
+}
+
+// attempt runs one pipeline from the committed checkpoint.
+func (r *Relay) attempt(ctx context.Context, started *bool) error {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	limits := &topicLimits{}
+	opts := producerOpts(r.cfg, limits, r.kopts)
+	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce
 	if r.cfg.Kafka.ClientMetrics && r.metrics != nil {
 		opts = append(opts, r.metrics.KafkaClient()) // this attempt's producer only: one live client at a time
 	}

@@ -67,8 +67,17 @@ type script struct {
 	start  time.Time
 }
 
+// newScript starts a script whose transactions commit a second apart from
+// now on: the loop reads them at the source's head (see behind).
 func newScript(flavor string) *script {
-	return &script{flavor: flavor, held: map[string][]outboxRow{}, start: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
+	return &script{flavor: flavor, held: map[string][]outboxRow{}, start: time.Now().UTC().Truncate(time.Second)}
+}
+
+// behind makes s's transactions an hour old: the loop catches up (the
+// batch is due at its bounds, or once the reader stays quiet).
+func (s *script) behind() *script {
+	s.start = s.start.Add(-time.Hour)
+	return s
 }
 
 // gtid is the GTID of the n-th source transaction (from 1).
@@ -256,14 +265,8 @@ func (h *harness) start() *attempt {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	maxBuffered := 4 * cfg.Kafka.Batch.MaxRecords
-	limits := &topicLimits{} // as Relay.attempt
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes),
-		kgo.RecordPartitioner(Partitioner()), kgo.ProducerLinger(0), kgo.MetadataMinAge(250 * time.Millisecond),
-		kgo.MaxBufferedRecords(maxBuffered),
-		kgo.TransactionalID(cfg.Name), kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout),
-	}, r.kopts...)...)
+	limits := &topicLimits{}
+	cl, err := kgo.NewClient(producerOpts(cfg, limits, r.kopts)...) // as Relay.attempt
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +294,7 @@ func (h *harness) start() *attempt {
 	}
 	a.snk = newSink(context.Background(), cl, r.store, sinkOptions{txn: true, timeout: cfg.Kafka.RequestTimeout,
 		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(maxBuffered / 2), limits: limits})
+		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits})
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
 	if err != nil {
 		fail("new loop", err)

@@ -403,6 +403,14 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 // At-least-once: cp is written once the batch is acknowledged (see drain);
 // it returns the checkpoint it wrote, if any.
 func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoint.Checkpoint, error) {
+	return s.commitBatch(ctx, cp, true)
+}
+
+// commitBatch is commit; settle says whether the next transaction's first
+// produce waits for the coordinator to complete this one (txnsettle.go):
+// false after a batch cut by its size bound, when more records are
+// waiting (catch-up).
+func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settle bool) (*checkpoint.Checkpoint, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -441,7 +449,9 @@ func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoi
 		return nil, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
 	}
 	s.open, s.began = false, time.Time{}
-	s.settleAfterCommit()
+	if settle {
+		s.settleAfterCommit()
+	}
 	return cp, nil
 }
 

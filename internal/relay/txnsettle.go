@@ -31,6 +31,14 @@ import (
 // commit's outcome is already known, and a failed or slow answer (an old
 // broker, no DESCRIBE permission on the transactional id) only means the
 // produce goes out unwaited, as before. Kafka's own retry keeps it correct.
+//
+// Only after a batch that ended where the reader caught up (latency-bound).
+// A batch cut by kafka.batch.max_records or max_bytes has more records
+// behind it: the loop routes them while the broker's back-off runs, and the
+// questions (one every settlePoll until complete, longer on a busy broker)
+// cost the broker CPU that bulk catch-up needs (on Apache Kafka, 2,000,000
+// rows in 200-row INSERTs: about 0.5 CPU s, the whole difference in broker
+// CPU between exactly-once and at-least-once).
 
 // settleMax bounds one settle wait: the broker's retry backoff tops out at
 // 100 ms (add.partitions.to.txn.retry.backoff.max.ms).

@@ -130,6 +130,14 @@ func (l *loop) commitXA(ctx context.Context, ev *binlog.Event) error {
 		if ev.OnePhase {
 			return nil // it wrote no captured table
 		}
+		// The lookup may take minutes (the server's binlogs, page by page):
+		// what ended before this XA COMMIT (its own group) is committed
+		// first, so that no Kafka transaction stays open through it (the
+		// broker would abort it, and every attempt would look again) and a
+		// stop leaves the checkpoint just before it.
+		if err := l.commitEnded(ctx); err != nil {
+			return err
+		}
 		return l.unknownXA(ctx, ev)
 	}
 	if x.want >= 0 && x.want != x.rows {
@@ -149,15 +157,25 @@ func (l *loop) commitXA(ctx context.Context, ev *binlog.Event) error {
 	return nil
 }
 
+// xaLookupTimeout bounds the search of the server's binlogs for the XA
+// PREPARE of an unknown XA COMMIT.
+const xaLookupTimeout = 5 * time.Minute
+
 // unknownXA handles the XA COMMIT of a transaction prepared before the
 // position the relay first started from (another application's XA
 // transaction in flight at the first start): the binlog tells whether its
 // prepare wrote a captured table. If it did not, it is only logged; if it
 // did, or it cannot be found, the relay stops.
 func (l *loop) unknownXA(ctx context.Context, ev *binlog.Event) error {
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	lctx, cancel := context.WithTimeout(ctx, xaLookupTimeout)
 	defer cancel()
 	p, err := l.r.findXAPrepare(lctx, l.srv, ev.XID, ev.GTID)
+	if err != nil && lctx.Err() != nil && ctx.Err() == nil {
+		// Its own bound: looking again at every restart would take as long.
+		return fmt.Errorf("%w: XA COMMIT of %s at %s: its XA PREPARE, before the position the relay first started from, "+
+			"was not found in %s of reading the server's binlogs (%v); if it wrote outbox rows, publish them by hand, then "+
+			"`outbox-relay checkpoint skip --gtid %s`", ErrUnknownXA, ev.XID, ev.GTID, xaLookupTimeout, err, ev.GTID)
+	}
 	if err != nil {
 		return fmt.Errorf("find the prepare of xa transaction %s committed at %s: %w", ev.XID, ev.GTID, err)
 	}

@@ -1,0 +1,248 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+// A batch cut by its size bound (catch-up) is committed without asking the
+// coordinator whether it completed (each question costs the broker CPU
+// that bulk catch-up needs); a batch that ends where the reader caught up
+// asks, so the next small transaction does not meet the broker's 20 ms
+// CONCURRENT_TRANSACTIONS back-off. Both publish every event once.
+func TestSettleOnlyWhenCaughtUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// live: each transaction is fed once the one before is committed
+		// (the reader at the head); otherwise all at once (catch-up: about
+		// 15 batches cut at 10 records).
+		live bool
+		// askedMin/askedMax bound the DescribeTransactions questions.
+		askedMin, askedMax int32
+	}{
+		// The initial checkpoint-only commit, the last full batch (no rows
+		// behind it) and the final commit ask; the 14 full batches before
+		// them do not.
+		{"catch-up", false, 0, 3},
+		{"caught up after each transaction", true, 30, 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScript("mariadb")
+			for i := range 30 {
+				s.tx(s.insert("order", fmt.Sprint(i), 5))
+			}
+			h := newHarness(t, s, maxRecords(10))
+			h.batch = 0
+			asked := countDescribeTxn(h)
+			a := h.start()
+			if tc.live {
+				for i := 1; i <= 30; i++ {
+					a.feed(s.through(i))
+					want := s.set(i)
+					h.waitCheckpoint("through "+want, func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == want })
+				}
+			}
+			a.finish()
+			h.verify()
+			if n := asked.Load(); n < tc.askedMin || n > tc.askedMax {
+				t.Fatalf("DescribeTransactions asked %d times; want %d-%d", n, tc.askedMin, tc.askedMax)
+			}
+			t.Logf("DescribeTransactions asked %d times", asked.Load())
+		})
+	}
+}
+
+// countDescribeTxn counts the DescribeTransactions requests h's broker
+// answers (it answers them as usual).
+func countDescribeTxn(h *harness) *atomic.Int32 {
+	var asked atomic.Int32
+	h.kafka.ControlKey(int16(kmsg.DescribeTransactions), func(kmsg.Request) (kmsg.Response, error, bool) {
+		h.kafka.KeepControl()
+		asked.Add(1)
+		return nil, nil, false
+	})
+	return &asked
+}
+
+// Exactly-once lingers at least minExactlyOnceLinger (every batch's commit
+// flushes, so a record never waits longer than its batch); at-least-once
+// sends as configured (kafka.linger, default 0: it has no flush to wait for).
+func TestProducerLinger(t *testing.T) {
+	for _, tc := range []struct {
+		delivery   config.Delivery
+		configured time.Duration
+		want       time.Duration
+	}{
+		{config.ExactlyOnce, 0, minExactlyOnceLinger},
+		{config.ExactlyOnce, time.Millisecond, minExactlyOnceLinger},
+		{config.ExactlyOnce, 50 * time.Millisecond, 50 * time.Millisecond},
+		{config.AtLeastOnce, 0, 0},
+		{config.AtLeastOnce, 3 * time.Millisecond, 3 * time.Millisecond},
+	} {
+		cfg := config.Default()
+		cfg.Name, cfg.Kafka.Brokers = "p", []string{"127.0.0.1:1"}
+		cfg.Kafka.Delivery, cfg.Kafka.Linger = tc.delivery, tc.configured
+		kopts, err := KafkaOpts(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(producerOpts(cfg, &topicLimits{}, kopts)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := cl.OptValue(kgo.ProducerLinger)
+		cl.Close()
+		if got != tc.want {
+			t.Errorf("%s with kafka.linger %s: the producer lingers %v, want %s", tc.delivery, tc.configured, got, tc.want)
+		}
+	}
+}
+
+// A small batch at the head (a row, some routing, then the reader caught up
+// and the commit) goes to the broker in one produce request with its
+// checkpoint record: a broker handles one request per connection at a
+// time, so a second request costs a second round trip before EndTxn, in
+// every transaction of a latency-bound relay. "sent at once" is the control:
+// without the linger the row travels alone (the counting sees two).
+func TestSmallBatchOneProduceRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		linger []kgo.Opt // after the relay's options
+		want   int32
+	}{
+		{"exactly-once producer", nil, 1},
+		{"sent at once", []kgo.Opt{kgo.ProducerLinger(0)}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var produces atomic.Int32
+			c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				produces.Add(1)
+				return nil, nil, false
+			})
+			cfg := config.Default()
+			cfg.Name, cfg.Kafka.Brokers = "p", c.ListenAddrs()
+			kopts, err := KafkaOpts(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			limits := &topicLimits{}
+			cl, err := kgo.NewClient(append(producerOpts(cfg, limits, kopts), tc.linger...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx := context.Background()
+			store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...)
+			if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
+				t.Fatal(err)
+			}
+			snk := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1, limits: limits})
+			if _, err := snk.ensureTopic(ctx, "orders"); err != nil {
+				t.Fatal(err)
+			}
+			// As the relay at the head: its first commit (checkpoint only) is
+			// behind it, the client knows both topics.
+			if err := snk.produce(ctx, &kgo.Record{Topic: "orders", Key: []byte("o-0"), Value: []byte("{}")}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := snk.commitBatch(ctx, &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: "0-1-1", Flavor: "mariadb", Events: 1}, false); err != nil {
+				t.Fatal(err)
+			}
+			produces.Store(0)
+			if err := snk.produce(ctx, &kgo.Record{Topic: "orders", Key: []byte("o-1"), Value: []byte("{}")}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.linger != nil {
+				// The control: the row's own request reaches the broker.
+				for produces.Load() == 0 {
+					runtime.Gosched()
+				}
+			} else {
+				// The loop's work between routing the row and the commit.
+				time.Sleep(200 * time.Microsecond)
+			}
+			cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: "0-1-2", Flavor: "mariadb", Events: 2}
+			if _, err := snk.commitBatch(ctx, cp, false); err != nil {
+				t.Fatal(err)
+			}
+			if n := produces.Load(); n != tc.want {
+				t.Fatalf("%d produce requests for a one-row batch and its checkpoint, want %d", n, tc.want)
+			}
+		})
+	}
+}
+
+// Far behind the source (catch-up), the loop does not commit each time it
+// catches up with the reader for a moment: that made hundreds of small
+// Kafka transactions per second, each costing the broker its markers and
+// transaction-log writes. Batches end at their bounds (or once the reader
+// stays quiet). At the head, a batch commits as soon as the reader has
+// nothing more. Both publish every event once.
+func TestCatchUpCommitsAtBounds(t *testing.T) {
+	const txs, bound = 200, 50
+	for _, tc := range []struct {
+		name     string
+		behind   bool
+		min, max int32 // Kafka transactions while feeding
+	}{
+		{"catch-up", true, 1, txs/bound + 6},
+		{"at the head", false, 20, 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScript("mariadb")
+			if tc.behind {
+				s.behind()
+			}
+			for i := range txs {
+				s.tx(s.insert("order", fmt.Sprint(i%7), 1))
+			}
+			h := newHarness(t, s, maxRecords(bound))
+			a := h.start()
+			var commits atomic.Int32
+			h.kafka.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+				h.kafka.KeepControl()
+				commits.Add(1)
+				return nil, nil, false
+			})
+			// A transaction per hand-off, each ending where the loop caught up
+			// with the reader; the reader hands the next one over well within
+			// catchUpQuiet (a reader streaming history), but after a commit
+			// on kfake could end.
+			for i := 1; i <= txs; i++ {
+				a.feed(s.through(i))
+				// The reader's pace, not a synchronisation (a timer sleep this
+				// short takes about a millisecond).
+				for next := time.Now().Add(catchUpQuiet * 2 / 5); time.Now().Before(next); {
+					runtime.Gosched()
+				}
+			}
+			want := s.set(txs)
+			h.waitCheckpoint("through "+want, func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == want })
+			n := commits.Load()
+			a.finish()
+			h.verify()
+			if n < tc.min || n > tc.max {
+				t.Fatalf("%d Kafka transactions for %d one-row transactions (batch bound %d); want %d-%d", n, txs, bound, tc.min, tc.max)
+			}
+			t.Logf("%d Kafka transactions", n)
+		})
+	}
+}
