@@ -257,6 +257,20 @@ func TestAttack12bResetMasterOnPrimarySkipsEvents(t *testing.T) {
 		t.Fatalf("the new history %s already passed the checkpoint %s: write fewer transactions", head, cp.GTIDSet)
 	}
 	p = RunRelay(t, cfg)
+	// The relay's verdict on the host comes first (it stops, or, as before
+	// the fix, waits for the host to "catch up"); then the new history
+	// passes the checkpoint's sequence number.
+	Eventually(t, time.Minute, func() error {
+		select {
+		case <-p.Done():
+			return nil
+		default:
+		}
+		if st := hostState(p, c.Primary.Addr); st != "" && st != "unchecked" && st != "unreachable" {
+			return nil
+		}
+		return fmt.Errorf("the relay has no verdict on %s yet", c.Primary.Addr)
+	})
 	more, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 60, Tag: "c"})
 	if err != nil {
 		t.Fatal(err)
