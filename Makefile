@@ -39,7 +39,7 @@ test-unit: deps
 # processes at once (internal/itest/shards.sh, each with its own MariaDB),
 # beside the other integration packages.
 ITEST_SHARDS ?= 3
-INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/
+INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/ ./internal/devdb/
 test-integration: deps
 	@$(GO) test -count=1 -tags integration -timeout 30m $(INTEGRATION_PKGS) & others=$$!; \
 	SHARDS=$(ITEST_SHARDS) internal/itest/shards.sh; rc=$$?; \

@@ -75,6 +75,20 @@ func FreePort() (int, error) {
 // Start initialises opts.Dir if it is new, starts mariadbd and waits until
 // it accepts connections.
 func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Port != 0 {
+		return start(ctx, opts)
+	}
+	// A port picked here may be taken by another process before mariadbd
+	// binds it: pick another.
+	for try := 0; ; try++ {
+		s, err := start(ctx, opts)
+		if !errors.Is(err, errPortTaken) || try == 4 {
+			return s, err
+		}
+	}
+}
+
+func start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Port == 0 {
 		p, err := FreePort()
 		if err != nil {
@@ -91,18 +105,23 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	opts.Dir = dir
 	s := &Server{opts: opts, Addr: fmt.Sprintf("127.0.0.1:%d", opts.Port)}
-	fresh := false
 	if _, err := os.Stat(filepath.Join(dir, "data", "mysql")); err != nil {
 		if err := s.install(ctx); err != nil {
 			return nil, err
 		}
-		fresh = true
 	}
 	if err := s.Start(ctx); err != nil {
 		return nil, err
 	}
-	if fresh {
+	// Secured once (a marker of its own: a first start that met a taken
+	// port installed the directory but never secured it).
+	secured := filepath.Join(dir, "secured")
+	if _, err := os.Stat(secured); err != nil {
 		if err := s.secure(); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		if err := os.WriteFile(secured, nil, 0o644); err != nil {
 			s.Stop()
 			return nil, err
 		}
@@ -202,7 +221,12 @@ func (s *Server) Start(ctx context.Context) error {
 			c, err = s.connect("root", "") // fresh, not yet secured
 		}
 		if err == nil {
+			err = s.ours(c)
 			c.Close()
+			if err != nil {
+				s.Kill()
+				return err
+			}
 			return nil
 		}
 		select {
@@ -220,6 +244,30 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 }
 
+// errPortTaken: the server that answered on the port is not the one just
+// started (another process's server took the port between FreePort and
+// the bind; ours then exits on "Address already in use").
+var errPortTaken = errors.New("port taken by another server")
+
+// ours checks that the server answering on c is this one: its data
+// directory.
+func (s *Server) ours(c *client.Conn) error {
+	res, err := c.Execute("SELECT @@datadir")
+	if err != nil {
+		return fmt.Errorf("read datadir: %w", err)
+	}
+	defer res.Close()
+	got, err := res.GetString(0, 0)
+	if err != nil {
+		return fmt.Errorf("read datadir: %w", err)
+	}
+	want := filepath.Join(s.opts.Dir, "data")
+	if filepath.Clean(got) != want {
+		return fmt.Errorf("%w: %s answers with data directory %s, not %s", errPortTaken, s.Addr, got, want)
+	}
+	return nil
+}
+
 func (s *Server) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(s.opts.Dir, "error.log"))
 	if len(b) > 2000 {
@@ -233,6 +281,10 @@ func (s *Server) connect(user, pass string) (*client.Conn, error) {
 }
 
 func (s *Server) secure() error {
+	if c, err := s.connect("root", RootPassword); err == nil {
+		c.Close() // secured before the marker existed
+		return nil
+	}
 	c, err := s.connect("root", "")
 	if err != nil {
 		return err

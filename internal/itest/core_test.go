@@ -249,7 +249,7 @@ func TestStartPositions(t *testing.T) {
 				ids = append(ids, rec.ID)
 			}
 			if got := strings.Join(ids, ","); got != tc.want {
-				t.Fatalf("start %q published %s, want %s", cfg.Source.Start, got, tc.want)
+				t.Fatalf("start %q published %s, want %s; logs:\n%s", cfg.Source.Start, got, tc.want, r.Logs())
 			}
 			Eventually(t, time.Minute, func() error {
 				if !strings.Contains(r.Logs(), `"message":"progress"`) {

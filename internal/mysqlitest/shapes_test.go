@@ -106,6 +106,11 @@ func TestMySQLMinimalMetadata(t *testing.T) {
 				a.committed(rows)
 			}
 			waitCheckpoint(t, cfg, p.Executed().Flat(), time.Minute)
+			defer func() {
+				if t.Failed() {
+					t.Logf("relay logs:\n%s", r.Logs())
+				}
+			}()
 			requireExact(t, k, cfg, a)
 			if err := r.Stop(); err != nil {
 				t.Fatal(err)
