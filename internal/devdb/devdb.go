@@ -252,14 +252,16 @@ var errPortTaken = errors.New("port taken by another server")
 // ours checks that the server answering on c is this one: its data
 // directory.
 func (s *Server) ours(c *client.Conn) error {
+	// A server that cannot say (another kind of server on the port: the
+	// tests' MySQL emulator) is not this one either.
 	res, err := c.Execute("SELECT @@datadir")
 	if err != nil {
-		return fmt.Errorf("read datadir: %w", err)
+		return fmt.Errorf("%w: %s cannot tell its data directory: %v", errPortTaken, s.Addr, err)
 	}
 	defer res.Close()
 	got, err := res.GetString(0, 0)
 	if err != nil {
-		return fmt.Errorf("read datadir: %w", err)
+		return fmt.Errorf("%w: %s cannot tell its data directory: %v", errPortTaken, s.Addr, err)
 	}
 	want := filepath.Join(s.opts.Dir, "data")
 	if filepath.Clean(got) != want {
