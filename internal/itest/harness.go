@@ -133,6 +133,9 @@ func (k *Kafka) Stop(t testing.TB) {
 	t.Helper()
 	if k.Cluster == nil {
 		kafkaCtl(t, "stop")
+		// The shard's broker is up again for the next test, even when this
+		// one fails before it starts it (start reuses a running broker).
+		t.Cleanup(func() { kafkaCtl(t, "start") })
 		return
 	}
 	k.Cluster.Close()
