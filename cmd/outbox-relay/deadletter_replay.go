@@ -62,6 +62,9 @@ func deadLetterReplay(o dlReplayOpts) error {
 		return err
 	}
 	defer conn.Close()
+	if _, err := utcSession(conn); err != nil { // rows read again route as the relay routed them
+		return err
+	}
 	now := time.Now().UTC()
 	items := make([]dlItem, 0, len(pending))
 	var publish, ignored, skipped int

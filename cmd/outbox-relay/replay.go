@@ -109,9 +109,13 @@ func replay(o replayOpts) error {
 		return err
 	}
 	defer conn.Close()
+	zone, err := utcSession(conn)
+	if err != nil {
+		return err
+	}
 	var recs []*kgo.Record
 	for _, t := range tables {
-		rs, err := replayRows(conn, cfg, t, o)
+		rs, err := replayRows(conn, cfg, t, zone, o)
 		if err != nil {
 			return err
 		}
@@ -138,8 +142,42 @@ func replay(o replayOpts) error {
 	return nil
 }
 
-// replayRows selects the chosen rows of table t and routes them.
-func replayRows(conn *client.Conn, cfg config.Config, t string, o replayOpts) ([]*kgo.Record, error) {
+// utcSession makes conn's session show TIMESTAMP columns in UTC, as the
+// relay renders them from the binlog (a row read again must route to the
+// same record), and returns the session's zone before: the zone DEFAULT
+// CURRENT_TIMESTAMP filled DATETIME columns in for applications that left
+// it alone.
+func utcSession(conn *client.Conn) (string, error) {
+	res, err := conn.Execute("SELECT @@SESSION.time_zone")
+	if err != nil {
+		return "", fmt.Errorf("read session time zone: %w", err)
+	}
+	zone, err := res.GetString(0, 0)
+	if err != nil {
+		return "", fmt.Errorf("read session time zone: %w", err)
+	}
+	if _, err := conn.Execute("SET time_zone = '+00:00'"); err != nil {
+		return "", fmt.Errorf("set session time zone to UTC: %w", err)
+	}
+	return zone, nil
+}
+
+// columnType is the DATA_TYPE (lower case) of column col of table t.
+func columnType(conn *client.Conn, t, col string) (string, error) {
+	db, tbl, _ := strings.Cut(t, ".")
+	res, err := conn.Execute("SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?", db, tbl, col)
+	if err != nil {
+		return "", fmt.Errorf("read type of column %s: %w", col, err)
+	}
+	if res.RowNumber() == 0 {
+		return "", fmt.Errorf("table has no column %q (the time column: --time-column, router timestamp_column, else created_at)", col)
+	}
+	return res.GetString(0, 0)
+}
+
+// replayRows selects the chosen rows of table t and routes them. zone is
+// the session's time zone before utcSession.
+func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOpts) ([]*kgo.Record, error) {
 	rc := cfg.Router.For(t)
 	qt, err := quoteTableName(t)
 	if err != nil {
@@ -151,6 +189,10 @@ func replayRows(conn *client.Conn, cfg config.Config, t string, o replayOpts) ([
 	}
 	if timeCol == "" {
 		timeCol = "created_at"
+	}
+	timeType, err := columnType(conn, t, timeCol)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", t, err)
 	}
 	var where []string
 	var args []any
@@ -165,15 +207,25 @@ func replayRows(conn *client.Conn, cfg config.Config, t string, o replayOpts) ([
 			continue
 		}
 		v, absolute := sqlTime(c.v)
-		if absolute {
-			// An absolute (RFC 3339) time is compared in the session's time
-			// zone, the zone DEFAULT CURRENT_TIMESTAMP fills a DATETIME in
-			// and TIMESTAMP columns are shown in.
-			where = append(where, c.cond+"CONVERT_TZ(?, '+00:00', @@SESSION.time_zone)")
-		} else {
+		// The session is in UTC (utcSession); the server's terms are its
+		// former zone. A TIMESTAMP is compared in the session's zone, a
+		// DATETIME (local time without a zone) as it is, in the zone
+		// DEFAULT CURRENT_TIMESTAMP filled it in.
+		switch timestamp := timeType == "timestamp"; {
+		case absolute == timestamp:
 			where = append(where, c.cond+"?")
+			args = append(args, v)
+		default:
+			if err := checkZone(conn, zone); err != nil {
+				return nil, fmt.Errorf("replay %s: %w", t, err)
+			}
+			from, to := zone, "+00:00" // server terms for a TIMESTAMP
+			if absolute {
+				from, to = "+00:00", zone // UTC for a DATETIME
+			}
+			where = append(where, c.cond+"CONVERT_TZ(?, ?, ?)")
+			args = append(args, v, from, to)
 		}
-		args = append(args, v)
 	}
 	for _, c := range []struct{ v, cond string }{{o.aggregateType, quoteIdent(rc.AggregateTypeColumn) + " = ?"}, {o.aggregID, quoteIdent(rc.AggregateIDColumn) + " = ?"}} {
 		if c.v != "" {
@@ -215,6 +267,20 @@ func replayRows(conn *client.Conn, cfg config.Config, t string, o replayOpts) ([
 		out = append(out, rec)
 	}
 	return out, nil
+}
+
+// checkZone fails when the server cannot convert a time to zone (a named
+// zone without the time zone tables: CONVERT_TZ gives NULL, and a range
+// compared with NULL selects nothing, silently).
+func checkZone(conn *client.Conn, zone string) error {
+	res, err := conn.Execute("SELECT CONVERT_TZ('2000-01-01 00:00:00', '+00:00', ?) IS NULL", zone)
+	if err != nil {
+		return fmt.Errorf("check time zone %s: %w", zone, err)
+	}
+	if null, _ := res.GetInt(0, 0); null != 0 {
+		return fmt.Errorf("the server cannot convert times to its time zone %q (no time zone tables: load them with mariadb-tzinfo-to-sql, or mysql_tzinfo_to_sql on MySQL)", zone)
+	}
+	return nil
 }
 
 // sqlTime turns an RFC 3339 time into DATETIME text in UTC (absolute:

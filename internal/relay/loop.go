@@ -345,6 +345,17 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		l.r.log.Debug().Str("gtid", ev.GTID).Msg(ev.Note)
 	case binlog.KindHeartbeat:
 		l.r.metrics.SourceAtHead() // everything the server had is handled
+		// The reader is at the server's head: a batch waiting for a quiet
+		// reader (catch-up; a hand-off clears quietDue) is due now, not at
+		// max_wait.
+		if l.batchOpen() {
+			l.quietDue = false
+			if l.inflight != nil {
+				l.wantCommit = true
+				return nil
+			}
+			return l.startCommit(ctx)
+		}
 	case binlog.KindPrepare, binlog.KindRollback:
 		if len(l.pending) > 0 {
 			// An XA group's rows are held by xid (holdXA), never pending.
@@ -468,20 +479,23 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 				return err
 			}
 		}
-		l.pending = append(l.pending, pendingRecord{rec.kafka, topicOutcome{rec.kafka.Topic, rec.outcome}})
-		l.pendingRows = l.curRows
-		l.pendingBytes += len(rec.kafka.Key) + len(rec.kafka.Value)
-		switch {
-		case l.pendingFull():
+		if len(l.pending) > 0 && l.pendingFull() {
 			// One source transaction outgrew the batch: commit the part read so
-			// far; the checkpoint's partial says how many rows to skip.
+			// far; the checkpoint's partial says how many rows to skip. Decided
+			// at the row after the bound, not at the bound's own: a transaction
+			// that just fills a batch stays whole (a stop later in it then
+			// leaves none of its rows visible).
 			if err := l.flushPending(ctx, true); err != nil {
 				return err
 			}
 			if err := l.startCommit(ctx); err != nil {
 				return err
 			}
-		case l.overBound() && l.batchOpen():
+		}
+		l.pending = append(l.pending, pendingRecord{rec.kafka, topicOutcome{rec.kafka.Topic, rec.outcome}})
+		l.pendingRows = l.curRows
+		l.pendingBytes += len(rec.kafka.Key) + len(rec.kafka.Value)
+		if l.overBound() && l.batchOpen() {
 			// The ended transactions fill the batch: commit them, and keep
 			// this one whole (never a part of a transaction that fits).
 			if err := l.startCommit(ctx); err != nil {
