@@ -190,10 +190,13 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 	if timeCol == "" {
 		timeCol = "created_at"
 	}
-	timeType, err := columnType(conn, t, timeCol)
-	if err != nil {
-		return nil, fmt.Errorf("replay %s: %w", t, err)
+	var timeType string
+	if o.since != "" || o.until != "" {
+		if timeType, err = columnType(conn, t, timeCol); err != nil {
+			return nil, fmt.Errorf("replay %s: %w", t, err)
+		}
 	}
+	zoneChecked := false
 	var where []string
 	var args []any
 	if len(o.eventIDs) > 0 {
@@ -216,8 +219,11 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 			where = append(where, c.cond+"?")
 			args = append(args, v)
 		default:
-			if err := checkZone(conn, zone); err != nil {
-				return nil, fmt.Errorf("replay %s: %w", t, err)
+			if !zoneChecked {
+				if err := checkZone(conn, zone); err != nil {
+					return nil, fmt.Errorf("replay %s: %w", t, err)
+				}
+				zoneChecked = true
 			}
 			from, to := zone, "+00:00" // server terms for a TIMESTAMP
 			if absolute {

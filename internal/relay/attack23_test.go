@@ -43,8 +43,9 @@ func TestAttack23ExactlyMaxRecordsStaysWhole(t *testing.T) {
 			}
 		}
 
-		// Without the stop, one Kafka transaction more than the rows' own
-		// never shows a partial; one row over the bound is split.
+		// Without a stop: a transaction of exactly the bound commits with no
+		// partial in any checkpoint; one of a row over it is split at the
+		// bound.
 		s2 := newScript(flavor)
 		s2.tx(s2.insert("order", "1", bound))
 		s2.tx(s2.insert("order", "1", bound+1))

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -297,7 +298,7 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 				}
 			}
 			if l.quietDue {
-				quiet.Reset(catchUpQuiet)
+				quiet.Reset(cmp.Or(l.r.quiet, catchUpQuiet))
 			}
 		case <-quiet.C:
 			if err := l.onQuiet(work); err != nil {
@@ -348,14 +349,8 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		// The reader is at the server's head: a batch waiting for a quiet
 		// reader (catch-up; a hand-off clears quietDue) is due now, not at
 		// max_wait.
-		if l.batchOpen() {
-			l.quietDue = false
-			if l.inflight != nil {
-				l.wantCommit = true
-				return nil
-			}
-			return l.startCommit(ctx)
-		}
+		l.quietDue = false
+		return l.commitDue(ctx)
 	case binlog.KindPrepare, binlog.KindRollback:
 		if len(l.pending) > 0 {
 			// An XA group's rows are held by xid (holdXA), never pending.
@@ -396,11 +391,7 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 			return nil
 		}
 		if caughtUp || l.wantCommit {
-			if l.inflight != nil {
-				l.wantCommit = true // committed as soon as the one in flight ends
-				return nil
-			}
-			return l.startCommit(ctx)
+			return l.commitDue(ctx)
 		}
 	}
 	return nil
@@ -424,6 +415,12 @@ func (l *loop) onQuiet(ctx context.Context) error {
 		return nil
 	}
 	l.quietDue = false
+	return l.commitDue(ctx)
+}
+
+// commitDue: the open batch is due; it is committed now, or as soon as the
+// one in flight ends.
+func (l *loop) commitDue(ctx context.Context) error {
 	if !l.batchOpen() {
 		return nil
 	}

@@ -63,6 +63,9 @@ type Relay struct {
 	// Owned by the goroutine of Run.
 	limit    int
 	tooLarge bool
+	// quiet is the catch-up quiet window (0: catchUpQuiet; tests widen it
+	// so that a scheduling stall of the scripted reader is not quiet).
+	quiet time.Duration
 }
 
 // tableKey names a captured table without allocating.

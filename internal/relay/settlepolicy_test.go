@@ -215,6 +215,9 @@ func TestCatchUpCommitsAtBounds(t *testing.T) {
 				s.tx(s.insert("order", fmt.Sprint(i%7), 1))
 			}
 			h := newHarness(t, s, maxRecords(bound))
+			// Wider than the reader's pace below by far: a goroutine stalled
+			// for a millisecond on a busy machine is not a quiet reader.
+			h.relay.quiet = 100 * time.Millisecond
 			a := h.start()
 			var commits atomic.Int32
 			h.kafka.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -224,13 +227,13 @@ func TestCatchUpCommitsAtBounds(t *testing.T) {
 			})
 			// A transaction per hand-off, each ending where the loop caught up
 			// with the reader; the reader hands the next one over well within
-			// catchUpQuiet (a reader streaming history), but after a commit
-			// on kfake could end.
+			// the quiet window (a reader streaming history), but after a
+			// commit on kfake could end.
 			for i := 1; i <= txs; i++ {
 				a.feed(s.through(i))
 				// The reader's pace, not a synchronisation (a timer sleep this
 				// short takes about a millisecond).
-				for next := time.Now().Add(catchUpQuiet * 2 / 5); time.Now().Before(next); {
+				for next := time.Now().Add(400 * time.Microsecond); time.Now().Before(next); {
 					runtime.Gosched()
 				}
 			}
