@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -380,7 +381,11 @@ func (a *attempt) end(crashed bool) error {
 	select {
 	case <-a.done:
 	case <-time.After(30 * time.Second):
-		a.h.t.Fatal("the loop did not return")
+		// Where it is stuck: every goroutine's stack (a rare hang is
+		// otherwise left without a trace).
+		var stacks strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+		a.h.t.Fatalf("the loop did not return; goroutines:\n%s", stacks.String())
 	}
 	if !crashed && a.snk.open {
 		ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.Kafka.RequestTimeout)
