@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -360,34 +359,11 @@ func (h *harness) debeziumLatency(rate int, d time.Duration, pollMS int) (latenc
 		warm = cons.PollFetches(wctx).NumRecords()
 	}
 	wcancel()
-	var commits sync.Map
-	total := int(float64(rate) * d.Seconds())
-	recvd := make(chan []time.Duration, 1)
-	go func() {
-		var lat []time.Duration
-		ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
-		defer cancel()
-		for len(lat) < total && ctx.Err() == nil {
-			fs := cons.PollFetches(ctx)
-			now := time.Now()
-			fs.EachRecord(func(rec *kgo.Record) {
-				for _, hd := range rec.Headers {
-					if hd.Key != "id" {
-						continue
-					}
-					for ctx.Err() == nil {
-						if t, ok := commits.Load(string(hd.Value)); ok {
-							lat = append(lat, now.Sub(t.(time.Time)))
-							return
-						}
-						time.Sleep(time.Microsecond)
-					}
-				}
-			})
-		}
-		recvd <- lat
-	}()
-	return h.pacedLatency(db, 4, total, rate, 1, &commits, recvd)
+	warm := int(float64(rate) * latencyWarmUp.Seconds())
+	if _, err := h.measureLatency(cons, db, "w", 4, warm, rate, 1, latencyWarmUp); err != nil {
+		return latencyResult{}, fmt.Errorf("warm up: %w", err)
+	}
+	return h.measureLatency(cons, db, "l", 4, int(float64(rate)*d.Seconds()), rate, 1, d)
 }
 
 // binlogPos is a binlog file and position.

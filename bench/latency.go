@@ -134,7 +134,6 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	var commits sync.Map // event id -> time.Time
 	total := int(float64(rate)*d.Seconds()) / perTx * perTx
 	cons, err := kgo.NewClient(kgo.SeedBrokers(h.broker), kgo.ConsumeTopics(topic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -154,7 +153,30 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 		warm = cons.PollFetches(wctx).NumRecords()
 	}
 	wcancel()
+	writers := 4
+	if rate <= 100 {
+		writers = 1
+	}
+	// Warm up at the measured rate for latencyWarmUp, not counted: the
+	// broker's JIT compiles its transaction path in the first thousands of
+	// transactions, which a long-running broker has done long ago.
+	warm := int(float64(rate)*latencyWarmUp.Seconds()) / perTx * perTx
+	if _, err := h.measureLatency(cons, db, "w", writers, warm, rate, perTx, latencyWarmUp); err != nil {
+		return latencyResult{}, fmt.Errorf("warm up: %w", err)
+	}
 	gc := markGC(h.brokerDir)
+	res, err := h.measureLatency(cons, db, "l", writers, total, rate, perTx, d)
+	res.gc = gc.summary()
+	return res, err
+}
+
+// latencyWarmUp is how long the load runs before a latency run is timed.
+const latencyWarmUp = 3 * time.Second
+
+// measureLatency commits total events (ids prefix-i) at rate and returns
+// the latencies cons observed for them.
+func (h *harness) measureLatency(cons *kgo.Client, db, prefix string, writers, total, rate, perTx int, d time.Duration) (latencyResult, error) {
+	var commits sync.Map // event id -> time.Time
 	recvd := make(chan []time.Duration, 1)
 	go func() {
 		var lat []time.Duration
@@ -170,7 +192,10 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 						id = string(hd.Value)
 					}
 				}
-				for {
+				if !strings.HasPrefix(id, prefix+"-") {
+					return // the warm-up's
+				}
+				for ctx.Err() == nil {
 					if t, ok := commits.Load(id); ok {
 						lat = append(lat, now.Sub(t.(time.Time)))
 						return
@@ -183,14 +208,7 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 		}
 		recvd <- lat
 	}()
-
-	writers := 4
-	if rate <= 100 {
-		writers = 1
-	}
-	res, err := h.pacedLatency(db, writers, total, rate, perTx, &commits, recvd)
-	res.gc = gc.summary()
-	return res, err
+	return h.pacedLatency(db, prefix, writers, total, rate, perTx, &commits, recvd)
 }
 
 // pacedLatency commits total events at rate per second over writers
@@ -198,7 +216,7 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 // transaction, noting each event's commit time in commits, and returns the
 // latencies the consumer behind recvd measured, in arrival order, sorted,
 // with the rate achieved.
-func (h *harness) pacedLatency(db string, writers, total, rate, perTx int, commits *sync.Map, recvd <-chan []time.Duration) (latencyResult, error) {
+func (h *harness) pacedLatency(db, prefix string, writers, total, rate, perTx int, commits *sync.Map, recvd <-chan []time.Duration) (latencyResult, error) {
 	began := time.Now()
 	txs := total / perTx
 	err := h.parallel(writers, txs, func(c *client.Conn, i int) error {
@@ -212,7 +230,7 @@ func (h *harness) pacedLatency(db string, writers, total, rate, perTx int, commi
 		ids := make([]string, perTx)
 		for j := range ids {
 			k := i*perTx + j
-			ids[j] = fmt.Sprintf("l-%d", k)
+			ids[j] = fmt.Sprintf("%s-%d", prefix, k)
 			if j > 0 {
 				q.WriteByte(',')
 			}

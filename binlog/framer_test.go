@@ -405,7 +405,7 @@ type fixture struct {
 
 func newFixture(t testing.TB, flavor string) *fixture {
 	r := NewReader(Config{Tables: []string{testTable}}, &Server{Flavor: flavor, ColumnNames: true},
-		schema.New([]string{testTable}, nil), nil)
+		schema.New([]string{testTable}, nil, nil), nil)
 	return &fixture{t: t, flavor: flavor, r: r, sync: newSyncer(t, flavor),
 		st: &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}}
 }

@@ -128,9 +128,10 @@ type Event struct {
 	Op    Op
 	Rows  [][]any
 	// Commit: the GTID set including this transaction, and the captured
-	// tables' layout after it (an immutable snapshot).
-	Set    mysql.GTIDSet
-	Schema schema.Tables
+	// tables' layout and signedness after it (immutable snapshots).
+	Set      mysql.GTIDSet
+	Schema   schema.Tables
+	Unsigned schema.Signs
 	// DDL: the statement and what became of it.
 	Note string
 	// Time is the transaction's commit time (on rows and commits).
@@ -380,14 +381,17 @@ type streamState struct {
 type cachedTable struct {
 	table *Table
 	// named: the columns are the binlog's own names (not the tracked layout).
-	named                  bool
+	named bool
+	// signs: how to read its integer columns (nil: as decoded).
+	signs                  *signFix
+	signBits               []byte
 	colType                []byte
 	colMeta                []uint16
 	defCharset, colCharset []uint64
 }
 
-func newCachedTable(tm *replication.TableMapEvent, t *Table) *cachedTable {
-	return &cachedTable{table: t, named: len(tm.ColumnName) > 0, colType: slices.Clone(tm.ColumnType),
+func newCachedTable(tm *replication.TableMapEvent, t *Table, signs *signFix) *cachedTable {
+	return &cachedTable{table: t, named: len(tm.ColumnName) > 0, signs: signs, signBits: slices.Clone(tm.SignednessBitmap), colType: slices.Clone(tm.ColumnType),
 		colMeta: slices.Clone(tm.ColumnMeta), defCharset: slices.Clone(tm.DefaultCharset), colCharset: slices.Clone(tm.ColumnCharset)}
 }
 
@@ -396,6 +400,7 @@ func newCachedTable(tm *replication.TableMapEvent, t *Table) *cachedTable {
 func (c *cachedTable) matches(tm *replication.TableMapEvent) bool {
 	t := c.table
 	if string(tm.Schema) != t.Schema || string(tm.Table) != t.Name || !bytes.Equal(c.colType, tm.ColumnType) ||
+		!bytes.Equal(c.signBits, tm.SignednessBitmap) ||
 		!slices.Equal(c.colMeta, tm.ColumnMeta) || !slices.Equal(c.defCharset, tm.DefaultCharset) ||
 		!slices.Equal(c.colCharset, tm.ColumnCharset) || c.named != (len(tm.ColumnName) > 0) {
 		return false
@@ -439,10 +444,8 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 		if len(e.Rows) == 0 {
 			return batch, nil
 		}
-		var t *Table
-		if c := st.tableCache[e.Table.TableID]; c != nil && c.matches(e.Table) {
-			t = c.table
-		} else {
+		c := st.tableCache[e.Table.TableID]
+		if c == nil || !c.matches(e.Table) {
 			cols, note, err := r.columns(e.Table, f.gtid)
 			if err != nil {
 				return batch, err
@@ -451,10 +454,13 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 				batch = append(batch, Event{Kind: KindDDL, GTID: f.gtid, Note: note})
 				clear(st.tableCache)
 			}
-			t = &Table{Schema: string(e.Table.Schema), Name: string(e.Table.Table), Columns: cols,
+			t := &Table{Schema: string(e.Table.Schema), Name: string(e.Table.Table), Columns: cols,
 				Latin1: latin1Columns(e.Table, len(cols))}
-			st.tableCache[e.Table.TableID] = newCachedTable(e.Table, t)
+			unsigned, known := r.tracker.UnsignedColumns(t.Schema, t.Name)
+			c = newCachedTable(e.Table, t, planSigns(e.Table, cols, unsigned, known))
+			st.tableCache[e.Table.TableID] = c
 		}
+		t := c.table
 		out := Event{Kind: KindRows, GTID: f.gtid, XID: f.xid, Table: t, Time: f.commitTime, Size: st.size}
 		switch e.Type() {
 		case replication.EnumRowsEventTypeInsert:
@@ -468,6 +474,11 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 			}
 		default:
 			return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s", ErrUnframed, f.gtid, ev.Header.EventType, t)
+		}
+		if c.signs != nil {
+			if err := c.signs.apply(out.Rows, t.String(), f.gtid); err != nil {
+				return batch, fmt.Errorf("read binlog: %w", err)
+			}
 		}
 		f.rows += len(out.Rows)
 		st.size = 0
@@ -590,7 +601,7 @@ func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) (cols []str
 	tracked, known := r.tracker.Columns(db, tbl)
 	names := tm.ColumnNameString()
 	if len(names) > 0 {
-		if r.tracker.Learn(db, tbl, names) && known {
+		if r.tracker.Learn(db, tbl, names, binlogUnsigned(tm, names), hasSignedness(tm)) && known {
 			note = fmt.Sprintf("layout of %s.%s from the binlog's column names %v replaces the one tracked from DDL %v", db, tbl, names, tracked)
 		}
 		return names, note, nil
@@ -615,7 +626,7 @@ func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
 		clear(f.held)
 		f.held = f.held[:0]
 	}
-	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, OnePhase: out.onePhase, Set: out.set, Schema: r.tracker.Tables(), Time: f.commitTime, Size: st.size}
+	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, OnePhase: out.onePhase, Set: out.set, Schema: r.tracker.Tables(), Unsigned: r.tracker.Unsigned(), Time: f.commitTime, Size: st.size}
 	st.size = 0
 	return append(batch, ev)
 }

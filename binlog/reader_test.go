@@ -19,7 +19,7 @@ func tableMap() *replication.TableMapEvent {
 // columns and their latin1 flags are read from is the same.
 func TestCachedTableMatches(t *testing.T) {
 	table := &Table{Schema: "app", Name: "outbox", Columns: []string{"id", "event_id", "payload"}}
-	c := newCachedTable(tableMap(), table)
+	c := newCachedTable(tableMap(), table, nil)
 	if !c.matches(tableMap()) {
 		t.Fatal("an identical table map event does not match")
 	}
@@ -35,6 +35,8 @@ func TestCachedTableMatches(t *testing.T) {
 			tm.ColumnName = append(tm.ColumnName, []byte("extra"))
 		},
 		"names dropped": func(tm *replication.TableMapEvent) { tm.ColumnName = nil },
+		// binlog_row_metadata changed to or from NO_LOG: signedness comes or goes
+		"signedness": func(tm *replication.TableMapEvent) { tm.SignednessBitmap = []byte{0x80} },
 	} {
 		tm := tableMap()
 		change(tm)
@@ -46,7 +48,7 @@ func TestCachedTableMatches(t *testing.T) {
 	// appearing is a change too.
 	unnamed := tableMap()
 	unnamed.ColumnName = nil
-	c = newCachedTable(unnamed, table)
+	c = newCachedTable(unnamed, table, nil)
 	if c.matches(tableMap()) {
 		t.Error("a table built without binlog names matches an event with names")
 	}
@@ -57,7 +59,7 @@ func TestCachedTableMatches(t *testing.T) {
 	}
 	// The cache holds copies: go-mysql may reuse the event's buffers.
 	tm := tableMap()
-	c = newCachedTable(tm, table)
+	c = newCachedTable(tm, table, nil)
 	tm.ColumnType[0], tm.ColumnMeta[0], tm.DefaultCharset[0] = 1, 1, 1
 	if !c.matches(tableMap()) {
 		t.Error("the cached table changed with the event it was built from")

@@ -22,6 +22,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // Sentinel errors; each names what to fix in its message.
@@ -412,40 +414,51 @@ func (s *Server) CheckNotPurged(pos string) error {
 // CurrentColumns reads the captured tables' columns, in order, from
 // information_schema (the user needs a privilege on each table to see it).
 // Tables it cannot see are left out.
-func CurrentColumns(ctx context.Context, cfg Config, addr string) (map[string][]string, error) {
+func CurrentColumns(ctx context.Context, cfg Config, addr string) (schema.Tables, schema.Signs, error) {
 	conn, err := Connect(ctx, cfg, addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer conn.Close()
-	out := map[string][]string{}
+	out, signs := schema.Tables{}, schema.Signs{}
 	for _, t := range cfg.Tables {
 		db, tbl, _ := strings.Cut(t, ".")
-		cols, err := TableColumns(conn, db, tbl)
+		cols, unsigned, err := TableLayout(conn, db, tbl)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(cols) > 0 {
-			out[t] = cols
+			out[t], signs[t] = cols, unsigned
 		}
 	}
-	return out, nil
+	return out, signs, nil
 }
 
 // TableColumns returns db.tbl's column names in table order, from
 // information_schema; none when the table is missing or not visible to the
 // user.
 func TableColumns(conn *client.Conn, db, tbl string) ([]string, error) {
-	rows, err := Query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "+quote(db)+
+	cols, _, err := TableLayout(conn, db, tbl)
+	return cols, err
+}
+
+// TableLayout is TableColumns and those of the columns that are UNSIGNED
+// (information_schema's COLUMN_TYPE says so, also for ZEROFILL).
+func TableLayout(conn *client.Conn, db, tbl string) (cols, unsigned []string, err error) {
+	rows, err := Query(conn, "SELECT COLUMN_NAME, LOWER(DATA_TYPE) IN ('tinyint','smallint','mediumint','int','bigint','decimal','float','double') "+
+		"AND LOWER(COLUMN_TYPE) LIKE '% unsigned%' FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "+quote(db)+
 		" AND TABLE_NAME = "+quote(tbl)+" ORDER BY ORDINAL_POSITION")
 	if err != nil {
-		return nil, fmt.Errorf("read columns of %s.%s: %w", db, tbl, err)
+		return nil, nil, fmt.Errorf("read columns of %s.%s: %w", db, tbl, err)
 	}
-	cols := make([]string, len(rows))
+	cols = make([]string, len(rows))
 	for i, r := range rows {
 		cols[i] = r[0]
+		if r[1] == "1" {
+			unsigned = append(unsigned, r[0])
+		}
 	}
-	return cols, nil
+	return cols, unsigned, nil
 }
 
 // quote renders s as an SQL string literal: quotes doubled, backslashes

@@ -45,6 +45,11 @@ type Checkpoint struct {
 	// shadow tables of an online schema change in progress (schema.Tracker
 	// follows them), so a restart before the cut-over still knows them.
 	Schema map[string][]string `json:"schema,omitempty"`
+	// Unsigned lists, for the tables of Schema whose signedness is known,
+	// their UNSIGNED columns ("db.table" -> columns; a table absent:
+	// unknown), so a restart reads integer columns of rows without
+	// signedness in the binlog (binlog_row_metadata=NO_LOG) right.
+	Unsigned map[string][]string `json:"unsigned,omitempty"`
 	// XA lists the XA transactions prepared in the source and not yet
 	// committed or rolled back; nil when there is none.
 	XA *XA `json:"xa,omitempty"`
@@ -59,8 +64,10 @@ type XA struct {
 	// Resume is the GTID set before the earliest prepared transaction
 	// with outbox rows (maybe the empty set); nil when none has any.
 	Resume *string `json:"resume,omitempty"`
-	// Schema is the captured tables' layout at Resume.
-	Schema map[string][]string `json:"schema,omitempty"`
+	// Schema is the captured tables' layout at Resume, Unsigned their
+	// signedness there (as Checkpoint's).
+	Schema   map[string][]string `json:"schema,omitempty"`
+	Unsigned map[string][]string `json:"unsigned,omitempty"`
 	// Prepared are the pending XA transactions in binlog order.
 	Prepared []PreparedXA `json:"prepared"`
 }

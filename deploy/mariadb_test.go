@@ -123,7 +123,7 @@ func TestMariaDBSnippetAndGrants(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the relay's user of grants.sql fails the relay's checks: %v", err)
 	}
-	cols, err := binlog.CurrentColumns(ctx, cfg, srv.Addr)
+	cols, _, err := binlog.CurrentColumns(ctx, cfg, srv.Addr)
 	if err != nil || len(cols["app.outbox"]) != 7 {
 		t.Fatalf("start: now cannot read the outbox columns with grants.sql: %v %v", cols, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/mysql"
 )
 
 // How a CREATE TABLE or ALTER TABLE changes columns is read with the TiDB
@@ -21,29 +22,64 @@ import (
 var errUnknownCols = errors.New("columns not known from the statement")
 
 // createColumns returns the columns a CREATE TABLE body (what follows the
-// table name, not the LIKE form) defines.
-func createColumns(p *parser.Parser, body []token) ([]string, error) {
+// table name, not the LIKE form) defines, and those of them declared
+// UNSIGNED (or ZEROFILL, which implies it).
+func createColumns(p *parser.Parser, body []token) (cols, unsigned []string, err error) {
 	if hasWord(body, "VERSIONING") && !hasSeq(body, "ROW", "START") {
-		return nil, fmt.Errorf("%w: a system-versioned table gets columns the statement does not name", errUnknownCols)
+		return nil, nil, fmt.Errorf("%w: a system-versioned table gets columns the statement does not name", errUnknownCols)
 	}
 	if stmts, _, err := p.Parse("CREATE TABLE `t` "+join(body), "", ""); err == nil && len(stmts) == 1 {
 		if s, ok := stmts[0].(*ast.CreateTableStmt); ok {
 			switch {
 			case s.Select != nil:
-				return nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
+				return nil, nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
 			case s.ReferTable != nil:
-				return nil, errSyntax // LIKE is read before: cannot happen
+				return nil, nil, errSyntax // LIKE is read before: cannot happen
 			case len(s.Cols) == 0:
-				return nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
+				return nil, nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
 			}
 			cols := make([]string, len(s.Cols))
 			for i, c := range s.Cols {
 				cols[i] = c.Name.Name.O
+				if defUnsigned(c) {
+					unsigned = append(unsigned, cols[i])
+				}
 			}
-			return cols, checkUnique(cols)
+			return cols, unsigned, checkUnique(cols)
 		}
 	}
 	return readCreate(body)
+}
+
+// defUnsigned reports whether a parsed column definition is UNSIGNED (or
+// ZEROFILL, which implies it).
+func defUnsigned(c *ast.ColumnDef) bool {
+	if c.Tp == nil {
+		return false
+	}
+	f := c.Tp.GetFlag()
+	return mysql.HasUnsignedFlag(f) || mysql.HasZerofillFlag(f)
+}
+
+// wordUnsigned reports whether a column definition's type and attributes
+// (the tokens after its name) say UNSIGNED or ZEROFILL outside parentheses
+// (a CAST in a default or generated expression is inside them) and not as
+// the column named by AFTER.
+func wordUnsigned(def []token) bool {
+	depth := 0
+	for i, tok := range def {
+		switch {
+		case tok.punct('('):
+			depth++
+		case tok.punct(')'):
+			depth--
+		case depth > 0:
+		case i > 0 && def[i-1].is("AFTER"):
+		case tok.is("UNSIGNED"), tok.is("ZEROFILL"):
+			return true
+		}
+	}
+	return false
 }
 
 // nonColumn are the words that open a CREATE TABLE element or an ALTER ADD/DROP
@@ -54,34 +90,36 @@ var nonColumn = map[string]bool{"PRIMARY": true, "KEY": true, "INDEX": true, "UN
 // readCreate reads a CREATE TABLE body's column names without the TiDB
 // parser: "( element, ... ) options", each element a column unless it opens
 // with an index or constraint keyword.
-func readCreate(body []token) ([]string, error) {
+func readCreate(body []token) (cols, unsigned []string, err error) {
 	if len(body) == 0 || !body[0].punct('(') {
-		return nil, fmt.Errorf("%w: it has no column list", errUnknownCols)
+		return nil, nil, fmt.Errorf("%w: it has no column list", errUnknownCols)
 	}
 	end := closing(body, 0)
 	if end < 0 {
-		return nil, errSyntax
+		return nil, nil, errSyntax
 	}
-	var cols []string
 	for _, el := range splitTop(body[1:end]) {
 		if len(el) == 0 {
-			return nil, errSyntax
+			return nil, nil, errSyntax
 		}
 		if notColumn(el) {
 			continue
 		}
 		name, ok := el[0].ident()
 		if !ok || len(el) < 2 {
-			return nil, fmt.Errorf("%w: cannot read column definition %q", errSyntax, join(el))
+			return nil, nil, fmt.Errorf("%w: cannot read column definition %q", errSyntax, join(el))
 		}
 		cols = append(cols, name)
+		if wordUnsigned(el[1:]) {
+			unsigned = append(unsigned, name)
+		}
 	}
 	if len(cols) == 0 {
-		return nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
+		return nil, nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
 	}
 	rest := body[end+1:]
 	if hasWord(rest, "SELECT") {
-		return nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
+		return nil, nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
 	}
 	depth := 0
 	for _, tok := range rest {
@@ -91,10 +129,10 @@ func readCreate(body []token) ([]string, error) {
 		case tok.punct(')'):
 			depth--
 		case depth == 0 && (tok.is("AS") || tok.is("TABLE") || tok.is("VALUES") || tok.is("IGNORE") || tok.is("REPLACE")):
-			return nil, fmt.Errorf("%w: it takes columns from a query", errUnknownCols)
+			return nil, nil, fmt.Errorf("%w: it takes columns from a query", errUnknownCols)
 		}
 	}
-	return cols, checkUnique(cols)
+	return cols, unsigned, checkUnique(cols)
 }
 
 // notColumn reports whether a table element or ADD/DROP target (from its
@@ -134,8 +172,11 @@ const (
 
 // colOp is one column-changing ALTER TABLE specification.
 type colOp struct {
-	kind            opKind
-	old, name       string
+	kind      opKind
+	old, name string
+	// def: the operation gives the column's definition (ADD, CHANGE,
+	// MODIFY; not RENAME COLUMN), which says whether it is unsigned.
+	def, unsigned   bool
 	ifExists, ifNot bool
 	first           bool
 	after           string
@@ -186,7 +227,7 @@ func astOps(specs []*ast.AlterTableSpec) []colOp {
 		switch sp.Tp {
 		case ast.AlterTableAddColumns:
 			for i, c := range sp.NewColumns {
-				o := colOp{kind: opAdd, name: c.Name.Name.O, ifNot: sp.IfNotExists}
+				o := colOp{kind: opAdd, name: c.Name.Name.O, ifNot: sp.IfNotExists, def: true, unsigned: defUnsigned(c)}
 				if i == 0 {
 					pos(&o, sp.Position)
 				} else if ops[len(ops)-1].moves() { // ADD (a, b) placed: b follows a
@@ -197,7 +238,8 @@ func astOps(specs []*ast.AlterTableSpec) []colOp {
 		case ast.AlterTableDropColumn:
 			ops = append(ops, colOp{kind: opDrop, old: sp.OldColumnName.Name.O, ifExists: sp.IfExists})
 		case ast.AlterTableModifyColumn, ast.AlterTableChangeColumn:
-			o := colOp{kind: opChange, old: sp.NewColumns[0].Name.Name.O, name: sp.NewColumns[0].Name.Name.O, ifExists: sp.IfExists}
+			o := colOp{kind: opChange, old: sp.NewColumns[0].Name.Name.O, name: sp.NewColumns[0].Name.Name.O, ifExists: sp.IfExists,
+				def: true, unsigned: defUnsigned(sp.NewColumns[0])}
 			if sp.OldColumnName != nil {
 				o.old = sp.OldColumnName.Name.O
 			}
@@ -261,7 +303,7 @@ func readSpec(spec []token) ([]colOp, error) {
 				if !ok || len(el) < 2 {
 					return bad()
 				}
-				ops = append(ops, colOp{kind: opAdd, name: name, ifNot: ifNot})
+				ops = append(ops, colOp{kind: opAdd, name: name, ifNot: ifNot, def: true, unsigned: wordUnsigned(el[1:])})
 			}
 			return ops, nil
 		}
@@ -269,7 +311,7 @@ func readSpec(spec []token) ([]colOp, error) {
 		if !ok || p.done() {
 			return bad()
 		}
-		o := colOp{kind: opAdd, name: name, ifNot: ifNot}
+		o := colOp{kind: opAdd, name: name, ifNot: ifNot, def: true, unsigned: wordUnsigned(p.rest())}
 		if err := position(&o, p.rest()); err != nil {
 			return nil, err
 		}
@@ -306,7 +348,7 @@ func readSpec(spec []token) ([]colOp, error) {
 		if p.done() {
 			return bad()
 		}
-		o := colOp{kind: opChange, old: old, name: name, ifExists: ifEx}
+		o := colOp{kind: opChange, old: old, name: name, ifExists: ifEx, def: true, unsigned: wordUnsigned(p.rest())}
 		if err := position(&o, p.rest()); err != nil {
 			return nil, err
 		}
@@ -375,7 +417,10 @@ func position(o *colOp, def []token) error {
 // order. IF [NOT] EXISTS specifications that do not apply are skipped. An
 // error means cols cannot be the table's layout (the server would have
 // refused the statement). target is the table's new name when renamed.
-func applyOps(cols []string, ops []colOp) (out []string, target *tableRef, err error) {
+//
+// unsigned are the table's unsigned columns before; unsignedOut those after
+// (a changed column takes its new definition's, a renamed one keeps its own).
+func applyOps(cols, unsigned []string, ops []colOp) (out, unsignedOut []string, target *tableRef, err error) {
 	find := func(list []string, c string) int {
 		return slices.IndexFunc(list, func(x string) bool { return strings.EqualFold(x, c) })
 	}
@@ -393,7 +438,7 @@ func applyOps(cols []string, ops []colOp) (out []string, target *tableRef, err e
 				continue
 			}
 			if find(cols, o.old) < 0 {
-				return nil, nil, fmt.Errorf("no column %s", o.old)
+				return nil, nil, nil, fmt.Errorf("no column %s", o.old)
 			}
 		case opRenameTable:
 			t := o.table
@@ -425,7 +470,7 @@ func applyOps(cols []string, ops []colOp) (out []string, target *tableRef, err e
 		case o.after != "":
 			i := find(out, o.after)
 			if i < 0 {
-				return nil, nil, fmt.Errorf("AFTER %s: no such column", o.after)
+				return nil, nil, nil, fmt.Errorf("AFTER %s: no such column", o.after)
 			}
 			out = slices.Insert(out, i+1, o.name)
 		default:
@@ -433,7 +478,35 @@ func applyOps(cols []string, ops []colOp) (out []string, target *tableRef, err e
 		}
 	}
 	if err := checkUnique(out); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return out, target, nil
+	// Signedness: what each kept column had, what each change and addition
+	// defines (every change is matched against the columns before, as the
+	// server does, so RENAME COLUMN a TO b, b TO a swaps them).
+	was := map[string]bool{}
+	for _, c := range unsigned {
+		was[strings.ToLower(c)] = true
+	}
+	now := map[string]bool{}
+	for _, c := range cols {
+		if !slices.ContainsFunc(kept, func(o colOp) bool {
+			return (o.kind == opDrop || o.kind == opChange) && strings.EqualFold(o.old, c)
+		}) {
+			now[strings.ToLower(c)] = was[strings.ToLower(c)]
+		}
+	}
+	for _, o := range kept {
+		switch {
+		case o.kind == opChange && !o.def:
+			now[strings.ToLower(o.name)] = was[strings.ToLower(o.old)]
+		case o.kind == opChange, o.kind == opAdd:
+			now[strings.ToLower(o.name)] = o.unsigned
+		}
+	}
+	for _, c := range out {
+		if now[strings.ToLower(c)] {
+			unsignedOut = append(unsignedOut, c)
+		}
+	}
+	return out, unsignedOut, target, nil
 }

@@ -28,6 +28,13 @@
 // Tables, so the checkpoint persists them and a restart in the middle of a
 // migration (hours of row copying) still knows the shadow at the cut-over.
 //
+// Signedness. Without binlog_row_metadata (MariaDB's default NO_LOG) a
+// table map does not say which integer columns are UNSIGNED, so their
+// values would read as signed: 4000000000 in an INT UNSIGNED as -294967296.
+// The tracker also follows which columns are declared UNSIGNED (or
+// ZEROFILL), in Signs, so the reader can read them as the server stores
+// them; a table in Tables but not in Signs has signedness unknown.
+//
 // A Tracker is owned by one goroutine. Tables returns an immutable snapshot
 // that may be shared: every change builds a new map.
 package schema
@@ -69,12 +76,19 @@ const maxAbsent = 4096
 // Tables maps "db.table" to its columns in table order.
 type Tables map[string][]string
 
+// Signs maps "db.table" to its columns declared UNSIGNED (or ZEROFILL), in
+// table order; a table absent from it has signedness unknown (learned from
+// the binlog's column names, or from a checkpoint written before
+// signedness was tracked).
+type Signs map[string][]string
+
 // Tracker holds the layout of the captured tables (and shadow tables) at
 // the current position.
 type Tracker struct {
 	captured   map[string]bool
 	capturedDB map[string]bool
 	tables     Tables
+	unsigned   Signs
 	// absent: tables known not to exist (dropped or renamed away in the
 	// binlog read by this tracker). Only in memory: after a restart they
 	// are unknown, which is the safe side.
@@ -86,10 +100,10 @@ type Tracker struct {
 }
 
 // New tracks the captured tables ("db.table"), starting from initial (may
-// be nil: nothing known yet). initial may hold shadow tables (a checkpoint's
-// layout does).
-func New(captured []string, initial Tables) *Tracker {
-	t := &Tracker{captured: map[string]bool{}, capturedDB: map[string]bool{}, tables: Tables{},
+// be nil: nothing known yet) and its signedness signs (may be nil: unknown).
+// initial may hold shadow tables (a checkpoint's layout does).
+func New(captured []string, initial Tables, signs Signs) *Tracker {
+	t := &Tracker{captured: map[string]bool{}, capturedDB: map[string]bool{}, tables: Tables{}, unsigned: Signs{},
 		absent: map[string]bool{}, lost: map[string]string{}, p: parser.New()}
 	for _, c := range captured {
 		t.captured[c] = true
@@ -106,6 +120,9 @@ func New(captured []string, initial Tables) *Tracker {
 			shadows++
 		}
 		t.tables[k] = slices.Clone(initial[k])
+		if u, ok := signs[k]; ok {
+			t.unsigned[k] = slices.Clone(u)
+		}
 	}
 	return t
 }
@@ -114,8 +131,18 @@ func New(captured []string, initial Tables) *Tracker {
 // tables followed for online schema changes; do not modify it.
 func (t *Tracker) Tables() Tables { return t.tables }
 
+// Unsigned is the signedness of the tables in Tables whose signedness is
+// known; do not modify it.
+func (t *Tracker) Unsigned() Signs { return t.unsigned }
+
+// UnsignedColumns returns table's columns declared UNSIGNED, if known.
+func (t *Tracker) UnsignedColumns(db, table string) ([]string, bool) {
+	u, ok := t.unsigned[db+"."+table]
+	return u, ok
+}
+
 // Seed records cols for a captured table whose layout is not known yet
-// (learned from the binlog's own column names).
+// (learned from the binlog's own column names); signedness stays unknown.
 func (t *Tracker) Seed(db, table string, cols []string) {
 	n := db + "." + table
 	if !t.captured[n] {
@@ -144,7 +171,7 @@ func (t *Tracker) Columns(db, table string) ([]string, bool) {
 // other statements return nil.
 func (t *Tracker) Apply(defaultDB, query string) (changed bool, err error) {
 	st := parseStatement(query)
-	e := &edit{t: t, next: t.tables, db: defaultDB, st: st}
+	e := &edit{t: t, next: t.tables, signs: t.unsigned, db: defaultDB, st: st}
 	switch {
 	case st.kind == kOther:
 		err = e.other()
@@ -164,11 +191,13 @@ func (t *Tracker) Apply(defaultDB, query string) (changed bool, err error) {
 	for c := range t.captured {
 		before, had := t.tables[c]
 		after, has := e.next[c]
-		if had != has || !slices.Equal(before, after) {
+		ub, uhad := t.unsigned[c]
+		ua, uhas := e.signs[c]
+		if had != has || !slices.Equal(before, after) || uhad != uhas || !slices.Equal(ub, ua) {
 			changed = true
 		}
 	}
-	t.tables = e.next
+	t.tables, t.unsigned = e.next, e.signs
 	if len(t.absent) > maxAbsent {
 		clear(t.absent)
 	}
@@ -183,8 +212,11 @@ type edit struct {
 	t      *Tracker
 	next   Tables
 	copied bool
-	db     string // the statement's default database
-	st     *statement
+	// signs: the next signedness, copied on first write.
+	signs       Signs
+	signsCopied bool
+	db          string // the statement's default database
+	st          *statement
 }
 
 func (e *edit) key(r tableRef) string {
@@ -199,6 +231,24 @@ func (e *edit) write() Tables {
 		e.next, e.copied = maps.Clone(e.t.tables), true
 	}
 	return e.next
+}
+
+func (e *edit) writeSigns() Signs {
+	if !e.signsCopied {
+		e.signs, e.signsCopied = maps.Clone(e.t.unsigned), true
+	}
+	return e.signs
+}
+
+// setSigns records n's unsigned columns (known) or that they are unknown.
+func (e *edit) setSigns(n string, unsigned []string, known bool) {
+	old, had := e.signs[n]
+	switch {
+	case known && (!had || !slices.Equal(old, unsigned)):
+		e.writeSigns()[n] = slices.Clip(slices.Clone(unsigned))
+	case !known && had:
+		delete(e.writeSigns(), n)
+	}
 }
 
 // relevant reports whether the tracker follows table n: captured, tracked,
@@ -219,11 +269,13 @@ func (e *edit) shadows() int {
 	return n
 }
 
-// set records that table n exists with cols.
-func (e *edit) set(n string, cols []string) {
+// set records that table n exists with cols, unsigned among them when
+// signs says their signedness is known.
+func (e *edit) set(n string, cols, unsigned []string, signs bool) {
 	delete(e.t.absent, n)
 	old, had := e.next[n]
 	if had && slices.Equal(old, cols) {
+		e.setSigns(n, unsigned, signs)
 		return
 	}
 	if !had && !e.t.captured[n] && e.shadows() >= maxShadows {
@@ -232,6 +284,7 @@ func (e *edit) set(n string, cols []string) {
 	}
 	delete(e.t.lost, n)
 	e.write()[n] = slices.Clone(cols)
+	e.setSigns(n, unsigned, signs)
 }
 
 // unknown records that table n may exist with a layout not known.
@@ -240,6 +293,7 @@ func (e *edit) unknown(n, why string) {
 	if _, had := e.next[n]; had {
 		delete(e.write(), n)
 	}
+	e.setSigns(n, nil, false)
 	if _, had := e.t.tables[n]; had || e.t.captured[n] {
 		e.t.lost[n] = why
 	}
@@ -253,6 +307,7 @@ func (e *edit) gone(n string) {
 	if _, had := e.next[n]; had {
 		delete(e.write(), n)
 	}
+	e.setSigns(n, nil, false)
 	delete(e.t.lost, n)
 }
 
@@ -383,7 +438,8 @@ func (e *edit) create() error {
 		e.unknown(n, why)
 		return nil
 	}
-	var cols []string
+	var cols, unsigned []string
+	signs := true
 	var err error
 	if isLike {
 		from := e.key(src)
@@ -391,10 +447,11 @@ func (e *edit) create() error {
 		if cols, ok = e.next[from]; !ok {
 			err = fmt.Errorf("%w: it is created LIKE %s, whose layout is not tracked%s", errUnknownCols, from, e.why(from))
 		}
+		unsigned, signs = e.signs[from]
 	} else if len(st.body) > 0 && (st.body[0].is("LIKE") || len(st.body) > 1 && st.body[1].is("LIKE")) {
 		err = fmt.Errorf("%w: cannot read the LIKE clause", errSyntax)
 	} else {
-		cols, err = createColumns(e.t.p, st.body)
+		cols, unsigned, err = createColumns(e.t.p, st.body)
 	}
 	if err != nil {
 		if captured {
@@ -403,7 +460,7 @@ func (e *edit) create() error {
 		e.unknown(n, fmt.Sprintf("%s: %v", st.verb, err))
 		return nil
 	}
-	e.set(n, cols)
+	e.set(n, cols, unsigned, signs)
 	return nil
 }
 
@@ -461,7 +518,8 @@ func (e *edit) alter() error {
 		e.unknown(n, fmt.Sprintf("%s: %v", st.verb, opErr))
 		return nil
 	}
-	next, _, err := applyOps(cols, ops)
+	unsigned, signs := e.signs[n]
+	next, nextUnsigned, _, err := applyOps(cols, unsigned, ops)
 	if err != nil {
 		err = fmt.Errorf("the tracked layout %v does not allow it: %w", cols, err)
 		if captured {
@@ -471,14 +529,14 @@ func (e *edit) alter() error {
 		return nil
 	}
 	if target == nil {
-		e.set(n, next)
+		e.set(n, next, nextUnsigned, signs)
 		return nil
 	}
 	to := e.key(*target)
 	if to != n {
 		e.gone(n)
 	}
-	e.set(to, next)
+	e.set(to, next, nextUnsigned, signs)
 	return nil
 }
 
@@ -524,8 +582,9 @@ func (e *edit) rename() error {
 			}
 		}
 		if known {
+			unsigned, signs := e.signs[from]
 			e.gone(from)
-			e.set(to, cols)
+			e.set(to, cols, unsigned, signs)
 			continue
 		}
 		why := fmt.Sprintf("renamed from %s, whose layout was not tracked%s", from, e.why(from))

@@ -30,7 +30,7 @@ func errName(err error) string {
 }
 
 func TestApply(t *testing.T) {
-	tr := New([]string{"app.outbox", "app.renamed"}, nil)
+	tr := New([]string{"app.outbox", "app.renamed"}, nil, nil)
 	steps := []struct {
 		db, sql string
 		want    string // app.outbox columns after, "-" for unknown
@@ -219,7 +219,7 @@ func TestStatements(t *testing.T) {
 			if c.unknown {
 				init = nil
 			}
-			tr := New([]string{"app.outbox"}, init)
+			tr := New([]string{"app.outbox"}, init, nil)
 			for _, s := range c.setup {
 				if _, err := tr.Apply("app", s); err != nil && !errors.Is(err, ErrIgnored) {
 					t.Fatalf("setup %s: %v", s, err)
@@ -293,7 +293,7 @@ func TestOnlineSchemaChange(t *testing.T) {
 		for _, restart := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s restart=%v", name, restart), func(t *testing.T) {
 				captured := []string{"app.outbox"}
-				tr := New(captured, Tables{"app.outbox": strings.Split(base, ",")})
+				tr := New(captured, Tables{"app.outbox": strings.Split(base, ",")}, nil)
 				for i, s := range stmts {
 					changed, err := tr.Apply("app", s)
 					if err != nil && !errors.Is(err, ErrIgnored) {
@@ -308,7 +308,7 @@ func TestOnlineSchemaChange(t *testing.T) {
 						t.Fatalf("step %d %s: outbox %s (changed %v), want %s (changed %v)", i, s, got, changed, want, cut)
 					}
 					if restart {
-						tr = New(captured, tr.Tables())
+						tr = New(captured, tr.Tables(), tr.Unsigned())
 					}
 				}
 				if got := fmt.Sprint(tr.Tables()); got != "map[app.outbox:["+strings.ReplaceAll(newLayout, ",", " ")+"]]" {
@@ -320,7 +320,7 @@ func TestOnlineSchemaChange(t *testing.T) {
 }
 
 func TestShadowLimit(t *testing.T) {
-	tr := New([]string{"app.outbox"}, Tables{"app.outbox": {"a"}})
+	tr := New([]string{"app.outbox"}, Tables{"app.outbox": {"a"}}, nil)
 	for i := 0; i <= maxShadows; i++ {
 		if _, err := tr.Apply("app", fmt.Sprintf("CREATE TABLE t%d (a INT, b INT)", i)); err != nil {
 			t.Fatal(err)
@@ -333,13 +333,13 @@ func TestShadowLimit(t *testing.T) {
 	if !errors.Is(err, ErrUnparsed) || !strings.Contains(err.Error(), "tracked already") {
 		t.Fatalf("rename of an untracked table beyond the limit: %v, want ErrUnparsed saying why", err)
 	}
-	if got := New([]string{"app.outbox"}, Tables{"app.outbox": {"a"}, "x.1": nil, "x.2": nil}); len(got.Tables()) != 3 {
+	if got := New([]string{"app.outbox"}, Tables{"app.outbox": {"a"}, "x.1": nil, "x.2": nil}, nil); len(got.Tables()) != 3 {
 		t.Fatal("shadows of the initial layout dropped")
 	}
 }
 
 func TestSnapshotsAreImmutable(t *testing.T) {
-	tr := New([]string{"app.outbox"}, Tables{"app.outbox": {"a", "b"}, "app._outbox_gho": {"x"}})
+	tr := New([]string{"app.outbox"}, Tables{"app.outbox": {"a", "b"}, "app._outbox_gho": {"x"}}, nil)
 	if got := layout(tr, "app._outbox_gho"); got != "x" {
 		t.Fatalf("a shadow table of the initial layout (a checkpoint taken mid-migration) was dropped: %s", got)
 	}
@@ -357,7 +357,7 @@ func TestSnapshotsAreImmutable(t *testing.T) {
 }
 
 func TestUnparsed(t *testing.T) {
-	tr := New([]string{"app.outbox"}, Tables{"app.outbox": {"a"}})
+	tr := New([]string{"app.outbox"}, Tables{"app.outbox": {"a"}}, nil)
 	if _, err := tr.Apply("app", "ALTER TABLE outbox FROBNICATE"); !errors.Is(err, ErrUnparsed) {
 		t.Fatalf("unparsable DDL on a captured table: %v, want ErrUnparsed", err)
 	}
@@ -367,7 +367,7 @@ func TestUnparsed(t *testing.T) {
 	if _, err := tr.Apply("app", "ALTER TABLE elsewhere FROBNICATE"); err != nil {
 		t.Fatalf("unparsable DDL elsewhere: %v, want nil", err)
 	}
-	tr = New([]string{"app.outbox"}, Tables{"app.outbox": {"a"}})
+	tr = New([]string{"app.outbox"}, Tables{"app.outbox": {"a"}}, nil)
 	if _, err := tr.Apply("app", "ALTER TABLE outbox DROP COLUMN nope"); !errors.Is(err, ErrUnparsed) {
 		t.Fatalf("dropping an unknown column: %v, want ErrUnparsed", err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -497,7 +498,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if cur != nil {
 		from, events = cur.GTIDSet, cur.Events
 	}
-	layout, err := checkpointLayout(ctx, src, srv, cur, *layoutFrom, *to == "now", pos)
+	layout, signs, err := checkpointLayout(ctx, src, srv, cur, *layoutFrom, *to == "now", pos)
 	if err != nil {
 		return err
 	}
@@ -505,7 +506,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 		return err
 	}
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
-		Time: time.Now().UTC(), Events: events, Schema: layout}
+		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs}
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
 			cp.XA = cur.XA // same position: the prepared XA transactions are still pending
@@ -533,7 +534,9 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 // keep when there is a previous layout, else server. Captured tables the
 // kept layout lacks come from the server. Neither source is certain for a
 // position in the past: stderr says which was taken and when it is right.
-func checkpointLayout(ctx context.Context, src binlog.Config, srv *binlog.Server, cur *checkpoint.Checkpoint, mode string, now bool, pos string) (map[string][]string, error) {
+// signs are the UNSIGNED columns of the tables whose signedness is known
+// (the server's always; a kept layout's if its checkpoint recorded them).
+func checkpointLayout(ctx context.Context, src binlog.Config, srv *binlog.Server, cur *checkpoint.Checkpoint, mode string, now bool, pos string) (layout, signs map[string][]string, err error) {
 	if mode == "" {
 		mode = "server"
 		if !now && cur != nil && cur.Schema != nil {
@@ -544,15 +547,18 @@ func checkpointLayout(ctx context.Context, src binlog.Config, srv *binlog.Server
 	if srv.ColumnNames {
 		note = " (the server logs column names, binlog_row_metadata=FULL: rows are decoded with those; the layout is a fallback)"
 	}
-	out := map[string][]string{}
+	out, signs := map[string][]string{}, map[string][]string{}
 	missing := src.Tables
 	if mode == "keep" {
 		if cur == nil || cur.Schema == nil {
-			return nil, fmt.Errorf("%w: --schema keep: there is no previous checkpoint with a layout to keep", errUsage)
+			return nil, nil, fmt.Errorf("%w: --schema keep: there is no previous checkpoint with a layout to keep", errUsage)
 		}
 		missing = nil
 		for t, cols := range cur.Schema {
 			out[t] = cols
+			if u, ok := cur.Unsigned[t]; ok {
+				signs[t] = u
+			}
 		}
 		for _, t := range src.Tables {
 			if _, ok := out[t]; !ok {
@@ -563,9 +569,9 @@ func checkpointLayout(ctx context.Context, src binlog.Config, srv *binlog.Server
 			cur.GTIDSet, cur.GTIDSet, pos, note)
 	}
 	if len(missing) > 0 {
-		current, err := binlog.CurrentColumns(ctx, src, srv.Addr)
+		current, currentSigns, err := binlog.CurrentColumns(ctx, src, srv.Addr)
 		if err != nil && !srv.ColumnNames {
-			return nil, err
+			return nil, nil, err
 		}
 		if err != nil { // rows carry their column names: the layout is only a fallback
 			fmt.Fprintf(os.Stderr, "layout: not stored: %v%s\n", err, note)
@@ -579,7 +585,7 @@ func checkpointLayout(ctx context.Context, src binlog.Config, srv *binlog.Server
 					"its rows need column names in the binlog (binlog_row_metadata=FULL)\n", t, srv.Addr)
 				continue
 			}
-			out[t] = cols
+			out[t], signs[t] = cols, currentSigns[t]
 			took = append(took, t)
 		}
 		if len(took) > 0 {
@@ -588,14 +594,23 @@ func checkpointLayout(ctx context.Context, src binlog.Config, srv *binlog.Server
 		}
 	}
 	for _, t := range src.Tables {
-		if cols, ok := out[t]; ok {
-			fmt.Fprintf(os.Stderr, "layout: %s: %s\n", t, strings.Join(cols, ", "))
+		cols, ok := out[t]
+		if !ok {
+			continue
 		}
+		sign := "signedness unknown (the kept checkpoint did not record it)"
+		if u, ok := signs[t]; ok {
+			sign = "unsigned: " + cmp.Or(strings.Join(u, ", "), "none")
+		}
+		fmt.Fprintf(os.Stderr, "layout: %s: %s; %s\n", t, strings.Join(cols, ", "), sign)
 	}
 	if len(out) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return out, nil
+	if len(signs) == 0 {
+		signs = nil
+	}
+	return out, signs, nil
 }
 
 func newCheckpointResetCmd() *cobra.Command {

@@ -99,6 +99,7 @@ func (l *loop) startCommit(ctx context.Context) error {
 		Time:       now.UTC(),
 		Events:     l.events + int64(l.batchRecords),
 		Schema:     l.schema,
+		Unsigned:   l.unsigned,
 		XA:         l.xaCheckpoint(),
 	}
 	if l.partial.GTID != "" {

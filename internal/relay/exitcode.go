@@ -61,7 +61,7 @@ func ExitCode(err error) int {
 	case is(binlog.ErrPurged):
 		return ExitPurged
 	case is(ErrBadRow, ErrInvalidOp, ErrUnknownXA, binlog.ErrStatementLogged, binlog.ErrUnframed,
-		binlog.ErrRolledBackRows, binlog.ErrPositionDiverged, binlog.ErrSchemaMismatch, schema.ErrUnparsed,
+		binlog.ErrRolledBackRows, binlog.ErrPositionDiverged, binlog.ErrSchemaMismatch, binlog.ErrNoSignedness, schema.ErrUnparsed,
 		checkpoint.ErrCorrupt):
 		return ExitData
 	case fatal(err):

@@ -30,10 +30,11 @@ type loop struct {
 	// partial: rows of one source transaction already published (committed,
 	// or produced into the open batch). Loaded from the checkpoint, it makes
 	// a restart skip exactly those rows. GTID "" when there is none.
-	partial checkpoint.Partial
-	schema  schema.Tables // captured tables' layout at set
-	curGTID string        // transaction whose rows are being read; "" between transactions
-	curRows int64         // routed rows of curGTID seen so far
+	partial  checkpoint.Partial
+	schema   schema.Tables // captured tables' layout at set
+	unsigned schema.Signs  // and their signedness
+	curGTID  string        // transaction whose rows are being read; "" between transactions
+	curRows  int64         // routed rows of curGTID seen so far
 	// curDeleted counts rows of curGTID deleted from outbox tables, taken as
 	// the delete-after-insert pattern while they do not outnumber curRows.
 	curDeleted int64
@@ -435,7 +436,7 @@ func (l *loop) commitDue(ctx context.Context) error {
 // commit, an XA prepare or an XA rollback).
 func (l *loop) advance(ev *binlog.Event) {
 	l.r.metrics.SourceTransactions.Inc()
-	l.set, l.setStr, l.schema = ev.Set, "", ev.Schema
+	l.set, l.setStr, l.schema, l.unsigned = ev.Set, "", ev.Schema, ev.Unsigned
 	if l.partial.GTID == ev.GTID {
 		l.partial = checkpoint.Partial{}
 	}

@@ -254,7 +254,7 @@ func fatal(err error) bool {
 		binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, binlog.ErrDuplicateServerID,
 		binlog.ErrPacketTooLarge, binlog.ErrPositionDiverged, config.ErrInvalid, checkpoint.ErrCorrupt,
 		checkpoint.ErrTopicLayout, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
-		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames, binlog.ErrSchemaMismatch, schema.ErrUnparsed} {
+		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames, binlog.ErrSchemaMismatch, binlog.ErrNoSignedness, schema.ErrUnparsed} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -291,7 +291,7 @@ func kind(err error) string {
 	case errors.Is(err, binlog.ErrAccessDenied), errors.Is(err, binlog.ErrServerConfig), errors.Is(err, binlog.ErrGrants),
 		errors.Is(err, binlog.ErrNoColumnNames), errors.Is(err, binlog.ErrBadPosition), errors.Is(err, ErrFlavorMismatch):
 		return "source_config"
-	case errors.Is(err, binlog.ErrSchemaMismatch), errors.Is(err, schema.ErrUnparsed):
+	case errors.Is(err, binlog.ErrSchemaMismatch), errors.Is(err, binlog.ErrNoSignedness), errors.Is(err, schema.ErrUnparsed):
 		return "schema"
 	case errors.Is(err, errSourceStream):
 		return "binlog"
@@ -424,7 +424,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	if err != nil {
 		return err
 	}
-	l.schema = tracker.Tables()
+	l.schema, l.unsigned = tracker.Tables(), tracker.Unsigned()
 	if cp == nil {
 		// Pin the start position first: a restart before the first batch must
 		// resume here, not at a later "now".
@@ -475,19 +475,20 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 // CREATE TABLE statements and column names in the binlog.
 func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.Checkpoint) (*schema.Tracker, error) {
 	var initial schema.Tables
+	var signs schema.Signs
 	switch {
 	case cp != nil && cp.Replays():
-		initial = cp.XA.Schema // reading again from before a prepared XA transaction
+		initial, signs = cp.XA.Schema, cp.XA.Unsigned // reading again from before a prepared XA transaction
 	case cp != nil && cp.Schema != nil:
-		initial = cp.Schema
+		initial, signs = cp.Schema, cp.Unsigned
 	case cp == nil && r.cfg.Source.Start == "now":
-		cur, err := binlog.CurrentColumns(ctx, r.source, srv.Addr)
+		cur, curSigns, err := binlog.CurrentColumns(ctx, r.source, srv.Addr)
 		if err != nil {
 			return nil, err
 		}
-		initial = cur
+		initial, signs = cur, curSigns
 	}
-	return schema.New(r.cfg.Source.Tables, initial), nil
+	return schema.New(r.cfg.Source.Tables, initial, signs), nil
 }
 
 // startPosition is the checkpoint's GTID set, or source.start without one.

@@ -22,11 +22,12 @@ var ErrUnknownXA = errors.New("xa commit of a transaction prepared before the re
 // xaTx is an XA transaction the loop has seen rows or a prepare of and
 // not yet seen end.
 type xaTx struct {
-	gtid   string         // its XA PREPARE group; "" until prepared
-	events []binlog.Event // its rows of captured tables, held until XA COMMIT
-	rows   int64
-	before string        // the GTID set before its prepare group
-	schema schema.Tables // the captured tables' layout there
+	gtid     string         // its XA PREPARE group; "" until prepared
+	events   []binlog.Event // its rows of captured tables, held until XA COMMIT
+	rows     int64
+	before   string        // the GTID set before its prepare group
+	schema   schema.Tables // the captured tables' layout there
+	unsigned schema.Signs  // and their signedness
 	// want is the row count a checkpoint recorded for it (restart): the rows
 	// read again must match; -1 when not from a checkpoint.
 	want int64
@@ -96,7 +97,7 @@ func (l *loop) prepareXA(ev *binlog.Event) {
 	if want, ok := l.xa.listed[ev.GTID]; ok {
 		x.want = want
 	}
-	x.gtid, x.before, x.schema = ev.GTID, l.position(), l.schema
+	x.gtid, x.before, x.schema, x.unsigned = ev.GTID, l.position(), l.schema, l.unsigned
 	for _, id := range l.xa.prepared {
 		if id == ev.XID {
 			return // read again after a restart
@@ -213,7 +214,7 @@ func (l *loop) xaCheckpoint() *checkpoint.XA {
 		st.Prepared = append(st.Prepared, checkpoint.PreparedXA{XID: id, GTID: x.gtid, Rows: x.rows})
 		if max(x.rows, x.want) > 0 && st.Resume == nil {
 			before := x.before
-			st.Resume, st.Schema = &before, x.schema
+			st.Resume, st.Schema, st.Unsigned = &before, x.schema, x.unsigned
 		}
 	}
 	return st

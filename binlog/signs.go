@@ -1,0 +1,168 @@
+package binlog
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+)
+
+// ErrNoSignedness: a captured table's row holds a negative value in an
+// integer column whose signedness neither the binlog (binlog_row_metadata
+// NO_LOG, MariaDB's default) nor the tracked layout gives: it is either that
+// negative number or a large UNSIGNED one, and the relay does not guess.
+var ErrNoSignedness = errors.New("integer signedness unknown")
+
+// signFix says how to read a table's integer columns when its table map
+// carries no signedness (go-mysql, and decodeInsertRows like it, then read
+// them all as signed).
+type signFix struct {
+	// unsigned: columns to read as UNSIGNED, with their binlog types.
+	unsigned []signCol
+	// unknown: integer columns whose signedness is not known.
+	unknown []signCol
+}
+
+type signCol struct {
+	i    int
+	name string
+	tp   byte
+}
+
+func isInteger(tp byte) bool {
+	switch tp {
+	case mysql.MYSQL_TYPE_TINY, mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_LONGLONG:
+		return true
+	}
+	return false
+}
+
+// hasSignedness reports whether tm says which of its numeric columns are
+// UNSIGNED (binlog_row_metadata MINIMAL or FULL), or has none to say it of.
+func hasSignedness(tm *replication.TableMapEvent) bool {
+	if len(tm.SignednessBitmap) > 0 {
+		return true
+	}
+	for i := range int(tm.ColumnCount) {
+		if tm.IsNumericColumn(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// binlogUnsigned lists the columns tm marks UNSIGNED.
+func binlogUnsigned(tm *replication.TableMapEvent, cols []string) []string {
+	var out []string
+	m := tm.UnsignedMap()
+	for i, c := range cols {
+		if m[i] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// planSigns is nil when tm's rows need no fixing: it carries signedness, or
+// has no integer columns. Else unsigned (known says whether it is) are the
+// table's UNSIGNED columns by name.
+func planSigns(tm *replication.TableMapEvent, cols, unsigned []string, known bool) *signFix {
+	if len(tm.SignednessBitmap) > 0 {
+		return nil
+	}
+	var f signFix
+	for i, c := range cols {
+		if i >= len(tm.ColumnType) || !isInteger(tm.ColumnType[i]) {
+			continue
+		}
+		sc := signCol{i: i, name: c, tp: tm.ColumnType[i]}
+		switch {
+		case !known:
+			f.unknown = append(f.unknown, sc)
+		case containsFold(unsigned, c):
+			f.unsigned = append(f.unsigned, sc)
+		}
+	}
+	if len(f.unsigned) == 0 && len(f.unknown) == 0 {
+		return nil
+	}
+	return &f
+}
+
+func containsFold(list []string, s string) bool {
+	for _, x := range list {
+		if strings.EqualFold(x, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// apply reads rows' UNSIGNED columns as the server stores them: the signed
+// values the decoders gave are the same bits. A negative value in a column
+// of unknown signedness is ErrNoSignedness.
+func (f *signFix) apply(rows [][]any, table, gtid string) error {
+	for _, row := range rows {
+		for _, c := range f.unsigned {
+			if c.i < len(row) {
+				row[c.i] = asUnsigned(row[c.i], c.tp)
+			}
+		}
+		for _, c := range f.unknown {
+			if c.i >= len(row) || !negative(row[c.i]) {
+				continue
+			}
+			return fmt.Errorf("%w: %s at %s: column %s holds %v, or %v if it is UNSIGNED: the binlog does not say "+
+				"(binlog_row_metadata=NO_LOG) and the tracked layout does not either (it was learned from the binlog's column "+
+				"names, or comes from a checkpoint written before signedness was tracked). Set binlog_row_metadata=MINIMAL "+
+				"or FULL on the server for new transactions; for this one, if the table's definition has not changed since, "+
+				"record it with `outbox-relay checkpoint set --gtid <the checkpoint's set> --schema server`",
+				ErrNoSignedness, table, gtid, c.name, row[c.i], asUnsigned(row[c.i], c.tp))
+		}
+	}
+	return nil
+}
+
+func negative(v any) bool {
+	switch x := v.(type) {
+	case int8:
+		return x < 0
+	case int16:
+		return x < 0
+	case int32:
+		return x < 0
+	case int64:
+		return x < 0
+	}
+	return false
+}
+
+// asUnsigned is v, decoded as a signed column of binlog type tp, read as
+// the unsigned column's value go-mysql gives with signedness metadata.
+// Anything else (NULL, an unsigned value already) is returned as it is.
+func asUnsigned(v any, tp byte) any {
+	switch x := v.(type) {
+	case int8:
+		if tp == mysql.MYSQL_TYPE_TINY {
+			return uint8(x)
+		}
+	case int16:
+		if tp == mysql.MYSQL_TYPE_SHORT {
+			return uint16(x)
+		}
+	case int32:
+		switch tp {
+		case mysql.MYSQL_TYPE_INT24:
+			return uint32(x) & 0xFFFFFF
+		case mysql.MYSQL_TYPE_LONG:
+			return uint32(x)
+		}
+	case int64:
+		if tp == mysql.MYSQL_TYPE_LONGLONG {
+			return uint64(x)
+		}
+	}
+	return v
+}
