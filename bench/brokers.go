@@ -154,8 +154,8 @@ func parseLatencyRuns(v string) ([]latencyRun, error) {
 func (h *harness) latencySection(seconds int, runs []latencyRun) error {
 	d := time.Duration(seconds) * time.Second
 	h.printf("\n## 2. Commit-to-receive latency (%d s per rate)\n\n", seconds)
-	h.printf("From the writer's COMMIT returning to a read_committed consumer (FetchMaxWait 10 ms) receiving the record; " +
-		"transactions of an alarm record and 1 or 10 outbox rows (one INSERT), 4 writer connections, timed after %s at the same rate (not counted: a broker's JIT compiles its transaction path in the first thousands of transactions). " +
+	h.printf("From the writer's COMMIT returning to a read_committed consumer (FetchMaxWait 10 ms) receiving the record; "+
+		"transactions of an alarm record and 1 or 10 outbox rows (one INSERT), 4 writer connections, timed after %s at the same rate (not counted: a broker's JIT compiles its transaction path in the first thousands of transactions). "+
 		"The last column is the median of the last tenth of the events to arrive: it grows with the run when the relay does not keep up.\n\n", latencyWarmUp)
 	h.printf("The GC column is the broker's stop-the-world pauses during the run, from its GC log (Apache Kafka started by `deploy/dev/kafka.sh`; empty otherwise): an event committed during one waits for it, whatever the relay does.\n\n")
 	h.printf("| delivery | target events/s | events per transaction | achieved | events | p50 ms | p99 ms | max ms | last tenth p50 ms | broker GC pauses: n, longest, total ms |\n|---|---|---|---|---|---|---|---|---|---|\n")
