@@ -331,9 +331,40 @@ func resultRow(res *mysql.Result, i int, at time.Time) router.Row {
 		if b, ok := v.([]byte); ok {
 			v = string(b)
 		}
+		if s, ok := v.(string); ok && isDateTime(f.Type) {
+			v = withFraction(s, int(f.Decimal))
+		}
 		row.Values = append(row.Values, v)
 	}
 	return row
+}
+
+func isDateTime(tp byte) bool {
+	switch tp {
+	case mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_DATETIME2, mysql.MYSQL_TYPE_TIMESTAMP2:
+		return true
+	}
+	return false
+}
+
+// withFraction renders a DATETIME or TIMESTAMP value read with a prepared
+// statement (go-mysql writes a binary result's fraction with 6 digits, or
+// none when it is zero) as the binlog has it, and so the relay: with the
+// column's fsp digits, "10:00:00.000" for DATETIME(3). A value not of that
+// form, or a column without an fsp (an expression), is left as it is.
+func withFraction(s string, fsp int) string {
+	if fsp > 6 || len(s) < len("2006-01-02 15:04:05") || s[len("2006-01-02 15:04:05")-3] != ':' {
+		return s
+	}
+	whole, frac, _ := strings.Cut(s, ".")
+	if len(whole) != len("2006-01-02 15:04:05") || strings.Trim(frac, "0123456789") != "" || len(frac) > 6 {
+		return s
+	}
+	if fsp == 0 {
+		return whole
+	}
+	frac += "000000"
+	return whole + "." + frac[:fsp]
 }
 
 // routeAgain routes row as the relay would and marks it replayed.
