@@ -11,6 +11,8 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/google/uuid"
+
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // Sentinels of the framer: each stops the relay before the transaction it
@@ -98,8 +100,9 @@ type frameOut struct {
 	onePhase bool // an XA transaction committed in one phase
 	set      mysql.GTIDSet
 	// stmt is a standalone statement (DDL) for the schema tracker.
-	stmt   string
-	stmtDB string
+	stmt     string
+	stmtDB   string
+	stmtMode schema.SQLMode // the statement's sql_mode, as it changes how its text reads
 }
 
 // groupShape is what a GTID event says of its group. MariaDB logs no
@@ -270,7 +273,7 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 			return frameOut{}, false, err
 		}
 		out, err := f.close(KindCommit, "")
-		out.stmt, out.stmtDB = q, string(e.Schema)
+		out.stmt, out.stmtDB, out.stmtMode = q, string(e.Schema), statusSQLMode(e.StatusVars)
 		return out, true, err
 	}
 	// Inside a transaction.

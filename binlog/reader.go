@@ -575,7 +575,7 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 // tracker cannot follow is only reported; otherwise it stops the relay.
 func (r *Reader) applyDDL(st *streamState, out frameOut, batch []Event) ([]Event, error) {
 	gtid := st.frame.gtid
-	changed, err := r.tracker.Apply(out.stmtDB, out.stmt)
+	changed, err := r.tracker.ApplyMode(out.stmtDB, out.stmt, out.stmtMode)
 	switch {
 	case errors.Is(err, schema.ErrUnparsed) && !r.srv.ColumnNames:
 		return batch, fmt.Errorf("read binlog at %s: %w (statement: %.200s)", gtid, err, out.stmt)

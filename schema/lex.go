@@ -53,8 +53,10 @@ func wordByte(c byte) bool {
 // lex splits a statement into tokens. Comments are dropped; executable
 // comments (/*! ... */, /*!50100 ... */, MariaDB's /*M! ... */) are read as
 // the code they hold, since the server that logged the statement ran it.
-// An unterminated quote or comment ends the input.
-func lex(s string) []token {
+// An unterminated quote or comment ends the input. escapes: a backslash in
+// a string escapes the next character (unless the statement ran with
+// sql_mode NO_BACKSLASH_ESCAPES).
+func lex(s string, escapes bool) []token {
 	var out []token
 	inExec := false
 	for i := 0; i < len(s); {
@@ -92,7 +94,7 @@ func lex(s string) []token {
 			out = append(out, token{kind: tQuoted, text: s[i : i+n], val: val, pos: i, end: i + n})
 			i += n
 		case c == '\'' || c == '"':
-			val, n := quoted(s[i:], c, true)
+			val, n := quoted(s[i:], c, escapes)
 			out = append(out, token{kind: tString, text: s[i : i+n], val: val, pos: i, end: i + n})
 			i += n
 		case wordByte(c):

@@ -48,6 +48,7 @@ import (
 	"strings"
 
 	"github.com/pingcap/tidb/pkg/parser"
+	tidbmysql "github.com/pingcap/tidb/pkg/parser/mysql"
 	_ "github.com/pingcap/tidb/pkg/parser/test_driver" // value expressions in DDL
 )
 
@@ -170,7 +171,26 @@ func (t *Tracker) Columns(db, table string) ([]string, bool) {
 // the statement concerns a captured table without changing its columns;
 // other statements return nil.
 func (t *Tracker) Apply(defaultDB, query string) (changed bool, err error) {
-	st := parseStatement(query)
+	return t.ApplyMode(defaultDB, query, SQLMode{})
+}
+
+// SQLMode is what of a statement's sql_mode changes how its text reads.
+type SQLMode struct {
+	// NoBackslashEscapes: a backslash in a string is itself, not an escape.
+	NoBackslashEscapes bool
+	// Unknown: the binlog event did not give its sql_mode. A table
+	// definition change whose text reads differently with and without
+	// NO_BACKSLASH_ESCAPES is then not followed (ErrUnparsed).
+	Unknown bool
+}
+
+// ApplyMode is Apply of a statement that ran with mode.
+func (t *Tracker) ApplyMode(defaultDB, query string, mode SQLMode) (changed bool, err error) {
+	if mode.NoBackslashEscapes {
+		t.p.SetSQLMode(tidbmysql.ModeNoBackslashEscapes)
+		defer t.p.SetSQLMode(tidbmysql.ModeNone)
+	}
+	st := parseStatement(query, mode)
 	e := &edit{t: t, next: t.tables, signs: t.unsigned, db: defaultDB, st: st}
 	switch {
 	case st.kind == kOther:

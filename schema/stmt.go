@@ -2,6 +2,7 @@ package schema
 
 import (
 	"errors"
+	"slices"
 	"strings"
 )
 
@@ -46,9 +47,28 @@ var objects = map[string]bool{"TABLE": true, "TABLES": true, "TRIGGER": true, "E
 	"FUNCTION": true, "VIEW": true, "INDEX": true, "DATABASE": true, "SCHEMA": true, "USER": true, "ROLE": true,
 	"SEQUENCE": true, "SERVER": true, "PACKAGE": true, "TABLESPACE": true, "LOGFILE": true, "AGGREGATE": true}
 
-// parseStatement lexes query and classifies it by its leading keywords.
-func parseStatement(query string) *statement {
-	toks := lex(query)
+// errQuoting: the statement's strings read differently with and without
+// NO_BACKSLASH_ESCAPES, and its sql_mode is not known.
+var errQuoting = errors.New("a backslash in a string reads differently by sql_mode NO_BACKSLASH_ESCAPES, which the binlog event does not give")
+
+// parseStatement lexes query as mode says and classifies it by its
+// leading keywords.
+func parseStatement(query string, mode SQLMode) *statement {
+	toks := lex(query, !mode.NoBackslashEscapes)
+	st := classify(toks)
+	if st.kind != kOther && st.bad == nil && mode.Unknown && strings.IndexByte(query, '\\') >= 0 && !sameTokens(toks, lex(query, false)) {
+		st.bad = errQuoting
+	}
+	return st
+}
+
+// sameTokens reports whether a and b are the same tokens.
+func sameTokens(a, b []token) bool {
+	return slices.EqualFunc(a, b, func(x, y token) bool { return x.kind == y.kind && x.text == y.text })
+}
+
+// classify classifies a statement's tokens by its leading keywords.
+func classify(toks []token) *statement {
 	for len(toks) > 0 && toks[len(toks)-1].punct(';') {
 		toks = toks[:len(toks)-1]
 	}

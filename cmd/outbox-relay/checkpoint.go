@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -510,6 +512,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
 			cp.XA = cur.XA // same position: the prepared XA transactions are still pending
+			cp.XA = xaSigns(cp.XA, layout, signs)
 		} else {
 			fmt.Fprintf(os.Stderr, "warning: the checkpoint listed %d prepared XA transactions; at the new position the relay "+
 				"knows none, so an XA COMMIT of one of them stops it (`checkpoint skip` past it once its outbox rows, if any, "+
@@ -523,6 +526,32 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	log.Info().Str("name", cfg.Name).Str("from", from).Str("to", pos).Msg("checkpoint set")
 	fmt.Printf("checkpoint of %s: %s -> %s\n", cfg.Name, from, pos)
 	return nil
+}
+
+// xaSigns is x with the signedness of signs for the tables whose layout
+// at the prepared XA transactions' resume position is the one checkpoint
+// set stores (their definitions have not changed in between, as the
+// operator says of the new layout), where x did not know it: the relay
+// reads from there with x's layout, so a signedness recorded only at the
+// checkpoint's position would not help it past them.
+func xaSigns(x *checkpoint.XA, layout, signs map[string][]string) *checkpoint.XA {
+	if x == nil || x.Schema == nil || x.Resume == nil {
+		return x
+	}
+	out := *x
+	out.Unsigned = maps.Clone(x.Unsigned)
+	for t, cols := range x.Schema {
+		u, ok := signs[t]
+		if _, known := out.Unsigned[t]; known || !ok || !slices.Equal(cols, layout[t]) {
+			continue
+		}
+		if out.Unsigned == nil {
+			out.Unsigned = map[string][]string{}
+		}
+		out.Unsigned[t] = u
+		fmt.Fprintf(os.Stderr, "layout: %s: the same signedness at the prepared XA transactions' resume position %s (its layout there is the same)\n", t, *x.Resume)
+	}
+	return &out
 }
 
 // checkpointLayout is the column layout checkpoint set stores with pos: the
