@@ -209,7 +209,10 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 		if c.v == "" {
 			continue
 		}
-		v, absolute := sqlTime(c.v)
+		v, absolute, err := sqlTime(c.v)
+		if err != nil {
+			return nil, err
+		}
 		// The session is in UTC (utcSession); the server's terms are its
 		// former zone. A TIMESTAMP is compared in the session's zone, a
 		// DATETIME (local time without a zone) as it is, in the zone
@@ -292,12 +295,24 @@ func checkZone(conn *client.Conn, zone string) error {
 // sqlTime turns an RFC 3339 time into DATETIME text in UTC (absolute:
 // the caller converts it to the session's zone); anything else is passed
 // as written, in the server's terms.
-func sqlTime(s string) (string, bool) {
+func sqlTime(s string) (string, bool, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC().Format("2006-01-02 15:04:05.999999"), true
+		return t.UTC().Format("2006-01-02 15:04:05.999999"), true, nil
 	}
-	return s, false
+	for _, layout := range localTimeLayouts {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.Format("2006-01-02 15:04:05.999999"), false, nil
+		}
+	}
+	// The server would compare a string it cannot read as a time as
+	// nothing, or as the zero date: an empty selection, silently.
+	return "", false, fmt.Errorf("%w: %q is not a time: give RFC 3339 (2026-11-30T10:00:00Z, 2026-11-30T12:00:00+02:00) "+
+		"or the server's local time (2026-11-30 10:00:00[.ffffff], 2026-11-30 10:00, 2026-11-30)", errUsage, s)
 }
+
+// localTimeLayouts are the local-time forms --since and --until accept
+// (a day that does not exist, 2026-11-31, is refused).
+var localTimeLayouts = []string{"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999", "2006-01-02 15:04", "2006-01-02T15:04", "2006-01-02"}
 
 // autoIncrementColumn names table t's auto-increment column, "" if none.
 func autoIncrementColumn(conn *client.Conn, t string) (string, error) {

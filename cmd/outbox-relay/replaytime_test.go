@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 // A prepared statement's DATETIME/TIMESTAMP comes back as the binlog (and
 // so the relay) renders the column: with its fsp digits.
@@ -22,6 +25,34 @@ func TestWithFraction(t *testing.T) {
 	} {
 		if got := withFraction(c.in, c.fsp); got != c.want {
 			t.Errorf("withFraction(%q, %d) = %q, want %q", c.in, c.fsp, got, c.want)
+		}
+	}
+}
+
+// --since/--until: RFC 3339 becomes UTC, local forms the server's terms;
+// anything else (a day that does not exist included) is refused, not
+// compared by the server as no time at all (an empty selection, silently).
+func TestSQLTime(t *testing.T) {
+	for _, c := range []struct {
+		in       string
+		want     string
+		absolute bool
+	}{
+		{"2026-11-30T12:00:00+02:00", "2026-11-30 10:00:00", true},
+		{"2026-11-30T10:00:00.25Z", "2026-11-30 10:00:00.25", true},
+		{"2026-11-30 10:00:00", "2026-11-30 10:00:00", false},
+		{"2026-11-30 10:00:00.120", "2026-11-30 10:00:00.12", false},
+		{"2026-11-30T10:00", "2026-11-30 10:00:00", false},
+		{"2026-11-30", "2026-11-30 00:00:00", false},
+	} {
+		got, abs, err := sqlTime(c.in)
+		if err != nil || got != c.want || abs != c.absolute {
+			t.Errorf("sqlTime(%q) = %q, %v, %v; want %q, %v", c.in, got, abs, err, c.want, c.absolute)
+		}
+	}
+	for _, bad := range []string{"2026-11-31", "2026-13-01 00:00:00", "yesterday", "30.11.2026", ""} {
+		if _, _, err := sqlTime(bad); !errors.Is(err, errUsage) {
+			t.Errorf("sqlTime(%q): error %v, want a usage error", bad, err)
 		}
 	}
 }
