@@ -341,6 +341,7 @@ func (f *framer) undoTo(n int) {
 // logged, since a trigger or stored function it fires could write the
 // outbox without the relay seeing it.
 func (f *framer) statement(e *replication.QueryEvent, q string) error {
+	q = schema.StatementBody(q) // SET STATEMENT ... FOR: the statement it runs
 	tables, dml, err := dmlTargets(string(e.Schema), q)
 	if err != nil {
 		// Only a statement that starts as a row change can be one: table

@@ -6,9 +6,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// modeNoBackslashEscapes is sql_mode NO_BACKSLASH_ESCAPES's bit, in MySQL's
-// and MariaDB's binlog alike.
-const modeNoBackslashEscapes = 1 << 20
+// sql_mode bits that change how a statement's text reads, in MySQL's and
+// MariaDB's binlog alike (ANSI and ORACLE are logged expanded: they
+// include ANSI_QUOTES).
+const (
+	modeANSIQuotes         = 1 << 2
+	modeNoBackslashEscapes = 1 << 20
+)
 
 // statusSQLMode reads a query event's sql_mode from its status variables
 // (Q_SQL_MODE_CODE; servers write it second, after Q_FLAGS2_CODE). A
@@ -25,7 +29,8 @@ func statusSQLMode(vars []byte) schema.SQLMode {
 			if i+8 > len(vars) {
 				return schema.SQLMode{Unknown: true}
 			}
-			return schema.SQLMode{NoBackslashEscapes: binary.LittleEndian.Uint64(vars[i:])&modeNoBackslashEscapes != 0}
+			m := binary.LittleEndian.Uint64(vars[i:])
+			return schema.SQLMode{NoBackslashEscapes: m&modeNoBackslashEscapes != 0, ANSIQuotes: m&modeANSIQuotes != 0}
 		default:
 			return schema.SQLMode{Unknown: true}
 		}

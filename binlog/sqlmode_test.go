@@ -19,6 +19,7 @@ func TestStatusSQLMode(t *testing.T) {
 	}{
 		"default":              {vars(0x5000000, 4, 33, 0, 33, 0, 8, 0), schema.SQLMode{}},
 		"NO_BACKSLASH_ESCAPES": {vars(1<<20 | 0x1000000), schema.SQLMode{NoBackslashEscapes: true}},
+		"ANSI":                 {vars(1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<5 | 1<<18), schema.SQLMode{ANSIQuotes: true}},
 		"none":                 {nil, schema.SQLMode{Unknown: true}},
 		"cut short":            {vars(1 << 20)[:9], schema.SQLMode{Unknown: true}},
 		"unknown code first":   {append([]byte{200, 1, 2}, vars(0)...), schema.SQLMode{Unknown: true}},

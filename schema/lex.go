@@ -19,6 +19,9 @@ type token struct {
 	text     string
 	val      string
 	pos, end int // byte offsets in the statement
+	// open: a quoted token the input ended in (no statement the server
+	// ran has one: read so, the text was read in another sql_mode).
+	open bool
 }
 
 // is reports whether tok is the bare keyword kw (kw in upper case).
@@ -53,10 +56,10 @@ func wordByte(c byte) bool {
 // lex splits a statement into tokens. Comments are dropped; executable
 // comments (/*! ... */, /*!50100 ... */, MariaDB's /*M! ... */) are read as
 // the code they hold, since the server that logged the statement ran it.
-// An unterminated quote or comment ends the input. escapes: a backslash in
-// a string escapes the next character (unless the statement ran with
-// sql_mode NO_BACKSLASH_ESCAPES).
-func lex(s string, escapes bool) []token {
+// An unterminated quote or comment ends the input. sq, dq: a backslash
+// escapes the next character in '...' and in "..." (as without sql_mode
+// NO_BACKSLASH_ESCAPES; under ANSI_QUOTES "..." is a name, without escapes).
+func lex(s string, sq, dq bool) []token {
 	var out []token
 	inExec := false
 	for i := 0; i < len(s); {
@@ -90,12 +93,12 @@ func lex(s string, escapes bool) []token {
 				i = len(s)
 			}
 		case c == '`':
-			val, n := quoted(s[i:], '`', false)
-			out = append(out, token{kind: tQuoted, text: s[i : i+n], val: val, pos: i, end: i + n})
+			val, n, closed := quoted(s[i:], '`', false)
+			out = append(out, token{kind: tQuoted, text: s[i : i+n], val: val, pos: i, end: i + n, open: !closed})
 			i += n
 		case c == '\'' || c == '"':
-			val, n := quoted(s[i:], c, escapes)
-			out = append(out, token{kind: tString, text: s[i : i+n], val: val, pos: i, end: i + n})
+			val, n, closed := quoted(s[i:], c, c == '\'' && sq || c == '"' && dq)
+			out = append(out, token{kind: tString, text: s[i : i+n], val: val, pos: i, end: i + n, open: !closed})
 			i += n
 		case wordByte(c):
 			j := i
@@ -112,9 +115,10 @@ func lex(s string, escapes bool) []token {
 	return out
 }
 
-// quoted reads a quoted token at the start of s: its value and length. The
-// quote doubled stands for itself; with escapes, so does a backslash pair.
-func quoted(s string, q byte, escapes bool) (string, int) {
+// quoted reads a quoted token at the start of s: its value, its length,
+// and whether its closing quote came before the end of s. The quote
+// doubled stands for itself; with escapes, so does a backslash pair.
+func quoted(s string, q byte, escapes bool) (string, int, bool) {
 	var b strings.Builder
 	for i := 1; i < len(s); i++ {
 		switch c := s[i]; {
@@ -122,7 +126,7 @@ func quoted(s string, q byte, escapes bool) (string, int) {
 			b.WriteByte(q)
 			i++
 		case c == q:
-			return b.String(), i + 1
+			return b.String(), i + 1, true
 		case escapes && c == '\\' && i+1 < len(s):
 			b.WriteByte(s[i+1])
 			i++
@@ -130,7 +134,7 @@ func quoted(s string, q byte, escapes bool) (string, int) {
 			b.WriteByte(c)
 		}
 	}
-	return b.String(), len(s)
+	return b.String(), len(s), false
 }
 
 // join renders tokens back into statement text: adjacent tokens stay

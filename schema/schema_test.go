@@ -374,7 +374,7 @@ func TestUnparsed(t *testing.T) {
 }
 
 func TestLex(t *testing.T) {
-	toks := lex("/*!50100 ALTER */ TABLE `a``b`.\"c\\\"d\" -- x\n'e''f' # g\n/* h */ 1.5", true)
+	toks := lex("/*!50100 ALTER */ TABLE `a``b`.\"c\\\"d\" -- x\n'e''f' # g\n/* h */ 1.5", true, true)
 	var got []string
 	for _, tok := range toks {
 		got = append(got, tok.val)

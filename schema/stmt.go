@@ -47,19 +47,57 @@ var objects = map[string]bool{"TABLE": true, "TABLES": true, "TRIGGER": true, "E
 	"FUNCTION": true, "VIEW": true, "INDEX": true, "DATABASE": true, "SCHEMA": true, "USER": true, "ROLE": true,
 	"SEQUENCE": true, "SERVER": true, "PACKAGE": true, "TABLESPACE": true, "LOGFILE": true, "AGGREGATE": true}
 
-// errQuoting: the statement's strings read differently with and without
-// NO_BACKSLASH_ESCAPES, and its sql_mode is not known.
-var errQuoting = errors.New("a backslash in a string reads differently by sql_mode NO_BACKSLASH_ESCAPES, which the binlog event does not give")
+// errQuoting: the statement's quotes end in other places by sql_mode,
+// and its sql_mode is not known.
+var errQuoting = errors.New("a backslash before a quote reads differently by sql_mode (NO_BACKSLASH_ESCAPES, ANSI_QUOTES), which the binlog event does not give")
 
 // parseStatement lexes query as mode says and classifies it by its
-// leading keywords.
+// leading keywords (MariaDB's SET STATEMENT ... FOR prefix left out).
 func parseStatement(query string, mode SQLMode) *statement {
-	toks := lex(query, !mode.NoBackslashEscapes)
+	query = StatementBody(query)
+	sq, dq := mode.escapes()
+	toks := lex(query, sq, dq)
 	st := classify(toks)
-	if st.kind != kOther && st.bad == nil && mode.Unknown && strings.IndexByte(query, '\\') >= 0 && !sameTokens(toks, lex(query, false)) {
+	switch {
+	case st.kind == kOther || st.bad != nil:
+	case slices.ContainsFunc(toks, func(t token) bool { return t.open }):
+		// No statement the server ran ends inside quotes: it read the
+		// text in another sql_mode than the event gives (a PREPAREd
+		// statement is logged with the mode of its EXECUTE).
+		st.bad = errOpenQuote
+	case mode.Unknown && strings.IndexByte(query, '\\') >= 0 &&
+		(!sameTokens(toks, lex(query, false, false)) || !sameTokens(toks, lex(query, true, false))):
 		st.bad = errQuoting
 	}
 	return st
+}
+
+// errOpenQuote: read with the event's sql_mode the statement ends inside
+// a quoted string or name.
+var errOpenQuote = errors.New("the statement ends inside quotes when read with the sql_mode its binlog event gives " +
+	"(the server read it with another: a PREPAREd statement is logged with the sql_mode of its EXECUTE)")
+
+// StatementBody is q without MariaDB's SET STATEMENT var=value[, ...] FOR
+// prefix (settings for one statement: `SET STATEMENT lock_wait_timeout=5
+// FOR ALTER TABLE ...`), which leaves the statement itself to run. A
+// prefix it cannot read is left on (the statement is then read as a SET).
+func StatementBody(q string) string {
+	toks := lex(q, true, true)
+	if len(toks) < 3 || !toks[0].is("SET") || !toks[1].is("STATEMENT") {
+		return q
+	}
+	depth := 0
+	for i := 2; i+1 < len(toks); i++ {
+		switch {
+		case toks[i].punct('('):
+			depth++
+		case toks[i].punct(')'):
+			depth--
+		case depth == 0 && toks[i].is("FOR"):
+			return q[toks[i+1].pos:]
+		}
+	}
+	return q
 }
 
 // sameTokens reports whether a and b are the same tokens.

@@ -153,7 +153,9 @@ func (p *Primary) query(h *handler, q string) (*mysql.Result, error) {
 	case strings.HasPrefix(upper, "SHOW BINLOG EVENTS"):
 		return p.showBinlogEvents(flat)
 	case strings.HasPrefix(upper, "SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMNS"):
-		return p.columns(flat)
+		return p.columns(flat, false)
+	case strings.HasPrefix(upper, "SELECT COLUMN_NAME, LOWER(DATA_TYPE) IN (") && strings.Contains(upper, " FROM INFORMATION_SCHEMA.COLUMNS WHERE "):
+		return p.columns(flat, true) // with the unsigned flag (binlog.TableLayout)
 	case reSelectLimit0.MatchString(flat):
 		m := reSelectLimit0.FindStringSubmatch(flat)
 		if p.tables[m[1]+"."+m[2]] == nil {
@@ -296,8 +298,12 @@ func (p *Primary) showBinlogEvents(flat string) (*mysql.Result, error) {
 	return resultset([]string{"Log_name", "Pos", "Event_type", "Server_id", "End_log_pos", "Info"}, rows)
 }
 
-func (p *Primary) columns(flat string) (*mysql.Result, error) {
-	m := reQuoted.FindAllStringSubmatch(flat, -1)
+func (p *Primary) columns(flat string, signs bool) (*mysql.Result, error) {
+	where := strings.Index(strings.ToUpper(flat), " WHERE ")
+	if where < 0 {
+		where = 0
+	}
+	m := reQuoted.FindAllStringSubmatch(flat[where:], -1)
 	if len(m) < 2 {
 		p.unknown = append(p.unknown, flat)
 		return nil, mysql.NewError(mysql.ER_UNKNOWN_ERROR, "mysqlsource: columns query not modelled: "+flat)
@@ -306,8 +312,15 @@ func (p *Primary) columns(flat string) (*mysql.Result, error) {
 	// information_schema shows only the columns the user has a privilege on.
 	if t := p.tables[unquote(m[0][1])+"."+unquote(m[1][1])]; t != nil && p.allowed("SELECT", t.DB, t.Name) {
 		for _, c := range t.Columns {
-			rows = append(rows, []any{c.Name})
+			if signs {
+				rows = append(rows, []any{c.Name, int64(0)}) // the double's column types are all signed
+			} else {
+				rows = append(rows, []any{c.Name})
+			}
 		}
+	}
+	if signs {
+		return resultset([]string{"COLUMN_NAME", "unsigned"}, rows)
 	}
 	return resultset([]string{"COLUMN_NAME"}, rows)
 }
