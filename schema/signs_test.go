@@ -105,3 +105,20 @@ func TestSignednessUnknown(t *testing.T) {
 		t.Fatalf("after restart: unsigned %q, want id", got)
 	}
 }
+
+// MariaDB's SET STATEMENT prefix is left out; what cannot be read as one
+// is left as it is.
+func TestStatementBody(t *testing.T) {
+	for in, want := range map[string]string{
+		"SET STATEMENT lock_wait_timeout=5 FOR ALTER TABLE t ADD c INT":                   "ALTER TABLE t ADD c INT",
+		"set statement max_statement_time=(60), sql_mode='' for\nALTER TABLE t ADD c INT": "ALTER TABLE t ADD c INT",
+		"SET STATEMENT x=IF(a, 'FOR', 2) FOR INSERT INTO outbox VALUES (1)":               "INSERT INTO outbox VALUES (1)",
+		"SET STATEMENT lock_wait_timeout=5":                                               "SET STATEMENT lock_wait_timeout=5",
+		"SET sql_mode='' FOR":                                                             "SET sql_mode='' FOR",
+		"ALTER TABLE t ADD c INT":                                                         "ALTER TABLE t ADD c INT",
+	} {
+		if got := StatementBody(in); got != want {
+			t.Errorf("StatementBody(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
