@@ -1,14 +1,12 @@
 package binlog
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -88,23 +86,6 @@ type Table struct {
 	Columns []string
 	// Latin1 marks character columns stored in latin1; nil when none is.
 	Latin1 []bool
-}
-
-// latin1Collations are the collation ids of MySQL's and MariaDB's latin1.
-var latin1Collations = map[uint64]bool{5: true, 8: true, 15: true, 31: true, 47: true, 48: true, 49: true, 94: true,
-	1032: true, 1071: true}
-
-func latin1Columns(t *replication.TableMapEvent, n int) []bool {
-	var out []bool
-	for i, coll := range t.CollationMap() {
-		if latin1Collations[coll] && i < n {
-			if out == nil {
-				out = make([]bool, n)
-			}
-			out[i] = true
-		}
-	}
-	return out
 }
 
 // String is db.table.
@@ -374,49 +355,6 @@ type streamState struct {
 	// the server sends one per transaction, mostly identical to the last.
 	// Cleared when DDL changes a captured table's layout.
 	tableCache map[uint64]*cachedTable
-}
-
-// cachedTable is a Table and the table map metadata it was built from
-// beyond what the Table itself holds.
-type cachedTable struct {
-	table *Table
-	// named: the columns are the binlog's own names (not the tracked layout).
-	named bool
-	// signs: how to read its integer columns (nil: as decoded).
-	signs                  *signFix
-	signBits               []byte
-	colType                []byte
-	colMeta                []uint16
-	defCharset, colCharset []uint64
-}
-
-func newCachedTable(tm *replication.TableMapEvent, t *Table, signs *signFix) *cachedTable {
-	return &cachedTable{table: t, named: len(tm.ColumnName) > 0, signs: signs, signBits: slices.Clone(tm.SignednessBitmap), colType: slices.Clone(tm.ColumnType),
-		colMeta: slices.Clone(tm.ColumnMeta), defCharset: slices.Clone(tm.DefaultCharset), colCharset: slices.Clone(tm.ColumnCharset)}
-}
-
-// matches reports whether tm describes the table exactly as the one c was
-// built from (all that columns and latin1Columns read).
-func (c *cachedTable) matches(tm *replication.TableMapEvent) bool {
-	t := c.table
-	if string(tm.Schema) != t.Schema || string(tm.Table) != t.Name || !bytes.Equal(c.colType, tm.ColumnType) ||
-		!bytes.Equal(c.signBits, tm.SignednessBitmap) ||
-		!slices.Equal(c.colMeta, tm.ColumnMeta) || !slices.Equal(c.defCharset, tm.DefaultCharset) ||
-		!slices.Equal(c.colCharset, tm.ColumnCharset) || c.named != (len(tm.ColumnName) > 0) {
-		return false
-	}
-	if !c.named {
-		return true
-	}
-	if len(tm.ColumnName) != len(t.Columns) {
-		return false
-	}
-	for i, n := range tm.ColumnName {
-		if string(n) != t.Columns[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // convert appends the relay's view of ev (nothing, rows, a commit, a

@@ -77,12 +77,6 @@ const maxAbsent = 4096
 // Tables maps "db.table" to its columns in table order.
 type Tables map[string][]string
 
-// Signs maps "db.table" to its columns declared UNSIGNED (or ZEROFILL), in
-// table order; a table absent from it has signedness unknown (learned from
-// the binlog's column names, or from a checkpoint written before
-// signedness was tracked).
-type Signs map[string][]string
-
 // Tracker holds the layout of the captured tables (and shadow tables) at
 // the current position.
 type Tracker struct {
@@ -132,16 +126,6 @@ func New(captured []string, initial Tables, signs Signs) *Tracker {
 // tables followed for online schema changes; do not modify it.
 func (t *Tracker) Tables() Tables { return t.tables }
 
-// Unsigned is the signedness of the tables in Tables whose signedness is
-// known; do not modify it.
-func (t *Tracker) Unsigned() Signs { return t.unsigned }
-
-// UnsignedColumns returns table's columns declared UNSIGNED, if known.
-func (t *Tracker) UnsignedColumns(db, table string) ([]string, bool) {
-	u, ok := t.unsigned[db+"."+table]
-	return u, ok
-}
-
 // Seed records cols for a captured table whose layout is not known yet
 // (learned from the binlog's own column names); signedness stays unknown.
 func (t *Tracker) Seed(db, table string, cols []string) {
@@ -172,35 +156,6 @@ func (t *Tracker) Columns(db, table string) ([]string, bool) {
 // other statements return nil.
 func (t *Tracker) Apply(defaultDB, query string) (changed bool, err error) {
 	return t.ApplyMode(defaultDB, query, SQLMode{})
-}
-
-// SQLMode is what of a statement's sql_mode changes how its text reads.
-type SQLMode struct {
-	// NoBackslashEscapes: a backslash in a string is itself, not an escape.
-	NoBackslashEscapes bool
-	// ANSIQuotes: "..." is a name (in which a backslash is itself), not a
-	// string (sql_mode ANSI_QUOTES, also in ANSI and ORACLE).
-	ANSIQuotes bool
-	// Unknown: the binlog event did not give its sql_mode. A table
-	// definition change whose text reads differently with and without
-	// NO_BACKSLASH_ESCAPES or ANSI_QUOTES is then not followed (ErrUnparsed).
-	Unknown bool
-}
-
-// escapes says whether a backslash escapes in '...' and in "...".
-func (m SQLMode) escapes() (sq, dq bool) {
-	return !m.NoBackslashEscapes, !m.NoBackslashEscapes && !m.ANSIQuotes
-}
-
-func (m SQLMode) tidb() tidbmysql.SQLMode {
-	var out tidbmysql.SQLMode
-	if m.NoBackslashEscapes {
-		out |= tidbmysql.ModeNoBackslashEscapes
-	}
-	if m.ANSIQuotes {
-		out |= tidbmysql.ModeANSIQuotes
-	}
-	return out
 }
 
 // ApplyMode is Apply of a statement that ran with mode.
@@ -270,24 +225,6 @@ func (e *edit) write() Tables {
 		e.next, e.copied = maps.Clone(e.t.tables), true
 	}
 	return e.next
-}
-
-func (e *edit) writeSigns() Signs {
-	if !e.signsCopied {
-		e.signs, e.signsCopied = maps.Clone(e.t.unsigned), true
-	}
-	return e.signs
-}
-
-// setSigns records n's unsigned columns (known) or that they are unknown.
-func (e *edit) setSigns(n string, unsigned []string, known bool) {
-	old, had := e.signs[n]
-	switch {
-	case known && (!had || !slices.Equal(old, unsigned)):
-		e.writeSigns()[n] = slices.Clip(slices.Clone(unsigned))
-	case !known && had:
-		delete(e.writeSigns(), n)
-	}
 }
 
 // relevant reports whether the tracker follows table n: captured, tracked,
