@@ -296,7 +296,7 @@ func Settings(vars map[string]string, flavor string) []Setting {
 		want("binlog_format", "ROW", "set binlog_format=ROW"),
 		want("binlog_row_image", "FULL", "set binlog_row_image=FULL"),
 		want("binlog_row_metadata", "FULL", "set binlog_row_metadata=FULL so the binlog carries column names; "+
-			"without it the relay tracks the outbox tables' columns from DDL"),
+			"without it the relay tracks the outbox tables' columns (and, with NO_LOG, which integers are UNSIGNED) from DDL"),
 	}
 	list[3].Advisory = true
 	if flavor == mysql.MySQLFlavor {
