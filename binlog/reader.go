@@ -414,7 +414,7 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 			return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s", ErrUnframed, f.gtid, ev.Header.EventType, t)
 		}
 		if c.signs != nil {
-			if err := c.signs.apply(out.Rows, t.String(), f.gtid); err != nil {
+			if err := c.signs.apply(out.Rows, out.Op == OpInsert, t.String(), f.gtid); err != nil {
 				return batch, fmt.Errorf("read binlog: %w", err)
 			}
 		}

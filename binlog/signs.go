@@ -3,6 +3,7 @@ package binlog
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -17,18 +18,15 @@ var ErrNoSignedness = errors.New("integer signedness unknown")
 
 // signFix says how to read a table's integer columns when its table map
 // carries no signedness (go-mysql, and decodeInsertRows like it, then read
-// them all as signed).
-type signFix struct {
-	// unsigned: columns to read as UNSIGNED, with their binlog types.
-	unsigned []signCol
-	// unknown: integer columns whose signedness is not known.
-	unknown []signCol
-}
+// them all as signed): the UNSIGNED ones, and those whose signedness is
+// not known.
+type signFix struct{ cols []signCol }
 
 type signCol struct {
-	i    int
-	name string
-	tp   byte
+	i       int
+	name    string
+	tp      byte
+	unknown bool // signedness not known (else: UNSIGNED)
 }
 
 func isInteger(tp byte) bool {
@@ -66,8 +64,8 @@ func binlogUnsigned(tm *replication.TableMapEvent, cols []string) []string {
 }
 
 // planSigns is nil when tm's rows need no fixing: it carries signedness, or
-// has no integer columns. Else unsigned (known says whether it is) are the
-// table's UNSIGNED columns by name.
+// has no integer column that is UNSIGNED or of unknown signedness. unsigned
+// (known says whether it is) are the table's UNSIGNED columns by name.
 func planSigns(tm *replication.TableMapEvent, cols, unsigned []string, known bool) *signFix {
 	if len(tm.SignednessBitmap) > 0 {
 		return nil
@@ -77,49 +75,39 @@ func planSigns(tm *replication.TableMapEvent, cols, unsigned []string, known boo
 		if i >= len(tm.ColumnType) || !isInteger(tm.ColumnType[i]) {
 			continue
 		}
-		sc := signCol{i: i, name: c, tp: tm.ColumnType[i]}
-		switch {
-		case !known:
-			f.unknown = append(f.unknown, sc)
-		case containsFold(unsigned, c):
-			f.unsigned = append(f.unsigned, sc)
+		if !known || slices.ContainsFunc(unsigned, func(u string) bool { return strings.EqualFold(u, c) }) {
+			f.cols = append(f.cols, signCol{i: i, name: c, tp: tm.ColumnType[i], unknown: !known})
 		}
 	}
-	if len(f.unsigned) == 0 && len(f.unknown) == 0 {
+	if len(f.cols) == 0 {
 		return nil
 	}
 	return &f
 }
 
-func containsFold(list []string, s string) bool {
-	for _, x := range list {
-		if strings.EqualFold(x, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// apply reads rows' UNSIGNED columns as the server stores them: the signed
-// values the decoders gave are the same bits. A negative value in a column
-// of unknown signedness is ErrNoSignedness.
-func (f *signFix) apply(rows [][]any, table, gtid string) error {
+// apply reads rows' UNSIGNED columns as the server stores them: a negative
+// value the decoders gave is the same bits as a large unsigned one (a
+// non-negative one is the same number, and stays as it is: no allocation).
+// A negative value in a column of unknown signedness is ErrNoSignedness when
+// published says the rows are (inserts); deleted or updated outbox rows are
+// only counted, so their values do not matter.
+func (f *signFix) apply(rows [][]any, published bool, table, gtid string) error {
 	for _, row := range rows {
-		for _, c := range f.unsigned {
-			if c.i < len(row) {
-				row[c.i] = asUnsigned(row[c.i], c.tp)
-			}
-		}
-		for _, c := range f.unknown {
+		for _, c := range f.cols {
 			if c.i >= len(row) || !negative(row[c.i]) {
 				continue
 			}
-			return fmt.Errorf("%w: %s at %s: column %s holds %v, or %v if it is UNSIGNED: the binlog does not say "+
-				"(binlog_row_metadata=NO_LOG) and the tracked layout does not either (it was learned from the binlog's column "+
-				"names, or comes from a checkpoint written before signedness was tracked). Set binlog_row_metadata=MINIMAL "+
-				"or FULL on the server for new transactions; for this one, if the table's definition has not changed since, "+
-				"record it with `outbox-relay checkpoint set --gtid <the checkpoint's set> --schema server`",
-				ErrNoSignedness, table, gtid, c.name, row[c.i], asUnsigned(row[c.i], c.tp))
+			switch {
+			case !c.unknown:
+				row[c.i] = asUnsigned(row[c.i], c.tp)
+			case published:
+				return fmt.Errorf("%w: %s at %s: column %s holds %v, or %v if it is UNSIGNED: the binlog does not say "+
+					"(binlog_row_metadata=NO_LOG) and the tracked layout does not either (it was learned from the binlog's column "+
+					"names, or comes from a checkpoint written before signedness was tracked). Set binlog_row_metadata=MINIMAL "+
+					"or FULL on the server for new transactions; for this one, if the table's definition has not changed since, "+
+					"record it with `outbox-relay checkpoint set --gtid <the checkpoint's set> --schema server`",
+					ErrNoSignedness, table, gtid, c.name, row[c.i], asUnsigned(row[c.i], c.tp))
+			}
 		}
 	}
 	return nil

@@ -44,13 +44,17 @@ func signsTableMap() *replication.TableMapEvent {
 func TestPlanSigns(t *testing.T) {
 	cols := []string{"id", "name", "big", "tiny"}
 	tm := signsTableMap()
-	// Known: only the UNSIGNED integer columns are read as unsigned.
+	// Known: only the UNSIGNED integer columns are read as unsigned; a
+	// non-negative value is the same number and stays as decoded.
 	f := planSigns(tm, cols, []string{"ID", "name", "tiny"}, true)
-	rows := [][]any{{int32(-1), "a", int64(-1), int8(-1)}}
-	if err := f.apply(rows, "app.t", "0-1-1"); err != nil {
+	rows := [][]any{{int32(-1), "a", int64(-1), int8(-1)}, {int32(7), "b", int64(7), int8(7)}}
+	if err := f.apply(rows, true, "app.t", "0-1-1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprintf("%T %[1]v %v %T %[3]v %T %[4]v", rows[0][0], rows[0][1], rows[0][2], rows[0][3]); got != "uint32 4294967295 a int64 -1 uint8 255" {
+		t.Fatalf("row %s", got)
+	}
+	if got := fmt.Sprint(rows[1]); got != "[7 b 7 7]" {
 		t.Fatalf("row %s", got)
 	}
 	// Known with no UNSIGNED integer column, or signedness in the binlog: nothing to do.
@@ -65,10 +69,14 @@ func TestPlanSigns(t *testing.T) {
 	// Unknown: non-negative values pass as they are; a negative one stops.
 	f = planSigns(tm, cols, nil, false)
 	ok := [][]any{{int32(1), "a", int64(2), int8(3)}, {nil, nil, nil, nil}}
-	if err := f.apply(ok, "app.t", "0-1-1"); err != nil || ok[0][0] != int32(1) {
+	if err := f.apply(ok, true, "app.t", "0-1-1"); err != nil || ok[0][0] != int32(1) {
 		t.Fatalf("apply: %v, row %v", err, ok[0])
 	}
-	err := f.apply([][]any{{int32(1), "a", int64(-3), int8(3)}}, "app.t", "0-1-2")
+	// Deleted or updated rows are not published: their values do not stop the relay.
+	if err := f.apply([][]any{{int32(1), "a", int64(-3), int8(3)}}, false, "app.t", "0-1-2"); err != nil {
+		t.Fatalf("a deleted row of unknown signedness: %v", err)
+	}
+	err := f.apply([][]any{{int32(1), "a", int64(-3), int8(3)}}, true, "app.t", "0-1-2")
 	if !errors.Is(err, ErrNoSignedness) {
 		t.Fatalf("error %v, want ErrNoSignedness", err)
 	}

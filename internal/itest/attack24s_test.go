@@ -40,12 +40,7 @@ func attack24sColumnType(t *testing.T, db *devdb.Server, c string) string {
 // row and returns what was published for it.
 func attack24sRun(t *testing.T, ddl []string, col, wantType string, insert string) string {
 	t.Helper()
-	k := StartKafka(t)
-	db := startServer(t, map[string]string{"binlog-row-metadata": "NO_LOG"})
-	if err := db.Exec(signsDDL); err != nil {
-		t.Fatal(err)
-	}
-	cfg := signsConfig(k, db)
+	k, db, cfg := signsPipeline(t, "NO_LOG")
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	if err := db.Exec(ddl...); err != nil {
@@ -152,12 +147,7 @@ func TestAttack24sHeldMySQLVersionedCommentIgnoredByMariaDB(t *testing.T) {
 // layout, signedness still unknown, and stops again, for good (the only
 // way on is a position that forgets the prepared transaction and its row).
 func TestAttack24sSchemaServerFixIgnoredAtXAResume(t *testing.T) {
-	k := StartKafka(t)
-	db := startServer(t, map[string]string{"binlog-row-metadata": "NO_LOG"})
-	if err := db.Exec(signsDDL); err != nil {
-		t.Fatal(err)
-	}
-	cfg := signsConfig(k, db)
+	k, db, cfg := signsPipeline(t, "NO_LOG")
 	path := WriteConfig(t, cfg)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
@@ -206,12 +196,7 @@ func TestAttack24sSchemaServerFixIgnoredAtXAResume(t *testing.T) {
 // after a signedness-only ALTER made under FULL, across a restart, and
 // back: every value keeps its sign.
 func TestAttack24sHeldRowMetadataSwitchedAtRuntime(t *testing.T) {
-	k := StartKafka(t)
-	db := startServer(t, map[string]string{"binlog-row-metadata": "FULL"})
-	if err := db.Exec(signsDDL); err != nil {
-		t.Fatal(err)
-	}
-	cfg := signsConfig(k, db)
+	k, db, cfg := signsPipeline(t, "FULL")
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	insertSigned(t, db, "1", "4000000000", "1", "65535", "1", "-5")

@@ -21,12 +21,7 @@ import (
 // the DDL) then published 4000000000 as -294967296. Fixed: both read the
 // statement after FOR.
 func TestAttack25SetStatementForAlter(t *testing.T) {
-	k := StartKafka(t)
-	db := startServer(t, map[string]string{"binlog-row-metadata": "NO_LOG"})
-	if err := db.Exec(signsDDL); err != nil {
-		t.Fatal(err)
-	}
-	cfg := signsConfig(k, db)
+	k, db, cfg := signsPipeline(t, "NO_LOG")
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	insertSigned(t, db, "1", "1", "1", "1", "1", "5")
@@ -59,12 +54,7 @@ func TestAttack25PreparedUnderOtherSQLMode(t *testing.T) {
 	// ends inside a string, which no statement the server ran does, so the
 	// tracker gives the layout up (ErrUnparsed: the relay stops with the
 	// fix) rather than read it the wrong way.
-	k := StartKafka(t)
-	db := startServer(t, map[string]string{"binlog-row-metadata": "NO_LOG"})
-	if err := db.Exec(signsDDL); err != nil {
-		t.Fatal(err)
-	}
-	cfg := signsConfig(k, db)
+	k, db, cfg := signsPipeline(t, "NO_LOG")
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	if err := db.Exec("SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
@@ -87,64 +77,38 @@ func TestAttack25PreparedUnderOtherSQLMode(t *testing.T) {
 	}
 }
 
-// ANSI_QUOTES (also part of sql_mode ANSI and ORACLE), which the event
-// records too: "..." is an identifier, and a backslash in an identifier is
-// a plain character in every mode. The tracker lexes "..." with backslash
-// escapes unless NO_BACKSLASH_ESCAPES: "note\" swallows the rest of the
-// ALTER up to the quote inside the later COMMENT '"'. The server adds
-// note\ and makes neg UNSIGNED; the tracker adds one column (the same
-// count) and keeps neg SIGNED: -294967296.
-func TestAttack25AnsiQuotesBackslashIdentifier(t *testing.T) {
-	got := attack24sRun(t, []string{"SET SESSION sql_mode='ANSI_QUOTES'",
-		`ALTER TABLE app.ev ADD COLUMN "note\" VARCHAR(10) NULL, MODIFY neg INT UNSIGNED NOT NULL COMMENT '"'`},
-		"neg", "int(10) unsigned", fmt.Sprintf(attack24sInsert, "1", "4000000000"))
-	if want := "neg=4000000000 small=1"; got != want {
-		t.Fatalf("published %q, want %q", got, want)
-	}
-}
-
-// The same under sql_mode=ORACLE (which includes ANSI_QUOTES): VARCHAR2
-// sends the ALTER to the fallback reader, "c\" swallows MODIFY neg ...
-// UNSIGNED.
-func TestAttack25OracleModeBackslashIdentifier(t *testing.T) {
-	got := attack24sRun(t, []string{"SET SESSION sql_mode='ORACLE'",
-		`ALTER TABLE app.ev ADD COLUMN "c\" VARCHAR2(10) NULL, MODIFY neg INT UNSIGNED NOT NULL COMMENT '"'`},
-		"neg", "int(10) unsigned", fmt.Sprintf(attack24sInsert, "1", "4000000000"))
-	if want := "neg=4000000000 small=1"; got != want {
-		t.Fatalf("published %q, want %q", got, want)
-	}
-}
-
-// Held: a stored procedure runs with the sql_mode it was created with, and
-// its DDL is logged with that mode: created under NO_BACKSLASH_ESCAPES,
-// called from a default-mode session, neg is tracked UNSIGNED.
-func TestAttack25HeldProcedureOwnSQLMode(t *testing.T) {
-	got := attack24sRun(t, []string{"SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
-		`CREATE PROCEDURE app.p() ALTER TABLE app.ev MODIFY event_type VARCHAR(64) NOT NULL COMMENT 'C:\', MODIFY neg INT UNSIGNED NOT NULL`,
-		"SET SESSION sql_mode=DEFAULT", "CALL app.p()"},
-		"neg", "int(10) unsigned", fmt.Sprintf(attack24sInsert, "1", "4000000000"))
-	if want := "neg=4000000000 small=1"; got != want {
-		t.Fatalf("published %q, want %q", got, want)
-	}
-}
-
-// Held: sql_mode=ORACLE syntax (double-quoted names, VARCHAR2) without a
-// backslash is followed by the fallback reader.
-func TestAttack25HeldOracleModeAlter(t *testing.T) {
-	got := attack24sRun(t, []string{"SET SESSION sql_mode='ORACLE'",
-		`ALTER TABLE "app"."ev" ADD COLUMN "extra" VARCHAR2(10) NULL, MODIFY "neg" INT UNSIGNED NOT NULL`},
-		"neg", "int(10) unsigned", fmt.Sprintf(attack24sInsert, "1", "4000000000"))
-	if want := "neg=4000000000 small=1"; got != want {
-		t.Fatalf("published %q, want %q", got, want)
-	}
-}
-
-// Held: EXECUTE IMMEDIATE parses and logs with the session's mode.
-func TestAttack25HeldExecuteImmediateNoBackslashEscapes(t *testing.T) {
-	got := attack24sRun(t, []string{"SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
-		`EXECUTE IMMEDIATE "ALTER TABLE app.ev MODIFY event_type VARCHAR(64) NOT NULL COMMENT 'C:\', MODIFY neg INT UNSIGNED NOT NULL"`},
-		"neg", "int(10) unsigned", fmt.Sprintf(attack24sInsert, "1", "4000000000"))
-	if want := "neg=4000000000 small=1"; got != want {
-		t.Fatalf("published %q, want %q", got, want)
+// DDL under session sql_modes that change how its text reads, each making
+// neg INT UNSIGNED on the server; the row after it must publish
+// neg=4000000000, not -294967296.
+func TestAttack25SQLModes(t *testing.T) {
+	for name, ddl := range map[string][]string{
+		// ANSI_QUOTES (also part of ANSI and ORACLE), which the event
+		// records: "..." is a name, in which a backslash is a plain
+		// character. Read with escapes, "note\" swallowed the ALTER up to
+		// the quote inside the later COMMENT '"' (the same column count,
+		// neg SIGNED).
+		"ANSI_QUOTES": {"SET SESSION sql_mode='ANSI_QUOTES'",
+			`ALTER TABLE app.ev ADD COLUMN "note\" VARCHAR(10) NULL, MODIFY neg INT UNSIGNED NOT NULL COMMENT '"'`},
+		// The same under ORACLE; VARCHAR2 sends it to the fallback reader.
+		"ORACLE backslash": {"SET SESSION sql_mode='ORACLE'",
+			`ALTER TABLE app.ev ADD COLUMN "c\" VARCHAR2(10) NULL, MODIFY neg INT UNSIGNED NOT NULL COMMENT '"'`},
+		// Held: ORACLE syntax without a backslash, by the fallback reader.
+		"ORACLE": {"SET SESSION sql_mode='ORACLE'",
+			`ALTER TABLE "app"."ev" ADD COLUMN "extra" VARCHAR2(10) NULL, MODIFY "neg" INT UNSIGNED NOT NULL`},
+		// Held: a stored procedure runs, and its DDL is logged, with the
+		// sql_mode it was created with, whatever the caller's.
+		"procedure": {"SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
+			`CREATE PROCEDURE app.p() ALTER TABLE app.ev MODIFY event_type VARCHAR(64) NOT NULL COMMENT 'C:\', MODIFY neg INT UNSIGNED NOT NULL`,
+			"SET SESSION sql_mode=DEFAULT", "CALL app.p()"},
+		// Held: EXECUTE IMMEDIATE parses and logs with the session's mode.
+		"EXECUTE IMMEDIATE": {"SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
+			`EXECUTE IMMEDIATE "ALTER TABLE app.ev MODIFY event_type VARCHAR(64) NOT NULL COMMENT 'C:\', MODIFY neg INT UNSIGNED NOT NULL"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := attack24sRun(t, ddl, "neg", "int(10) unsigned", fmt.Sprintf(attack24sInsert, "1", "4000000000"))
+			if want := "neg=4000000000 small=1"; got != want {
+				t.Fatalf("published %q, want %q", got, want)
+			}
+		})
 	}
 }

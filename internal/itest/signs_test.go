@@ -34,6 +34,18 @@ const signsDDL = `CREATE TABLE app.ev (
 	neg            INT NOT NULL
 ) ENGINE=InnoDB`
 
+// signsPipeline starts Kafka and a server with binlog_row_metadata as
+// metadata holding app.ev (signsDDL), and a relay configuration for it.
+func signsPipeline(t *testing.T, metadata string) (*Kafka, *devdb.Server, config.Config) {
+	t.Helper()
+	k := StartKafka(t)
+	db := startServer(t, map[string]string{"binlog-row-metadata": metadata})
+	if err := db.Exec(signsDDL); err != nil {
+		t.Fatal(err)
+	}
+	return k, db, signsConfig(k, db)
+}
+
 func signsConfig(k *Kafka, db *devdb.Server) config.Config {
 	cfg := env.RelayConfig(k, "app.ev")
 	cfg.Source.Hosts = []string{db.Addr}
@@ -75,12 +87,7 @@ func requireSigned(t *testing.T, k *Kafka, cfg config.Config, want []signedRecor
 // changes signedness, and from its checkpoint across a restart; values past
 // the signed range keep their value (4000000000 is not -294967296).
 func TestUnsignedIntegersWithoutSignedness(t *testing.T) {
-	k := StartKafka(t)
-	db := startServer(t, map[string]string{"binlog-row-metadata": "NO_LOG"})
-	if err := db.Exec(signsDDL); err != nil {
-		t.Fatal(err)
-	}
-	cfg := signsConfig(k, db)
+	k, db, cfg := signsPipeline(t, "NO_LOG")
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	insertSigned(t, db, "18446744073709551615", "4000000000", "200", "65535", "16777215", "-5")
@@ -118,15 +125,11 @@ func TestUnsignedIntegersWithoutSignedness(t *testing.T) {
 // A checkpoint with a layout but no signedness (written before the relay
 // tracked it): a negative value in an integer column is either that or a
 // large UNSIGNED one, so the relay stops there with ErrNoSignedness,
-// publishing nothing of it; once the checkpoint records the definitions
+// publishing nothing of it (a deleted row's values, never published, do
+// not stop it); once the checkpoint records the definitions
 // (`checkpoint set --schema server` does) it publishes the row right.
 func TestUnknownSignednessStops(t *testing.T) {
-	k := StartKafka(t)
-	db := startServer(t, map[string]string{"binlog-row-metadata": "NO_LOG"})
-	if err := db.Exec(signsDDL); err != nil {
-		t.Fatal(err)
-	}
-	cfg := signsConfig(k, db)
+	k, db, cfg := signsPipeline(t, "NO_LOG")
 	ctx := context.Background()
 	src, err := relay.SourceConfig(cfg)
 	if err != nil {
@@ -136,11 +139,16 @@ func TestUnknownSignednessStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	insertSigned(t, db, "3", "3", "1", "2", "3", "-4") // before the checkpoint, pruned after it
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: Head(t, db), Flavor: "mariadb", Time: time.Now().UTC(), Schema: layout}
 	if err := Store(t, cfg).EnsureTopic(ctx, kadmFor(t, k), 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := Store(t, cfg).Write(ctx, cfg.Name, cp); err != nil {
+		t.Fatal(err)
+	}
+	// A pruned row's values are not published: its negative neg does not stop the relay.
+	if err := db.Exec("DELETE FROM app.ev WHERE event_id = 3"); err != nil {
 		t.Fatal(err)
 	}
 	insertSigned(t, db, "5", "6", "1", "2", "3", "4") // no negative value: nothing to tell apart
