@@ -293,8 +293,9 @@ func checkZone(conn *client.Conn, zone string) error {
 }
 
 // sqlTime turns an RFC 3339 time into DATETIME text in UTC (absolute:
-// the caller converts it to the session's zone); anything else is passed
-// as written, in the server's terms.
+// the caller converts it to the session's zone), and a local time (one of
+// localTimeLayouts) into DATETIME text in the server's terms; anything else
+// is a usage error.
 func sqlTime(s string) (string, bool, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t.UTC().Format("2006-01-02 15:04:05.999999"), true, nil
