@@ -85,22 +85,21 @@ func planSigns(tm *replication.TableMapEvent, cols, unsigned []string, known boo
 	return &f
 }
 
-// apply reads rows' UNSIGNED columns as the server stores them: a negative
-// value the decoders gave is the same bits as a large unsigned one (a
-// non-negative one is the same number, and stays as it is: no allocation).
+// apply reads rows' UNSIGNED columns as the server stores them, with the
+// types go-mysql gives them with signedness metadata (uint32, not int32:
+// a bad row's error, which names the type, is then the same too): the
+// signed values the decoders gave are the same bits.
 // A negative value in a column of unknown signedness is ErrNoSignedness when
 // published says the rows are (inserts); deleted or updated outbox rows are
 // only counted, so their values do not matter.
 func (f *signFix) apply(rows [][]any, published bool, table, gtid string) error {
 	for _, row := range rows {
 		for _, c := range f.cols {
-			if c.i >= len(row) || !negative(row[c.i]) {
-				continue
-			}
 			switch {
+			case c.i >= len(row):
 			case !c.unknown:
 				row[c.i] = asUnsigned(row[c.i], c.tp)
-			case published:
+			case published && negative(row[c.i]):
 				return fmt.Errorf("%w: %s at %s: column %s holds %v, or %v if it is UNSIGNED: the binlog does not say "+
 					"(binlog_row_metadata=NO_LOG) and the tracked layout does not either (it was learned from the binlog's column "+
 					"names, or comes from a checkpoint written before signedness was tracked). Set binlog_row_metadata=MINIMAL "+
