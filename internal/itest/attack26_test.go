@@ -17,9 +17,9 @@ import (
 // The same row under binlog_row_metadata NO_LOG and MINIMAL must give the
 // same records. timestamp_column names an UNSIGNED integer column (epoch
 // seconds shape): the row is bad either way and goes to the dead-letter
-// topic, whose "error" header names the value's Go type. Under NO_LOG a
-// non-negative value of a known-UNSIGNED column is now left signed
-// (8a63b89), so the header says int16 where MINIMAL says uint16.
+// topic, whose "error" header names the value's Go type. 8a63b89 left a
+// non-negative value of a known-UNSIGNED column signed under NO_LOG, so
+// the header said int16 where MINIMAL says uint16; fixed in f422399.
 func TestAttack26DeadLetterErrorHeaderNoLogVsMinimal(t *testing.T) {
 	got := map[string]string{}
 	for _, md := range []string{"NO_LOG", "MINIMAL"} {
