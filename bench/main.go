@@ -30,7 +30,9 @@
 // [-latency-runs exactly-once:1000:1,...] [-latency-profiles DIR]
 // [-out BENCHMARKS.md]; `bench baseline` is the baseline process the harness
 // starts itself; `bench txn -brokers HOST:PORT` times the parts of one Kafka
-// transaction (txnprobe.go).
+// transaction (txnprobe.go); `bench brokercost -brokers HOST:PORT -kafka-dir
+// DIR` compares the broker CPU of idempotent and transactional writes of the
+// same records (brokercost.go).
 package main
 
 import (
@@ -45,6 +47,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "baseline" {
 		if err := baselineMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "brokercost" {
+		if err := brokerCostMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "brokercost:", err)
 			os.Exit(1)
 		}
 		return
