@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -105,6 +107,15 @@ func brokerCostRun(broker string, pid, n, batch int, txn bool) (time.Duration, t
 	}
 	defer cl.Close()
 	value := []byte(strings.Repeat("v", 150))
+	var errMu sync.Mutex
+	var produceErr error // the first record refused
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			errMu.Lock()
+			produceErr = cmp.Or(produceErr, err)
+			errMu.Unlock()
+		}
+	}
 	write := func(count int) error {
 		if txn {
 			if err := cl.BeginTransaction(); err != nil {
@@ -112,10 +123,16 @@ func brokerCostRun(broker string, pid, n, batch int, txn bool) (time.Duration, t
 			}
 		}
 		for i := 0; i < count; i++ {
-			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: strconv.AppendInt(nil, int64(i%1000), 10), Value: value}, nil)
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: strconv.AppendInt(nil, int64(i%1000), 10), Value: value}, promise)
 		}
 		if err := cl.Flush(ctx); err != nil {
 			return err
+		}
+		errMu.Lock()
+		err := produceErr
+		errMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("produce: %w", err)
 		}
 		if txn {
 			return cl.EndTransaction(ctx, kgo.TryCommit)

@@ -198,6 +198,11 @@ func (h *harness) checkpointVisible(ctx context.Context, topic string, n int64, 
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
 		at := time.Since(began)
+		fs.EachError(func(topic string, _ int32, err error) {
+			if ctx.Err() == nil {
+				fmt.Fprintf(os.Stderr, "bench: checkpoint reader: %s: %v\n", topic, err)
+			}
+		})
 		for it := fs.RecordIter(); !it.Done(); {
 			r := it.Next()
 			if r.Value == nil {

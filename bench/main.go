@@ -43,27 +43,22 @@ import (
 	"strings"
 )
 
+// subcommands are the bench's processes other than the report.
+var subcommands = map[string]func([]string) error{
+	"baseline":   baselineMain,
+	"brokercost": brokerCostMain,
+	"txn":        txnProbeMain,
+}
+
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "baseline" {
-		if err := baselineMain(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "baseline:", err)
-			os.Exit(1)
+	if len(os.Args) > 1 {
+		if run, ok := subcommands[os.Args[1]]; ok {
+			if err := run(os.Args[2:]); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", os.Args[1], err)
+				os.Exit(1)
+			}
+			return
 		}
-		return
-	}
-	if len(os.Args) > 1 && os.Args[1] == "brokercost" {
-		if err := brokerCostMain(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "brokercost:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if len(os.Args) > 1 && os.Args[1] == "txn" {
-		if err := txnProbeMain(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "txn:", err)
-			os.Exit(1)
-		}
-		return
 	}
 	n := flag.Int("n", 1_000_000, "outbox rows per shape for the catch-up runs")
 	bigTx := flag.Int("big-tx", 500_000, "rows of the one large transaction for the memory run")
