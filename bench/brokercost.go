@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -86,7 +87,9 @@ func secondsSpread(ds []time.Duration) string {
 // returns the broker's CPU time and the time it took, after one batch not
 // counted (the topic's first write, the producer's metadata).
 func brokerCostRun(broker string, pid, n, batch int, txn bool) (time.Duration, time.Duration, error) {
-	ctx := context.Background()
+	// A stuck Flush or EndTxn ends the run with an error, not a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	topic := fmt.Sprintf("brokercost-%d", time.Now().UnixNano())
 	adm, err := kgo.NewClient(kgo.SeedBrokers(broker))
 	if err != nil {
@@ -96,6 +99,19 @@ func brokerCostRun(broker string, pid, n, batch int, txn bool) (time.Duration, t
 	if _, err := kadm.NewClient(adm).CreateTopic(ctx, 6, 1, nil, topic); err != nil {
 		return 0, 0, err
 	}
+	defer func() {
+		// Every topic the broker holds grows its heap (and its GC work
+		// in the runs after): a finished run's goes.
+		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer dcancel()
+		resp, err := kadm.NewClient(adm).DeleteTopics(dctx, topic)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: delete topic %s: %v\n", topic, err)
+		}
+	}()
 	opts := []kgo.Opt{kgo.SeedBrokers(broker), kgo.ProducerLinger(5 * time.Millisecond),
 		kgo.MaxBufferedRecords(2 * batch), kgo.RequiredAcks(kgo.AllISRAcks())}
 	if txn {

@@ -29,7 +29,8 @@ type harness struct {
 	db        *devdb.Server
 	broker    string
 	kafka     *exec.Cmd
-	brokerPID int // the broker's process, for its CPU time per run (0: unknown)
+	brokerPID int  // the broker's process, for its CPU time per run (0: unknown)
+	apache    bool // the broker in use is Apache Kafka (not kfake)
 	// brokerDir is deploy/dev/kafka.sh's KAFKA_DIR of the Apache Kafka in
 	// use, whose gc.log gives the broker's GC pauses per latency run ("":
 	// unknown).
@@ -42,6 +43,7 @@ type harness struct {
 	// latencyProfiles: a directory where each latency run's relay writes
 	// its CPU profile (-latency-profiles); "" for none.
 	latencyProfiles string
+	threadCPU       bool // -broker-threads (threads.go)
 }
 
 func (h *harness) printf(format string, a ...any) {
@@ -64,6 +66,7 @@ type options struct {
 	linger                           time.Duration // kafka.linger of every relay run; < 0: the default
 	latencyRuns                      []latencyRun  // section 2's runs
 	latencyProfiles                  string        // a directory for the relay's CPU profile of each latency run
+	brokerThreads                    bool          // print the broker's CPU per thread for each catch-up run
 }
 
 func run(o options) error {
@@ -74,6 +77,7 @@ func run(o options) error {
 	defer os.RemoveAll(dir)
 	h := &harness{dir: dir, bin: filepath.Join(dir, "outbox-relay"), runID: time.Now().UTC().Format("150405")}
 	h.latencyProfiles = o.latencyProfiles
+	h.threadCPU = o.brokerThreads
 	if o.linger >= 0 {
 		h.tune = append(h.tune, func(c *config.Config) { c.Kafka.Linger = o.linger })
 	}
@@ -153,6 +157,16 @@ func run(o options) error {
 // brokerPart writes one broker's part of the report.
 func (h *harness) brokerPart(self, kind, desc string, o options, loads map[string][2]string, bigDB, bigFrom, dir string) error {
 	h.printf("# Kafka: %s\n\n%s\n\n", kind, desc)
+	h.apache = kind == brokerKafka
+	if h.apache {
+		warm, err := h.warmBroker()
+		if err != nil {
+			return err
+		}
+		if warm != "" {
+			h.printf("%s\n\n", warm)
+		}
+	}
 	profile := filepath.Join(dir, "cpu-"+kind+".prof")
 	if o.sections["txn"] {
 		h.printf("## 0. One exactly-once batch, timed (`bench txn`)\n\n")
@@ -417,6 +431,6 @@ func (h *harness) createTopic(topic string) error {
 		return err
 	}
 	defer cl.Close()
-	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), 6, 1, nil, topic)
+	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), outputPartitions, 1, nil, topic)
 	return err
 }
