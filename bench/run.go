@@ -163,9 +163,7 @@ func (h *harness) brokerPart(self, kind, desc string, o options, loads map[strin
 		if err != nil {
 			return err
 		}
-		if warm != "" {
-			h.printf("%s\n\n", warm)
-		}
+		h.printf("%s\n\n", warm)
 	}
 	profile := filepath.Join(dir, "cpu-"+kind+".prof")
 	if o.sections["txn"] {
@@ -426,11 +424,21 @@ func (h *harness) parallel(w, n int, fn func(*client.Conn, int) error) error {
 }
 
 func (h *harness) createTopic(topic string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.broker))
+	return createTopic(h.broker, topic, outputPartitions, nil)
+}
+
+// createTopic creates topic on broker with partitions and configs
+// (replication factor 1: the harness's brokers are single nodes).
+func createTopic(broker, topic string, partitions int32, configs map[string]*string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), outputPartitions, 1, nil, topic)
-	return err
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, configs, topic); err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	return nil
 }

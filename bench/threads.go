@@ -55,18 +55,30 @@ func threadTicks(pid int) map[string]int {
 		if err != nil {
 			continue // the thread ended
 		}
-		s := string(b)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
+		if name, ticks, ok := statTicks(string(b)); ok {
+			out[name] += ticks
 		}
-		f := strings.Fields(s[end+1:])
-		if len(f) < 13 {
-			continue
-		}
-		ut, _ := strconv.Atoi(f[11]) // utime and stime, fields 14 and 15 of stat
-		st, _ := strconv.Atoi(f[12])
-		out[strings.TrimRight(s[open+1:end], "0123456789-#")] += ut + st
 	}
 	return out
+}
+
+// statTicks reads a thread's name (trailing digits, dashes and '#'
+// dropped) and its user plus system CPU ticks from the text of
+// /proc/PID/task/TID/stat. The name sits in parentheses and may itself hold
+// spaces and parentheses, so the fields are counted from the last ')'.
+func statTicks(stat string) (string, int, bool) {
+	open, end := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	f := strings.Fields(stat[end+1:])
+	if len(f) < 13 {
+		return "", 0, false
+	}
+	ut, err1 := strconv.Atoi(f[11]) // utime and stime, fields 14 and 15 of stat
+	st, err2 := strconv.Atoi(f[12])
+	if err1 != nil || err2 != nil {
+		return "", 0, false
+	}
+	return strings.TrimRight(stat[open+1:end], "0123456789-#"), ut + st, true
 }

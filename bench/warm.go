@@ -80,19 +80,8 @@ func (h *harness) newOutputTopic(topic string) error {
 // after the relay's first start. The relay still finds no checkpoint of its
 // own name there and writes its first one.
 func (h *harness) newCheckpointTopic(topic string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.broker))
-	if err != nil {
+	if err := createTopic(h.broker, topic, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}); err != nil {
 		return err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		return fmt.Errorf("create checkpoint topic %s: %w", topic, err)
 	}
 	return h.primeTopic(topic, 1)
 }
@@ -164,8 +153,14 @@ func compiledMethods(pid int) (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) < 2 {
+	return jstatCompiled(string(out))
+}
+
+// jstatCompiled reads the "Compiled" column of `jstat -compiler` output: a
+// header line, then one line of values.
+func jstatCompiled(out string) (int, bool) {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "Compiled") {
 		return 0, false
 	}
 	f := strings.Fields(lines[len(lines)-1])
