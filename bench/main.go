@@ -72,6 +72,7 @@ func main() {
 	shapes := flag.String("shapes", "single,multi200", "shapes the catchup and batch sections measure: single (one outbox and one business row per transaction), multi200 (INSERTs of 200 outbox rows)")
 	batchRecords := flag.String("batch-records", "5000,20000", "kafka.batch.max_records values the batch section compares")
 	linger := flag.Duration("linger", -1, "kafka.linger of every relay run (default: the relay's default)")
+	lanes := flag.Int("lanes", 0, "kafka.transaction_lanes of every relay run, 1 or 2 (default: the relay's default)")
 	latencyRuns := flag.String("latency-runs", "", "section 2's runs as delivery:rate:events-per-transaction, comma separated (default: exactly-once at 100, 1,000, 5,000 and 10,000 events/s, at-least-once at 1,000, and 10,000/s in 10-event transactions)")
 	brokerThreads := flag.Bool("broker-threads", false, "print the broker's CPU time per thread name (request handlers, JIT, GC) for every baseline and relay catch-up run to stderr")
 	latencyProfiles := flag.String("latency-profiles", "", "write the relay's CPU profile of each latency run into this directory (DELIVERY-RATE-PERTX.pprof)")
@@ -81,6 +82,7 @@ func main() {
 		brokers: strings.Split(*brokers, ","), kafkaAddr: *kafkaAddr, sections: map[string]bool{}, args: strings.Join(os.Args[1:], " "),
 		debeziumShapes: strings.Split(*dbzShapes, ","), shapes: strings.Split(*shapes, ",")}
 	o.linger = *linger
+	o.lanes = *lanes
 	o.latencyProfiles = *latencyProfiles
 	o.brokerThreads = *brokerThreads
 	o.latencyRuns = defaultLatencyRuns

@@ -64,6 +64,7 @@ type options struct {
 	shapes                           []string      // shapes the catchup and batch sections measure
 	batchRecords                     []int         // kafka.batch.max_records values the batch section compares
 	linger                           time.Duration // kafka.linger of every relay run; < 0: the default
+	lanes                            int           // kafka.transaction_lanes of every relay run; 0: the default
 	latencyRuns                      []latencyRun  // section 2's runs
 	latencyProfiles                  string        // a directory for the relay's CPU profile of each latency run
 	brokerThreads                    bool          // print the broker's CPU per thread for each catch-up run
@@ -78,6 +79,9 @@ func run(o options) error {
 	h := &harness{dir: dir, bin: filepath.Join(dir, "outbox-relay"), runID: time.Now().UTC().Format("150405")}
 	h.latencyProfiles = o.latencyProfiles
 	h.threadCPU = o.brokerThreads
+	if o.lanes > 0 {
+		h.tune = append(h.tune, func(c *config.Config) { c.Kafka.TransactionLanes = o.lanes })
+	}
 	if o.linger >= 0 {
 		h.tune = append(h.tune, func(c *config.Config) { c.Kafka.Linger = o.linger })
 	}

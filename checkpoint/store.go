@@ -163,6 +163,9 @@ func (e *HeldBackError) Error() string {
 			sep = ", and by"
 		}
 		id := fmt.Sprintf("transactional id %q", h.TransactionalID)
+		if name, ok := strings.CutSuffix(h.TransactionalID, "#2"); ok && name != "" {
+			id += fmt.Sprintf(" (pipeline %s's second transaction lane)", name)
+		}
 		if h.TransactionalID == "" {
 			id = "a transaction of unknown transactional id"
 		}
@@ -514,10 +517,30 @@ func hint(err error, acl string) string {
 	return ""
 }
 
+// TransactionalIDs are the transactional ids the pipeline name writes its
+// Kafka transactions under: name, and with kafka.transaction_lanes 2 also
+// name followed by "#2" ('#' is in no pipeline name, so the id is no other
+// pipeline's). A relay initialises both at every start, whatever its lanes,
+// and Write fences both.
+func TransactionalIDs(name string) []string {
+	return []string{name, name + "#2"}
+}
+
 // Write commits cp for name (nil writes a tombstone: no checkpoint) in a
-// Kafka transaction whose transactional id is name, the relay's own: it
-// fences a running relay of that name, which then stops.
-func (s *Store) Write(ctx context.Context, name string, cp *Checkpoint) error {
+// Kafka transaction whose transactional id is name, the relay's own, after
+// initialising its second one (TransactionalIDs): it fences a running relay
+// of that name in both its lanes, which then stops, and aborts their open
+// transactions. lanes is the pipeline's kafka.transaction_lanes: with 1, a
+// principal not allowed the second id (so no relay under it wrote with it)
+// is not an error.
+//
+// The order is the relay's own (name, then the second id, then the write):
+// a relay that initialises name after Write did fences Write, whose commit
+// then fails; one that initialised name before is fenced in its first
+// lane, and its second lane never commits after a first-lane commit
+// failed (or, name being initialised by another, at all: see the relay's
+// check before a second-lane commit).
+func (s *Store) Write(ctx context.Context, name string, lanes int, cp *Checkpoint) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID(name)}, s.opts...)...)
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
@@ -525,6 +548,11 @@ func (s *Store) Write(ctx context.Context, name string, cp *Checkpoint) error {
 	defer cl.Close()
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		return fmt.Errorf("write checkpoint: init transactional producer %s: %w", name, err)
+	}
+	if err := s.fence(ctx, TransactionalIDs(name)[1]); err != nil {
+		if lanes > 1 || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			return fmt.Errorf("write checkpoint: %w", err)
+		}
 	}
 	if err := cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
@@ -542,6 +570,21 @@ func (s *Store) Write(ctx context.Context, name string, cp *Checkpoint) error {
 		return fmt.Errorf("write checkpoint: commit: %w", err)
 	}
 	return s.AwaitVisible(ctx, kadm.NewClient(cl), written.Offset)
+}
+
+// fence initialises the transactional id: a producer that used it can
+// commit nothing more, and its open transaction is aborted (or, already
+// being committed, completed) before this returns.
+func (s *Store) fence(ctx context.Context, id string) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID(id)}, s.opts...)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("init transactional producer %s: %w", id, err)
+	}
+	return nil
 }
 
 // ErrNotVisible is returned by AwaitVisible when its context ends before a

@@ -47,7 +47,7 @@ func TestWriteVisibility(t *testing.T) {
 	s, opts := newStore(t)
 	ctx := context.Background()
 	cp := &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"}
-	if err := s.Write(ctx, "alarms", cp); err != nil {
+	if err := s.Write(ctx, "alarms", 2, cp); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Load(ctx, "alarms"); err != nil || got == nil || got.GTIDSet != "0-1-7" {
@@ -68,7 +68,7 @@ func TestWriteVisibility(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	err = s.Write(short, "alarms", &Checkpoint{Name: "alarms", GTIDSet: "0-1-9", Flavor: "mariadb"})
+	err = s.Write(short, "alarms", 2, &Checkpoint{Name: "alarms", GTIDSet: "0-1-9", Flavor: "mariadb"})
 	if !errors.Is(err, ErrNotVisible) {
 		t.Fatalf("write behind an open transaction: %v, want ErrNotVisible", err)
 	}
@@ -126,13 +126,13 @@ func openOther(t *testing.T, s *Store, opts []kgo.Opt) *kgo.Client {
 func TestLoadHeldBack(t *testing.T) {
 	s, opts := newStore(t)
 	ctx := context.Background()
-	if err := s.Write(ctx, "alarms", &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"}); err != nil {
+	if err := s.Write(ctx, "alarms", 2, &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"}); err != nil {
 		t.Fatal(err)
 	}
 	other := openOther(t, s, opts)
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if err := s.Write(short, "alarms", &Checkpoint{Name: "alarms", GTIDSet: "0-1-9", Flavor: "mariadb"}); !errors.Is(err, ErrNotVisible) {
+	if err := s.Write(short, "alarms", 2, &Checkpoint{Name: "alarms", GTIDSet: "0-1-9", Flavor: "mariadb"}); !errors.Is(err, ErrNotVisible) {
 		t.Fatalf("write behind an open transaction: %v", err)
 	}
 
@@ -240,5 +240,39 @@ func TestLoadHeldBackLookupDenied(t *testing.T) {
 	if len(held.Holders) != 0 || held.Lookup == nil || !strings.Contains(held.Error(), "holding transactional id unknown") ||
 		!strings.Contains(held.Error(), "READ on the topic") {
 		t.Fatalf("describing denied: %+v: %v", held.Holders, held)
+	}
+}
+
+// Write fences both of the pipeline's transactional ids (two lanes): an
+// instance's transaction open under the second one is aborted, its
+// checkpoint never becomes visible, and it can commit nothing afterwards.
+func TestWriteFencesBothLanes(t *testing.T) {
+	s, opts := newStore(t)
+	ctx := context.Background()
+	ids := TransactionalIDs("alarms")
+	if len(ids) != 2 || ids[0] != "alarms" || ids[1] == "alarms" {
+		t.Fatalf("transactional ids %q", ids)
+	}
+	lane, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID(ids[1])}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lane.Close()
+	if err := lane.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lane.ProduceSync(ctx, s.Record(&Checkpoint{Name: "alarms", GTIDSet: "0-1-99", Flavor: "mariadb"})).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.Write(short, "alarms", 2, &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"}); err != nil {
+		t.Fatalf("write while the second lane has a transaction open: %v", err)
+	}
+	if err := lane.EndTransaction(ctx, kgo.TryCommit); err == nil {
+		t.Fatal("the second lane committed after Write fenced it")
+	}
+	if got, err := s.Load(ctx, "alarms"); err != nil || got == nil || got.GTIDSet != "0-1-7" {
+		t.Fatalf("load after write: %+v %v, want 0-1-7", got, err)
 	}
 }

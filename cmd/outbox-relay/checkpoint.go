@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,7 +71,7 @@ func currentCheckpoint(ctx context.Context, cfg config.Config, strict bool) (*ch
 	}
 	own := len(held.Holders) > 0
 	for _, h := range held.Holders {
-		own = own && h.TransactionalID == cfg.Name
+		own = own && slices.Contains(checkpoint.TransactionalIDs(cfg.Name), h.TransactionalID)
 	}
 	switch {
 	case own:
@@ -580,7 +581,7 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 func writeCheckpoint(cfg config.Config, store *checkpoint.Store, cp *checkpoint.Checkpoint, log zerolog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	err := store.Write(ctx, cfg.Name, cp)
+	err := store.Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp)
 	if errors.Is(err, checkpoint.ErrNotVisible) {
 		log.Warn().Err(err).Str("topic", store.Topic()).
 			Msg("checkpoint committed; readers see it once the older open transaction on the topic ends (at most the producers' transaction timeout)")

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
@@ -96,7 +97,8 @@ func TestLeastPrivilegeKafka(t *testing.T) {
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.HA.LockTopic).Operations(kadm.OpRead))
 	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(relay.GroupID(cfg.Name)).Operations(kadm.OpRead))
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
-	allow(t, adm, kadm.NewACLs().Allow(principal).TransactionalIDs(cfg.Name).Operations(kadm.OpWrite))
+	ids := checkpoint.TransactionalIDs(cfg.Name) // both lanes (kafka.transaction_lanes 2, the default)
+	allow(t, adm, kadm.NewACLs().Allow(principal).TransactionalIDs(ids...).Operations(kadm.OpWrite))
 
 	items := aclItems(t, cfg)
 	for _, it := range items {
@@ -105,7 +107,7 @@ func TestLeastPrivilegeKafka(t *testing.T) {
 		}
 	}
 	wantNames := []string{"acl topic " + cfg.Kafka.CheckpointTopic, "acl topic " + cfg.HA.LockTopic, "acl topic " + event,
-		"acl group " + relay.GroupID(cfg.Name), "acl transactional-id " + cfg.Name}
+		"acl group " + relay.GroupID(cfg.Name), "acl transactional-id " + ids[0], "acl transactional-id " + ids[1]}
 	if got := names(items); !slices.Equal(got, wantNames) {
 		t.Fatalf("acl items %q, want %q", got, wantNames)
 	}
@@ -137,6 +139,7 @@ func TestLeastPrivilegeKafka(t *testing.T) {
 		"acl topic " + cfg.HA.LockTopic:          "--operation Read --topic " + cfg.HA.LockTopic,
 		"acl group " + relay.GroupID(cfg.Name):   "--operation Read --group " + relay.GroupID(cfg.Name),
 		"acl transactional-id " + cfg.Name:       "--operation Write --transactional-id " + cfg.Name,
+		"acl transactional-id " + ids[1]:         "--operation Write --transactional-id " + ids[1],
 	}
 	got := aclItems(t, weak)
 	for _, it := range got {

@@ -149,6 +149,12 @@ type Kafka struct {
 	Compression Compression `yaml:"compression"`
 	// Linger is how long the producer waits to fill a batch; 0 sends at once.
 	Linger time.Duration `yaml:"linger"`
+	// TransactionLanes (exactly-once) is how many transactional ids the
+	// relay alternates between: 2 (default) lets one Kafka transaction's
+	// commit (EndTxn, the commit markers) run while the next one's records
+	// are written; 1 uses the pipeline's name alone, one transaction after
+	// the other. See TransactionalIDs.
+	TransactionLanes int `yaml:"transaction_lanes"`
 	// ClientMetrics adds franz-go's client metrics (outbox_relay_kafka_*,
 	// per broker and topic) to /metrics.
 	ClientMetrics bool `yaml:"client_metrics"`
@@ -166,13 +172,16 @@ const (
 	CompressZstd   Compression = "zstd"
 )
 
-// validateProducer checks compression and linger.
+// validateProducer checks compression, transaction lanes and linger.
 func (k Kafka) validateProducer() []error {
 	var errs []error
 	switch k.Compression {
 	case CompressNone, CompressGzip, CompressSnappy, CompressLZ4, CompressZstd:
 	default:
 		errs = append(errs, fmt.Errorf("kafka.compression: %q: write none, gzip, snappy, lz4 or zstd", k.Compression))
+	}
+	if k.TransactionLanes != 1 && k.TransactionLanes != 2 {
+		errs = append(errs, fmt.Errorf("kafka.transaction_lanes: %d: write 1 or 2", k.TransactionLanes))
 	}
 	if k.Linger < 0 || k.Linger > time.Minute {
 		errs = append(errs, fmt.Errorf("kafka.linger: %s: write a duration from 0 to 1m, such as 5ms", k.Linger))
@@ -266,6 +275,7 @@ func defaults() Config {
 			CheckpointInterval: 10 * time.Second,
 			RequestTimeout:     30 * time.Second,
 			Compression:        CompressSnappy,
+			TransactionLanes:   2,
 		},
 		Router: RouterConfig{
 			Preset:            "outbox",

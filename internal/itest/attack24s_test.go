@@ -166,7 +166,7 @@ func TestAttack24sSchemaServerFixIgnoredAtXAResume(t *testing.T) {
 	// The checkpoint as the version before this change wrote it.
 	cp.Unsigned, cp.XA.Unsigned = nil, nil
 	ctx := context.Background()
-	if err := Store(t, cfg).Write(ctx, cfg.Name, cp); err != nil {
+	if err := Store(t, cfg).Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Exec("XA COMMIT '" + xid + "'"); err != nil {

@@ -99,7 +99,7 @@ func TestAttack26UnknownSignsMixedTransaction(t *testing.T) {
 	if err := Store(t, cfg).EnsureTopic(ctx, kadmFor(t, k), 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := Store(t, cfg).Write(ctx, cfg.Name, cp); err != nil {
+	if err := Store(t, cfg).Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp); err != nil {
 		t.Fatal(err)
 	}
 	ins := "INSERT INTO app.ev (event_id, aggregate_type, aggregate_id, event_type, payload, tiny, small, med, neg) VALUES "

@@ -134,7 +134,7 @@ func TestBinlogColumnNamesWinOverStoredLayout(t *testing.T) {
 	if err := Store(t, cfg).EnsureTopic(context.Background(), kadmFor(t, k), 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := Store(t, cfg).Write(context.Background(), cfg.Name, cp); err != nil {
+	if err := Store(t, cfg).Write(context.Background(), cfg.Name, cfg.Kafka.TransactionLanes, cp); err != nil {
 		t.Fatal(err)
 	}
 	r := RunRelay(t, cfg)

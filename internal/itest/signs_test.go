@@ -144,7 +144,7 @@ func TestUnknownSignednessStops(t *testing.T) {
 	if err := Store(t, cfg).EnsureTopic(ctx, kadmFor(t, k), 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := Store(t, cfg).Write(ctx, cfg.Name, cp); err != nil {
+	if err := Store(t, cfg).Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp); err != nil {
 		t.Fatal(err)
 	}
 	// A pruned row's values are not published: its negative neg does not stop the relay.
@@ -164,7 +164,7 @@ func TestUnknownSignednessStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp.Unsigned = signs
-	if err := Store(t, cfg).Write(ctx, cfg.Name, cp); err != nil {
+	if err := Store(t, cfg).Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp); err != nil {
 		t.Fatal(err)
 	}
 	r = RunRelay(t, cfg)

@@ -40,7 +40,7 @@ func TestCheckpointSetRecordsSignedness(t *testing.T) {
 	}
 	// A checkpoint from before signedness was tracked, kept as it is.
 	cp.Unsigned = nil
-	if err := itest.Store(t, cfg).Write(ctx, cfg.Name, cp); err != nil {
+	if err := itest.Store(t, cfg).Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp); err != nil {
 		t.Fatal(err)
 	}
 	code, out = runCLI(t, nil, "checkpoint", "set", "--config", path, "--gtid", cp.GTIDSet, "--schema", "keep", "--yes", "--force")

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -20,7 +21,8 @@ import (
 // What the relay's principal needs on Kafka (least privilege, topics
 // created beforehand): READ and WRITE on the checkpoint topic, WRITE on
 // each event topic (and the dead-letter topic), READ on the lock topic and
-// the lock group, WRITE on the transactional id (exactly-once). CREATE and
+// the lock group, WRITE on each transactional id (exactly-once: one per lane,
+// kafka.transaction_lanes). CREATE and
 // DESCRIBE_CONFIGS are optional: without them the relay uses topics as they
 // exist. checkACLs asks the brokers what this principal may do (KIP-430
 // authorized operations, DescribeTransactions, DescribeGroups) and lists,
@@ -130,22 +132,25 @@ func checkACLs(ctx context.Context, cl *kgo.Client, cfg config.Config, existing 
 		return
 	}
 	write := []kmsg.ACLOperation{kmsg.ACLOperationWrite}
-	err = retryCoordinator(ctx, func() error {
-		txns, err := adm.DescribeTransactions(ctx, cfg.Name)
-		if err == nil {
-			if t, ok := txns[cfg.Name]; ok {
-				err = t.Err
+	// Every lane's transactional id (kafka.transaction_lanes).
+	for _, id := range checkpoint.TransactionalIDs(cfg.Name)[:cfg.Kafka.TransactionLanes] {
+		err = retryCoordinator(ctx, func() error {
+			txns, err := adm.DescribeTransactions(ctx, id)
+			if err == nil {
+				if t, ok := txns[id]; ok {
+					err = t.Err
+				}
 			}
+			return err
+		})
+		switch {
+		case err == nil, errors.Is(err, kerr.TransactionalIDNotFound):
+			c.add("acl transactional-id "+id, Pass, "the principal may use it", "")
+		case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+			c.add("acl transactional-id "+id, Fail, "missing WRITE (exactly-once transactions)", fix("transactional-id", id, write))
+		default:
+			c.add("acl transactional-id "+id, Warn, "cannot tell: "+err.Error(), "")
 		}
-		return err
-	})
-	switch {
-	case err == nil, errors.Is(err, kerr.TransactionalIDNotFound):
-		c.add("acl transactional-id "+cfg.Name, Pass, "the principal may use it", "")
-	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
-		c.add("acl transactional-id "+cfg.Name, Fail, "missing WRITE (exactly-once transactions)", fix("transactional-id", cfg.Name, write))
-	default:
-		c.add("acl transactional-id "+cfg.Name, Warn, "cannot tell: "+err.Error(), "")
 	}
 }
 

@@ -232,9 +232,20 @@ func randomChains(t *testing.T, seeds int, timed bool) {
 			})
 			// DescribeTransactions: 0 as is, 1 slow, 2 failing, 3 a stale
 			// CompleteCommit at once, 4 Ongoing until the wait runs out.
+			// States fabricated keep the real producer id and epoch (asked
+			// through peek): the second lane checks them (lanes.go).
 			describe := rng.IntN(5)
+			peek, err := kgo.NewClient(h.relay.kopts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(peek.Close)
+			var bypass atomic.Bool
 			h.kafka.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				h.kafka.KeepControl()
+				if bypass.Load() {
+					return nil, nil, false
+				}
 				switch describe {
 				case 1:
 					h.kafka.SleepControl(func() { time.Sleep(30 * time.Millisecond) })
@@ -243,11 +254,11 @@ func randomChains(t *testing.T, seeds int, timed bool) {
 						st.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 					}), nil, true
 				case 3:
-					return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+					return realTxnAnswer(h.kafka, peek, &bypass, req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
 						st.State = "CompleteCommit"
 					}), nil, true
 				case 4:
-					return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+					return realTxnAnswer(h.kafka, peek, &bypass, req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
 						st.State = "Ongoing"
 					}), nil, true
 				}
@@ -482,8 +493,8 @@ func TestAttack19LingerNeverDelaysCommits(t *testing.T) {
 }
 
 // startLeased is h.start with the attempt run under ls, a term's lease, as
-// Relay.attempt runs it inside an election: the sink refuses to produce or
-// commit once it is lost and aborts what the client buffers.
+// Relay.attempt runs it inside an election: the sinks (both lanes) refuse
+// to produce or commit once it is lost and abort what their clients buffer.
 func (h *harness) startLeased(ls *lease) *attempt {
 	t, r, cfg := h.t, h.relay, h.cfg
 	t.Helper()
@@ -505,6 +516,8 @@ func (h *harness) startLeased(ls *lease) *attempt {
 	must("checkpoint topic", r.store.EnsureTopic(ctx, kadm.NewClient(cl), cfg.Kafka.ReplicationFactor))
 	_, _, err = cl.ProducerID(ctx)
 	must("init producer", err)
+	a.laneCl, a.checkCl, err = r.secondLane(ctx, limits)
+	must("second lane", err)
 	a.cp, err = r.store.Load(ctx, cfg.Name)
 	must("load checkpoint", err)
 	a.from, err = r.startPosition(h.srv, a.cp)
@@ -513,11 +526,16 @@ func (h *harness) startLeased(ls *lease) *attempt {
 	must("schema tracker", err)
 	// As Relay.attempt: the sink's context carries the lease, and is not
 	// canceled with the term (runCtx).
-	a.snk = newSink(context.WithoutCancel(ls.ctx), cl, r.store, sinkOptions{txn: true, timeout: cfg.Kafka.RequestTimeout,
+	opts := sinkOptions{txn: true, timeout: cfg.Kafka.RequestTimeout,
 		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits})
+		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits}
+	a.snk = newSink(context.WithoutCancel(ls.ctx), cl, r.store, opts)
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
 	must("new loop", err)
+	if a.laneCl != nil {
+		a.lane = newSink(context.WithoutCancel(ls.ctx), a.laneCl, r.store, opts)
+		l.addLane(a.lane, a.checkCl)
+	}
 	l.schema = tracker.Tables()
 	if a.cp == nil {
 		must("initial checkpoint", l.commit(ls.ctx))

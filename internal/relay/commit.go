@@ -27,14 +27,33 @@ import (
 // checkpoint, and a crash loses only what was never committed. Only the
 // goroutine touches the sink while a commit is in flight (the loop only
 // creates topics), and the loop waits for it before it returns.
+//
+// Two lanes (kafka.transaction_lanes 2, the default): the loop alternates
+// between two sinks, each a producer with a transactional id of its own
+// (checkpoint.TransactionalIDs). Once the batch in flight is flushed (every
+// record of it acknowledged, before its EndTxn), the records held and those
+// routed after go into the other lane's transaction at once: they land
+// after all of the batch's records in every partition, so read_committed
+// consumers see them in order, and the commit markers and the coordinator's
+// completion of one transaction no longer stand between two batches. The
+// order of commits is kept: a batch commits only after the one before it
+// has committed (startCommit waits for it); when that one fails, the attempt
+// ends and its caller aborts the other lane's open transaction, so no
+// checkpoint ever covers a batch that was not committed.
 
 // inflightCommit is a batch whose Kafka commit is running.
 type inflightCommit struct {
-	done    chan commitResult
-	cp      *checkpoint.Checkpoint
-	records int
-	topics  map[topicOutcome]int
-	partial bool // it commits part of the source transaction being read
+	done chan commitResult
+	// flushed is closed once the batch is acknowledged (two lanes only;
+	// nil with one); released: the loop then produced the held records
+	// into the other lane.
+	flushed  chan struct{}
+	released bool
+	lane     *sink // the sink committing it
+	cp       *checkpoint.Checkpoint
+	records  int
+	topics   map[topicOutcome]int
+	partial  bool // it commits part of the source transaction being read
 }
 
 type commitResult struct {
@@ -45,20 +64,79 @@ type commitResult struct {
 
 // batchOpen reports whether the batch being built holds records.
 func (l *loop) batchOpen() bool {
-	if l.inflight != nil {
-		return len(l.held) > 0
+	if l.inflight != nil && l.inflight.lane == l.sink {
+		return len(l.held) > 0 // the sink's open transaction is the one committing
 	}
-	return l.sink.open
+	return len(l.held) > 0 || l.sink.open
 }
 
 // send adds rec to the batch being built: produced at once, or held while
-// the previous batch's commit is in flight.
+// the previous batch's commit is in flight (with two lanes: until that
+// batch is flushed).
 func (l *loop) send(ctx context.Context, rec *kgo.Record) error {
-	if l.inflight != nil {
-		l.held = append(l.held, rec)
-		return nil
+	if j := l.inflight; j != nil && !j.released {
+		if !j.isFlushed() {
+			l.held = append(l.held, rec)
+			return nil
+		}
+		if err := l.release(ctx); err != nil {
+			return err
+		}
 	}
 	return l.sink.produce(ctx, rec)
+}
+
+// isFlushed reports whether the batch in flight is acknowledged, so that
+// the next one's records may go into the other lane.
+func (j *inflightCommit) isFlushed() bool {
+	if j.flushed == nil {
+		return false
+	}
+	select {
+	case <-j.flushed:
+		return true
+	default:
+		return false
+	}
+}
+
+// inflightFlushed is the channel the commit in flight closes once its batch
+// is acknowledged; nil (never ready) without one, with one lane, or once the
+// held records are released.
+func (l *loop) inflightFlushed() <-chan struct{} {
+	if l.inflight == nil || l.inflight.released {
+		return nil
+	}
+	return l.inflight.flushed
+}
+
+// release produces the records held behind the flushed batch in flight
+// into the current (other) lane's transaction, in the order routed.
+func (l *loop) release(ctx context.Context) error {
+	l.inflight.released = true
+	return l.produceHeld(ctx)
+}
+
+// produceHeld produces the held records into the current lane.
+func (l *loop) produceHeld(ctx context.Context) error {
+	for i, rec := range l.held {
+		if err := l.sink.produce(ctx, rec); err != nil {
+			return err
+		}
+		l.held[i] = nil
+	}
+	l.held = l.held[:0]
+	return nil
+}
+
+// nextLane makes the other lane current, when there are two.
+func (l *loop) nextLane() {
+	for i, s := range l.lanes {
+		if s == l.sink {
+			l.sink = l.lanes[(i+1)%len(l.lanes)]
+			return
+		}
+	}
 }
 
 // inflightDone is the channel the commit in flight answers on; nil (never
@@ -127,11 +205,16 @@ func (l *loop) startCommit(ctx context.Context) error {
 		written, err := l.sink.commit(ctx, cp)
 		return l.finishCommit(job, commitResult{written, err, time.Since(now)})
 	}
+	job.lane = l.sink
+	if len(l.lanes) > 1 {
+		job.flushed = make(chan struct{})
+	}
 	l.inflight = job
 	go func() {
-		written, err := l.sink.commitBatch(ctx, cp, settle)
+		written, err := job.lane.commitBatch(ctx, cp, settle, job.flushed)
 		job.done <- commitResult{written, err, time.Since(now)}
 	}()
+	l.nextLane()
 	return nil
 }
 
@@ -169,14 +252,7 @@ func (l *loop) ended(ctx context.Context, res commitResult) error {
 	if err := l.finishCommit(job, res); err != nil {
 		return err
 	}
-	for i, rec := range l.held {
-		if err := l.sink.produce(ctx, rec); err != nil {
-			return err
-		}
-		l.held[i] = nil
-	}
-	l.held = l.held[:0]
-	return nil
+	return l.produceHeld(ctx)
 }
 
 // settleInflight waits, when the loop ends with err, for a commit still in

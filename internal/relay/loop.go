@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -20,9 +21,12 @@ import (
 
 // loop is the state of one attempt, owned by the goroutine in run.
 type loop struct {
-	r    *Relay
-	srv  *binlog.Server
-	sink *sink
+	r   *Relay
+	srv *binlog.Server
+	// sink is the lane the batch being built goes to; lanes are all of
+	// them, in turn (commit.go: one, or two transactional ids).
+	sink  *sink
+	lanes []*sink
 
 	// set covers every source transaction fully handed to the sink.
 	set    mysql.GTIDSet
@@ -104,7 +108,7 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 		return nil, fmt.Errorf("start position: %w", err)
 	}
 	now := time.Now()
-	l := &loop{r: r, srv: srv, sink: s, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
+	l := &loop{r: r, srv: srv, sink: s, lanes: []*sink{s}, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
 		topicCounters: map[topicOutcome]prometheus.Counter{}, lastCheckpoint: now, lastProgress: now}
 	l.setLimit(r.batchLimit(), now)
 	if cp != nil {
@@ -121,6 +125,17 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 		}
 	}
 	return l, nil
+}
+
+// addLane adds a second exactly-once sink, with a transactional id of its
+// own; batches alternate between the lanes (commit.go). Before each commit
+// it checks, through check (a client of its own, no transactional id),
+// that the first lane's id is still this instance's (lanes.go).
+func (l *loop) addLane(s *sink, check *kgo.Client) {
+	l.lanes[0].keepEpoch = true
+	s.follows = l.lanes[0]
+	s.checkAdm = kadm.NewClient(check)
+	l.lanes = append(l.lanes, s)
 }
 
 // run consumes events until ctx ends (then it commits what it holds) or an
@@ -307,6 +322,10 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 			}
 		case res := <-l.inflightDone(): // exactly-once only
 			if err := l.committed(work, res); err != nil {
+				return err
+			}
+		case <-l.inflightFlushed(): // exactly-once, two lanes
+			if err := l.release(work); err != nil {
 				return err
 			}
 		case <-l.sink.acked: // at-least-once only
@@ -700,8 +719,11 @@ func (l *loop) shutdown() error {
 		return fmt.Errorf("write final checkpoint: %w", err)
 	}
 	l.written(cp)
-	if err := l.sink.awaitVisible(ctx); err != nil {
-		l.r.log.Warn().Err(err).Msg("final checkpoint committed; readers see it once an older open transaction on the checkpoint topic ends")
+	for _, s := range l.lanes { // the last checkpoint is in either
+		if err := s.awaitVisible(ctx); err != nil {
+			l.r.log.Warn().Err(err).Msg("final checkpoint committed; readers see it once an older open transaction on the checkpoint topic ends")
+			break
+		}
 	}
 	l.r.log.Info().Str("gtid_set", l.position()).Int64("events", l.events).Msg("final checkpoint written")
 	return nil

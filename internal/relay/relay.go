@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -350,6 +351,41 @@ func producerOpts(cfg config.Config, limits *topicLimits, kopts []kgo.Opt) []kgo
 	return opts
 }
 
+// secondLane initialises the pipeline's second transactional id
+// (checkpoint.TransactionalIDs) before the checkpoint is read, whatever
+// kafka.transaction_lanes: that fences an older instance's second lane and
+// ends its open transaction (a relay restarted with one lane after two must
+// not leave one open, holding back the checkpoint topic). With two lanes it
+// returns the producer, and a plain client of the same settings for the
+// second lane's question before each commit (lanes.go); with one it closes
+// it and returns nils, and a principal not allowed the id (so that no relay
+// under it wrote with it) is no error. The caller closes both.
+func (r *Relay) secondLane(ctx context.Context, limits *topicLimits) (lane, check *kgo.Client, err error) {
+	id := checkpoint.TransactionalIDs(r.cfg.Name)[1]
+	cl, err := kgo.NewClient(append(producerOpts(r.cfg, limits, r.kopts), kgo.TransactionalID(id))...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		cl.Close()
+		if r.cfg.Kafka.TransactionLanes < 2 && errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("init transactional producer %s (the second lane, kafka.transaction_lanes: grant it WRITE as the pipeline's name, or set 1): %w",
+			id, classify(err))
+	}
+	if r.cfg.Kafka.TransactionLanes < 2 {
+		cl.Close()
+		return nil, nil, nil
+	}
+	check, err = kgo.NewClient(r.kopts...)
+	if err != nil {
+		cl.Close()
+		return nil, nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	return cl, check, nil
+}
+
 // attempt runs one pipeline from the committed checkpoint.
 func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -383,6 +419,16 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 			return fmt.Errorf("init transactional producer %s: %w", r.cfg.Name, classify(err))
 		}
 	}
+	var laneCl, checkCl *kgo.Client // the second lane's producer and its question's client, if any
+	if exactlyOnce {
+		if laneCl, checkCl, err = r.secondLane(ctx, limits); err != nil {
+			return err
+		}
+		if laneCl != nil {
+			defer laneCl.Close()
+			defer checkCl.Close()
+		}
+	}
 	cp, err := r.store.Load(ctx, r.cfg.Name)
 	if err != nil {
 		return err
@@ -405,24 +451,33 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	if err != nil {
 		return err
 	}
-	snk := newSink(runCtx, cl, r.store, sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
+	sopts := sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits})
+		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits}
+	lanes := []*sink{newSink(runCtx, cl, r.store, sopts)}
+	if laneCl != nil {
+		lanes = append(lanes, newSink(runCtx, laneCl, r.store, sopts))
+	}
 	defer func() {
-		// A failed attempt ends its open Kafka transaction at once, so that
-		// read_committed consumers of its partitions (and of the shared
-		// checkpoint topic) are not held up until the broker times it out.
-		if snk.open {
-			actx, acancel := context.WithTimeout(context.Background(), r.cfg.Kafka.RequestTimeout)
-			if err := snk.abort(actx); err != nil {
-				r.log.Warn().Err(err).Msg("abort the open kafka transaction of the failed attempt")
+		// A failed attempt ends its open Kafka transactions at once, so that
+		// read_committed consumers of their partitions (and of the shared
+		// checkpoint topic) are not held up until the broker times them out.
+		for _, snk := range lanes {
+			if snk.open {
+				actx, acancel := context.WithTimeout(context.Background(), r.cfg.Kafka.RequestTimeout)
+				if err := snk.abort(actx); err != nil {
+					r.log.Warn().Err(err).Msg("abort the open kafka transaction of the failed attempt")
+				}
+				acancel()
 			}
-			acancel()
 		}
 	}()
-	l, err := newLoop(r, srv, cp, from, snk)
+	l, err := newLoop(r, srv, cp, from, lanes[0])
 	if err != nil {
 		return err
+	}
+	for _, snk := range lanes[1:] {
+		l.addLane(snk, checkCl)
 	}
 	l.schema, l.unsigned = tracker.Tables(), tracker.Unsigned()
 	if cp == nil {

@@ -252,6 +252,9 @@ type attempt struct {
 	next    int
 	cl      *kgo.Client
 	snk     *sink
+	laneCl  *kgo.Client // the second lane (kafka.transaction_lanes 2), or nil
+	checkCl *kgo.Client // its question's client (lanes.go)
+	lane    *sink
 	events  chan []binlog.Event
 	readErr chan error
 	cancel  context.CancelFunc // SIGTERM
@@ -283,6 +286,11 @@ func (h *harness) start() *attempt {
 	if _, _, err := cl.ProducerID(ctx); err != nil { // fences the previous attempt, aborts its transaction
 		fail("init producer", err)
 	}
+	laneCl, checkCl, err := r.secondLane(ctx, limits) // as Relay.attempt: the second transactional id
+	if err != nil {
+		fail("second lane", err)
+	}
+	a.laneCl, a.checkCl = laneCl, checkCl
 	if a.cp, err = r.store.Load(ctx, cfg.Name); err != nil {
 		fail("load checkpoint", err)
 	}
@@ -299,6 +307,10 @@ func (h *harness) start() *attempt {
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
 	if err != nil {
 		fail("new loop", err)
+	}
+	if laneCl != nil {
+		a.lane = newSink(context.Background(), laneCl, r.store, a.snk.sinkOptions)
+		l.addLane(a.lane, checkCl)
 	}
 	l.schema = tracker.Tables()
 	if a.cp == nil {
@@ -387,14 +399,20 @@ func (a *attempt) end(crashed bool) error {
 		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
 		a.h.t.Fatalf("the loop did not return; goroutines:\n%s", stacks.String())
 	}
-	if !crashed && a.snk.open {
-		ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.Kafka.RequestTimeout)
-		if err := a.snk.abort(ctx); err != nil {
-			a.h.t.Logf("abort after the attempt: %v", err)
+	for _, snk := range []*sink{a.snk, a.lane} {
+		if !crashed && snk != nil && snk.open {
+			ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.Kafka.RequestTimeout)
+			if err := snk.abort(ctx); err != nil {
+				a.h.t.Logf("abort after the attempt: %v", err)
+			}
+			cancel()
 		}
-		cancel()
 	}
 	a.cl.Close()
+	if a.laneCl != nil {
+		a.laneCl.Close()
+		a.checkCl.Close()
+	}
 	return a.err
 }
 

@@ -21,7 +21,10 @@ import (
 // coordinator whether it completed (each question costs the broker CPU
 // that bulk catch-up needs); a batch that ends where the reader caught up
 // asks, so the next small transaction does not meet the broker's 20 ms
-// CONCURRENT_TRANSACTIONS back-off. Both publish every event once.
+// CONCURRENT_TRANSACTIONS back-off. Both publish every event once. One
+// transaction lane: with two, the second lane also asks once before each
+// of its commits whether the first lane's id is still its own (lanes.go),
+// a question per two commits, not one every settlePoll.
 func TestSettleOnlyWhenCaughtUp(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -43,7 +46,10 @@ func TestSettleOnlyWhenCaughtUp(t *testing.T) {
 			for i := range 30 {
 				s.tx(s.insert("order", fmt.Sprint(i), 5))
 			}
-			h := newHarness(t, s, maxRecords(10))
+			h := newHarness(t, s, func(c *config.Config) {
+				maxRecords(10)(c)
+				c.Kafka.TransactionLanes = 1
+			})
 			h.batch = 0
 			asked := countDescribeTxn(h)
 			a := h.start()
@@ -163,7 +169,7 @@ func TestSmallBatchOneProduceRequest(t *testing.T) {
 			if err := snk.produce(ctx, &kgo.Record{Topic: "orders", Key: []byte("o-0"), Value: []byte("{}")}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := snk.commitBatch(ctx, &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: "0-1-1", Flavor: "mariadb", Events: 1}, false); err != nil {
+			if _, err := snk.commitBatch(ctx, &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: "0-1-1", Flavor: "mariadb", Events: 1}, false, nil); err != nil {
 				t.Fatal(err)
 			}
 			produces.Store(0)
@@ -180,7 +186,7 @@ func TestSmallBatchOneProduceRequest(t *testing.T) {
 				time.Sleep(200 * time.Microsecond)
 			}
 			cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: "0-1-2", Flavor: "mariadb", Events: 2}
-			if _, err := snk.commitBatch(ctx, cp, false); err != nil {
+			if _, err := snk.commitBatch(ctx, cp, false, nil); err != nil {
 				t.Fatal(err)
 			}
 			if n := produces.Load(); n != tc.want {

@@ -82,6 +82,21 @@ type sink struct {
 	// lease is the term the sink publishes for (nil without an election):
 	// once it is lost the sink produces and commits nothing more.
 	lease *lease
+
+	// Two lanes (lanes.go): the first lane keeps its producer id and epoch
+	// after each commit (keepEpoch, epochAfter); the second lane checks,
+	// before each commit, that the first lane's transactional id is still
+	// this instance's (follows; checkOff once the brokers refuse to tell,
+	// checkFails failed in a row, no check before checkPaused, checkWarned
+	// once a failed check was logged).
+	keepEpoch   bool
+	epochAfter  atomic.Pointer[committedAs]
+	follows     *sink
+	checkAdm    *kadm.Client // asks the question (a client of its own: see lanes.go)
+	checkOff    bool
+	checkFails  int
+	checkPaused time.Time
+	checkWarned bool
 }
 
 // sinkOptions are the sink's settings.
@@ -403,14 +418,17 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 // At-least-once: cp is written once the batch is acknowledged (see drain);
 // it returns the checkpoint it wrote, if any.
 func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoint.Checkpoint, error) {
-	return s.commitBatch(ctx, cp, true)
+	return s.commitBatch(ctx, cp, true, nil)
 }
 
 // commitBatch is commit; settle says whether the next transaction's first
 // produce waits for the coordinator to complete this one (txnsettle.go):
 // false after a batch cut by its size bound, when more records are
-// waiting (catch-up).
-func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settle bool) (*checkpoint.Checkpoint, error) {
+// waiting (catch-up). flushed (exactly-once; may be nil) is closed once
+// every record of the batch, its checkpoint among them, is acknowledged,
+// before EndTxn: records produced after that (under the other lane's
+// transactional id) land after all of them in every partition.
+func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settle bool, flushed chan<- struct{}) (*checkpoint.Checkpoint, error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -445,10 +463,22 @@ func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settl
 		// the next active instance's InitProducerID would have fenced it.
 		return nil, err
 	}
+	if flushed != nil {
+		close(flushed)
+	}
+	if err := s.firstLaneOurs(ctx); err != nil {
+		return nil, err
+	}
+	var before producerEpoch
+	known := true
+	if s.keepEpoch {
+		before, known = s.producerState(ctx)
+	}
 	if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return nil, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
 	}
 	s.open, s.began = false, time.Time{}
+	s.keepCommittedEpoch(ctx, before, known)
 	if settle {
 		s.settleAfterCommit()
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -610,6 +611,35 @@ func describeTxnAnswer(req kmsg.Request, fill func(*kmsg.DescribeTransactionsRes
 		st.TransactionalID = id
 		fill(&st)
 		resp.TransactionStates = append(resp.TransactionStates, st)
+	}
+	return resp
+}
+
+// realTxnAnswer answers a DescribeTransactions request as the cluster
+// itself does (asked through peek, past the test's control function while
+// bypass is set), then lets fill change each state: a fabricated state keeps
+// the coordinator's producer id and epoch, which the second transaction lane
+// compares with its first lane's (lanes.go). Without an answer it falls back
+// to describeTxnAnswer.
+func realTxnAnswer(c *kfake.Cluster, peek *kgo.Client, bypass *atomic.Bool, req kmsg.Request,
+	fill func(*kmsg.DescribeTransactionsResponseTransactionState)) kmsg.Response {
+	r := req.(*kmsg.DescribeTransactionsRequest)
+	var resp *kmsg.DescribeTransactionsResponse
+	c.SleepControl(func() {
+		bypass.Store(true)
+		defer bypass.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ask := kmsg.NewPtrDescribeTransactionsRequest()
+		ask.TransactionalIDs = r.TransactionalIDs
+		resp, _ = ask.RequestWith(ctx, peek)
+	})
+	if resp == nil {
+		return describeTxnAnswer(req, fill)
+	}
+	resp.Version = r.Version
+	for i := range resp.TransactionStates {
+		fill(&resp.TransactionStates[i])
 	}
 	return resp
 }

@@ -1,0 +1,256 @@
+package relay
+
+// Second adversarial review of two transaction lanes: the second lane's
+// check of the pipeline's name (lanes.go) against the relay's own epoch
+// changes and against a slow coordinator.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+)
+
+// bumpTo initialises id until the coordinator's epoch for it is epoch
+// (kfake: a new id starts at 0, each InitProducerID without a producer id
+// bumps it by one).
+func bumpTo(t *testing.T, h *harness, id string, epoch int16) {
+	t.Helper()
+	cl, err := kgo.NewClient(h.relay.kopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	init := func() (int64, int16) {
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID = &id
+		req.TransactionTimeoutMillis = int32(h.cfg.Kafka.TransactionTimeout.Milliseconds())
+		req.ProducerID, req.ProducerEpoch = -1, -1
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ProducerID, resp.ProducerEpoch
+	}
+	_, e := init()
+	for e < epoch {
+		n := int(epoch - e)
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; i < n-1; i += 16 {
+					init()
+				}
+			}()
+		}
+		wg.Wait()
+		_, e = init()
+	}
+	if e != epoch {
+		t.Fatalf("bumped %s to epoch %d, want %d", id, e, epoch)
+	}
+}
+
+// Producer id rotation at epoch exhaustion, under transaction protocol v2
+// (EndTxn bumps the epoch). When the first lane commits at epoch 32766
+// (Short.MAX_VALUE-1), the coordinator gives it a new producer id at epoch
+// 0. kfake switches the id atomically. Apache Kafka answers the EndTxn as
+// soon as PrepareCommit is logged, with the producer id and epoch of the
+// CompleteCommit transition it is about to make (TransactionCoordinator
+// endTransaction: responseCallback(Errors.NONE, newPreSendMetadata.producerId,
+// newPreSendMetadata.producerEpoch), newPreSendMetadata being
+// TransactionMetadata.prepareComplete: nextProducerId, epoch 0), while its
+// cached state stays PrepareCommit with the OLD producer id at epoch 32767
+// (prepareAbortOrCommit: producerEpoch + 1) until the markers are written and
+// CompleteCommit is appended; DescribeTransactions reports that cached
+// state (handleDescribeTransactions: txnMetadata.producerId,
+// txnMetadata.producerEpoch). This relay's own txnsettle.go says the same
+// window exists (markers and CompleteCommit after the EndTxn answer).
+//
+// "kafka" models that window (20 ms after the EndTxn answer, during which
+// DescribeTransactions of the name reports the old id, epoch 32767,
+// PrepareCommit); "kfake" is the embedded broker as is.
+func TestAttackLanes2EpochOverflowFalseFence(t *testing.T) {
+	for _, broker := range []string{"kfake", "kafka"} {
+		t.Run(broker, func(t *testing.T) {
+			s := newScript("mariadb")
+			for range 7 {
+				s.tx(s.insert("order", "1", 1))
+			}
+			h := newHarness(t, s, nil)
+			name := h.cfg.Name
+			began := time.Now()
+			// h.start initialises the name once more (32764); the initial
+			// checkpoint commits at 32764 (-> 32765), transaction 2 at 32765
+			// (-> 32766), transaction 4 at 32766: the id rotates.
+			bumpTo(t, h, name, math.MaxInt16-4)
+			t.Logf("bumped %s to epoch %d in %s", name, math.MaxInt16-4, time.Since(began).Round(time.Millisecond))
+
+			var armed, holding atomic.Bool
+			var oldID atomic.Int64
+			var windowEnd atomic.Int64 // unix nanos
+			var answered atomic.Int64  // unix nanos of the EndTxn answer
+			reached := make(chan struct{}, 1)
+			release := make(chan struct{})
+			var lane2Produces atomic.Int32
+			h.kafka.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				h.kafka.KeepControl()
+				r := req.(*kmsg.EndTxnRequest)
+				if r.Commit && r.TransactionalID == name && r.ProducerEpoch == math.MaxInt16-1 && armed.CompareAndSwap(true, false) {
+					oldID.Store(r.ProducerID)
+					holding.Store(true)
+					reached <- struct{}{}
+					h.kafka.SleepControl(func() { <-release })
+					holding.Store(false)
+					now := time.Now()
+					answered.Store(now.UnixNano())
+					if broker == "kafka" {
+						windowEnd.Store(now.Add(20 * time.Millisecond).UnixNano())
+					}
+				}
+				return nil, nil, false
+			})
+			h.kafka.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				h.kafka.KeepControl()
+				if id := req.(*kmsg.ProduceRequest).TransactionID; id != nil && *id == checkpoint.TransactionalIDs(name)[1] && holding.Load() {
+					lane2Produces.Add(1)
+				}
+				return nil, nil, false
+			})
+			var modelled atomic.Int32
+			h.kafka.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				h.kafka.KeepControl()
+				r := req.(*kmsg.DescribeTransactionsRequest)
+				if len(r.TransactionalIDs) != 1 || r.TransactionalIDs[0] != name || time.Now().UnixNano() >= windowEnd.Load() {
+					return nil, nil, false
+				}
+				// Kafka's cached state in the marker window (see above): fully
+				// fabricated, so that no other question slips past the model.
+				modelled.Add(1)
+				return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+					st.ProducerID, st.ProducerEpoch, st.State = oldID.Load(), math.MaxInt16, "PrepareCommit"
+					st.TimeoutMillis = int32(h.cfg.Kafka.TransactionTimeout.Milliseconds())
+					st.StartTimestamp = time.Now().UnixMilli()
+				}), nil, true
+			})
+
+			a := h.start()
+			for n := 1; n <= 3; n++ {
+				a.feed(s.through(n))
+				h.waitCheckpoint("committed", func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == s.set(n) })
+			}
+			armed.Store(true)
+			a.feed(s.through(4)) // the first lane commits at epoch 32766: held
+			select {
+			case <-reached:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first lane never committed at epoch 32766")
+			}
+			a.feed(s.through(5)) // the second lane's batch, produced once the first is flushed
+			eventually(t, "records produced into lane 2 while lane 1's commit is held", func() bool { return lane2Produces.Load() > 0 })
+			close(release) // the first lane's id rotates; the second lane commits next
+			eventually(t, "the second lane commits or the attempt ends", func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				cp, err := h.relay.store.WithStableWait(10*time.Millisecond).Load(ctx, name)
+				return !a.running() || err == nil && cp.GTIDSet == s.set(5)
+			})
+			t.Logf("DescribeTransactions of %s answered as Kafka in the marker window: %d", name, modelled.Load())
+			if !a.running() {
+				err := a.wait()
+				t.Errorf("nobody else touched %s (its producer id rotated at epoch exhaustion, the relay's own commit), yet the attempt ended: %v", name, err)
+				if errors.Is(err, ErrFenced) {
+					t.Errorf("a false fence: ErrFenced sends the instance back to standby (metrics fenced=1) and aborts the batch")
+				}
+				h.kafka.DropControl()
+				h.start().finish()
+				h.verify()
+				return
+			}
+			h.kafka.DropControl()
+			a.finish()
+			h.verify()
+		})
+	}
+}
+
+// A DescribeTransactions of the name that gets no answer in time (the
+// coordinator loading after it moved: COORDINATOR_LOAD_IN_PROGRESS, retried
+// by franz-go; or no answer at all) lets the second lane's commit go on
+// after checkMax (lanes.go). Before the question had a client of its own,
+// an unanswered one held the EndTxn behind it on the same connection until
+// the commit's time ran out, and the attempt ended.
+func TestAttackLanes2SlowQuestionEatsCommit(t *testing.T) {
+	for _, mode := range []string{"loading", "hang"} {
+		t.Run(mode, func(t *testing.T) { slowQuestion(t, mode) })
+	}
+}
+
+func slowQuestion(t *testing.T, mode string) {
+	s := newScript("mariadb")
+	for range 4 {
+		s.tx(s.insert("order", "1", 1))
+	}
+	h := newHarness(t, s, nil)
+	name := h.cfg.Name
+	var loadingUntil atomic.Int64
+	var asked atomic.Int32
+	h.kafka.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kafka.KeepControl()
+		r := req.(*kmsg.DescribeTransactionsRequest)
+		if len(r.TransactionalIDs) == 1 && r.TransactionalIDs[0] == name && time.Now().UnixNano() < loadingUntil.Load() {
+			asked.Add(1)
+			if mode == "hang" {
+				h.kafka.SleepControl(func() { time.Sleep(time.Until(time.Unix(0, loadingUntil.Load()))) })
+				return nil, nil, false
+			}
+			return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+				st.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+			}), nil, true
+		}
+		return nil, nil, false
+	})
+	a := h.start()
+	a.feed(s.through(2)) // initial checkpoint on lane 1, tx 1 on lane 2, tx 2 on lane 1
+	h.waitCheckpoint("at 2", func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == s.set(2) })
+
+	// The name's coordinator is loading for a while (a move, a broker
+	// restart); the second lane's own coordinator answers.
+	loadingUntil.Store(time.Now().Add(h.cfg.Kafka.RequestTimeout + time.Second).UnixNano())
+	began := time.Now()
+	a.feed(s.through(3)) // lane 2
+	eventually(t, "the second lane commits or the attempt ends", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cp, err := h.relay.store.WithStableWait(10*time.Millisecond).Load(ctx, name)
+		return !a.running() || err == nil && cp.GTIDSet == s.set(3)
+	})
+	t.Logf("after %s: %d DescribeTransactions of the name (%s)", time.Since(began).Round(time.Millisecond), asked.Load(), mode)
+	if !a.running() {
+		err := a.wait()
+		t.Errorf("(%s) the second lane's question got no answer in time, which is documented to let the commit go on (after checkMax); the commit failed instead and ended the attempt: %v", mode, err)
+		h.kafka.DropControl()
+		h.start().finish()
+		h.verify()
+		return
+	}
+	h.kafka.DropControl()
+	a.finish()
+	h.verify()
+}
