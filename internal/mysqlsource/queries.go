@@ -85,11 +85,23 @@ func resultset(names []string, rows [][]any) (*mysql.Result, error) {
 	if rows == nil {
 		rows = [][]any{}
 	}
-	rs, err := mysql.BuildSimpleTextResultset(names, rows)
-	if err != nil {
-		return nil, err
+	// go-mysql v1.16 builds the result set on a pooled Resultset whose
+	// Reset keeps the Field pointers of its last use: one a client in this
+	// process closed (the relay's own queries, in tests) can carry another
+	// column type, and BuildSimpleTextResultset then refuses consistent rows
+	// ("row types aren't consistent"). A failed build drops that Resultset;
+	// the next comes from the pool or is new.
+	var err error
+	for range 16 {
+		var rs *mysql.Resultset
+		if rs, err = mysql.BuildSimpleTextResultset(names, rows); err == nil {
+			return mysql.NewResult(rs), nil
+		}
+		if !strings.Contains(err.Error(), "row types aren't consistent") {
+			break
+		}
 	}
-	return mysql.NewResult(rs), nil
+	return nil, err
 }
 
 // query answers one COM_QUERY as MySQL 8.0 / 8.4 would.
