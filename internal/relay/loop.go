@@ -134,6 +134,9 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 func (l *loop) addLane(s *sink, check *kgo.Client) {
 	l.lanes[0].keepEpoch = true
 	s.follows = l.lanes[0]
+	// What one lane learned of a topic holds for both (created once,
+	// a refusal to create it logged once, read again once per attempt).
+	s.topics, s.reread = l.lanes[0].topics, l.lanes[0].reread
 	s.checkAdm = kadm.NewClient(check)
 	l.lanes = append(l.lanes, s)
 }

@@ -42,10 +42,10 @@ type sink struct {
 	cl       *kgo.Client
 	adm      *kadm.Client
 	store    *checkpoint.Store
-	topics   map[string]topicInfo
-	reread   map[string]bool // topics learned again (rereadTopic)
-	open     bool            // a batch has begun (exactly-once: a Kafka transaction is open)
-	began    time.Time       // exactly-once: when the open Kafka transaction began
+	topics   map[string]topicInfo // shared by the lanes (addLane): only the loop touches them
+	reread   map[string]bool      // topics learned again (rereadTopic)
+	open     bool                 // a batch has begun (exactly-once: a Kafka transaction is open)
+	began    time.Time            // exactly-once: when the open Kafka transaction began
 	pctx     context.Context
 	errMu    sync.Mutex
 	firstErr error
@@ -130,7 +130,7 @@ type aloBatch struct {
 
 func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *sink {
 	s := &sink{sinkOptions: opts, cl: cl, adm: kadm.NewClient(cl), store: store,
-		topics: map[string]topicInfo{store.Topic(): {partitions: 1, maxBytes: maxBatchBytes}}, pctx: ctx}
+		topics: map[string]topicInfo{store.Topic(): {partitions: 1, maxBytes: maxBatchBytes}}, reread: map[string]bool{}, pctx: ctx}
 	s.promise = func(_ *kgo.Record, err error) {
 		if err != nil {
 			s.errMu.Lock()
@@ -234,9 +234,6 @@ func (s *sink) brokersRestarting(ctx context.Context) bool {
 func (s *sink) rereadTopic(ctx context.Context, topic string) (topicInfo, bool, error) {
 	if s.reread[topic] {
 		return s.topics[topic], false, nil
-	}
-	if s.reread == nil {
-		s.reread = map[string]bool{}
 	}
 	s.reread[topic] = true
 	delete(s.topics, topic)
