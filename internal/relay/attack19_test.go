@@ -233,17 +233,12 @@ func randomChains(t *testing.T, seeds int, timed bool) {
 			// DescribeTransactions: 0 as is, 1 slow, 2 failing, 3 a stale
 			// CompleteCommit at once, 4 Ongoing until the wait runs out.
 			// States fabricated keep the real producer id and epoch (asked
-			// through peek): the second lane checks them (lanes.go).
+			// in the background): the second lane checks them (lanes.go).
 			describe := rng.IntN(5)
-			peek, err := kgo.NewClient(h.relay.kopts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(peek.Close)
-			var bypass atomic.Bool
+			states := watchTxnStates(t, h)
 			h.kafka.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				h.kafka.KeepControl()
-				if bypass.Load() {
+				if states.bypass.Load() {
 					return nil, nil, false
 				}
 				switch describe {
@@ -254,11 +249,11 @@ func randomChains(t *testing.T, seeds int, timed bool) {
 						st.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 					}), nil, true
 				case 3:
-					return realTxnAnswer(h.kafka, peek, &bypass, req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+					return states.answer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
 						st.State = "CompleteCommit"
 					}), nil, true
 				case 4:
-					return realTxnAnswer(h.kafka, peek, &bypass, req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+					return states.answer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
 						st.State = "Ongoing"
 					}), nil, true
 				}

@@ -615,31 +615,68 @@ func describeTxnAnswer(req kmsg.Request, fill func(*kmsg.DescribeTransactionsRes
 	return resp
 }
 
-// realTxnAnswer answers a DescribeTransactions request as the cluster
-// itself does (asked through peek, past the test's control function while
-// bypass is set), then lets fill change each state: a fabricated state keeps
-// the coordinator's producer id and epoch, which the second transaction lane
-// compares with its first lane's (lanes.go). Without an answer it falls back
-// to describeTxnAnswer.
-func realTxnAnswer(c *kfake.Cluster, peek *kgo.Client, bypass *atomic.Bool, req kmsg.Request,
-	fill func(*kmsg.DescribeTransactionsResponseTransactionState)) kmsg.Response {
-	r := req.(*kmsg.DescribeTransactionsRequest)
-	var resp *kmsg.DescribeTransactionsResponse
-	c.SleepControl(func() {
-		bypass.Store(true)
-		defer bypass.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ask := kmsg.NewPtrDescribeTransactionsRequest()
-		ask.TransactionalIDs = r.TransactionalIDs
-		resp, _ = ask.RequestWith(ctx, peek)
+// txnStates keeps the cluster's own DescribeTransactions answers for a
+// pipeline's transactional ids, asked every millisecond through a client of
+// its own, past the test's control function (bypass). A fabricated answer
+// (answer) carries the real producer id and epoch without holding the
+// request: a held one would hold its client's connection, and the EndTxn
+// behind it. The second lane compares them with its first lane's
+// (lanes.go); a stale one is older, so never taken for a fence.
+type txnStates struct {
+	bypass atomic.Bool
+	mu     sync.Mutex
+	m      map[string]kmsg.DescribeTransactionsResponseTransactionState
+}
+
+func watchTxnStates(t *testing.T, h *harness) *txnStates {
+	t.Helper()
+	peek, err := kgo.NewClient(h.relay.kopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &txnStates{m: map[string]kmsg.DescribeTransactionsResponseTransactionState{}}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done; peek.Close() })
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			req := kmsg.NewPtrDescribeTransactionsRequest()
+			req.TransactionalIDs = checkpoint.TransactionalIDs(h.cfg.Name)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			w.bypass.Store(true)
+			resp, err := req.RequestWith(ctx, peek)
+			w.bypass.Store(false)
+			cancel()
+			if err != nil {
+				continue
+			}
+			w.mu.Lock()
+			for _, st := range resp.TransactionStates {
+				if st.ErrorCode == 0 {
+					w.m[st.TransactionalID] = st
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// answer is describeTxnAnswer with each state's producer id and epoch the
+// cluster's last known ones.
+func (w *txnStates) answer(req kmsg.Request, fill func(*kmsg.DescribeTransactionsResponseTransactionState)) kmsg.Response {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+		if known, ok := w.m[st.TransactionalID]; ok {
+			st.ProducerID, st.ProducerEpoch = known.ProducerID, known.ProducerEpoch
+		}
+		fill(st)
 	})
-	if resp == nil {
-		return describeTxnAnswer(req, fill)
-	}
-	resp.Version = r.Version
-	for i := range resp.TransactionStates {
-		fill(&resp.TransactionStates[i])
-	}
-	return resp
 }
