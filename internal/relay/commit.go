@@ -71,33 +71,14 @@ func (l *loop) batchOpen() bool {
 }
 
 // send adds rec to the batch being built: produced at once, or held while
-// the previous batch's commit is in flight (with two lanes: until that
-// batch is flushed).
+// the previous batch's commit is in flight (with two lanes: until the loop
+// has seen that batch flushed, between two hand-offs of the reader).
 func (l *loop) send(ctx context.Context, rec *kgo.Record) error {
 	if j := l.inflight; j != nil && !j.released {
-		if !j.isFlushed() {
-			l.held = append(l.held, rec)
-			return nil
-		}
-		if err := l.release(ctx); err != nil {
-			return err
-		}
+		l.held = append(l.held, rec)
+		return nil
 	}
 	return l.sink.produce(ctx, rec)
-}
-
-// isFlushed reports whether the batch in flight is acknowledged, so that
-// the next one's records may go into the other lane.
-func (j *inflightCommit) isFlushed() bool {
-	if j.flushed == nil {
-		return false
-	}
-	select {
-	case <-j.flushed:
-		return true
-	default:
-		return false
-	}
 }
 
 // inflightFlushed is the channel the commit in flight closes once its batch

@@ -119,11 +119,7 @@ func (s *sink) firstLaneOurs(ctx context.Context) error {
 	id, _ := f.cl.OptValue(kgo.TransactionalID).(string)
 	qctx, cancel := context.WithTimeout(ctx, checkMax)
 	defer cancel()
-	adm := s.checkAdm
-	if adm == nil {
-		adm = s.adm
-	}
-	d, err := adm.DescribeTransactions(qctx, id)
+	d, err := s.checkAdm.DescribeTransactions(qctx, id)
 	var state producerEpoch
 	if err == nil {
 		t, ok := d[id]
@@ -143,7 +139,9 @@ func (s *sink) firstLaneOurs(ctx context.Context) error {
 			s.checkFails = 0
 			s.checkPaused = time.Now().Add(settlePause)
 		}
-		if !s.checkWarned {
+		if s.checkWarned {
+			s.log.Debug().Err(err).Str("transactional_id", id).Msg("cannot ask the coordinator before a commit of the second transaction lane: committing")
+		} else {
 			s.checkWarned = true
 			s.log.Warn().Err(err).Str("transactional_id", id).
 				Msg("cannot ask the coordinator whether the pipeline's name is still this instance's before a commit of the second transaction lane: committing; a producer that initialises only the name (an outbox-relay from before transaction lanes, or its checkpoint commands) would not stop that lane: run one outbox-relay version everywhere, or set kafka.transaction_lanes: 1")

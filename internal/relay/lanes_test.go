@@ -46,8 +46,6 @@ func TestLanesKeepOrder(t *testing.T) {
 			}
 			a := h.start()
 			a.feed(s.through(30))
-			// Both lanes have committed by the middle (lanes 2): the loop
-			// commits at every transaction it reads at the head.
 			if lanes == 2 && a.lane == nil {
 				t.Fatal("two lanes configured, the attempt has one")
 			}
