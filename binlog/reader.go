@@ -123,11 +123,14 @@ type Event struct {
 
 // eventCacheCount is go-mysql's event buffer; a batch the reader hands on
 // holds at most this many events plus one, and about batchBytes of binlog
-// at most. (With rows of hundreds of KB, go-mysql's buffer of decoded
-// events dominates memory: a smaller one cost one-row catch-up speed.)
+// at most. go-mysql's buffer is bounded in bytes too, by what the reader
+// lets it read ahead (conn.go): a smaller count cost one-row catch-up speed
+// (its events are small), while the decoded rows of large events cost the
+// garbage collector (1 MB batches and the read-ahead bound against 4 MB and
+// none: a sixth less relay CPU in bulk catch-up, BENCHMARKS.md).
 const (
 	eventCacheCount = 512
-	batchBytes      = 4 << 20
+	batchBytes      = 1 << 20
 )
 
 // Reader streams one server's binlog. Use it once: Run, then discard.
@@ -138,6 +141,7 @@ type Reader struct {
 	logger  *slog.Logger
 	tracker *schema.Tracker
 	done    mysql.GTIDSet // see Published
+	ahead   *readAhead    // the replication connection's reads (conn.go)
 	// file and pos: the end of the last event read (see ReadPosition).
 	file atomic.Pointer[string]
 	pos  atomic.Uint32
@@ -152,6 +156,10 @@ func (r *Reader) ReadPosition() (file string, pos uint32) {
 	}
 	return file, r.pos.Load()
 }
+
+// Received is the number of bytes read off the replication connection so
+// far. Safe to call while Run runs.
+func (r *Reader) Received() int64 { return r.ahead.total.Load() }
 
 // track notes ev's place in the server's binlog files. Heartbeats and
 // events without a position (the server's fake rotate at the start, events
@@ -185,7 +193,8 @@ func NewReader(cfg Config, srv *Server, tracker *schema.Tracker, logger *slog.Lo
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Reader{cfg: cfg, srv: srv, tables: tables, logger: logger, tracker: tracker}
+	return &Reader{cfg: cfg, srv: srv, tables: tables, logger: logger, tracker: tracker,
+		ahead: newReadAhead(readAheadBytes)}
 }
 
 func (r *Reader) captured(schema, table []byte) bool {
@@ -219,7 +228,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	if err != nil {
 		return fmt.Errorf("start binlog: port %q: %w", portStr, err)
 	}
-	watch := &watchdog{}
+	watch := &watchdog{ahead: r.ahead}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:        r.cfg.ServerID,
 		Flavor:          r.srv.Flavor,
@@ -262,6 +271,9 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		},
 	})
 	defer syncer.Close()
+	// Runs before syncer.Close: go-mysql's Close waits for its reading
+	// goroutine, which may wait on the read-ahead bound (conn.go).
+	defer r.ahead.release()
 	stopWatch := watch.start(3 * r.cfg.HeartbeatPeriod)
 	defer stopWatch()
 	stream, err := syncer.StartSyncGTID(set)
@@ -270,7 +282,9 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	}
 	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
 	for {
+		r.ahead.waiting(true)
 		ev, err := stream.GetEvent(ctx)
+		r.ahead.waiting(false)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -576,65 +590,4 @@ func send(ctx context.Context, out chan<- []Event, batch []Event) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// watchdog closes the replication connection when nothing, not even the
-// server's heartbeat, arrives for a while. It counts reads on the socket, so
-// the hot path pays one atomic add per read instead of a deadline syscall.
-type watchdog struct {
-	reads atomic.Uint64
-	conn  atomic.Pointer[net.Conn]
-	fired atomic.Bool
-}
-
-func (w *watchdog) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := net.Dialer{KeepAlive: 15 * time.Second}
-	c, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	var nc net.Conn = countingConn{Conn: c, reads: &w.reads}
-	w.conn.Store(&nc)
-	return nc, nil
-}
-
-// start checks every silence/3 and closes the connection after silence
-// without a read; the returned func stops it.
-func (w *watchdog) start(silence time.Duration) func() {
-	stop := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(silence / 3)
-		defer tick.Stop()
-		last, quiet := w.reads.Load(), time.Duration(0)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			if now := w.reads.Load(); now != last {
-				last, quiet = now, 0
-				continue
-			}
-			if quiet += silence / 3; quiet >= silence {
-				if c := w.conn.Load(); c != nil {
-					w.fired.Store(true)
-					_ = (*c).Close()
-				}
-				return
-			}
-		}
-	}()
-	return func() { close(stop) }
-}
-
-type countingConn struct {
-	net.Conn
-	reads *atomic.Uint64
-}
-
-func (c countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.reads.Add(1)
-	return n, err
 }
