@@ -22,6 +22,9 @@ import (
 // waits for an event: an event larger than the bound, or one cut across
 // reads, is always read whole, so the bound cannot stall the stream.
 
+// killDeadline bounds go-mysql's KILL connection (dial, handshake, KILL).
+const killDeadline = 10 * time.Second
+
 // readAheadBytes bounds the binlog bytes read off the connection while the
 // reader is busy: about one reader batch.
 const readAheadBytes = batchBytes
@@ -106,11 +109,12 @@ func (g *readAhead) wakeLocked() {
 // The first connection dialed (the replication connection; go-mysql dials
 // another only to KILL it when closing) reads through ahead.
 type watchdog struct {
-	reads atomic.Uint64
-	conn  atomic.Pointer[net.Conn]
-	fired atomic.Bool
-	ahead *readAhead
-	gated atomic.Bool
+	reads  atomic.Uint64
+	inRead atomic.Int32 // reads waiting on the socket
+	conn   atomic.Pointer[net.Conn]
+	fired  atomic.Bool
+	ahead  *readAhead
+	dialed atomic.Bool // the first connection was dialed
 }
 
 func (w *watchdog) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -119,17 +123,23 @@ func (w *watchdog) dial(ctx context.Context, network, addr string) (net.Conn, er
 	if err != nil {
 		return nil, err
 	}
-	var nc net.Conn = countingConn{Conn: c, reads: &w.reads}
-	if w.ahead != nil && w.gated.CompareAndSwap(false, true) {
-		nc = gatedConn{Conn: c, reads: &w.reads, ahead: w.ahead}
+	var nc net.Conn = countingConn{Conn: c, reads: &w.reads, inRead: &w.inRead}
+	switch first := w.dialed.CompareAndSwap(false, true); {
+	case first && w.ahead != nil:
+		nc = gatedConn{Conn: c, reads: &w.reads, ahead: w.ahead, inRead: &w.inRead}
+	case !first:
+		// go-mysql's KILL connection at Close has no timeout of its own
+		// past the dial: a frozen server would hang Close, and Run, for good.
+		_ = c.SetDeadline(time.Now().Add(killDeadline))
 	}
 	w.conn.Store(&nc)
 	return nc, nil
 }
 
 // start checks every silence/3 and closes the connection after silence
-// without a read; a read held by the read-ahead bound is not silence (the
-// relay is busy, not the server). The returned func stops it.
+// without a read. Only a read waiting on the socket counts: go-mysql not
+// reading (its buffer full, or a read held by the read-ahead bound) is the
+// relay being busy, not the server being silent. The returned func stops it.
 func (w *watchdog) start(silence time.Duration) func() {
 	stop := make(chan struct{})
 	go func() {
@@ -142,7 +152,7 @@ func (w *watchdog) start(silence time.Duration) func() {
 				return
 			case <-tick.C:
 			}
-			if now := w.reads.Load(); now != last || (w.ahead != nil && w.ahead.held()) {
+			if now := w.reads.Load(); now != last || w.inRead.Load() == 0 {
 				last, quiet = now, 0
 				continue
 			}
@@ -160,10 +170,15 @@ func (w *watchdog) start(silence time.Duration) func() {
 
 type countingConn struct {
 	net.Conn
-	reads *atomic.Uint64
+	reads  *atomic.Uint64
+	inRead *atomic.Int32
 }
 
 func (c countingConn) Read(p []byte) (int, error) {
+	if c.inRead != nil {
+		c.inRead.Add(1)
+		defer c.inRead.Add(-1)
+	}
 	n, err := c.Conn.Read(p)
 	c.reads.Add(1)
 	return n, err
@@ -172,12 +187,17 @@ func (c countingConn) Read(p []byte) (int, error) {
 // gatedConn is the replication connection: counted, and bounded by ahead.
 type gatedConn struct {
 	net.Conn
-	reads *atomic.Uint64
-	ahead *readAhead
+	reads  *atomic.Uint64
+	ahead  *readAhead
+	inRead *atomic.Int32
 }
 
 func (c gatedConn) Read(p []byte) (int, error) {
 	c.ahead.hold()
+	if c.inRead != nil {
+		c.inRead.Add(1)
+		defer c.inRead.Add(-1)
+	}
 	n, err := c.Conn.Read(p)
 	c.reads.Add(1)
 	c.ahead.got(n)

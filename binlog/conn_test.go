@@ -93,7 +93,7 @@ func TestWatchdogAndHeldReads(t *testing.T) {
 	defer server.Close()
 	ahead := newReadAhead(10)
 	w := &watchdog{ahead: ahead}
-	var nc net.Conn = gatedConn{Conn: client, reads: &w.reads, ahead: ahead}
+	var nc net.Conn = gatedConn{Conn: client, reads: &w.reads, ahead: ahead, inRead: &w.inRead}
 	w.conn.Store(&nc)
 	ahead.waiting(false)
 	ahead.got(10)
