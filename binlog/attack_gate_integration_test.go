@@ -150,33 +150,6 @@ func drain(t *testing.T, out chan []binlog.Event, done chan error, want int, wit
 	}
 }
 
-// A frozen server (SIGSTOP: a hung host, a VM pause; TCP still accepts)
-// while a read is held: once the relay takes again, the watchdog must
-// notice the silence and the reader must end.
-func TestAttackGateFrozenServerWhileHeld(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	e := startGateEnv(t, ctx, nil, nil, 30)
-	r, out, done, stop := e.start(ctx, e.info.Head)
-	defer stop()
-	waitHeld(t, r)
-	pid := gatePid(e.dir)
-	if pid <= 0 {
-		t.Fatal("no pid")
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(pid, syscall.SIGCONT)
-	start := time.Now()
-	n, err, ended := drain(t, out, done, 0, 30*time.Second)
-	if !ended {
-		dumpStacks(t)
-		t.Fatalf("frozen server: the reader did not end within 30 s (heartbeat 1 s, watchdog 3 s) after %d rows", n)
-	}
-	t.Logf("ended after %s at row %d: %v", time.Since(start), n, err)
-}
-
 // The same freeze without the gate involved: the reader idle at the head.
 func TestAttackGateFrozenServerAtHead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -197,7 +170,18 @@ func TestAttackGateFrozenServerAtHead(t *testing.T) {
 			t.Fatal("the stream did not start within 30 s")
 		}
 	}
+	freezeAndWaitEnd(t, e, out, done)
+}
+
+// freezeAndWaitEnd freezes e's server (SIGSTOP) and takes what the reader
+// hands on until it ends: within 30 s (heartbeat 1 s, watchdog 3 s, go-mysql's
+// KILL connection 10 s).
+func freezeAndWaitEnd(t *testing.T, e *gateEnv, out chan []binlog.Event, done chan error) {
+	t.Helper()
 	pid := gatePid(e.dir)
+	if pid <= 0 {
+		t.Fatal("no pid")
+	}
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -206,47 +190,51 @@ func TestAttackGateFrozenServerAtHead(t *testing.T) {
 	n, err, ended := drain(t, out, done, 0, 30*time.Second)
 	if !ended {
 		dumpStacks(t)
-		t.Fatalf("frozen server at the head: the reader did not end within 30 s (watchdog 3 s), %d rows", n)
+		t.Fatalf("frozen server: the reader did not end within 30 s after %d rows", n)
 	}
-	t.Logf("ended after %s: %v", time.Since(start), err)
+	t.Logf("ended after %s at row %d: %v", time.Since(start), n, err)
 }
 
-// The server killed (crash) while a read is held.
-func TestAttackGateServerKilledWhileHeld(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	e := startGateEnv(t, ctx, nil, nil, 30)
-	r, out, done, stop := e.start(ctx, e.info.Head)
-	defer stop()
-	waitHeld(t, r)
-	e.srv.Kill()
-	n, err, ended := drain(t, out, done, 0, 30*time.Second)
-	if !ended {
-		t.Fatalf("killed server: the reader did not end within 30 s, %d rows", n)
+// The server ends while a read is held: frozen (SIGSTOP: a hung host, a VM
+// pause; TCP still accepts: once the relay takes again, the watchdog must
+// notice the silence), killed (a crash), or its dump thread killed. The
+// reader must end with an error, the rows before it in order.
+func TestAttackGateServerEndsWhileHeld(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		end  func(t *testing.T, e *gateEnv)
+	}{
+		{"frozen", nil},
+		{"killed", func(t *testing.T, e *gateEnv) { e.srv.Kill() }},
+		{"dump thread killed", func(t *testing.T, e *gateEnv) {
+			rows, err := e.srv.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+			if err != nil || len(rows) != 1 {
+				t.Fatalf("processlist %v %v", rows, err)
+			}
+			if err := e.srv.Exec("KILL " + rows[0][0]); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			e := startGateEnv(t, ctx, nil, nil, 30)
+			r, out, done, stop := e.start(ctx, e.info.Head)
+			defer stop()
+			waitHeld(t, r)
+			if c.end == nil {
+				freezeAndWaitEnd(t, e, out, done)
+				return
+			}
+			c.end(t, e)
+			n, err, ended := drain(t, out, done, 0, 30*time.Second)
+			if !ended {
+				t.Fatalf("the reader did not end within 30 s, %d rows", n)
+			}
+			t.Logf("ended at row %d: %v", n, err)
+		})
 	}
-	t.Logf("ended at row %d: %v", n, err)
-}
-
-// The dump thread killed from the server side while a read is held.
-func TestAttackGateDumpKilledWhileHeld(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	e := startGateEnv(t, ctx, nil, nil, 30)
-	r, out, done, stop := e.start(ctx, e.info.Head)
-	defer stop()
-	waitHeld(t, r)
-	rows, err := e.srv.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("processlist %v %v", rows, err)
-	}
-	if err := e.srv.Exec("KILL " + rows[0][0]); err != nil {
-		t.Fatal(err)
-	}
-	n, err, ended := drain(t, out, done, 0, 30*time.Second)
-	if !ended {
-		t.Fatalf("killed dump thread: the reader did not end within 30 s, %d rows", n)
-	}
-	t.Logf("ended at row %d: %v", n, err)
 }
 
 func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
@@ -303,10 +291,10 @@ func TestAttackGateWatchdogBusyRelaySmallEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	e := startGateEnv(t, ctx, nil, nil, 0)
-	const txs = 400 // 5 events each: 2000 events, far less than 1 MB
+	const txs = 400 // 5 events each: 2000 events, about 0.5 MB
 	stmts := make([]string, txs)
 	for i := range stmts {
-		stmts[i] = "INSERT INTO app.outbox (payload) VALUES ('x')"
+		stmts[i] = fmt.Sprintf("INSERT INTO app.outbox (payload) VALUES (REPEAT('x', %d))", gatePayload)
 	}
 	if err := e.srv.Exec(stmts...); err != nil {
 		t.Fatal(err)
