@@ -98,7 +98,12 @@ func (g *readAhead) held() bool {
 	return g.holding
 }
 
+// wakeLocked lets a waiting read go on; without one there is nothing to
+// wake (waiting runs once per burst of events: no channel made for nothing).
 func (g *readAhead) wakeLocked() {
+	if !g.holding {
+		return
+	}
 	close(g.wake)
 	g.wake = make(chan struct{})
 }

@@ -178,14 +178,8 @@ func TestAttackLanes2EpochOverflowFalseFence(t *testing.T) {
 				if errors.Is(err, ErrFenced) {
 					t.Errorf("a false fence: ErrFenced sends the instance back to standby (metrics fenced=1) and aborts the batch")
 				}
-				h.kafka.DropControl()
-				h.start().finish()
-				h.verify()
-				return
 			}
-			h.kafka.DropControl()
-			a.finish()
-			h.verify()
+			dropControlAndFinish(h, a)
 		})
 	}
 }
@@ -245,12 +239,20 @@ func slowQuestion(t *testing.T, mode string) {
 	if !a.running() {
 		err := a.wait()
 		t.Errorf("(%s) the second lane's question got no answer in time, which is documented to let the commit go on (after checkMax); the commit failed instead and ended the attempt: %v", mode, err)
-		h.kafka.DropControl()
-		h.start().finish()
-		h.verify()
-		return
 	}
+	dropControlAndFinish(h, a)
+}
+
+// dropControlAndFinish hands the broker back to kfake's own handling and
+// finishes the work: with a, or, when a has ended (its failure reported by
+// the caller), with a new attempt; every event must then be published
+// exactly once.
+func dropControlAndFinish(h *harness, a *attempt) {
 	h.kafka.DropControl()
-	a.finish()
+	if a.running() {
+		a.finish()
+	} else {
+		h.start().finish()
+	}
 	h.verify()
 }
