@@ -169,3 +169,22 @@ func (h *harness) latencySection(seconds int, runs []latencyRun) error {
 	}
 	return nil
 }
+
+// collectBrokerHeap has Apache Kafka's JVM collect its heap (`jcmd PID
+// GC.run`) before a timed run, so that no run pays for the garbage of the
+// one before it: after the baseline's 2,000,000 records the broker's G1
+// started a concurrent cycle during the next run (the relay's exactly-once,
+// always next in a round), 200 ms of broker CPU more than the same run
+// later in the round, on a machine whose two cores the runs saturate. It
+// does nothing on kfake, or when the broker's process is unknown; a
+// failure is reported once and the runs go on.
+func (h *harness) collectBrokerHeap() {
+	if !h.apache || h.brokerPID == 0 || h.noBrokerGC {
+		return
+	}
+	out, err := exec.Command("jcmd", strconv.Itoa(h.brokerPID), "GC.run").CombinedOutput()
+	if err != nil && !h.brokerGCWarned {
+		h.brokerGCWarned = true
+		fmt.Fprintf(os.Stderr, "bench: cannot collect the broker's heap before a run (runs go on without): jcmd: %v: %s\n", err, out)
+	}
+}

@@ -31,13 +31,16 @@ func (h *harness) baseline(self, db, from string, n int) (catchUp, error) {
 	cmd := exec.Command(self, "baseline", "-source", h.db.Addr, "-password", devdb.RootPassword, "-from", from,
 		"-db", db, "-brokers", h.broker, "-topic-prefix", prefix, "-n", strconv.Itoa(n))
 	cmd.Stderr = os.Stderr
+	h.collectBrokerHeap()
 	brokerCPU := procCPU(h.brokerPID)
 	threads := h.brokerThreads()
+	host := readHostTicks()
 	began := time.Now()
 	if err := cmd.Run(); err != nil {
 		return catchUp{}, fmt.Errorf("baseline: %w", err)
 	}
-	res := catchUp{elapsed: time.Since(began), cpu: cpuTime(cmd.ProcessState), brokerCPU: procCPU(h.brokerPID) - brokerCPU}
+	res := catchUp{elapsed: time.Since(began), cpu: cpuTime(cmd.ProcessState), brokerCPU: procCPU(h.brokerPID) - brokerCPU,
+		hostBusy: host.busySince(readHostTicks())}
 	threads("baseline " + prefix)
 	return res, nil
 }
@@ -74,6 +77,9 @@ type catchUp struct {
 	elapsed, first time.Duration
 	cpu            time.Duration // the process's CPU time, start to exit
 	brokerCPU      time.Duration // the broker's CPU time over the run (start to the last record)
+	// hostBusy is the share of the machine's CPU time (both cores) that was
+	// busy over the run, whatever used it; -1 unknown.
+	hostBusy float64
 	rssKB          int
 	// commits: the relay's outbox_relay_kafka_transactions_total{result=
 	// "commit"} at catch-up (exactly-once: Kafka transactions; at-least-once:
@@ -131,8 +137,10 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 	if err := h.newCheckpointTopic(cfg.Kafka.CheckpointTopic); err != nil {
 		return catchUp{}, err
 	}
+	h.collectBrokerHeap()
 	threads := h.brokerThreads()
 	brokerCPU := procCPU(h.brokerPID)
+	host := readHostTicks()
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		return catchUp{}, err
@@ -159,7 +167,7 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 			<-exited
 			return res, fmt.Errorf("relay %s: the checkpoint reader failed (above)", cfg.Name)
 		}
-		res.elapsed, res.brokerCPU = v.elapsed, v.brokerCPU-brokerCPU
+		res.elapsed, res.brokerCPU, res.hostBusy = v.elapsed, v.brokerCPU-brokerCPU, host.busySince(v.host)
 		threads(delivery + " " + cfg.Name)
 	case err := <-exited:
 		if err == nil {
@@ -196,7 +204,10 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 
 // visibleAt is when a run's last checkpoint became visible, and the broker's
 // CPU time then.
-type visibleAt struct{ elapsed, brokerCPU time.Duration }
+type visibleAt struct {
+	elapsed, brokerCPU time.Duration
+	host               hostTicks
+}
 
 // checkpointVisible reads the checkpoint topic read_committed from its
 // start and sends, once, how long after began the first checkpoint counting
@@ -225,7 +236,7 @@ func (h *harness) checkpointVisible(ctx context.Context, topic string, n int64, 
 				continue
 			}
 			if cp, err := checkpoint.Decode(r.Value); err == nil && cp.Events >= n {
-				out <- visibleAt{at, procCPU(h.brokerPID)}
+				out <- visibleAt{at, procCPU(h.brokerPID), readHostTicks()}
 				return
 			}
 		}
@@ -298,13 +309,14 @@ func peakRSS(pid int) int {
 // CPU profile. It returns the single-row database and start for later runs.
 func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes []string, n, rounds int, profile string) error {
 	h.printf("## 1. Catch-up throughput (%d outbox rows, from the position before them)\n\n", n)
-	h.printf("Each shape runs %d rounds of baseline, exactly-once and at-least-once over the same binlog, after one round of each not counted "+
+	h.printf("Each shape runs %d rounds of baseline, exactly-once and at-least-once over the same binlog (in that order in the first round, rotated by one in each next: each contender runs first, second and last once in three rounds; on Apache Kafka the broker's JVM collects its heap before each run), after one round of each not counted "+
 		"(it warms the broker's paths its warm-up does not take, on kfake all of them: topic creation, offsets, read_committed fetches, the relay's consumer group); "+
 		"a ratio is the baseline's time over the relay's in the same round. Medians, then each round. "+
 		"A run's time is from starting the process to the baseline's last acknowledgement, or to a read_committed reader of the checkpoint topic receiving the relay's checkpoint that covers every row (its Kafka transaction committed; on Apache Kafka that reader waits up to 500 ms per fetch and is answered at the commit, on kfake it asks every 10 ms). "+
 		"Each contender writes its own output topic, created and primed with one record per partition before its clock starts, and the relay its own checkpoint topic, created compacted and primed the same way, as a deployment's are after its first start (bench/warm.go: on Apache Kafka the first write into a fresh partition cost 30-330 ms during these runs, paid by any contender at random); readers skip the primed records. The relay still writes its first checkpoint in its time.\n\n", rounds)
 	h.printf("Kafka commits: the relay's Kafka transactions (exactly-once) or checkpoint batches (at-least-once) over the run; each exactly-once transaction costs the broker its markers and transaction-log writes. In commit: the time those commits took from flush to committed, summed (the loop reads on meanwhile but holds the next batch's records).\n\n")
-	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | CPU s | broker CPU s | peak RSS | first record after | Kafka commits | in commit s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	h.printf("Host busy: the share of the machine's CPU time (both cores) that was busy during the run, whatever used it (relay or baseline, broker, MariaDB, the harness's readers): near 100%% the run was bound by CPU, below it by waits.\n\n")
+	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | CPU s | broker CPU s | host busy | peak RSS | first record after | Kafka commits | in commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var detail strings.Builder
 	runs := []string{"baseline", string(config.ExactlyOnce), string(config.AtLeastOnce)}
 	for _, shape := range shapes {
@@ -323,8 +335,8 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 			}
 		}
 		for r := 0; r < rounds; r++ {
-			fmt.Fprintf(&detail, "| %s | %d |", shape, r+1)
-			for _, run := range runs {
+			round := map[string]catchUp{}
+			for _, run := range roundOrder(runs, r) {
 				var c catchUp
 				var err error
 				switch {
@@ -338,8 +350,13 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 				if err != nil {
 					return err
 				}
+				round[run] = c
+			}
+			fmt.Fprintf(&detail, "| %s | %d |", shape, r+1)
+			for _, run := range runs {
+				c := round[run]
 				res[run] = append(res[run], c)
-				ratio := res["baseline"][r].elapsed.Seconds() / c.elapsed.Seconds()
+				ratio := round["baseline"].elapsed.Seconds() / c.elapsed.Seconds()
 				ratios[run] = append(ratios[run], ratio)
 				fmt.Fprintf(&detail, " %.2f s (%.2f) |", c.elapsed.Seconds(), ratio)
 			}
@@ -350,7 +367,8 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 			cpu := median(durations(res[run], func(c catchUp) time.Duration { return c.cpu }))
 			bcpu := median(durations(res[run], func(c catchUp) time.Duration { return c.brokerCPU }))
 			lo, mid, hi := spread(ratios[run])
-			row := fmt.Sprintf("| %s | %s | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f | %.2f |", shape, run, el.Seconds(), float64(n)/el.Seconds(), mid, lo, hi, cpu.Seconds(), bcpu.Seconds())
+			row := fmt.Sprintf("| %s | %s | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f | %.2f | %s |", shape, run, el.Seconds(), float64(n)/el.Seconds(), mid, lo, hi,
+				cpu.Seconds(), bcpu.Seconds(), busyShare(res[run]))
 			if run == "baseline" {
 				h.printf("%s | | | | |\n", row)
 				continue
@@ -368,6 +386,31 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 	h.printf("\nSeconds per round (ratio to that round's baseline); peak RSS is the largest of the rounds:\n\n")
 	h.printf("| shape | round | baseline | exactly-once | at-least-once |\n|---|---|---|---|---|\n%s", detail.String())
 	return nil
+}
+
+// busyShare is the median share of the host's CPU busy over cs's runs, as
+// a percentage; "" when unknown.
+func busyShare(cs []catchUp) string {
+	var fs []float64
+	for _, c := range cs {
+		if c.hostBusy >= 0 {
+			fs = append(fs, c.hostBusy)
+		}
+	}
+	if len(fs) == 0 {
+		return ""
+	}
+	_, mid, _ := spread(fs)
+	return fmt.Sprintf("%.0f%%", 100*mid)
+}
+
+// roundOrder is the order of the contenders in round r (from 0): runs
+// rotated by r, so that over as many rounds as contenders each runs first,
+// second and last once, and none always follows the same one (a run leaves
+// the broker work behind it: its log flushed, its garbage collected).
+func roundOrder(runs []string, r int) []string {
+	k := r % len(runs)
+	return append(slices.Clone(runs[k:]), runs[:k]...)
 }
 
 func durations(cs []catchUp, f func(catchUp) time.Duration) []time.Duration {
@@ -397,26 +440,38 @@ func spread(fs []float64) (lo, mid, hi float64) {
 // and a ratio is the at-least-once time over that run's, within the round.
 func (h *harness) batchSection(loads map[string][2]string, shapes []string, values []int, n, rounds int) error {
 	h.printf("\n### Batch bound (kafka.batch.max_records), exactly-once\n\n")
-	h.printf("Each of %d rounds runs at-least-once (defaults), then exactly-once with each bound; the ratio is at-least-once's time over exactly-once's in the same round. Medians (min-max).\n\n", rounds)
+	h.printf("Each of %d rounds runs at-least-once (defaults) and exactly-once with each bound (in that order in the first round, rotated by one in each next, as in the catch-up runs above); the ratio is at-least-once's time over exactly-once's in the same round. Medians (min-max).\n\n", rounds)
 	h.printf("| shape | max_records | seconds | events/s | vs at-least-once | CPU s | broker CPU s | peak RSS |\n|---|---|---|---|---|---|---|---|\n")
 	for _, shape := range shapes {
 		db, from := loads[shape][0], loads[shape][1]
 		res := make([][]catchUp, len(values))
 		ratios := make([][]float64, len(values))
+		runs := []string{string(config.AtLeastOnce)}
+		for _, records := range values {
+			runs = append(runs, strconv.Itoa(records))
+		}
 		for r := 0; r < rounds; r++ {
-			alo, err := h.relayCatchUp(db, from, n, string(config.AtLeastOnce), "")
-			if err != nil {
-				return err
-			}
-			for i, records := range values {
-				c, err := h.relayCatchUp(db, from, n, string(config.ExactlyOnce), "", func(c *config.Config) {
-					c.Kafka.Batch.MaxRecords = records
-				})
+			round := map[string]catchUp{}
+			for _, run := range roundOrder(runs, r) {
+				var c catchUp
+				var err error
+				if run == string(config.AtLeastOnce) {
+					c, err = h.relayCatchUp(db, from, n, run, "")
+				} else {
+					records, _ := strconv.Atoi(run)
+					c, err = h.relayCatchUp(db, from, n, string(config.ExactlyOnce), "", func(c *config.Config) {
+						c.Kafka.Batch.MaxRecords = records
+					})
+				}
 				if err != nil {
 					return err
 				}
+				round[run] = c
+			}
+			for i, run := range runs[1:] {
+				c := round[run]
 				res[i] = append(res[i], c)
-				ratios[i] = append(ratios[i], alo.elapsed.Seconds()/c.elapsed.Seconds())
+				ratios[i] = append(ratios[i], round[string(config.AtLeastOnce)].elapsed.Seconds()/c.elapsed.Seconds())
 			}
 		}
 		for i, records := range values {

@@ -399,3 +399,37 @@ func (h *harness) recordBinlog(db string) error {
 	h.binlog[db] = binlogPos{rows[0][0], uint32(pos)}
 	return nil
 }
+
+// hostTicks is the machine's CPU time, busy and in all, over every core
+// since boot (/proc/stat, in USER_HZ ticks); zero when unreadable.
+type hostTicks struct{ busy, all uint64 }
+
+func readHostTicks() hostTicks {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return hostTicks{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return hostTicks{}
+	}
+	var t hostTicks
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		t.all += n
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += n
+		}
+	}
+	return t
+}
+
+// busySince is the share of the machine's CPU time (all cores) spent busy
+// since t; -1 when unknown.
+func (t hostTicks) busySince(end hostTicks) float64 {
+	if t.all == 0 || end.all <= t.all {
+		return -1
+	}
+	return float64(end.busy-t.busy) / float64(end.all-t.all)
+}

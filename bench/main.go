@@ -75,6 +75,7 @@ func main() {
 	lanes := flag.Int("lanes", 0, "kafka.transaction_lanes of every relay run, 1 or 2 (default: the relay's default)")
 	latencyRuns := flag.String("latency-runs", "", "section 2's runs as delivery:rate:events-per-transaction, comma separated (default: exactly-once at 100, 1,000, 5,000 and 10,000 events/s, at-least-once at 1,000, and 10,000/s in 10-event transactions)")
 	brokerThreads := flag.Bool("broker-threads", false, "print the broker's CPU time per thread name (request handlers, JIT, GC) for every baseline and relay catch-up run to stderr")
+	brokerGC := flag.Bool("broker-gc", true, "have Apache Kafka's JVM collect its heap (jcmd GC.run) before each timed catch-up run, so that no run pays for the garbage of the run before it")
 	latencyProfiles := flag.String("latency-profiles", "", "write the relay's CPU profile of each latency run into this directory (DELIVERY-RATE-PERTX.pprof)")
 	relayBin := flag.String("relay-bin", "", "measure this relay binary instead of building ./cmd/outbox-relay (to compare two builds)")
 	flag.Parse()
@@ -85,6 +86,7 @@ func main() {
 	o.lanes = *lanes
 	o.latencyProfiles = *latencyProfiles
 	o.brokerThreads = *brokerThreads
+	o.noBrokerGC = !*brokerGC
 	o.latencyRuns = defaultLatencyRuns
 	if *latencyRuns != "" {
 		runs, err := parseLatencyRuns(*latencyRuns)

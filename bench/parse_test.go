@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,8 +35,8 @@ func TestStatTicks(t *testing.T) {
 	// minflt, cminflt, majflt, cmajflt, utime, stime, ...
 	for _, tc := range []struct {
 		name, stat, want string
-		ticks           int
-		ok              bool
+		ticks            int
+		ok               bool
 	}{
 		{"request handler", "8493 (data-plane-kafk) S 1 8493 1 0 -1 4194368 100 0 0 0 41 9 0 0 20 0 90 0 1 0 0", "data-plane-kafk", 50, true},
 		{"space in the name", "12 (C2 CompilerThre) S 1 8493 1 0 -1 4194368 100 0 0 0 300 20 0 0", "C2 CompilerThre", 320, true},
@@ -77,5 +78,25 @@ func TestPrimed(t *testing.T) {
 				t.Fatalf("primed = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// roundOrder rotates the contenders by one per round: over as many rounds
+// as contenders, each runs in every position once.
+func TestRoundOrder(t *testing.T) {
+	runs := []string{"baseline", "exactly-once", "at-least-once"}
+	want := [][]string{
+		{"baseline", "exactly-once", "at-least-once"},
+		{"exactly-once", "at-least-once", "baseline"},
+		{"at-least-once", "baseline", "exactly-once"},
+		{"baseline", "exactly-once", "at-least-once"},
+	}
+	for r, w := range want {
+		if got := roundOrder(runs, r); !slices.Equal(got, w) {
+			t.Errorf("round %d: %v, want %v", r, got, w)
+		}
+	}
+	if !slices.Equal(runs, want[0]) {
+		t.Errorf("roundOrder changed its argument: %v", runs)
 	}
 }

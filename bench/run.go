@@ -31,6 +31,9 @@ type harness struct {
 	kafka     *exec.Cmd
 	brokerPID int  // the broker's process, for its CPU time per run (0: unknown)
 	apache    bool // the broker in use is Apache Kafka (not kfake)
+	// noBrokerGC: -broker-gc=false (collectBrokerHeap does nothing);
+	// brokerGCWarned: its failure was reported.
+	noBrokerGC, brokerGCWarned bool
 	// brokerDir is deploy/dev/kafka.sh's KAFKA_DIR of the Apache Kafka in
 	// use, whose gc.log gives the broker's GC pauses per latency run ("":
 	// unknown).
@@ -68,6 +71,7 @@ type options struct {
 	latencyRuns                      []latencyRun  // section 2's runs
 	latencyProfiles                  string        // a directory for the relay's CPU profile of each latency run
 	brokerThreads                    bool          // print the broker's CPU per thread for each catch-up run
+	noBrokerGC                       bool          // -broker-gc=false
 }
 
 func run(o options) error {
@@ -79,6 +83,7 @@ func run(o options) error {
 	h := &harness{dir: dir, bin: filepath.Join(dir, "outbox-relay"), runID: time.Now().UTC().Format("150405")}
 	h.latencyProfiles = o.latencyProfiles
 	h.threadCPU = o.brokerThreads
+	h.noBrokerGC = o.noBrokerGC
 	if o.lanes > 0 {
 		h.tune = append(h.tune, func(c *config.Config) { c.Kafka.TransactionLanes = o.lanes })
 	}
