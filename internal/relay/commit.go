@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -98,17 +99,30 @@ func (l *loop) release(ctx context.Context) error {
 	return l.produceHeld(ctx)
 }
 
-// produceHeld produces the held records into the current lane.
+// produceHeld produces the held records into the current lane. Exactly-once
+// the producer lingers (relay.go: minExactlyOnceLinger) so that a small
+// batch goes out with its checkpoint in one request; a catch-up batch held
+// behind a commit is thousands of records, produced in a burst of several
+// milliseconds: each releaseChunk of them is sent at once (sendNow), so the
+// broker takes them in while the loop produces the rest, instead of idling
+// until the linger ends.
 func (l *loop) produceHeld(ctx context.Context) error {
 	for i, rec := range l.held {
 		if err := l.sink.produce(ctx, rec); err != nil {
 			return err
 		}
 		l.held[i] = nil
+		if (i+1)%releaseChunk == 0 {
+			l.sink.sendNow()
+		}
 	}
 	l.held = l.held[:0]
 	return nil
 }
+
+// releaseChunk is how many held records produceHeld produces before it
+// sends them on without waiting for the linger.
+const releaseChunk = 2048
 
 // nextLane makes the other lane current, when there are two.
 func (l *loop) nextLane() {
@@ -195,6 +209,11 @@ func (l *loop) startCommit(ctx context.Context) error {
 		written, err := job.lane.commitBatch(ctx, cp, settle, job.flushed)
 		job.done <- commitResult{written, err, time.Since(now)}
 	}()
+	// The commit starts now, not when the loop next waits: a new goroutine
+	// is queued behind the one that started it (the loop, busy routing), and
+	// with the reader busy on the other processor it could wait for the
+	// scheduler to preempt the loop (10 ms or more) before its flush began.
+	runtime.Gosched()
 	l.nextLane()
 	return nil
 }

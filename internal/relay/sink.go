@@ -410,6 +410,21 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 	return nil
 }
 
+// sendNow sends the records the producer holds for its linger at once,
+// without waiting for their acknowledgements. franz-go has no call of its
+// own for that: Flush ends the linger of every partition it knows and wakes
+// the goroutine that sends to the broker before it waits, and with a
+// context already ended it returns at once (its wait is abandoned; the
+// records stay in flight and their promises report them as usual). Records
+// to a topic whose partitions the client has not loaded yet (its first
+// records to that topic in the attempt) are not reached: they start their
+// linger once the partitions are known.
+func (s *sink) sendNow() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = s.cl.Flush(ctx)
+}
+
 // commit ends the batch with cp. Exactly-once: after it returns nil, every
 // record of the batch and cp are durably committed, and it returns cp.
 // At-least-once: cp is written once the batch is acknowledged (see drain);
@@ -448,17 +463,23 @@ func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settl
 		return nil, err
 	}
 	s.cl.Produce(s.pctx, rec, s.cpPromise)
-	if err := s.cl.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("flush batch: %w", ackTimeout(err))
+	flushErr := s.cl.Flush(ctx)
+	if err := s.lease.err(); err != nil {
+		// Lost while flushing: never commit. Had the commit gone out anyway,
+		// the next active instance's InitProducerID would have fenced it.
+		// The loss comes first: it also fails the records still buffered
+		// (the lease's AbortBufferedRecords).
+		return nil, err
+	}
+	if flushErr != nil {
+		return nil, fmt.Errorf("flush batch: %w", ackTimeout(flushErr))
 	}
 	if err := s.err(); err != nil {
 		return nil, fmt.Errorf("produce batch: %w", s.classify(err))
 	}
 	hit("after-flush")
 	if err := s.lease.err(); err != nil {
-		// Lost while flushing: never commit. Had the commit gone out anyway,
-		// the next active instance's InitProducerID would have fenced it.
-		return nil, err
+		return nil, err // lost since (a failpoint may hold the commit here)
 	}
 	if flushed != nil {
 		close(flushed)
