@@ -8,6 +8,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -35,7 +36,7 @@ import (
 func TestAttackRelease(t *testing.T) {
 	for _, lanes := range []int{2, 1} {
 		for _, how := range []string{"partition-error", "txn-abortable", "conn-drop", "fence", "sigterm", "crash", "lease-lost", "too-large"} {
-			t.Run(how+"/lanes="+string(rune('0'+lanes)), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/lanes=%d", how, lanes), func(t *testing.T) {
 				t.Parallel()
 				attackRelease(t, lanes, how)
 			})
@@ -206,11 +207,11 @@ func attackRelease(t *testing.T, lanes int, how string) {
 
 // TestAttackReleaseManyChunks: a batch of 30,000 held records (15 chunks)
 // behind a commit slowed for a second, with one and two lanes: all
-// published once and in order, and the goroutines sendNow's Flush starts
-// do not pile up.
+// published once and in order (that the goroutines sendNow's Flush starts
+// end is TestAttackSendNowConcurrentFlush's).
 func TestAttackReleaseManyChunks(t *testing.T) {
 	for _, lanes := range []int{2, 1} {
-		t.Run(string(rune('0'+lanes)), func(t *testing.T) {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) {
 			s := newScript("mariadb").behind()
 			for i := range 150 {
 				s.tx(s.insert("alarm", []string{"a", "b", "c", "d", "e"}[i%5], 200))

@@ -50,7 +50,9 @@ func TestLanesReleaseSendsHeldRecords(t *testing.T) {
 	}
 	laneID, _ := a.lane.cl.OptValue(kgo.TransactionalID).(string)
 	fed := make(chan struct{})
-	var first atomic.Value // the transactional id of the first produce request
+	var feeding sync.Once
+	defer feeding.Do(func() { close(fed) }) // a failed test does not leave the broker's request asleep
+	var first atomic.Value                  // the transactional id of the first produce request
 	var slowed atomic.Bool
 	var produced sync.Map // transactional id -> true
 	h.kafka.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -68,35 +70,24 @@ func TestLanesReleaseSendsHeldRecords(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	produced.Clear()
 	a.feedAll()
 	// Every transaction routed (the last hand-off is taken, not yet routed,
 	// when feedAll returns): the first batch's flush may end now.
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(h.relay.metrics.SourceTransactions) < 77 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v of 77 source transactions routed after 10 s", testutil.ToFloat64(h.relay.metrics.SourceTransactions))
-		}
-		time.Sleep(time.Millisecond)
-	}
-	close(fed)
-	for first.Load() == nil { // the first batch's flush: its produce request
-		if time.Now().After(deadline) {
-			t.Fatal("no produce request within 10 s: the first batch was not committed at its bound")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, "77 source transactions routed", func() bool {
+		return testutil.ToFloat64(h.relay.metrics.SourceTransactions) >= 77
+	})
+	feeding.Do(func() { close(fed) })
+	eventually(t, "the first batch's flush (its produce request)", func() bool { return first.Load() != nil })
 	other := laneID
 	if first.Load() == laneID {
 		other = h.cfg.Name
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for _, ok := produced.Load(other); !ok; _, ok = produced.Load(other) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no produce request of %s within 10 s of the first batch's flush: the records released into it linger", other)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Within the deadline, well under the linger: only a send on release
+	// gets the records out before their commit.
+	eventually(t, "a produce request of "+other+" after the first batch's flush (the records released into it must not linger)", func() bool {
+		_, ok := produced.Load(other)
+		return ok
+	})
 	if err := a.term(); err != nil {
 		t.Fatalf("SIGTERM: %v", err)
 	}

@@ -420,10 +420,15 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 // records to that topic in the attempt) are not reached: they start their
 // linger once the partitions are known.
 func (s *sink) sendNow() {
+	_ = s.cl.Flush(endedCtx)
+}
+
+// endedCtx is a context that has already ended (sendNow).
+var endedCtx = func() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_ = s.cl.Flush(ctx)
-}
+	return ctx
+}()
 
 // commit ends the batch with cp. Exactly-once: after it returns nil, every
 // record of the batch and cp are durably committed, and it returns cp.
