@@ -22,9 +22,6 @@ import (
 // waits for an event: an event larger than the bound, or one cut across
 // reads, is always read whole, so the bound cannot stall the stream.
 
-// killDeadline bounds go-mysql's KILL connection (dial, handshake, KILL).
-const killDeadline = 10 * time.Second
-
 // readAheadBytes bounds the binlog bytes read off the connection while the
 // reader is busy: about one reader batch.
 const readAheadBytes = batchBytes
@@ -120,22 +117,24 @@ type watchdog struct {
 	fired  atomic.Bool
 	ahead  *readAhead
 	dialed atomic.Bool // the first connection was dialed
+	// base dials the socket: syncerDialer (deadline.go) in the reader,
+	// whose KILL connection it bounds; a plain dialer when nil.
+	base func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (w *watchdog) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := net.Dialer{KeepAlive: 15 * time.Second}
-	c, err := d.DialContext(ctx, network, addr)
+	base := w.base
+	if base == nil {
+		d := net.Dialer{KeepAlive: 15 * time.Second}
+		base = d.DialContext
+	}
+	c, err := base(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
 	var nc net.Conn = countingConn{Conn: c, reads: &w.reads, inRead: &w.inRead}
-	switch first := w.dialed.CompareAndSwap(false, true); {
-	case first && w.ahead != nil:
+	if first := w.dialed.CompareAndSwap(false, true); first && w.ahead != nil {
 		nc = gatedConn{Conn: c, reads: &w.reads, ahead: w.ahead, inRead: &w.inRead}
-	case !first:
-		// go-mysql's KILL connection at Close has no timeout of its own
-		// past the dial: a frozen server would hang Close, and Run, for good.
-		_ = c.SetDeadline(time.Now().Add(killDeadline))
 	}
 	w.conn.Store(&nc)
 	return nc, nil

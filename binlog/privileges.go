@@ -1,6 +1,7 @@
 package binlog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -179,10 +181,13 @@ func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	var repl atomic.Pointer[sourceConn]
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: ProbeServerID(), Flavor: flavor, Host: host, Port: uint16(port),
 		User: cfg.User, Password: cfg.Password, TLSConfig: tlsFor(cfg.TLS, addr),
 		DisableRetrySync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dialer:              syncerDialer(context.Background(), cfg, func(c *sourceConn) { repl.Store(c) }),
+		Option:              func(*client.Conn) error { setPhase(&repl, phaseRegister); return nil },
 		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
 	})
 	defer syncer.Close()
@@ -190,8 +195,9 @@ func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
 		if isDenied(err) {
 			return false, nil
 		}
-		return false, err
+		return false, phaseErr(&repl, err)
 	}
+	setPhase(&repl, phaseStream)
 	return true, nil
 }
 

@@ -9,8 +9,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 )
@@ -56,6 +58,7 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 		return false, fmt.Errorf("probe binlog: port %q: %w", portStr, err)
 	}
 	heartbeat := min(limit/4, 250*time.Millisecond)
+	var repl atomic.Pointer[sourceConn]
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:         ProbeServerID(),
 		Flavor:           srv.Flavor,
@@ -66,6 +69,8 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 		TLSConfig:        tlsFor(cfg.TLS, srv.Addr),
 		HeartbeatPeriod:  heartbeat,
 		DisableRetrySync: true,
+		Dialer:           syncerDialer(ctx, cfg, func(c *sourceConn) { repl.Store(c) }),
+		Option:           func(*client.Conn) error { setPhase(&repl, phaseRegister); return nil },
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		// The probe reads no row: skip decoding them.
 		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
@@ -73,8 +78,9 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 	defer syncer.Close()
 	stream, err := syncer.StartSyncGTID(set)
 	if err != nil {
-		return false, mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, err))
+		return false, mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, phaseErr(&repl, err)))
 	}
+	setPhase(&repl, phaseStream)
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	waiting := map[uint32]bool{} // MariaDB domains not yet reached

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 
@@ -228,7 +229,8 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	if err != nil {
 		return fmt.Errorf("start binlog: port %q: %w", portStr, err)
 	}
-	watch := &watchdog{ahead: r.ahead}
+	var repl atomic.Pointer[sourceConn] // the replication connection, for its phases (deadline.go)
+	watch := &watchdog{ahead: r.ahead, base: syncerDialer(ctx, r.cfg, func(c *sourceConn) { repl.Store(c) })}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:        r.cfg.ServerID,
 		Flavor:          r.srv.Flavor,
@@ -242,6 +244,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		// a quarter of the relay's CPU in catch-up. The watchdog below
 		// notices a silent connection instead.
 		Dialer:           watch.dial,
+		Option:           func(*client.Conn) error { setPhase(&repl, phaseRegister); return nil },
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory
 		UseDecimal:       false,
 		// TIMESTAMP values as text in this zone; decodeInsertRows renders
@@ -278,8 +281,9 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	defer stopWatch()
 	stream, err := syncer.StartSyncGTID(set)
 	if err != nil {
-		return mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, err))
+		return mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, phaseErr(&repl, err)))
 	}
+	setPhase(&repl, phaseStream)
 	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
 	for {
 		r.ahead.waiting(true)

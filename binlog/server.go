@@ -54,7 +54,8 @@ type Config struct {
 	Flavor          string // auto | mysql | mariadb
 	Tables          []string
 	TLS             *tls.Config
-	ConnectTimeout  time.Duration
+	ConnectTimeout  time.Duration // the TCP connect, and each wait of the login (deadline.go)
+	QueryTimeout    time.Duration // each wait for an answer after the login (deadline.go)
 	HeartbeatPeriod time.Duration
 	// AllowStatementDML: a statement-logged change of a table that is not
 	// captured is a warning (KindWarning), not a stop. A statement-logged
@@ -110,22 +111,47 @@ func Inspect(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // Connect opens a plain client connection to addr with cfg's credentials.
+// Every wait on it is bounded (deadline.go): the connect and the login by
+// cfg.ConnectTimeout, each answer after it by cfg.QueryTimeout; the end of
+// ctx closes it.
 func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	dctx, cancel := context.WithTimeout(ctx, cfg.connectLimit())
 	defer cancel()
 	var opts []client.Option
 	if tlsCfg := tlsFor(cfg.TLS, addr); tlsCfg != nil {
 		opts = append(opts, func(c *client.Conn) error { c.SetTLSConfig(tlsCfg); return nil })
 	}
-	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
-	conn, err := client.ConnectWithDialer(ctx, "tcp", addr, cfg.User, cfg.Password, "", d.DialContext, opts...)
+	var sc *sourceConn
+	var dialErr error
+	dial := func(dctx context.Context, network, addr string) (net.Conn, error) {
+		sc, dialErr = dialSource(ctx, dctx, cfg, network, addr)
+		if dialErr != nil {
+			return nil, dialErr
+		}
+		return sc, nil
+	}
+	conn, err := client.ConnectWithDialer(dctx, "tcp", addr, cfg.User, cfg.Password, "", dial, opts...)
 	if err != nil {
+		if sc != nil {
+			sc.Close()
+		}
 		var me *mysql.MyError
-		if errors.As(err, &me) && (me.Code == mysql.ER_ACCESS_DENIED_ERROR || me.Code == mysql.ER_DBACCESS_DENIED_ERROR) {
+		var na *NoAnswerError
+		switch {
+		case errors.As(err, &me) && (me.Code == mysql.ER_ACCESS_DENIED_ERROR || me.Code == mysql.ER_DBACCESS_DENIED_ERROR):
 			return nil, fmt.Errorf("%w: %s at %s: %s (check source.user and source.password)", ErrAccessDenied, cfg.User, addr, me.Message)
+		case errors.As(dialErr, &na):
+			return nil, na
+		case dialErr != nil && ctx.Err() == nil:
+			return nil, fmt.Errorf("connect %s: %v", addr, dialErr)
+		case sc != nil && sc.timedOut.Load() != nil:
+			return nil, sc.timedOut.Load()
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("connect %s: %w", addr, context.Cause(ctx))
 		}
 		return nil, fmt.Errorf("connect %s: %v", addr, err)
 	}
+	sc.setPhase(phaseQuery)
 	return conn, nil
 }
 
@@ -143,6 +169,9 @@ func tlsFor(c *tls.Config, addr string) *tls.Config {
 func Query(conn *client.Conn, q string) ([][]string, error) {
 	res, err := conn.Execute(q)
 	if err != nil {
+		if na := noAnswer(conn); na != nil {
+			return nil, na
+		}
 		return nil, err
 	}
 	defer res.Close()
