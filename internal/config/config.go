@@ -111,8 +111,15 @@ type Source struct {
 	Flavor       Flavor   `yaml:"flavor"` // auto | mysql | mariadb
 	Tables       []string `yaml:"tables"` // db.table
 	Start        string   `yaml:"start"`  // now | earliest | a GTID set
-	// ConnectTimeout bounds dialing one host.
+	// ConnectTimeout bounds dialing one host and each wait of the login
+	// (handshake, TLS, authentication): a host that accepts TCP and does not
+	// answer is given up after it and the next host tried.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// QueryTimeout bounds each wait for the server's answer on a connection
+	// after the login: the relay's inspection of a host, its samples and
+	// admin queries, `check`, a replication connection's registration (the
+	// binlog stream itself is watched by HeartbeatPeriod).
+	QueryTimeout time.Duration `yaml:"query_timeout"`
 	// HeartbeatPeriod asks the server for a heartbeat event at this interval so
 	// a dead connection is noticed: the relay drops a connection that sends
 	// nothing for three periods.
@@ -262,6 +269,7 @@ func defaults() Config {
 			Flavor:          "auto",
 			Start:           "now",
 			ConnectTimeout:  5 * time.Second,
+			QueryTimeout:    30 * time.Second,
 			HeartbeatPeriod: 5 * time.Second,
 			StatementDML:    StatementDMLFail,
 		},
@@ -448,6 +456,9 @@ func (c *Config) Validate() error {
 	}
 	if s.ConnectTimeout <= 0 {
 		bad("source.connect_timeout: %s: write a positive duration such as 5s", s.ConnectTimeout)
+	}
+	if s.QueryTimeout <= 0 {
+		bad("source.query_timeout: %s: write a positive duration such as 30s", s.QueryTimeout)
 	}
 	if s.HeartbeatPeriod <= 0 {
 		bad("source.heartbeat_period: %s: write a positive duration such as 5s", s.HeartbeatPeriod)

@@ -231,6 +231,7 @@ func SourceConfig(cfg config.Config) (binlog.Config, error) {
 		Flavor:          string(cfg.Source.Flavor),
 		Tables:          cfg.Source.Tables,
 		ConnectTimeout:  cfg.Source.ConnectTimeout,
+		QueryTimeout:    cfg.Source.QueryTimeout,
 		HeartbeatPeriod: cfg.Source.HeartbeatPeriod,
 		// Typed setting: config.StatementDMLWarn or StatementDMLFail.
 		AllowStatementDML: cfg.Source.StatementDML == config.StatementDMLWarn,
