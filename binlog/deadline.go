@@ -141,6 +141,9 @@ func (c *sourceConn) limitLocked() time.Duration {
 }
 
 func (c *sourceConn) Read(p []byte) (int, error) {
+	if e := c.timedOut.Load(); e != nil {
+		return 0, e // the server did not answer: nothing more on this connection
+	}
 	if !c.free.Load() {
 		c.mu.Lock()
 		if c.phase != phaseStream {
@@ -156,6 +159,9 @@ func (c *sourceConn) Read(p []byte) (int, error) {
 }
 
 func (c *sourceConn) Write(p []byte) (int, error) {
+	if e := c.timedOut.Load(); e != nil {
+		return 0, e
+	}
 	if !c.free.Load() {
 		c.mu.Lock()
 		if c.phase != phaseStream {

@@ -60,6 +60,8 @@ type Metrics struct {
 	state      atomic.Pointer[State]
 	progress   atomic.Int64 // unix nanoseconds of the last progress mark
 	stall      atomic.Int64 // http.stall_timeout; 0: never stalled
+	connFrom   atomic.Int64           // unix nanoseconds: since when the active instance connects without streaming; 0 not
+	connWhy    atomic.Pointer[string] // why its last attempt to start failed
 	kafkaSeen  atomic.Int64 // unix nanoseconds of the last answered group request
 	kafkaAge   atomic.Int64 // how old kafkaSeen may be for /readyz; 0: not checked
 	leaseEnd   atomic.Int64 // unix nanoseconds until which the lease is trusted; 0: not checked

@@ -60,8 +60,53 @@ func (m *Metrics) SetState(s State) {
 		m.lastCommit.Store(0)
 		m.atHead.Store(false)
 	}
+	switch s {
+	case StateStandby, StateStopped:
+		m.connFrom.Store(0)
+	}
 	m.state.Store(&s)
 	m.Progress()
+}
+
+// Connecting marks the start of a wait to stream: the active instance
+// begins a term, its stream ended, or a source host answered that it is
+// behind (a known wait, logged each round). /healthz fails once the
+// instance has been connecting longer than the stall timeout since (see
+// ConnectingFor): retries that keep failing (a source host that does not
+// answer, Kafka down) are not progress.
+func (m *Metrics) Connecting() {
+	m.connFrom.Store(time.Now().UnixNano())
+	m.connWhy.Store(nil)
+}
+
+// ConnectFailed records why the last attempt to start failed, for
+// /healthz's answer.
+func (m *Metrics) ConnectFailed(err error) {
+	if err == nil {
+		return
+	}
+	why := err.Error()
+	m.connWhy.Store(&why)
+}
+
+// ConnectingFor reports how long the active instance has been connecting
+// without streaming, when that exceeds the stall timeout, with the last
+// attempt's error; 0 otherwise.
+func (m *Metrics) ConnectingFor() (time.Duration, string) {
+	limit := time.Duration(m.stall.Load())
+	from := m.connFrom.Load()
+	if limit <= 0 || from == 0 || m.State() != StateConnecting {
+		return 0, ""
+	}
+	d := since(from)
+	if d <= limit {
+		return 0, ""
+	}
+	why := ""
+	if p := m.connWhy.Load(); p != nil {
+		why = *p
+	}
+	return d, why
 }
 
 // State is the current state.
@@ -136,9 +181,8 @@ func since(unixNano int64) time.Duration       { return time.Since(time.Unix(0, 
 
 // Stalled reports how long the streaming relay loop has made no progress,
 // when that exceeds the stall timeout; 0 otherwise. Only a streaming
-// instance can stall: a standby waits by design, and a connecting one is
-// bounded by its own timeouts (a start that waits for a source host to
-// catch up must not look stuck).
+// instance stalls this way: a standby waits by design, and a connecting one
+// is judged by ConnectingFor.
 func (m *Metrics) Stalled() time.Duration {
 	limit := time.Duration(m.stall.Load())
 	if limit <= 0 || m.State() != StateStreaming {
@@ -165,7 +209,8 @@ func (m *Metrics) NotReady() string {
 }
 
 // Handler serves /metrics, /healthz (503 when the active relay loop has
-// stalled, see Stalled) and /readyz (200 only while active and streaming with
+// stalled, see Stalled, or the active instance has been connecting too
+// long, see ConnectingFor) and /readyz (200 only while active and streaming with
 // Kafka answering, see NotReady; the body names the state).
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -173,6 +218,14 @@ func (m *Metrics) Handler() http.Handler {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if d := m.Stalled(); d > 0 {
 			http.Error(w, fmt.Sprintf("stalled: no progress for %s (%s)", d.Round(time.Second), m.State()), http.StatusServiceUnavailable)
+			return
+		}
+		if d, why := m.ConnectingFor(); d > 0 {
+			msg := fmt.Sprintf("stalled: connecting for %s without streaming", d.Round(time.Second))
+			if why != "" {
+				msg += " (last attempt: " + why + ")"
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = fmt.Fprintf(w, "ok: %s\n", m.State())

@@ -523,11 +523,13 @@ func (r *Relay) rejoin(ctx context.Context, e *elector) error {
 // and fatal errors (or, before the first start, any error).
 func (r *Relay) lead(l *lease, started *bool) error {
 	backoff := 250 * time.Millisecond
+	r.metrics.Connecting() // /healthz fails if this term never streams (metrics.ConnectingFor)
 	for {
 		r.metrics.SetState(metrics.StateStarting)
 		began := time.Now()
 		err := r.attempt(l.ctx, started)
 		r.metrics.Ready.Store(false)
+		r.metrics.ConnectFailed(err)
 		if lerr := l.err(); lerr != nil {
 			return lerr // nothing more was published once lost
 		}

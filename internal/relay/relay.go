@@ -516,6 +516,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		Str("from", from).Bool("checkpoint", cp != nil).Str("delivery", string(r.cfg.Kafka.Delivery)).Msg("relay started")
 	*started = true
 	r.metrics.Ready.Store(true)
+	defer r.metrics.Connecting() // streamed: connecting again counts from its end
 	err = l.run(ctx, events, readErr)
 	r.ackTimedOut(err, l.lastBatch)
 	err = r.sizeRefused(err)

@@ -56,6 +56,7 @@ func (r *Relay) chooseSource(ctx context.Context, cp *checkpoint.Checkpoint) (*b
 		r.log.Warn().Err(err).Dur("retry_in", pause).
 			Msg("waiting for a source host to catch up with the checkpoint; nothing is skipped meanwhile")
 		r.metrics.Progress() // waiting is not a stall: it says so every round
+		r.metrics.Connecting()
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
