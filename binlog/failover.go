@@ -358,7 +358,13 @@ func inspectHost(ctx context.Context, cfg Config, addr string) (*Server, error) 
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}
 	defer conn.Close()
-	return inspect(conn, cfg, addr)
+	srv, err := inspect(conn, cfg, addr)
+	if err != nil && noAnswer(conn) != nil {
+		// Logged in but does not answer its queries: as unreachable as a
+		// host that refuses connections (the relay tries the next one).
+		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
+	}
+	return srv, err
 }
 
 // NoneUsable decides what to do when Choose found no usable host: wait

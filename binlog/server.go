@@ -105,6 +105,10 @@ func Inspect(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		srv, err := inspect(conn, cfg, addr)
 		conn.Close()
+		if err != nil && noAnswer(conn) != nil {
+			dialErrs = append(dialErrs, err.Error()) // logged in, then no answer: the next host
+			continue
+		}
 		return srv, err
 	}
 	return nil, fmt.Errorf("%w: tried %s: %s", ErrUnreachable, strings.Join(cfg.Hosts, ", "), strings.Join(dialErrs, "; "))

@@ -42,7 +42,8 @@ func check(path string, asJSON bool) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	report := preflight.Run(ctx, cfg)
+	// What it checks goes to stderr as it starts (stdout is the report).
+	report := preflight.RunTo(ctx, cfg, os.Stderr)
 	if asJSON {
 		if err := json.NewEncoder(os.Stdout).Encode(report); err != nil {
 			return err

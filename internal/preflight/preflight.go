@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,7 +84,17 @@ func (c collector) add(name string, st Status, detail, fix string) {
 }
 
 // Run checks cfg against its source hosts and Kafka.
-func Run(ctx context.Context, cfg config.Config) Report {
+func Run(ctx context.Context, cfg config.Config) Report { return RunTo(ctx, cfg, nil) }
+
+// RunTo is Run, saying on progress (when not nil) what it checks as it
+// starts each part, with the bounds of its waits: a host that does not
+// answer shows where the check is.
+func RunTo(ctx context.Context, cfg config.Config, progress io.Writer) Report {
+	say := func(format string, args ...any) {
+		if progress != nil {
+			fmt.Fprintf(progress, format+"\n", args...)
+		}
+	}
 	var r Report
 	kopts, err := relay.KafkaOpts(cfg)
 	if err != nil {
@@ -95,9 +106,12 @@ func Run(ctx context.Context, cfg config.Config) Report {
 		collector{"source", &r}.add("tls", Fail, err.Error(), "fix source.tls")
 		return r
 	}
+	say("checking kafka %s (each request within %s)", strings.Join(cfg.Kafka.Brokers, ","), cfg.Kafka.RequestTimeout)
 	cp := checkKafka(ctx, cfg, kopts, collector{"kafka", &r})
 	hosts := make([]hostResult, len(cfg.Source.Hosts))
 	for i, addr := range cfg.Source.Hosts {
+		say("checking source host %s (connect and login within %s, each query within %s)", addr,
+			cfg.Source.ConnectTimeout, cfg.Source.QueryTimeout)
 		hosts[i] = checkSource(ctx, cfg, src, addr, cp, collector{hostTarget + addr, &r})
 	}
 	if cp != nil {
