@@ -87,6 +87,7 @@ type sourceConn struct {
 
 	mu    sync.Mutex // orders a phase change against arming a deadline
 	phase string
+	until time.Time // when set, no deadline is armed past it
 	free  atomic.Bool // phaseStream: reads and writes are not armed
 
 	timedOut atomic.Pointer[NoAnswerError] // the bound that expired, if any
@@ -140,6 +141,15 @@ func (c *sourceConn) limitLocked() time.Duration {
 	return c.answer
 }
 
+// deadlineLocked is the deadline of a wait starting now; mu held.
+func (c *sourceConn) deadlineLocked() time.Time {
+	d := time.Now().Add(c.limitLocked())
+	if !c.until.IsZero() && c.until.Before(d) {
+		return c.until
+	}
+	return d
+}
+
 func (c *sourceConn) Read(p []byte) (int, error) {
 	if e := c.timedOut.Load(); e != nil {
 		return 0, e // the server did not answer: nothing more on this connection
@@ -147,7 +157,7 @@ func (c *sourceConn) Read(p []byte) (int, error) {
 	if !c.free.Load() {
 		c.mu.Lock()
 		if c.phase != phaseStream {
-			_ = c.Conn.SetReadDeadline(time.Now().Add(c.limitLocked()))
+			_ = c.Conn.SetReadDeadline(c.deadlineLocked())
 		}
 		c.mu.Unlock()
 	}
@@ -165,7 +175,7 @@ func (c *sourceConn) Write(p []byte) (int, error) {
 	if !c.free.Load() {
 		c.mu.Lock()
 		if c.phase != phaseStream {
-			_ = c.Conn.SetWriteDeadline(time.Now().Add(c.limitLocked()))
+			_ = c.Conn.SetWriteDeadline(c.deadlineLocked())
 		}
 		c.mu.Unlock()
 	}
@@ -262,7 +272,9 @@ const (
 
 // dialKill dials go-mysql's KILL connection at Close: it has no timeout of
 // its own past the dial, so a frozen server would hang Close, and the
-// reader, for good. One deadline bounds the whole of it.
+// reader, for good. Each wait is bounded as a login's (a frozen server is
+// given up as soon as a login to it would be), and the whole of it by one
+// deadline.
 func dialKill(ctx, dctx context.Context, cfg Config, network, addr string) (net.Conn, error) {
 	limit := killDeadline
 	if ctx.Err() != nil {
@@ -274,8 +286,9 @@ func dialKill(ctx, dctx context.Context, cfg Config, network, addr string) (net.
 	if err != nil {
 		return nil, err
 	}
-	c.setPhase(phaseStream)
-	_ = c.Conn.SetDeadline(time.Now().Add(limit))
+	c.mu.Lock()
+	c.until = time.Now().Add(limit)
+	c.mu.Unlock()
 	return c, nil
 }
 
