@@ -87,7 +87,7 @@ type sourceConn struct {
 
 	mu    sync.Mutex // orders a phase change against arming a deadline
 	phase string
-	until time.Time // when set, no deadline is armed past it
+	until time.Time   // when set, no deadline is armed past it
 	free  atomic.Bool // phaseStream: reads and writes are not armed
 
 	timedOut atomic.Pointer[NoAnswerError] // the bound that expired, if any

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -297,5 +298,34 @@ func TestPositionSequences(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Position.WithLabelValues("0")); got != 51 {
 		t.Fatalf("domain 0 sequence %v", got)
+	}
+}
+
+// /healthz fails once the active instance has been connecting without
+// streaming past the stall timeout, naming the last attempt's error;
+// retries (state changes) are not progress, a new wait starts it again.
+func TestHealthzFailsWhileConnectingTooLong(t *testing.T) {
+	m := New("test")
+	m.SetStallTimeout(100 * time.Millisecond)
+	m.SetState(StateStarting)
+	m.Connecting()
+	m.ConnectFailed(errors.New("login to 10.0.0.1:3306: no answer within 5s"))
+	if code, _ := get(t, m.Handler(), "/healthz"); code != 200 {
+		t.Fatalf("/healthz %d right after connecting began", code)
+	}
+	time.Sleep(150 * time.Millisecond)
+	m.SetState(StateRetrying) // a retry is no progress
+	if code, body := get(t, m.Handler(), "/healthz"); code != 503 || !strings.Contains(body, "connecting for") || !strings.Contains(body, "no answer within 5s") {
+		t.Fatalf("/healthz %d %q, want 503 naming the last error", code, body)
+	}
+	m.Connecting()
+	if code, _ := get(t, m.Handler(), "/healthz"); code != 200 {
+		t.Fatalf("/healthz %d after a new wait began", code)
+	}
+	m.SetState(StateStandby)
+	time.Sleep(150 * time.Millisecond)
+	m.SetState(StateStarting)
+	if code, _ := get(t, m.Handler(), "/healthz"); code != 200 {
+		t.Fatalf("/healthz %d: a standby's time counted as connecting", code)
 	}
 }
