@@ -566,9 +566,10 @@ func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) (cols []str
 			"still holds its CREATE TABLE (or at `now`, with SELECT granted on it)", ErrNoColumnNames, db, tbl, gtid)
 	}
 	if err := r.tracker.Verify(db, tbl, tm.ColumnType); err != nil {
-		return nil, "", fmt.Errorf("%w: %s.%s at %s: %w: set binlog_row_metadata=FULL on the server (the binlog then carries "+
-			"the column names), or, if the table's definition has not changed since, record it with `outbox-relay checkpoint set "+
-			"--gtid SET --schema server` (SET: the checkpoint's GTID set, from `outbox-relay checkpoint show`)", ErrSchemaMismatch, db, tbl, gtid, err)
+		return nil, "", fmt.Errorf("%w: %s.%s at %s: %w; nothing of it is published: if the table's definition has not changed "+
+			"since, record it with `outbox-relay checkpoint set --gtid SET --schema server` (SET: the checkpoint's GTID set, from "+
+			"`outbox-relay checkpoint show`); binlog_row_metadata=FULL on the server spares this for rows written after it is set "+
+			"(they carry their column names)", ErrSchemaMismatch, db, tbl, gtid, err)
 	}
 	if len(tracked) != int(tm.ColumnCount) {
 		return nil, "", fmt.Errorf("%w: %s.%s at %s: the row has %d columns, DDL read so far gives %d (%v)",

@@ -25,7 +25,8 @@ import (
 // ErrProvisional: a layout taken from CREATE TABLE IF NOT EXISTS disagrees
 // with the table's table map: the table existed before the statement with
 // another definition.
-var ErrProvisional = errors.New("the table existed before its CREATE TABLE IF NOT EXISTS with another definition")
+var ErrProvisional = errors.New("its rows disagree with the layout its CREATE TABLE IF NOT EXISTS gave (the table existed " +
+	"with another definition, which the statement left as it was)")
 
 // Provisional maps "db.table" to the type classes of its columns (see
 // typeClass; "" where unknown) for the tables whose layout was taken from a

@@ -14,6 +14,8 @@
 // that needs only column names and positions. A layout is never guessed:
 // when a statement leaves a captured table's columns uncertain, its layout is
 // forgotten (rows then need column names in the binlog) and Apply says so.
+// CREATE TABLE IF NOT EXISTS of a table not seen gives a provisional layout,
+// checked against the table's first table map (provisional.go).
 //
 // Shadow tables. Online schema change tools build the new table beside the
 // captured one and swap names: gh-ost (CREATE TABLE _t_gho LIKE t, ALTER
