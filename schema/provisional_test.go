@@ -117,3 +117,20 @@ func TestProvisionalDisagreementNamesTheColumn(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// An ALTER TABLE the provisional layout does not allow (the table existed
+// with other columns) stops as any contradiction does, and says where the
+// layout came from.
+func TestProvisionalLayoutContradictedByAlter(t *testing.T) {
+	tr := New([]string{"app.outbox"}, nil, nil)
+	if _, err := tr.Apply("app", outboxINE); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tr.Apply("app", "ALTER TABLE outbox DROP COLUMN legacy")
+	if !errors.Is(err, ErrUnparsed) || !strings.Contains(err.Error(), "CREATE TABLE IF NOT EXISTS, not yet checked") {
+		t.Fatalf("error %v", err)
+	}
+	if got := layout(tr, "app.outbox"); got != "-" || len(tr.Provisional()) != 0 {
+		t.Fatalf("app.outbox %s, provisional %v after the contradiction", got, tr.Provisional())
+	}
+}

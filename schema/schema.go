@@ -514,6 +514,10 @@ func (e *edit) alter() error {
 	unsigned, signs := e.signs[n]
 	next, nextUnsigned, _, err := applyOps(cols, unsigned, ops)
 	if err != nil {
+		if _, prov := e.prov[n]; prov {
+			err = fmt.Errorf("%w (that layout came from a CREATE TABLE IF NOT EXISTS, not yet checked against rows: the table "+
+				"may have existed with another definition)", err)
+		}
 		err = fmt.Errorf("the tracked layout %v does not allow it: %w", cols, err)
 		if captured {
 			return e.unparsed(n, err)
