@@ -114,6 +114,9 @@ type Event struct {
 	Set      mysql.GTIDSet
 	Schema   schema.Tables
 	Unsigned schema.Signs
+	// Provisional: the tables of Schema whose layout awaits its check
+	// against a table map (schema.Provisional).
+	Provisional schema.Provisional
 	// DDL: the statement and what became of it.
 	Note string
 	// Time is the transaction's commit time (on rows and commits).
@@ -566,6 +569,12 @@ func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) (cols []str
 		return nil, "", fmt.Errorf("%w: table %s.%s at %s: set binlog_row_metadata=FULL on the server, or start where the binlog "+
 			"still holds its CREATE TABLE (or at `now`, with SELECT granted on it)", ErrNoColumnNames, db, tbl, gtid)
 	}
+	if err := r.tracker.Verify(db, tbl, tm.ColumnType); err != nil {
+		return nil, "", fmt.Errorf("%w: %s.%s at %s: %w; nothing of it is published: if the table's definition has not changed "+
+			"since, record it with `outbox-relay checkpoint set --gtid SET --schema server` (SET: the checkpoint's GTID set, from "+
+			"`outbox-relay checkpoint show`); binlog_row_metadata=FULL on the server spares this for rows written after it is set "+
+			"(they carry their column names)", ErrSchemaMismatch, db, tbl, gtid, err)
+	}
 	if len(tracked) != int(tm.ColumnCount) {
 		return nil, "", fmt.Errorf("%w: %s.%s at %s: the row has %d columns, DDL read so far gives %d (%v)",
 			ErrSchemaMismatch, db, tbl, gtid, tm.ColumnCount, len(tracked), tracked)
@@ -582,7 +591,8 @@ func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
 		clear(f.held)
 		f.held = f.held[:0]
 	}
-	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, OnePhase: out.onePhase, Set: out.set, Schema: r.tracker.Tables(), Unsigned: r.tracker.Unsigned(), Time: f.commitTime, Size: st.size}
+	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, OnePhase: out.onePhase, Set: out.set, Schema: r.tracker.Tables(), Unsigned: r.tracker.Unsigned(),
+		Provisional: r.tracker.Provisional(), Time: f.commitTime, Size: st.size}
 	st.size = 0
 	return append(batch, ev)
 }

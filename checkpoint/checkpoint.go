@@ -50,6 +50,11 @@ type Checkpoint struct {
 	// unknown), so a restart reads integer columns of rows without
 	// signedness in the binlog (binlog_row_metadata=NO_LOG) right.
 	Unsigned map[string][]string `json:"unsigned,omitempty"`
+	// Provisional lists the tables of Schema whose layout was taken from a
+	// CREATE TABLE IF NOT EXISTS and not yet checked against a table map,
+	// with their columns' type classes ("db.table" -> classes, "" where
+	// unknown; schema.Provisional): a restart still checks them.
+	Provisional map[string][]string `json:"provisional,omitempty"`
 	// XA lists the XA transactions prepared in the source and not yet
 	// committed or rolled back; nil when there is none.
 	XA *XA `json:"xa,omitempty"`
@@ -66,8 +71,9 @@ type XA struct {
 	Resume *string `json:"resume,omitempty"`
 	// Schema is the captured tables' layout at Resume, Unsigned their
 	// signedness there (as Checkpoint's).
-	Schema   map[string][]string `json:"schema,omitempty"`
-	Unsigned map[string][]string `json:"unsigned,omitempty"`
+	Schema      map[string][]string `json:"schema,omitempty"`
+	Unsigned    map[string][]string `json:"unsigned,omitempty"`
+	Provisional map[string][]string `json:"provisional,omitempty"`
 	// Prepared are the pending XA transactions in binlog order.
 	Prepared []PreparedXA `json:"prepared"`
 }

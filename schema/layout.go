@@ -23,29 +23,31 @@ var errUnknownCols = errors.New("columns not known from the statement")
 
 // createColumns returns the columns a CREATE TABLE body (what follows the
 // table name, not the LIKE form) defines, and those of them declared
-// UNSIGNED (or ZEROFILL, which implies it).
-func createColumns(p *parser.Parser, body []token) (cols, unsigned []string, err error) {
+// UNSIGNED (or ZEROFILL, which implies it), and each column's type class
+// (typeClass; "" where unknown).
+func createColumns(p *parser.Parser, body []token) (cols, unsigned, classes []string, err error) {
 	if hasWord(body, "VERSIONING") && !hasSeq(body, "ROW", "START") {
-		return nil, nil, fmt.Errorf("%w: a system-versioned table gets columns the statement does not name", errUnknownCols)
+		return nil, nil, nil, fmt.Errorf("%w: a system-versioned table gets columns the statement does not name", errUnknownCols)
 	}
 	if stmts, _, err := p.Parse("CREATE TABLE `t` "+join(body), "", ""); err == nil && len(stmts) == 1 {
 		if s, ok := stmts[0].(*ast.CreateTableStmt); ok {
 			switch {
 			case s.Select != nil:
-				return nil, nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
+				return nil, nil, nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
 			case s.ReferTable != nil:
-				return nil, nil, errSyntax // LIKE is read before: cannot happen
+				return nil, nil, nil, errSyntax // LIKE is read before: cannot happen
 			case len(s.Cols) == 0:
-				return nil, nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
+				return nil, nil, nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
 			}
 			cols := make([]string, len(s.Cols))
+			classes := make([]string, len(s.Cols))
 			for i, c := range s.Cols {
-				cols[i] = c.Name.Name.O
+				cols[i], classes[i] = c.Name.Name.O, fieldClass(c)
 				if defUnsigned(c) {
 					unsigned = append(unsigned, cols[i])
 				}
 			}
-			return cols, unsigned, checkUnique(cols)
+			return cols, unsigned, classes, checkUnique(cols)
 		}
 	}
 	return readCreate(body)
@@ -90,36 +92,37 @@ var nonColumn = map[string]bool{"PRIMARY": true, "KEY": true, "INDEX": true, "UN
 // readCreate reads a CREATE TABLE body's column names without the TiDB
 // parser: "( element, ... ) options", each element a column unless it opens
 // with an index or constraint keyword.
-func readCreate(body []token) (cols, unsigned []string, err error) {
+func readCreate(body []token) (cols, unsigned, classes []string, err error) {
 	if len(body) == 0 || !body[0].punct('(') {
-		return nil, nil, fmt.Errorf("%w: it has no column list", errUnknownCols)
+		return nil, nil, nil, fmt.Errorf("%w: it has no column list", errUnknownCols)
 	}
 	end := closing(body, 0)
 	if end < 0 {
-		return nil, nil, errSyntax
+		return nil, nil, nil, errSyntax
 	}
 	for _, el := range splitTop(body[1:end]) {
 		if len(el) == 0 {
-			return nil, nil, errSyntax
+			return nil, nil, nil, errSyntax
 		}
 		if notColumn(el) {
 			continue
 		}
 		name, ok := el[0].ident()
 		if !ok || len(el) < 2 {
-			return nil, nil, fmt.Errorf("%w: cannot read column definition %q", errSyntax, join(el))
+			return nil, nil, nil, fmt.Errorf("%w: cannot read column definition %q", errSyntax, join(el))
 		}
 		cols = append(cols, name)
+		classes = append(classes, wordClass(el[1:]))
 		if wordUnsigned(el[1:]) {
 			unsigned = append(unsigned, name)
 		}
 	}
 	if len(cols) == 0 {
-		return nil, nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
+		return nil, nil, nil, fmt.Errorf("%w: it names no columns", errUnknownCols)
 	}
 	rest := body[end+1:]
 	if hasWord(rest, "SELECT") {
-		return nil, nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
+		return nil, nil, nil, fmt.Errorf("%w: it takes columns from a SELECT", errUnknownCols)
 	}
 	depth := 0
 	for _, tok := range rest {
@@ -129,10 +132,10 @@ func readCreate(body []token) (cols, unsigned []string, err error) {
 		case tok.punct(')'):
 			depth--
 		case depth == 0 && (tok.is("AS") || tok.is("TABLE") || tok.is("VALUES") || tok.is("IGNORE") || tok.is("REPLACE")):
-			return nil, nil, fmt.Errorf("%w: it takes columns from a query", errUnknownCols)
+			return nil, nil, nil, fmt.Errorf("%w: it takes columns from a query", errUnknownCols)
 		}
 	}
-	return cols, unsigned, checkUnique(cols)
+	return cols, unsigned, classes, checkUnique(cols)
 }
 
 // notColumn reports whether a table element or ADD/DROP target (from its
@@ -177,6 +180,7 @@ type colOp struct {
 	// def: the operation gives the column's definition (ADD, CHANGE,
 	// MODIFY; not RENAME COLUMN), which says whether it is unsigned.
 	def, unsigned   bool
+	class           string // the type class the definition gives (def), "" if unknown
 	ifExists, ifNot bool
 	first           bool
 	after           string
@@ -227,7 +231,7 @@ func astOps(specs []*ast.AlterTableSpec) []colOp {
 		switch sp.Tp {
 		case ast.AlterTableAddColumns:
 			for i, c := range sp.NewColumns {
-				o := colOp{kind: opAdd, name: c.Name.Name.O, ifNot: sp.IfNotExists, def: true, unsigned: defUnsigned(c)}
+				o := colOp{kind: opAdd, name: c.Name.Name.O, ifNot: sp.IfNotExists, def: true, unsigned: defUnsigned(c), class: fieldClass(c)}
 				if i == 0 {
 					pos(&o, sp.Position)
 				} else if ops[len(ops)-1].moves() { // ADD (a, b) placed: b follows a
@@ -239,7 +243,7 @@ func astOps(specs []*ast.AlterTableSpec) []colOp {
 			ops = append(ops, colOp{kind: opDrop, old: sp.OldColumnName.Name.O, ifExists: sp.IfExists})
 		case ast.AlterTableModifyColumn, ast.AlterTableChangeColumn:
 			o := colOp{kind: opChange, old: sp.NewColumns[0].Name.Name.O, name: sp.NewColumns[0].Name.Name.O, ifExists: sp.IfExists,
-				def: true, unsigned: defUnsigned(sp.NewColumns[0])}
+				def: true, unsigned: defUnsigned(sp.NewColumns[0]), class: fieldClass(sp.NewColumns[0])}
 			if sp.OldColumnName != nil {
 				o.old = sp.OldColumnName.Name.O
 			}
@@ -303,7 +307,7 @@ func readSpec(spec []token) ([]colOp, error) {
 				if !ok || len(el) < 2 {
 					return bad()
 				}
-				ops = append(ops, colOp{kind: opAdd, name: name, ifNot: ifNot, def: true, unsigned: wordUnsigned(el[1:])})
+				ops = append(ops, colOp{kind: opAdd, name: name, ifNot: ifNot, def: true, unsigned: wordUnsigned(el[1:]), class: wordClass(el[1:])})
 			}
 			return ops, nil
 		}
@@ -311,7 +315,7 @@ func readSpec(spec []token) ([]colOp, error) {
 		if !ok || p.done() {
 			return bad()
 		}
-		o := colOp{kind: opAdd, name: name, ifNot: ifNot, def: true, unsigned: wordUnsigned(p.rest())}
+		o := colOp{kind: opAdd, name: name, ifNot: ifNot, def: true, unsigned: wordUnsigned(p.rest()), class: wordClass(p.rest())}
 		if err := position(&o, p.rest()); err != nil {
 			return nil, err
 		}
@@ -348,7 +352,7 @@ func readSpec(spec []token) ([]colOp, error) {
 		if p.done() {
 			return bad()
 		}
-		o := colOp{kind: opChange, old: old, name: name, ifExists: ifEx, def: true, unsigned: wordUnsigned(p.rest())}
+		o := colOp{kind: opChange, old: old, name: name, ifExists: ifEx, def: true, unsigned: wordUnsigned(p.rest()), class: wordClass(p.rest())}
 		if err := position(&o, p.rest()); err != nil {
 			return nil, err
 		}

@@ -14,6 +14,11 @@ func (t *Tracker) Learn(db, table string, cols, unsigned []string, signs bool) b
 	if !t.captured[n] {
 		return false
 	}
+	if _, ok := t.provisional[n]; ok { // the binlog's names are the truth
+		next := maps.Clone(t.provisional)
+		delete(next, n)
+		t.provisional = next
+	}
 	if u, had := t.unsigned[n]; had != signs || signs && !slices.Equal(u, unsigned) {
 		next := maps.Clone(t.unsigned)
 		if signs {

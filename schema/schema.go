@@ -14,6 +14,8 @@
 // that needs only column names and positions. A layout is never guessed:
 // when a statement leaves a captured table's columns uncertain, its layout is
 // forgotten (rows then need column names in the binlog) and Apply says so.
+// CREATE TABLE IF NOT EXISTS of a table not seen gives a provisional layout,
+// checked against the table's first table map (provisional.go).
 //
 // Shadow tables. Online schema change tools build the new table beside the
 // captured one and swap names: gh-ost (CREATE TABLE _t_gho LIKE t, ALTER
@@ -91,7 +93,10 @@ type Tracker struct {
 	// lost says why a captured or formerly tracked table's layout is
 	// unknown, for messages.
 	lost map[string]string
-	p    *parser.Parser
+	// provisional: tables whose layout came from CREATE TABLE IF NOT
+	// EXISTS and awaits its first table map (provisional.go).
+	provisional Provisional
+	p           *parser.Parser
 }
 
 // New tracks the captured tables ("db.table"), starting from initial (may
@@ -99,7 +104,7 @@ type Tracker struct {
 // initial may hold shadow tables (a checkpoint's layout does).
 func New(captured []string, initial Tables, signs Signs) *Tracker {
 	t := &Tracker{captured: map[string]bool{}, capturedDB: map[string]bool{}, tables: Tables{}, unsigned: Signs{},
-		absent: map[string]bool{}, lost: map[string]string{}, p: parser.New()}
+		absent: map[string]bool{}, lost: map[string]string{}, provisional: Provisional{}, p: parser.New()}
 	for _, c := range captured {
 		t.captured[c] = true
 		db, _, _ := strings.Cut(c, ".")
@@ -165,7 +170,7 @@ func (t *Tracker) ApplyMode(defaultDB, query string, mode SQLMode) (changed bool
 		defer t.p.SetSQLMode(tidbmysql.ModeNone)
 	}
 	st := parseStatement(query, mode)
-	e := &edit{t: t, next: t.tables, signs: t.unsigned, db: defaultDB, st: st}
+	e := &edit{t: t, next: t.tables, signs: t.unsigned, prov: t.provisional, db: defaultDB, st: st}
 	switch {
 	case st.kind == kOther:
 		err = e.other()
@@ -191,7 +196,7 @@ func (t *Tracker) ApplyMode(defaultDB, query string, mode SQLMode) (changed bool
 			changed = true
 		}
 	}
-	t.tables, t.unsigned = e.next, e.signs
+	t.tables, t.unsigned, t.provisional = e.next, e.signs, e.prov
 	if len(t.absent) > maxAbsent {
 		clear(t.absent)
 	}
@@ -209,8 +214,11 @@ type edit struct {
 	// signs: the next signedness, copied on first write.
 	signs       Signs
 	signsCopied bool
-	db          string // the statement's default database
-	st          *statement
+	// prov: the next provisional layouts, copied on first write.
+	prov       Provisional
+	provCopied bool
+	db         string // the statement's default database
+	st         *statement
 }
 
 func (e *edit) key(r tableRef) string {
@@ -249,6 +257,7 @@ func (e *edit) shadows() int {
 // signs says their signedness is known.
 func (e *edit) set(n string, cols, unsigned []string, signs bool) {
 	delete(e.t.absent, n)
+	e.setProv(n, nil)
 	old, had := e.next[n]
 	if had && slices.Equal(old, cols) {
 		e.setSigns(n, unsigned, signs)
@@ -266,6 +275,7 @@ func (e *edit) set(n string, cols, unsigned []string, signs bool) {
 // unknown records that table n may exist with a layout not known.
 func (e *edit) unknown(n, why string) {
 	delete(e.t.absent, n)
+	e.setProv(n, nil)
 	if _, had := e.next[n]; had {
 		delete(e.write(), n)
 	}
@@ -280,6 +290,7 @@ func (e *edit) gone(n string) {
 	if e.relevant(n) {
 		e.t.absent[n] = true
 	}
+	e.setProv(n, nil)
 	if _, had := e.next[n]; had {
 		delete(e.write(), n)
 	}
@@ -406,15 +417,18 @@ func (e *edit) create() error {
 	if _, exists := e.next[n]; exists && st.ifNotExists {
 		return nil // the table is there: nothing happens
 	}
-	if st.ifNotExists && !e.t.absent[n] {
-		why := "CREATE TABLE IF NOT EXISTS of a table whose layout was not tracked: it may have existed, and then stays as it was"
+	// Of a table not seen (it may have existed, and then stays as it was):
+	// its layout is provisional until a table map confirms it.
+	provisional := st.ifNotExists && !e.t.absent[n]
+	if provisional && isLike {
+		why := "CREATE TABLE IF NOT EXISTS ... LIKE of a table whose layout was not tracked: it may have existed, and then stays as it was"
 		if captured {
 			return e.unparsed(n, why)
 		}
 		e.unknown(n, why)
 		return nil
 	}
-	var cols, unsigned []string
+	var cols, unsigned, classes []string
 	signs := true
 	var err error
 	if isLike {
@@ -427,7 +441,7 @@ func (e *edit) create() error {
 	} else if len(st.body) > 0 && (st.body[0].is("LIKE") || len(st.body) > 1 && st.body[1].is("LIKE")) {
 		err = fmt.Errorf("%w: cannot read the LIKE clause", errSyntax)
 	} else {
-		cols, unsigned, err = createColumns(e.t.p, st.body)
+		cols, unsigned, classes, err = createColumns(e.t.p, st.body)
 	}
 	if err != nil {
 		if captured {
@@ -437,6 +451,9 @@ func (e *edit) create() error {
 		return nil
 	}
 	e.set(n, cols, unsigned, signs)
+	if provisional {
+		e.setProv(n, classes)
+	}
 	return nil
 }
 
@@ -497,6 +514,10 @@ func (e *edit) alter() error {
 	unsigned, signs := e.signs[n]
 	next, nextUnsigned, _, err := applyOps(cols, unsigned, ops)
 	if err != nil {
+		if _, prov := e.prov[n]; prov {
+			err = fmt.Errorf("%w (that layout came from a CREATE TABLE IF NOT EXISTS, not yet checked against rows: the table "+
+				"may have existed with another definition)", err)
+		}
 		err = fmt.Errorf("the tracked layout %v does not allow it: %w", cols, err)
 		if captured {
 			return e.unparsed(n, err)
@@ -504,15 +525,18 @@ func (e *edit) alter() error {
 		e.unknown(n, fmt.Sprintf("%s: %v", st.verb, err))
 		return nil
 	}
-	if target == nil {
-		e.set(n, next, nextUnsigned, signs)
-		return nil
+	to := n
+	if target != nil {
+		to = e.key(*target)
 	}
-	to := e.key(*target)
+	classes, prov := e.prov[n]
 	if to != n {
 		e.gone(n)
 	}
 	e.set(to, next, nextUnsigned, signs)
+	if prov { // an ALTER does not say what the table was: still to be checked
+		e.setProv(to, classesAfter(cols, classes, ops, next))
+	}
 	return nil
 }
 
@@ -559,8 +583,12 @@ func (e *edit) rename() error {
 		}
 		if known {
 			unsigned, signs := e.signs[from]
+			classes, prov := e.prov[from]
 			e.gone(from)
 			e.set(to, cols, unsigned, signs)
+			if prov {
+				e.setProv(to, classes)
+			}
 			continue
 		}
 		why := fmt.Sprintf("renamed from %s, whose layout was not tracked%s", from, e.why(from))

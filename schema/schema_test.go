@@ -173,7 +173,9 @@ func TestStatements(t *testing.T) {
 		// Creating and dropping the captured table.
 		"or replace":             {sql: "CREATE OR REPLACE TABLE outbox (a INT, b INT)", err: "nil", changed: true, outbox: "a,b"},
 		"if not exists, exists":  {sql: "CREATE TABLE IF NOT EXISTS outbox (a INT)", err: "nil"},
-		"if not exists, unknown": {unknown: true, sql: "CREATE TABLE IF NOT EXISTS outbox (a INT)", err: "ErrUnparsed", outbox: "-"},
+		"if not exists, unknown": {unknown: true, sql: "CREATE TABLE IF NOT EXISTS outbox (a INT)", err: "nil", changed: true, outbox: "a"},
+		"if not exists like, unknown": {unknown: true, setup: []string{"CREATE TABLE o2 (a INT)"},
+			sql: "CREATE TABLE IF NOT EXISTS outbox LIKE o2", err: "ErrUnparsed", outbox: "-"},
 		"if not exists after drop": {unknown: true, setup: []string{"DROP TABLE IF EXISTS outbox"},
 			sql: "CREATE TABLE IF NOT EXISTS outbox (a INT)", err: "nil", changed: true, outbox: "a"},
 		"create unknown": {unknown: true, sql: "CREATE TABLE outbox (a INT, `b c` TEXT, PRIMARY KEY (a))", err: "nil", changed: true, outbox: "a,b c"},

@@ -126,3 +126,24 @@ func checkpointLayout(ctx context.Context, src binlog.Config, srv *binlog.Server
 	}
 	return out, signs, nil
 }
+
+// keptProvisional is the previous checkpoint's marks of layouts taken from
+// CREATE TABLE IF NOT EXISTS and not yet checked against a table map
+// (schema.Provisional), for the tables whose kept layout is the one stored:
+// the relay still checks them. A layout from the server's definitions is
+// certain.
+func keptProvisional(cur *checkpoint.Checkpoint, layout map[string][]string) map[string][]string {
+	if cur == nil {
+		return nil
+	}
+	var out map[string][]string
+	for t, classes := range cur.Provisional {
+		if cols, ok := layout[t]; ok && slices.Equal(cols, cur.Schema[t]) {
+			if out == nil {
+				out = map[string][]string{}
+			}
+			out[t] = classes
+		}
+	}
+	return out
+}

@@ -163,17 +163,18 @@ func (l *loop) startCommit(ctx context.Context) error {
 	l.wantCommit = false
 	now := time.Now()
 	cp := &checkpoint.Checkpoint{
-		Name:       l.r.cfg.Name,
-		GTIDSet:    l.position(),
-		Flavor:     l.srv.Flavor,
-		ServerID:   l.srv.ServerID,
-		Host:       l.srv.Addr,
-		CommitTime: l.lastCommitTime,
-		Time:       now.UTC(),
-		Events:     l.events + int64(l.batchRecords),
-		Schema:     l.schema,
-		Unsigned:   l.unsigned,
-		XA:         l.xaCheckpoint(),
+		Name:        l.r.cfg.Name,
+		GTIDSet:     l.position(),
+		Flavor:      l.srv.Flavor,
+		ServerID:    l.srv.ServerID,
+		Host:        l.srv.Addr,
+		CommitTime:  l.lastCommitTime,
+		Time:        now.UTC(),
+		Events:      l.events + int64(l.batchRecords),
+		Schema:      l.schema,
+		Unsigned:    l.unsigned,
+		Provisional: l.provisional,
+		XA:          l.xaCheckpoint(),
 	}
 	if l.partial.GTID != "" {
 		p := l.partial

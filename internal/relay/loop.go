@@ -37,8 +37,11 @@ type loop struct {
 	partial  checkpoint.Partial
 	schema   schema.Tables // captured tables' layout at set
 	unsigned schema.Signs  // and their signedness
-	curGTID  string        // transaction whose rows are being read; "" between transactions
-	curRows  int64         // routed rows of curGTID seen so far
+	// provisional: the tables of schema whose layout awaits its check
+	// against a table map (schema.Provisional).
+	provisional schema.Provisional
+	curGTID     string // transaction whose rows are being read; "" between transactions
+	curRows     int64  // routed rows of curGTID seen so far
 	// curDeleted counts rows of curGTID deleted from outbox tables, taken as
 	// the delete-after-insert pattern while they do not outnumber curRows.
 	curDeleted int64
@@ -459,6 +462,7 @@ func (l *loop) commitDue(ctx context.Context) error {
 func (l *loop) advance(ev *binlog.Event) {
 	l.r.metrics.SourceTransactions.Inc()
 	l.set, l.setStr, l.schema, l.unsigned = ev.Set, "", ev.Schema, ev.Unsigned
+	l.provisional = ev.Provisional
 	if l.partial.GTID == ev.GTID {
 		l.partial = checkpoint.Partial{}
 	}

@@ -481,6 +481,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		l.addLane(snk, checkCl)
 	}
 	l.schema, l.unsigned = tracker.Tables(), tracker.Unsigned()
+	l.provisional = tracker.Provisional()
 	if cp == nil {
 		// Pin the start position first: a restart before the first batch must
 		// resume here, not at a later "now".
@@ -533,11 +534,14 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.Checkpoint) (*schema.Tracker, error) {
 	var initial schema.Tables
 	var signs schema.Signs
+	var provisional schema.Provisional
 	switch {
 	case cp != nil && cp.Replays():
 		initial, signs = cp.XA.Schema, cp.XA.Unsigned // reading again from before a prepared XA transaction
+		provisional = cp.XA.Provisional
 	case cp != nil && cp.Schema != nil:
 		initial, signs = cp.Schema, cp.Unsigned
+		provisional = cp.Provisional
 	case cp == nil && r.cfg.Source.Start == "now":
 		cur, curSigns, err := binlog.CurrentColumns(ctx, r.source, srv.Addr)
 		if err != nil {
@@ -545,7 +549,9 @@ func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.
 		}
 		initial, signs = cur, curSigns
 	}
-	return schema.New(r.cfg.Source.Tables, initial, signs), nil
+	t := schema.New(r.cfg.Source.Tables, initial, signs)
+	t.SetProvisional(provisional)
+	return t, nil
 }
 
 // startPosition is the checkpoint's GTID set, or source.start without one.

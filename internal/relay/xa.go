@@ -28,6 +28,8 @@ type xaTx struct {
 	before   string        // the GTID set before its prepare group
 	schema   schema.Tables // the captured tables' layout there
 	unsigned schema.Signs  // and their signedness
+	// provisional: the layouts there not yet checked against a table map
+	provisional schema.Provisional
 	// want is the row count a checkpoint recorded for it (restart): the rows
 	// read again must match; -1 when not from a checkpoint.
 	want int64
@@ -98,6 +100,7 @@ func (l *loop) prepareXA(ev *binlog.Event) {
 		x.want = want
 	}
 	x.gtid, x.before, x.schema, x.unsigned = ev.GTID, l.position(), l.schema, l.unsigned
+	x.provisional = l.provisional
 	for _, id := range l.xa.prepared {
 		if id == ev.XID {
 			return // read again after a restart
@@ -215,6 +218,7 @@ func (l *loop) xaCheckpoint() *checkpoint.XA {
 		if max(x.rows, x.want) > 0 && st.Resume == nil {
 			before := x.before
 			st.Resume, st.Schema, st.Unsigned = &before, x.schema, x.unsigned
+			st.Provisional = x.provisional
 		}
 	}
 	return st

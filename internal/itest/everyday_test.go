@@ -1,0 +1,280 @@
+//go:build integration
+
+package itest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// everydaySetup is one everyday way to run the relay: the server's
+// binlog_row_metadata, source.start, when the outbox table is created (before
+// the relay starts or while it runs) and how (CREATE TABLE or CREATE TABLE IF
+// NOT EXISTS, as migration tools write it), and whether source.hosts lists
+// more than one host.
+type everydaySetup struct {
+	metadata    string // MINIMAL (MySQL's default), FULL, NO_LOG (MariaDB's default)
+	start       string // now | earliest
+	createAfter bool   // the table is created after the relay started
+	ifNotExists bool
+	hosts       bool // source.hosts: an unreachable host first, then the server
+}
+
+func (s everydaySetup) String() string {
+	when := "before"
+	if s.createAfter {
+		when = "after"
+	}
+	form := "create"
+	if s.ifNotExists {
+		form = "if_not_exists"
+	}
+	name := fmt.Sprintf("%s/%s/table_%s_start/%s", s.metadata, s.start, when, form)
+	if s.hosts {
+		name += "/several_hosts"
+	}
+	return name
+}
+
+// everydayOutbox is the article's outbox table, created with form (CREATE
+// TABLE or CREATE TABLE IF NOT EXISTS) in database db.
+func everydayOutbox(form, db string) string {
+	return strings.Replace(fmt.Sprintf(OutboxDDL, db), "CREATE TABLE", form, 1)
+}
+
+// writeEveryday commits txs transactions of three outbox rows each, for the
+// aggregates a, b and c in turn, each row's payload carrying its aggregate's
+// sequence number (from seq on), so order per aggregate can be checked.
+func writeEveryday(t *testing.T, db *devdb.Server, s *Schema, tag string, txs int, seq *int) {
+	t.Helper()
+	for i := 0; i < txs; i++ {
+		*seq++
+		stmts := []string{"BEGIN"}
+		for _, agg := range []string{"a", "b", "c"} {
+			stmts = append(stmts, fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) "+
+				"VALUES ('%s-%s-%d', 'order', '%s', 'Placed', '{\"seq\":%d}')", s.Table(), tag, agg, *seq, agg, *seq))
+		}
+		if err := db.Exec(append(stmts, "COMMIT")...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitCaughtUp waits until r's committed checkpoint covers the server's head,
+// failing at once if the relay stops, and returns that checkpoint.
+func waitCaughtUp(t *testing.T, r *InProcess, cfg config.Config, db *devdb.Server) *checkpoint.Checkpoint {
+	t.Helper()
+	target := Head(t, db)
+	want, err := binlog.ParseSet("mariadb", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := Store(t, cfg)
+	var got *checkpoint.Checkpoint
+	Eventually(t, time.Minute, func() error {
+		select {
+		case <-r.Done():
+			t.Fatalf("relay stopped: %v", r.Err())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cp, err := store.Load(ctx, cfg.Name)
+		if err != nil || cp == nil {
+			return fmt.Errorf("no checkpoint yet (%v)", err)
+		}
+		have, err := binlog.ParseSet(cp.Flavor, cp.GTIDSet)
+		if err != nil {
+			return err
+		}
+		if !have.Contain(want) || cp.Partial != nil {
+			return fmt.Errorf("checkpoint at %q, want %q", cp.GTIDSet, target)
+		}
+		got = cp
+		return nil
+	})
+	return got
+}
+
+// The everyday setups publish every outbox row exactly once, in order per
+// aggregate: binlog_row_metadata MINIMAL (MySQL's default), FULL and NO_LOG
+// (MariaDB's default), with source.start now (the table created before the
+// relay starts, or a brand-new table created while it runs) or earliest,
+// the table created with CREATE TABLE or CREATE TABLE IF NOT EXISTS (what
+// migration tools write), and with several source.hosts. Each setup also
+// restarts the relay right after the table's creation, so a restart takes
+// the layout from the checkpoint. One server serves every setup:
+// binlog_row_metadata is a dynamic global variable.
+func TestEverydaySetupsPublishEveryRowOnce(t *testing.T) {
+	k := StartKafka(t)
+	db := startServer(t, nil)
+	var setups []everydaySetup
+	for _, md := range []string{"MINIMAL", "FULL", "NO_LOG"} {
+		for _, start := range []string{"now", "earliest"} {
+			for _, after := range []bool{false, true} {
+				if start == "earliest" && after {
+					continue // from earliest, before and after the start are the same binlog
+				}
+				for _, ine := range []bool{false, true} {
+					setups = append(setups, everydaySetup{metadata: md, start: start, createAfter: after, ifNotExists: ine})
+				}
+			}
+		}
+	}
+	setups = append(setups, everydaySetup{metadata: "NO_LOG", start: "now", createAfter: true, ifNotExists: true, hosts: true})
+	for _, s := range setups {
+		t.Run(s.String(), func(t *testing.T) {
+			if err := db.Exec("SET GLOBAL binlog_row_metadata=" + s.metadata); err != nil {
+				t.Fatal(err)
+			}
+			sch := &Schema{DB: db, Name: env.Unique("every")}
+			form := "CREATE TABLE"
+			if s.ifNotExists {
+				form = "CREATE TABLE IF NOT EXISTS"
+			}
+			if err := db.Exec("CREATE DATABASE " + sch.Name); err != nil {
+				t.Fatal(err)
+			}
+			seq := 0
+			if !s.createAfter {
+				if err := db.Exec(everydayOutbox(form, sch.Name)); err != nil {
+					t.Fatal(err)
+				}
+				if s.start == "earliest" {
+					writeEveryday(t, db, sch, "early", 3, &seq)
+				}
+			}
+			cfg := env.RelayConfig(k, sch.Table())
+			cfg.Source.Hosts = []string{db.Addr}
+			if s.hosts {
+				cfg.Source.Hosts = []string{freeAddr(t), db.Addr}
+			}
+			cfg.Source.Start = s.start
+			r := RunRelay(t, cfg)
+			r.WaitReady(t)
+			if s.createAfter {
+				if err := db.Exec(everydayOutbox(form, sch.Name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A restart after the table's creation: the layout comes from
+			// the checkpoint. A layout taken from CREATE TABLE IF NOT EXISTS
+			// of a table not seen before is there still to be checked
+			// against the table's first rows.
+			cp := waitCaughtUp(t, r, cfg, db)
+			_, provisional := cp.Provisional[sch.Table()]
+			if want := s.ifNotExists && s.createAfter; provisional != want {
+				t.Fatalf("checkpoint: layout %v provisional %v, want %v", cp.Schema[sch.Table()], provisional, want)
+			}
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			r = RunRelay(t, cfg)
+			r.WaitReady(t)
+			writeEveryday(t, db, sch, "late", 4, &seq)
+			if cp := waitCaughtUp(t, r, cfg, db); len(cp.Provisional) != 0 {
+				t.Fatalf("checkpoint after rows: layouts still to be checked %v", cp.Provisional)
+			}
+			rep := Compare(t, sch, Consume(t, k.Brokers, cfg.Router.TopicPrefix))
+			if !rep.OK() || rep.Received != rep.Expected || rep.Expected == 0 {
+				t.Fatalf("%s", rep)
+			}
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// legacyOutbox is the outbox with its columns in another order.
+const legacyOutbox = `CREATE TABLE app.outbox (
+	id             BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+	created_at     DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+	event_id       VARCHAR(64)  NOT NULL,
+	aggregate_type VARCHAR(64)  NOT NULL,
+	aggregate_id   VARCHAR(64)  NOT NULL,
+	event_type     VARCHAR(64)  NOT NULL,
+	payload        JSON         NOT NULL,
+	UNIQUE KEY uk_event_id (event_id)
+) ENGINE=InnoDB`
+
+// A CREATE TABLE IF NOT EXISTS of a table the relay has not seen, whose rows
+// then have another layout, read without column names in the binlog: the
+// layout the statement defines is checked against the table's rows, and the
+// disagreement stops the relay before anything is published, naming the
+// table, the GTID and the fix; the fix it names (`checkpoint set --schema
+// server`) then publishes the row with its own columns. The relay restarts
+// in between, so the check comes from its checkpoint. MySQL logs CREATE
+// TABLE IF NOT EXISTS of a table that exists (it does nothing); MariaDB does
+// not, so here the table is replaced outside the binlog (sql_log_bin=0) after
+// the statement, which leaves the relay with the same wrong belief.
+func TestCreateTableIfNotExistsOfAnotherLayoutStops(t *testing.T) {
+	k := StartKafka(t)
+	db := startServer(t, map[string]string{"binlog-row-metadata": "NO_LOG"})
+	if err := db.Exec("DROP TABLE app.outbox"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := env.RelayConfig(k, "app.outbox")
+	cfg.Source.Hosts = []string{db.Addr}
+	cfg.Source.Start = Head(t, db) // no layout known: the relay has not seen the table
+	path := WriteConfig(t, cfg)
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if err := db.Exec(everydayOutbox("CREATE TABLE IF NOT EXISTS", "app")); err != nil {
+		t.Fatal(err)
+	}
+	// Down with the layout in its checkpoint, still to be checked.
+	waitCaughtUp(t, r, cfg, db)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("SET SESSION sql_log_bin=0", "DROP TABLE app.outbox", legacyOutbox); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) " +
+		"VALUES ('e-1', 'order', 'agg-1', 'Placed', '{\"seq\":1}')"); err != nil {
+		t.Fatal(err)
+	}
+	head := Head(t, db)
+	r = RunRelay(t, cfg)
+	err := r.StoppedWith(t)
+	if !errors.Is(err, binlog.ErrSchemaMismatch) || !errors.Is(err, schema.ErrProvisional) {
+		t.Fatalf("relay stopped with %v, want ErrSchemaMismatch wrapping ErrProvisional", err)
+	}
+	for _, want := range []string{"app.outbox", head, "column 2 (event_id)", "binlog_row_metadata=FULL", "checkpoint set"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not name %q", err, want)
+		}
+	}
+	if n := len(Consume(t, k.Brokers, cfg.Router.TopicPrefix)); n != 0 {
+		t.Fatalf("%d records published", n)
+	}
+	cp, err := Store(t, cfg).Load(context.Background(), cfg.Name)
+	if err != nil || cp == nil {
+		t.Fatalf("checkpoint: %v %v", cp, err)
+	}
+	_, errOut, code := env.CLI(t, "checkpoint", "set", "--gtid", cp.GTIDSet, "--schema", "server", "--force", "--yes", "--config", path)
+	if code != 0 {
+		t.Fatalf("checkpoint set: exit %d: %s", code, errOut)
+	}
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	waitCaughtUp(t, r, cfg, db)
+	rep := Compare(t, &Schema{DB: db, Name: "app"}, Consume(t, k.Brokers, cfg.Router.TopicPrefix))
+	if !rep.OK() || rep.Received != 1 {
+		t.Fatalf("%s", rep)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
