@@ -179,7 +179,10 @@ func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	guard := newLoginGuard(cfg, addr)
+	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		Dialer: guard.dial(d.DialContext), Option: guard.bound,
 		ServerID: ProbeServerID(), Flavor: flavor, Host: host, Port: uint16(port),
 		User: cfg.User, Password: cfg.Password, TLSConfig: tlsFor(cfg.TLS, addr),
 		DisableRetrySync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -190,7 +193,7 @@ func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
 		if isDenied(err) {
 			return false, nil
 		}
-		return false, err
+		return false, guard.or(err)
 	}
 	return true, nil
 }

@@ -56,7 +56,11 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 		return false, fmt.Errorf("probe binlog: port %q: %w", portStr, err)
 	}
 	heartbeat := min(limit/4, 250*time.Millisecond)
+	guard := newLoginGuard(cfg, srv.Addr)
+	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		Dialer:           guard.dial(d.DialContext),
+		Option:           guard.bound,
 		ServerID:         ProbeServerID(),
 		Flavor:           srv.Flavor,
 		Host:             host,
@@ -73,7 +77,7 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 	defer syncer.Close()
 	stream, err := syncer.StartSyncGTID(set)
 	if err != nil {
-		return false, mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, err))
+		return false, guard.or(mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, err)))
 	}
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -92,7 +96,7 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 				}
 				return false, nil
 			}
-			return false, mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, err))
+			return false, guard.or(mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, err)))
 		}
 		switch e := ev.Event.(type) {
 		case *replication.HeartbeatEvent:

@@ -229,6 +229,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		return fmt.Errorf("start binlog: port %q: %w", portStr, err)
 	}
 	watch := &watchdog{ahead: r.ahead}
+	guard := newLoginGuard(r.cfg, r.srv.Addr)
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:        r.cfg.ServerID,
 		Flavor:          r.srv.Flavor,
@@ -241,7 +242,8 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		// No ReadTimeout: go-mysql would set a socket deadline per packet,
 		// a quarter of the relay's CPU in catch-up. The watchdog below
 		// notices a silent connection instead.
-		Dialer:           watch.dial,
+		Dialer:           guard.dial(watch.dial),
+		Option:           guard.bound,
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory
 		UseDecimal:       false,
 		// TIMESTAMP values as text in this zone; decodeInsertRows renders
@@ -278,7 +280,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	defer stopWatch()
 	stream, err := syncer.StartSyncGTID(set)
 	if err != nil {
-		return mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, err))
+		return guard.or(mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, err)))
 	}
 	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
 	for {
@@ -292,7 +294,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			if watch.fired.Load() {
 				err = fmt.Errorf("%w (no data, not even a heartbeat, for %s)", err, 3*r.cfg.HeartbeatPeriod)
 			}
-			return mapStreamErr(fmt.Errorf("read binlog: %w", err))
+			return guard.or(mapStreamErr(fmt.Errorf("read binlog: %w", err)))
 		}
 		// Take everything already decoded along with it: one hand-off per
 		// burst, not per event, and no waiting for more when there is none.

@@ -60,6 +60,18 @@ type Config struct {
 	// captured is a warning (KindWarning), not a stop. A statement-logged
 	// change of a captured table always stops.
 	AllowStatementDML bool
+	// Login and packet bounds of every source connection (loginguard.go).
+	// AllowCleartextPassword lets a plaintext connection send the password
+	// as it is when the server asks (mysql_clear_password); ServerPublicKey
+	// (DER) pins the RSA key caching_sha2_password / sha256_password may
+	// encrypt the password with on a plaintext connection;
+	// AllowPublicKeyRetrieval takes any key the server sends.
+	AllowCleartextPassword  bool
+	AllowPublicKeyRetrieval bool
+	ServerPublicKey         []byte
+	// MaxPacketBytes bounds one packet (an event, a result row) read from
+	// the source; 0: twice the server's max_allowed_packet plus 1 MiB.
+	MaxPacketBytes int64
 }
 
 // Server is what Inspect learned about the reachable source.
@@ -96,7 +108,7 @@ func Inspect(ctx context.Context, cfg Config) (*Server, error) {
 	for _, addr := range cfg.Hosts {
 		conn, err := Connect(ctx, cfg, addr)
 		if err != nil {
-			if errors.Is(err, ErrAccessDenied) {
+			if errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrInsecureLogin) || errors.Is(err, ErrPacketBound) {
 				return nil, err
 			}
 			dialErrs = append(dialErrs, err.Error())
@@ -118,8 +130,17 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 		opts = append(opts, func(c *client.Conn) error { c.SetTLSConfig(tlsCfg); return nil })
 	}
 	d := &net.Dialer{Timeout: cfg.ConnectTimeout}
-	conn, err := client.ConnectWithDialer(ctx, "tcp", addr, cfg.User, cfg.Password, "", d.DialContext, opts...)
+	guard := newLoginGuard(cfg, addr)
+	conn, err := client.ConnectWithDialer(ctx, "tcp", addr, cfg.User, cfg.Password, "", guard.dial(d.DialContext), opts...)
+	if err == nil {
+		if err = guard.bound(conn); err != nil {
+			conn.Close()
+		}
+	}
 	if err != nil {
+		if gerr := guard.err(); gerr != nil {
+			return nil, gerr
+		}
 		var me *mysql.MyError
 		if errors.As(err, &me) && (me.Code == mysql.ER_ACCESS_DENIED_ERROR || me.Code == mysql.ER_DBACCESS_DENIED_ERROR) {
 			return nil, fmt.Errorf("%w: %s at %s: %s (check source.user and source.password)", ErrAccessDenied, cfg.User, addr, me.Message)
