@@ -95,6 +95,9 @@ func Run(ctx context.Context, cfg config.Config) Report {
 		collector{"source", &r}.add("tls", Fail, err.Error(), "fix source.tls")
 		return r
 	}
+	for _, w := range cfg.TransportWarnings() {
+		collector{w.Target, &r}.add("transport", Warn, w.Detail, w.Fix)
+	}
 	cp := checkKafka(ctx, cfg, kopts, collector{"kafka", &r})
 	hosts := make([]hostResult, len(cfg.Source.Hosts))
 	for i, addr := range cfg.Source.Hosts {
