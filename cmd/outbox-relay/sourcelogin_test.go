@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/outbox-relay/internal/hostiledb"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 const loginSecret = "Pw-of-the-replication-user-7731"
@@ -50,8 +51,8 @@ func TestCheckAndRunRefuseCleartextLogin(t *testing.T) {
 		t.Fatal("check never reached the server")
 	}
 	code, out, errOut = run(t, "run", "--config", cfg)
-	if code == 0 || !strings.Contains(out+errOut, "insecure source login refused") {
-		t.Fatalf("run: exit %d, output %q %q: want the refusal", code, out, errOut)
+	if code != relay.ExitConfig || !strings.Contains(out+errOut, "insecure source login refused") {
+		t.Fatalf("run: exit %d, output %q %q: want the refusal, exit %d (configuration)", code, out, errOut, relay.ExitConfig)
 	}
 	if srv.Logins() == logins {
 		t.Fatal("run never reached the server")
