@@ -97,7 +97,8 @@ func TestAttack15FindXAPrepareTaggedGTIDOnMySQL84(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{User: "relay", Password: "relay-pw", ConnectTimeout: 5 * time.Second}
+	// go-mysql's server: caching_sha2_password without TLS.
+	cfg := Config{User: "relay", Password: "relay-pw", ConnectTimeout: 5 * time.Second, AllowPublicKeyRetrieval: true}
 	srv := &Server{Addr: ln.Addr().String(), Flavor: mysql.MySQLFlavor, Version: "8.4.3"}
 	p, err := FindXAPrepare(context.Background(), cfg, srv, xid, u+":billing:2")
 	if err != nil {

@@ -227,17 +227,25 @@ func noAnswer(conn *client.Conn) error {
 	return nil
 }
 
-// sourceConnOf finds the sourceConn under conn (under its TLS layer too).
+// sourceConnOf finds the sourceConn under conn, under its TLS layer and
+// login guards too.
 func sourceConnOf(conn *client.Conn) *sourceConn {
 	if conn == nil || conn.Conn == nil {
 		return nil
 	}
 	nc := conn.Conn.Conn
-	if t, ok := nc.(*tls.Conn); ok {
-		nc = t.NetConn()
+	for {
+		switch c := nc.(type) {
+		case *sourceConn:
+			return c
+		case *tls.Conn:
+			nc = c.NetConn()
+		case *guardConn:
+			nc = c.Conn
+		default:
+			return nil
+		}
 	}
-	sc, _ := nc.(*sourceConn)
-	return sc
 }
 
 // syncerDialer is the Dialer of a go-mysql BinlogSyncer for cfg: its

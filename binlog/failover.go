@@ -352,8 +352,8 @@ func choose(ctx context.Context, hosts []string, inspect func(string) (*Server, 
 func inspectHost(ctx context.Context, cfg Config, addr string) (*Server, error) {
 	conn, err := Connect(ctx, cfg, addr)
 	if err != nil {
-		if errors.Is(err, ErrAccessDenied) {
-			return nil, err
+		if errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrInsecureLogin) || errors.Is(err, ErrPacketBound) {
+			return nil, err // refused: retrying cannot help
 		}
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}

@@ -182,12 +182,13 @@ func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
 		return false, err
 	}
 	var repl atomic.Pointer[sourceConn]
+	guard := newLoginGuard(cfg, addr)
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: ProbeServerID(), Flavor: flavor, Host: host, Port: uint16(port),
 		User: cfg.User, Password: cfg.Password, TLSConfig: tlsFor(cfg.TLS, addr),
 		DisableRetrySync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Dialer:              syncerDialer(context.Background(), cfg, func(c *sourceConn) { repl.Store(c) }),
-		Option:              func(*client.Conn) error { setPhase(&repl, phaseRegister); return nil },
+		Dialer:              guard.dial(syncerDialer(context.Background(), cfg, func(c *sourceConn) { repl.Store(c) })),
+		Option:              func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
 		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
 	})
 	defer syncer.Close()
@@ -195,7 +196,7 @@ func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
 		if isDenied(err) {
 			return false, nil
 		}
-		return false, phaseErr(&repl, err)
+		return false, guard.or(phaseErr(&repl, err))
 	}
 	setPhase(&repl, phaseStream)
 	return true, nil

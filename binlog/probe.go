@@ -59,6 +59,7 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 	}
 	heartbeat := min(limit/4, 250*time.Millisecond)
 	var repl atomic.Pointer[sourceConn]
+	guard := newLoginGuard(cfg, srv.Addr)
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:         ProbeServerID(),
 		Flavor:           srv.Flavor,
@@ -69,8 +70,8 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 		TLSConfig:        tlsFor(cfg.TLS, srv.Addr),
 		HeartbeatPeriod:  heartbeat,
 		DisableRetrySync: true,
-		Dialer:           syncerDialer(ctx, cfg, func(c *sourceConn) { repl.Store(c) }),
-		Option:           func(*client.Conn) error { setPhase(&repl, phaseRegister); return nil },
+		Dialer:           guard.dial(syncerDialer(ctx, cfg, func(c *sourceConn) { repl.Store(c) })),
+		Option:           func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		// The probe reads no row: skip decoding them.
 		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
@@ -78,7 +79,7 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 	defer syncer.Close()
 	stream, err := syncer.StartSyncGTID(set)
 	if err != nil {
-		return false, mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, phaseErr(&repl, err)))
+		return false, guard.or(mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, phaseErr(&repl, err))))
 	}
 	setPhase(&repl, phaseStream)
 	pctx, cancel := context.WithTimeout(ctx, limit)
@@ -98,7 +99,7 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 				}
 				return false, nil
 			}
-			return false, mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, err))
+			return false, guard.or(mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, err)))
 		}
 		switch e := ev.Event.(type) {
 		case *replication.HeartbeatEvent:

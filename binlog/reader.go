@@ -234,6 +234,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	}
 	var repl atomic.Pointer[sourceConn] // the replication connection, for its phases (deadline.go)
 	watch := &watchdog{ahead: r.ahead, base: syncerDialer(ctx, r.cfg, func(c *sourceConn) { repl.Store(c) })}
+	guard := newLoginGuard(r.cfg, r.srv.Addr)
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:        r.cfg.ServerID,
 		Flavor:          r.srv.Flavor,
@@ -246,8 +247,8 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		// No ReadTimeout: go-mysql would set a socket deadline per packet,
 		// a quarter of the relay's CPU in catch-up. The watchdog below
 		// notices a silent connection instead.
-		Dialer:           watch.dial,
-		Option:           func(*client.Conn) error { setPhase(&repl, phaseRegister); return nil },
+		Dialer:           guard.dial(watch.dial),
+		Option:           func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory
 		UseDecimal:       false,
 		// TIMESTAMP values as text in this zone; decodeInsertRows renders
@@ -284,7 +285,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	defer stopWatch()
 	stream, err := syncer.StartSyncGTID(set)
 	if err != nil {
-		return mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, phaseErr(&repl, err)))
+		return guard.or(mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, phaseErr(&repl, err))))
 	}
 	setPhase(&repl, phaseStream)
 	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
@@ -299,7 +300,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			if watch.fired.Load() {
 				err = fmt.Errorf("%w (no data, not even a heartbeat, for %s)", err, 3*r.cfg.HeartbeatPeriod)
 			}
-			return mapStreamErr(fmt.Errorf("read binlog: %w", err))
+			return guard.or(mapStreamErr(fmt.Errorf("read binlog: %w", err)))
 		}
 		// Take everything already decoded along with it: one hand-off per
 		// burst, not per event, and no waiting for more when there is none.

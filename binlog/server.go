@@ -61,6 +61,18 @@ type Config struct {
 	// captured is a warning (KindWarning), not a stop. A statement-logged
 	// change of a captured table always stops.
 	AllowStatementDML bool
+	// Login and packet bounds of every source connection (loginguard.go).
+	// AllowCleartextPassword lets a plaintext connection send the password
+	// as it is when the server asks (mysql_clear_password); ServerPublicKey
+	// (DER) pins the RSA key caching_sha2_password / sha256_password may
+	// encrypt the password with on a plaintext connection;
+	// AllowPublicKeyRetrieval takes any key the server sends.
+	AllowCleartextPassword  bool
+	AllowPublicKeyRetrieval bool
+	ServerPublicKey         []byte
+	// MaxPacketBytes bounds one packet (an event, a result row) read from
+	// the source; 0: twice the server's max_allowed_packet plus 1 MiB.
+	MaxPacketBytes int64
 }
 
 // Server is what Inspect learned about the reachable source.
@@ -97,7 +109,7 @@ func Inspect(ctx context.Context, cfg Config) (*Server, error) {
 	for _, addr := range cfg.Hosts {
 		conn, err := Connect(ctx, cfg, addr)
 		if err != nil {
-			if errors.Is(err, ErrAccessDenied) {
+			if errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrInsecureLogin) || errors.Is(err, ErrPacketBound) {
 				return nil, err
 			}
 			dialErrs = append(dialErrs, err.Error())
@@ -134,10 +146,20 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 		}
 		return sc, nil
 	}
-	conn, err := client.ConnectWithDialer(dctx, "tcp", addr, cfg.User, cfg.Password, "", dial, opts...)
+	guard := newLoginGuard(cfg, addr)
+	conn, err := client.ConnectWithDialer(dctx, "tcp", addr, cfg.User, cfg.Password, "", guard.dial(dial), opts...)
+	if err == nil {
+		sc.setPhase(phaseQuery)
+		if err = guard.bound(conn); err != nil {
+			conn.Close()
+		}
+	}
 	if err != nil {
 		if sc != nil {
 			sc.Close()
+		}
+		if gerr := guard.err(); gerr != nil {
+			return nil, gerr
 		}
 		var me *mysql.MyError
 		var na *NoAnswerError
@@ -155,7 +177,6 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 		}
 		return nil, fmt.Errorf("connect %s: %v", addr, err)
 	}
-	sc.setPhase(phaseQuery)
 	return conn, nil
 }
 

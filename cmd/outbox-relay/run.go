@@ -160,6 +160,9 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 		log.Info().Str("listen", ln.Addr().String()).Msg("serving /metrics /healthz /readyz")
 	}
 	log.Info().Str("name", cfg.Name).Str("version", shortVersion()).Msg("starting")
+	for _, w := range cfg.TransportWarnings() {
+		log.Warn().Str("target", w.Target).Str("fix", w.Fix).Msg("insecure transport: " + w.Detail)
+	}
 	err = r.Run(ctx)
 	if err != nil {
 		log.Error().Err(err).Int("exit_code", relay.ExitCode(err)).Msg("relay stopped")

@@ -98,6 +98,12 @@ type HA struct {
 	InstanceID string `yaml:"instance_id"`
 }
 
+// Bounds of source.max_packet_bytes.
+const (
+	MinPacketBytes = 1 << 20
+	MaxPacketBytes = 2 << 30
+)
+
 // Source describes the MySQL/MariaDB server the relay replicates from.
 type Source struct {
 	Hosts    []string `yaml:"hosts"`
@@ -129,6 +135,19 @@ type Source struct {
 	// (default) or warn. A change of a captured table logged as a statement
 	// always stops the relay.
 	StatementDML StatementDML `yaml:"statement_dml"`
+	// Logins the relay refuses on a plaintext connection unless allowed
+	// here (binlog/loginguard.go): a server asking for the password in
+	// cleartext (mysql_clear_password), and caching_sha2_password /
+	// sha256_password encrypting it with an RSA key the relay cannot
+	// verify (unless the key is pinned in ServerPublicKeyFile). Over TLS
+	// none is needed.
+	AllowCleartextPassword  bool   `yaml:"allow_cleartext_password"`
+	AllowPublicKeyRetrieval bool   `yaml:"allow_public_key_retrieval"`
+	ServerPublicKeyFile     string `yaml:"server_public_key_file"`
+	// MaxPacketBytes bounds one packet read from the source (a binlog
+	// event, a result row); 0: twice the server's max_allowed_packet plus
+	// 1 MiB, at most 1 GiB plus 1 MiB.
+	MaxPacketBytes int64 `yaml:"max_packet_bytes"`
 }
 
 // Kafka describes the target cluster and how records are written.
@@ -453,6 +472,17 @@ func (c *Config) Validate() error {
 	case StatementDMLFail, StatementDMLWarn:
 	default:
 		bad("source.statement_dml: %q: write fail or warn", s.StatementDML)
+	}
+	if s.MaxPacketBytes != 0 && (s.MaxPacketBytes < MinPacketBytes || s.MaxPacketBytes > MaxPacketBytes) {
+		bad("source.max_packet_bytes: %d: write 0 (from the server's max_allowed_packet) or %d to %d", s.MaxPacketBytes, MinPacketBytes, MaxPacketBytes)
+	}
+	if s.ServerPublicKeyFile != "" {
+		if _, err := os.Stat(s.ServerPublicKeyFile); err != nil {
+			bad("source.server_public_key_file: %v", err)
+		}
+		if s.AllowPublicKeyRetrieval {
+			bad("source.allow_public_key_retrieval: set it or source.server_public_key_file, not both (a pinned key is checked; retrieval takes any key)")
+		}
 	}
 	if s.ConnectTimeout <= 0 {
 		bad("source.connect_timeout: %s: write a positive duration such as 5s", s.ConnectTimeout)

@@ -64,6 +64,20 @@ func TestSourceTLS(t *testing.T) {
 	t.Run("without TLS the server refuses", func(t *testing.T) {
 		runExpectingError(t, k, base(), binlog.ErrAccessDenied, "Access denied")
 	})
+	t.Run("an event over source.max_packet_bytes stops the relay, over TLS too", func(t *testing.T) {
+		cfg := base()
+		cfg.Source.TLS = config.TLS{CAFile: certs.CAFile}
+		cfg.Source.MaxPacketBytes = config.MinPacketBytes
+		r := RunRelay(t, cfg)
+		r.WaitReady(t)
+		if err := db.Exec("INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) " +
+			"VALUES ('big', 'alarm', 'd', 'X', CONCAT('\"', REPEAT('x', 2 * 1024 * 1024), '\"'))"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.StoppedWith(t); !errors.Is(err, binlog.ErrPacketBound) || !strings.Contains(err.Error(), "source.max_packet_bytes") {
+			t.Fatalf("error %v, want one wrapping %v naming source.max_packet_bytes", err, binlog.ErrPacketBound)
+		}
+	})
 	t.Run("a CA that did not sign the server", func(t *testing.T) {
 		cfg := base()
 		cfg.Source.TLS = config.TLS{CAFile: NewCerts(t, "other").CAFile}

@@ -138,6 +138,11 @@ func relayConfig(t *testing.T, k *itest.Kafka, flavor string, hosts ...string) c
 	cfg.Source.Flavor = config.Flavor(flavor)
 	cfg.Source.Tables = []string{"app.outbox"}
 	cfg.Source.HeartbeatPeriod = time.Second
+	// Plaintext caching_sha2_password: the doubles' RSA key, pinned.
+	cfg.Source.ServerPublicKeyFile = filepath.Join(t.TempDir(), "server-public-key.pem")
+	if err := os.WriteFile(cfg.Source.ServerPublicKeyFile, mysqlsource.PublicKeyPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Kafka.Brokers = k.Brokers
 	cfg.Kafka.CheckpointTopic = "outbox-relay.checkpoints." + cfg.Name
 	cfg.Kafka.CheckpointInterval = 200 * time.Millisecond

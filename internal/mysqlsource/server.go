@@ -3,7 +3,9 @@ package mysqlsource
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/x509"
 	"encoding/binary"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -33,12 +35,23 @@ var (
 	rsaKey  *rsa.PrivateKey
 )
 
+func newRSAKey() { rsaKey, _ = rsa.GenerateKey(rand.Reader, 2048) }
+
+// PublicKeyPEM is the RSA public key the servers send for
+// caching_sha2_password's full authentication (PEM): what a relay pins with
+// source.server_public_key_file to log in without TLS.
+func PublicKeyPEM() []byte {
+	rsaOnce.Do(newRSAKey)
+	der, _ := x509.MarshalPKIXPublicKey(&rsaKey.PublicKey)
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
 func listen(p *Primary, addr string) (*netServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	rsaOnce.Do(func() { rsaKey, _ = rsa.GenerateKey(rand.Reader, 2048) })
+	rsaOnce.Do(newRSAKey)
 	// MySQL 8's default authentication plugin; without TLS the client
 	// fetches the RSA public key for the full authentication.
 	conf := server.NewServer(p.opts.Version+"-log", mysql.DEFAULT_COLLATION_ID, mysql.AUTH_CACHING_SHA2_PASSWORD, rsaKey, nil)

@@ -107,6 +107,9 @@ func RunTo(ctx context.Context, cfg config.Config, progress io.Writer) Report {
 		return r
 	}
 	say("checking kafka %s (each request within %s)", strings.Join(cfg.Kafka.Brokers, ","), cfg.Kafka.RequestTimeout)
+	for _, w := range cfg.TransportWarnings() {
+		collector{w.Target, &r}.add("transport", Warn, w.Detail, w.Fix)
+	}
 	cp := checkKafka(ctx, cfg, kopts, collector{"kafka", &r})
 	hosts := make([]hostResult, len(cfg.Source.Hosts))
 	for i, addr := range cfg.Source.Hosts {
@@ -210,8 +213,13 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 	conn, err := binlog.Connect(ctx, src, addr)
 	if err != nil {
 		fix := "check that the server runs and source.hosts names it"
-		if errors.Is(err, binlog.ErrAccessDenied) {
+		switch {
+		case errors.Is(err, binlog.ErrAccessDenied):
 			fix = "check source.user and source.password"
+		case errors.Is(err, binlog.ErrInsecureLogin):
+			fix = "enable source.tls with source.tls.ca_file (the production setting); the error names the opt-in for a trusted network"
+		case errors.Is(err, binlog.ErrPacketBound):
+			fix = "raise source.max_packet_bytes if the server really sends packets this large; else find who answers on this address"
 		}
 		c.add("connect", Fail, err.Error(), fix)
 		return res

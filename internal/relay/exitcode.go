@@ -56,6 +56,7 @@ func ExitCode(err error) int {
 		return ExitOK
 	case is(config.ErrInvalid, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrNoColumnNames, binlog.ErrBadPosition, binlog.ErrDuplicateServerID, binlog.ErrPacketTooLarge,
+		binlog.ErrPacketBound, binlog.ErrInsecureLogin,
 		ErrFlavorMismatch, ErrRejected, checkpoint.ErrTopicLayout):
 		return ExitConfig
 	case is(binlog.ErrPurged):

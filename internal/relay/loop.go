@@ -583,20 +583,25 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 	if err != nil {
 		return outgoing{}, err
 	}
-	cols := make(map[string]any, len(row.Columns))
-	for i, c := range row.Columns {
-		if i < len(row.Values) {
-			v := row.Values[i]
-			if b, ok := v.([]byte); ok {
-				v = string(b)
+	// A row whose values alone are larger than the topic takes is never
+	// encoded: its JSON would be dropped below, after costing its size
+	// again in memory (a 60 MB row, several times that).
+	var value []byte
+	if rowBytes(row) <= info.maxBytes {
+		cols := make(map[string]any, len(row.Columns))
+		for i, c := range row.Columns {
+			if i < len(row.Values) {
+				v := row.Values[i]
+				if b, ok := v.([]byte); ok {
+					v = string(b)
+				}
+				cols[c] = v
 			}
-			cols[c] = v
 		}
-	}
-	value, err := json.Marshal(cols)
-	if err != nil {
-		// cause wraps router.ErrBadRow: the relay stops before the row.
-		return outgoing{}, fmt.Errorf("encode dead-letter row: %w; %w", err, cause)
+		if value, err = json.Marshal(cols); err != nil {
+			// cause wraps router.ErrBadRow: the relay stops before the row.
+			return outgoing{}, fmt.Errorf("encode dead-letter row: %w; %w", err, cause)
+		}
 	}
 	rec := &kgo.Record{Topic: rt.deadLetter, Key: []byte(eventID), Value: value, Timestamp: row.CommitTime, Headers: []kgo.RecordHeader{
 		{Key: "error", Value: []byte(cause.Error())},
@@ -604,7 +609,7 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 		{Key: "source.gtid", Value: []byte(ev.GTID)},
 		{Key: "id", Value: []byte(eventID)},
 	}}
-	if recordSize(rec) > info.maxBytes {
+	if value == nil || recordSize(rec) > info.maxBytes {
 		// The row stays in the outbox table; the headers say where.
 		rec.Value = nil
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "truncated", Value: []byte("true")})
@@ -615,6 +620,20 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 	}
 	l.r.log.Warn().Err(cause).Str("dead_letter_topic", rt.deadLetter).Msg("bad row sent to the dead-letter topic")
 	return outgoing{kafka: rec, outcome: "dead_letter", EventID: eventID}, nil
+}
+
+// rowBytes is the size of row's text and byte values.
+func rowBytes(row router.Row) int {
+	n := 0
+	for _, v := range row.Values {
+		switch v := v.(type) {
+		case []byte:
+			n += len(v)
+		case string:
+			n += len(v)
+		}
+	}
+	return n
 }
 
 // invalidOp handles UPDATE and DELETE on an outbox table. DELETEs in a

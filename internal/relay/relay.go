@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -222,6 +223,10 @@ func SourceConfig(cfg config.Config) (binlog.Config, error) {
 	if err != nil {
 		return binlog.Config{}, fmt.Errorf("source tls: %w", err)
 	}
+	pinned, err := serverPublicKey(cfg.Source.ServerPublicKeyFile)
+	if err != nil {
+		return binlog.Config{}, err
+	}
 	return binlog.Config{
 		TLS:             tlsCfg,
 		Hosts:           cfg.Source.Hosts,
@@ -235,7 +240,27 @@ func SourceConfig(cfg config.Config) (binlog.Config, error) {
 		HeartbeatPeriod: cfg.Source.HeartbeatPeriod,
 		// Typed setting: config.StatementDMLWarn or StatementDMLFail.
 		AllowStatementDML: cfg.Source.StatementDML == config.StatementDMLWarn,
+		// Login and packet bounds (binlog/loginguard.go).
+		AllowCleartextPassword:  cfg.Source.AllowCleartextPassword,
+		AllowPublicKeyRetrieval: cfg.Source.AllowPublicKeyRetrieval,
+		ServerPublicKey:         pinned,
+		MaxPacketBytes:          cfg.Source.MaxPacketBytes,
 	}, nil
+}
+
+// serverPublicKey reads source.server_public_key_file (DER), nil if unset.
+func serverPublicKey(f string) ([]byte, error) {
+	if f == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(f)
+	if err == nil {
+		var der []byte
+		if der, err = binlog.ParsePublicKey(raw); err == nil {
+			return der, nil
+		}
+	}
+	return nil, fmt.Errorf("read source.server_public_key_file %s: %w", f, err)
 }
 
 // Run relays until ctx is canceled (then it commits what it has, writes the
@@ -254,7 +279,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func fatal(err error) bool {
 	for _, e := range []error{ErrFenced, ErrRejected, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, ErrUnknownXA,
 		binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, binlog.ErrDuplicateServerID,
-		binlog.ErrPacketTooLarge, binlog.ErrPositionDiverged, config.ErrInvalid, checkpoint.ErrCorrupt,
+		binlog.ErrPacketTooLarge, binlog.ErrPacketBound, binlog.ErrInsecureLogin, binlog.ErrPositionDiverged, config.ErrInvalid, checkpoint.ErrCorrupt,
 		checkpoint.ErrTopicLayout, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames, binlog.ErrSchemaMismatch, binlog.ErrNoSignedness, schema.ErrUnparsed} {
 		if errors.Is(err, e) {
@@ -282,7 +307,8 @@ func kind(err error) string {
 		return "purged"
 	case errors.Is(err, binlog.ErrUnreachable):
 		return "source_unreachable"
-	case errors.Is(err, binlog.ErrDuplicateServerID), errors.Is(err, binlog.ErrPacketTooLarge):
+	case errors.Is(err, binlog.ErrDuplicateServerID), errors.Is(err, binlog.ErrPacketTooLarge), errors.Is(err, binlog.ErrPacketBound),
+		errors.Is(err, binlog.ErrInsecureLogin):
 		return "source_config"
 	case errors.Is(err, binlog.ErrPositionAhead), errors.Is(err, binlog.ErrPositionDiverged), errors.Is(err, errHostRefused):
 		return "source_position"

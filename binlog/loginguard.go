@@ -1,0 +1,454 @@
+package binlog
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-mysql-org/go-mysql/client"
+)
+
+// The login guard: every connection the relay makes to the source goes
+// through guardConn, which reads the MySQL packets before go-mysql does.
+//
+// go-mysql (v1.16.0) answers any auth-switch request: a server, or anyone
+// in the middle of a plaintext connection, that asks for
+// mysql_clear_password gets the password as it is, and under
+// caching_sha2_password / sha256_password it encrypts the password with
+// whatever RSA key the server sends. The guard refuses both on a plaintext
+// connection (go-sql-driver's defaults) unless the operator allowed it:
+// Config.AllowCleartextPassword, Config.ServerPublicKey (a pinned key the
+// one sent must equal) or Config.AllowPublicKeyRetrieval. Over TLS the
+// password goes inside the verified channel, as the MySQL clients do.
+//
+// go-mysql also joins continuation packets (16 MiB each) with no limit, so
+// a server that keeps claiming more makes it allocate without bound. The
+// guard counts the packet headers as the bytes flow and closes the
+// connection before one logical packet passes the bound: loginPacketBytes
+// during the login and until the connection's bound is set (loginGuard.bound),
+// then Config.MaxPacketBytes or, by default, twice the server's
+// max_allowed_packet (a row event carries a row's before and after image)
+// plus packetHeadroom, at most maxPacketCap. On a TLS connection the guard
+// sees only ciphertext once the server's greeting is read; the bound is
+// then applied on top of the TLS connection when the login is done
+// (loginGuard.bound).
+
+var (
+	// ErrInsecureLogin: the server asked for a login that would expose the
+	// password on a plaintext connection.
+	ErrInsecureLogin = errors.New("insecure source login refused")
+	// ErrPacketBound: the server sent a packet (an event, a row of a
+	// result) larger than the relay accepts.
+	ErrPacketBound = errors.New("source packet over the relay's bound")
+)
+
+const (
+	// loginPacketBytes bounds a packet of the login (greetings, auth
+	// switches and RSA keys are at most a few KB) and the answer to the
+	// query of max_allowed_packet.
+	loginPacketBytes = 64 << 10
+	// packetHeadroom is added to the bound derived from max_allowed_packet:
+	// the event and row headers around the largest value.
+	packetHeadroom = 1 << 20
+	// maxPacketCap bounds the derived bound, and is the bound when the
+	// server's max_allowed_packet cannot be read (MySQL's own limit of
+	// max_allowed_packet and replica_max_allowed_packet is 1 GiB).
+	maxPacketCap = 1<<30 + packetHeadroom
+)
+
+// cleartextPlugins send the password as it is.
+var cleartextPlugins = map[string]bool{
+	"mysql_clear_password": true, "dialog": true, "auth_pam": true, "pam": true,
+	"authentication_pam": true, "authentication_ldap_simple": true, "authentication_ldap_simple_client": true,
+}
+
+// loginGuard makes the guarded connections to one host and remembers
+// their refusals, which go-mysql reports wrapped in its own text.
+type loginGuard struct {
+	cfg  Config
+	addr string
+
+	mu    sync.Mutex
+	conns []*guardConn
+}
+
+func newLoginGuard(cfg Config, addr string) *loginGuard {
+	return &loginGuard{cfg: cfg, addr: addr}
+}
+
+// dial returns next wrapped by the guard. Every source connection is
+// dialed through one.
+func (lg *loginGuard) dial(next client.Dialer) client.Dialer {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, err := next(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		g := &guardConn{Conn: c, st: newGuardState(lg.cfg, lg.addr, modeLogin)}
+		lg.mu.Lock()
+		lg.conns = append(lg.conns, g)
+		lg.mu.Unlock()
+		return g, nil
+	}
+}
+
+// err returns the first refusal of the guard's connections, nil if none.
+func (lg *loginGuard) err() error {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	for _, g := range lg.conns {
+		if err := g.st.failed(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// or returns the guard's refusal if there is one, else err.
+func (lg *loginGuard) or(err error) error {
+	if gerr := lg.err(); gerr != nil {
+		return gerr
+	}
+	return err
+}
+
+// bound learns the bound of c's packets (cfg.MaxPacketBytes, else from the
+// server's max_allowed_packet) and applies it; on a TLS connection it puts
+// a guard on top of the TLS layer. Call it right after the login, before
+// anything else is read; it is the BinlogSyncerConfig.Option of the
+// replication connections.
+func (lg *loginGuard) bound(c *client.Conn) error {
+	g, secure := findGuard(c.Conn.Conn)
+	if g == nil {
+		return fmt.Errorf("login to %s: the connection was not dialed through the login guard", lg.addr)
+	}
+	if secure {
+		// The TLS connection hands over whole records: the guard on top
+		// starts at a packet boundary, as the one below does after a login.
+		g = &guardConn{Conn: c.Conn.Conn, st: newGuardState(lg.cfg, lg.addr, modeStream)}
+		c.Conn.Conn = g
+		lg.mu.Lock()
+		lg.conns = append(lg.conns, g)
+		lg.mu.Unlock()
+	}
+	limit, how := lg.cfg.MaxPacketBytes, "source.max_packet_bytes"
+	if limit <= 0 {
+		limit, how = maxPacketCap, "the relay's cap: the server's max_allowed_packet could not be read"
+		rows, err := Query(c, "SELECT @@max_allowed_packet")
+		if gerr := lg.err(); gerr != nil {
+			return gerr
+		}
+		var n int64
+		if err == nil && len(rows) == 1 && len(rows[0]) == 1 {
+			if _, err := fmt.Sscan(rows[0][0], &n); err == nil && n > 0 {
+				limit = min(2*n+packetHeadroom, maxPacketCap)
+				how = fmt.Sprintf("source.max_packet_bytes unset: twice the server's max_allowed_packet %d plus %d", n, packetHeadroom)
+			}
+		}
+	}
+	g.st.setLimit(limit, how)
+	return nil
+}
+
+// findGuard returns the guard of nc, looking through a TLS layer
+// (secure: the guard found is below TLS).
+func findGuard(nc net.Conn) (g *guardConn, secure bool) {
+	if t, ok := nc.(*tls.Conn); ok {
+		nc, secure = t.NetConn(), true
+	}
+	g, _ = nc.(*guardConn)
+	return g, secure
+}
+
+// guardError is a refusal of the guard; it wraps a sentinel above.
+type guardError struct{ err error }
+
+func (e *guardError) Error() string { return e.err.Error() }
+func (e *guardError) Unwrap() error { return e.err }
+
+// Modes of a guardConn.
+const (
+	modeLogin  = iota // whole packets, each judged before go-mysql sees it
+	modeStream        // count packet headers against the bound
+	modeOff           // ciphertext below TLS: the guard above it counts
+)
+
+// guardState is a connection's parse state. Only the reading goroutine
+// touches it, but for the bound and the refusal.
+type guardState struct {
+	addr string
+	cfg  Config
+
+	limit atomic.Int64
+	mu    sync.Mutex
+	how   string // where limit comes from, for the error
+	err   atomic.Pointer[guardError]
+
+	mode int
+
+	// login phase
+	tls     bool   // the client asked for TLS: after the greeting, ciphertext
+	plugin  string // the auth plugin in use
+	fullReq bool   // caching_sha2_password asked for full authentication
+	pending []byte // a judged login packet, not yet all handed to go-mysql
+
+	// streaming phase
+	hdr     [4]byte
+	hdrN    int
+	need    int64 // payload bytes of the current packet still to come
+	logical int64 // bytes of the current logical packet (continuations summed)
+	cont    bool  // the last packet was 0xFFFFFF bytes: the next one continues it
+}
+
+func newGuardState(cfg Config, addr string, mode int) *guardState {
+	s := &guardState{addr: addr, cfg: cfg, mode: mode, tls: cfg.TLS != nil}
+	s.limit.Store(loginPacketBytes)
+	return s
+}
+
+func (s *guardState) setLimit(n int64, how string) {
+	s.mu.Lock()
+	s.how = how
+	s.mu.Unlock()
+	s.limit.Store(n)
+}
+
+func (s *guardState) failed() error {
+	if e := s.err.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// guardConn reads through guardState. Writes pass unchanged.
+type guardConn struct {
+	net.Conn
+	st *guardState
+}
+
+func (g *guardConn) Read(p []byte) (int, error) {
+	s := g.st
+	if err := s.failed(); err != nil {
+		return 0, err
+	}
+	if len(s.pending) > 0 { // the rest of a judged login packet
+		n := copy(p, s.pending)
+		s.pending = s.pending[n:]
+		return n, nil
+	}
+	switch s.mode {
+	case modeLogin:
+		return g.readLogin(p)
+	case modeOff:
+		return g.Conn.Read(p)
+	}
+	n, err := g.Conn.Read(p)
+	if ferr := s.scan(p[:n]); ferr != nil {
+		return 0, g.refuse(ferr)
+	}
+	return n, err
+}
+
+// refuse records err, closes the connection and returns the refusal.
+func (g *guardConn) refuse(err error) error {
+	g.st.err.CompareAndSwap(nil, &guardError{err: err})
+	_ = g.Conn.Close()
+	return g.st.err.Load()
+}
+
+// scan counts the packet headers in b.
+func (s *guardState) scan(b []byte) error {
+	limit := s.limit.Load()
+	for len(b) > 0 {
+		if s.need > 0 {
+			k := min(s.need, int64(len(b)))
+			s.need -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(s.hdr[s.hdrN:], b)
+		s.hdrN += k
+		b = b[k:]
+		if s.hdrN < 4 {
+			return nil
+		}
+		s.hdrN = 0
+		length := int64(s.hdr[0]) | int64(s.hdr[1])<<8 | int64(s.hdr[2])<<16
+		if !s.cont {
+			s.logical = 0
+		}
+		s.logical += length
+		s.cont = length == 0xffffff
+		s.need = length
+		if s.logical > limit {
+			return s.tooLarge(limit)
+		}
+	}
+	return nil
+}
+
+func (s *guardState) tooLarge(limit int64) error {
+	s.mu.Lock()
+	how := s.how
+	s.mu.Unlock()
+	if how == "" {
+		how = "the bound of a login packet"
+	}
+	return fmt.Errorf("%w: read from %s: the server sent a packet of more than %d bytes (%s); "+
+		"if the server really sends events or rows this large, raise source.max_packet_bytes (and the memory limit with it)",
+		ErrPacketBound, s.addr, limit, how)
+}
+
+// readLogin hands go-mysql whole login packets, each inspected before its
+// first byte is handed over.
+func (g *guardConn) readLogin(p []byte) (int, error) {
+	s := g.st
+	if err := g.nextLoginPacket(); err != nil {
+		return 0, err
+	}
+	n := copy(p, s.pending)
+	s.pending = s.pending[n:]
+	return n, nil
+}
+
+// nextLoginPacket reads one packet into s.pending and judges it.
+func (g *guardConn) nextLoginPacket() error {
+	s := g.st
+	var hdr [4]byte
+	if _, err := io.ReadFull(g.Conn, hdr[:]); err != nil {
+		return err
+	}
+	length := int(hdr[0]) | int(hdr[1])<<8 | int(hdr[2])<<16
+	if int64(length) > loginPacketBytes {
+		return g.refuse(s.tooLarge(loginPacketBytes))
+	}
+	pkt := make([]byte, 4+length)
+	copy(pkt, hdr[:])
+	if _, err := io.ReadFull(g.Conn, pkt[4:]); err != nil {
+		return err
+	}
+	s.pending = pkt
+	if err := s.judge(hdr[3], pkt[4:]); err != nil {
+		s.pending = nil
+		return g.refuse(err)
+	}
+	return nil
+}
+
+// judge inspects one login packet from the server (seq is its sequence
+// number) and ends the login phase when it is over.
+func (s *guardState) judge(seq byte, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	if seq == 0 { // the greeting: HandshakeV10 (or an error)
+		if data[0] == 10 {
+			s.plugin = greetingPlugin(data)
+		}
+		switch {
+		case data[0] != 10: // refused: go-mysql reports it
+			s.mode = modeStream
+		case s.tls: // the rest is ciphertext: bound guards the TLS layer
+			s.mode = modeOff
+		}
+		return nil
+	}
+	switch data[0] {
+	case 0x00, 0xff: // OK or ERR: the login is over
+		s.mode = modeStream
+	case 0xfe: // auth switch request
+		plugin, _, _ := bytes.Cut(data[1:], []byte{0})
+		s.plugin, s.fullReq = string(plugin), false
+		if cleartextPlugins[s.plugin] && !s.cfg.AllowCleartextPassword {
+			return fmt.Errorf("%w: login to %s: the server asked for %s, which sends the password in cleartext, over a plaintext connection; "+
+				"enable source.tls (with a verified certificate), or set source.allow_cleartext_password: true if the network is trusted",
+				ErrInsecureLogin, s.addr, s.plugin)
+		}
+	case 0x01: // more data: caching_sha2 fast/full auth, or an RSA public key
+		switch {
+		case s.plugin == "caching_sha2_password" && len(data) == 2 && data[1] == 0x04:
+			s.fullReq = true
+			return s.keyAllowed()
+		case s.plugin == "sha256_password" || (s.plugin == "caching_sha2_password" && s.fullReq):
+			if err := s.keyAllowed(); err != nil {
+				return err
+			}
+			return s.checkPinned(data[1:])
+		}
+	}
+	return nil
+}
+
+// keyAllowed refuses sending the password under a server's RSA key on a
+// plaintext connection unless a key is pinned or retrieval is allowed.
+func (s *guardState) keyAllowed() error {
+	if len(s.cfg.ServerPublicKey) > 0 || s.cfg.AllowPublicKeyRetrieval {
+		return nil
+	}
+	return fmt.Errorf("%w: login to %s: %s needs the password encrypted with the server's RSA public key, which a plaintext connection "+
+		"cannot verify; enable source.tls (with a verified certificate), or set source.server_public_key_file to the server's public key, "+
+		"or source.allow_public_key_retrieval: true if the network is trusted", ErrInsecureLogin, s.addr, s.plugin)
+}
+
+// checkPinned compares the RSA key the server sent (PEM) with the pinned one.
+func (s *guardState) checkPinned(pemKey []byte) error {
+	if len(s.cfg.ServerPublicKey) == 0 {
+		return nil
+	}
+	block, _ := pem.Decode(pemKey)
+	if block == nil || !bytes.Equal(block.Bytes, s.cfg.ServerPublicKey) {
+		return fmt.Errorf("%w: login to %s: the server's RSA public key is not the one in source.server_public_key_file: "+
+			"someone may be in the middle; enable source.tls, or update the file if the server's key changed", ErrInsecureLogin, s.addr)
+	}
+	return nil
+}
+
+// greetingPlugin returns the auth plugin named in a HandshakeV10 packet,
+// "" if it names none.
+func greetingPlugin(data []byte) string {
+	end := bytes.IndexByte(data[1:], 0)
+	if end < 0 {
+		return ""
+	}
+	pos := 1 + end + 1 + 4 + 8 + 1 // version, connection id, scramble part 1, filler
+	if len(data) < pos+2+1+2+2+1+10 {
+		return ""
+	}
+	capLow := binary.LittleEndian.Uint16(data[pos:])
+	pos += 2 + 1 + 2
+	capHigh := binary.LittleEndian.Uint16(data[pos:])
+	pos += 2
+	capability := uint32(capLow) | uint32(capHigh)<<16
+	authLen := int(data[pos])
+	pos += 1 + 10
+	if capability&0x8000 != 0 { // CLIENT_SECURE_CONNECTION
+		pos += max(authLen-8, 13)
+	}
+	if capability&0x80000 == 0 || pos >= len(data) { // CLIENT_PLUGIN_AUTH
+		return ""
+	}
+	name, _, _ := bytes.Cut(data[pos:], []byte{0})
+	return string(name)
+}
+
+// ParsePublicKey reads a PEM RSA public key (source.server_public_key_file)
+// and returns its DER form, as the server sends it.
+func ParsePublicKey(pemData []byte) ([]byte, error) {
+	block, _ := pem.Decode(pemData)
+	if block == nil {
+		return nil, errors.New("no PEM block in it")
+	}
+	if _, err := x509.ParsePKIXPublicKey(block.Bytes); err != nil {
+		return nil, fmt.Errorf("not a public key: %w", err)
+	}
+	return block.Bytes, nil
+}

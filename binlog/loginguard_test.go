@@ -1,0 +1,181 @@
+package binlog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/outbox-relay/outbox-relay/internal/hostiledb"
+)
+
+const guardPassword = "s3cret-Replication-Pw"
+
+func guardConfig(addr string) Config {
+	return Config{Hosts: []string{addr}, User: "relay", Password: guardPassword, ServerID: 4242,
+		Tables: []string{"app.outbox"}, ConnectTimeout: 5 * time.Second, HeartbeatPeriod: time.Second}
+}
+
+// runReader runs a Reader against addr (a replication connection, as `run`
+// makes) until it returns.
+func runReader(t *testing.T, cfg Config, addr string) error {
+	t.Helper()
+	r := NewReader(cfg, &Server{Addr: addr, Flavor: "mysql"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	return r.Run(ctx, "", make(chan []Event, 1))
+}
+
+// A server (or anyone in the middle of a plaintext connection) that asks
+// for mysql_clear_password gets no password: neither the inspection
+// connection nor the replication connection sends it.
+func TestLoginRefusesCleartextPasswordOverPlaintext(t *testing.T) {
+	srv := hostiledb.Start(t, hostiledb.ClearPassword)
+	cfg := guardConfig(srv.Addr)
+	_, err := Connect(t.Context(), cfg, srv.Addr)
+	if !errors.Is(err, ErrInsecureLogin) {
+		t.Fatalf("connect: %v, want %v", err, ErrInsecureLogin)
+	}
+	err = runReader(t, cfg, srv.Addr)
+	if !errors.Is(err, ErrInsecureLogin) {
+		t.Fatalf("replication: %v, want %v", err, ErrInsecureLogin)
+	}
+	if srv.Logins() < 2 {
+		t.Fatalf("%d logins reached the server, want both connections", srv.Logins())
+	}
+	if bytes.Contains(srv.Received(), []byte(guardPassword)) {
+		t.Fatal("the server received the password in cleartext")
+	}
+}
+
+// The operator's opt-in lets the cleartext login through (a trusted
+// network, a server that needs it).
+func TestLoginAllowsCleartextPasswordWhenAllowed(t *testing.T) {
+	srv := hostiledb.Start(t, hostiledb.ClearPassword)
+	cfg := guardConfig(srv.Addr)
+	cfg.AllowCleartextPassword = true
+	cfg.MaxPacketBytes = 1 << 20
+	conn, err := Connect(t.Context(), cfg, srv.Addr)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	conn.Close()
+	if !bytes.Contains(srv.Received(), []byte(guardPassword)) {
+		t.Fatal("the allowed cleartext login did not send the password")
+	}
+}
+
+// caching_sha2_password's full authentication over plaintext would encrypt
+// the password with whatever RSA key the server sends: refused before the
+// client asks for a key, unless a pinned key matches.
+func TestLoginRefusesUnverifiedServerKeyOverPlaintext(t *testing.T) {
+	srv := hostiledb.Start(t, hostiledb.CachingSha2FullAuth)
+	cfg := guardConfig(srv.Addr)
+	_, err := Connect(t.Context(), cfg, srv.Addr)
+	if !errors.Is(err, ErrInsecureLogin) {
+		t.Fatalf("connect: %v, want %v", err, ErrInsecureLogin)
+	}
+	if err := runReader(t, cfg, srv.Addr); !errors.Is(err, ErrInsecureLogin) {
+		t.Fatalf("replication: %v, want %v", err, ErrInsecureLogin)
+	}
+	// Only the two login responses: no key request, no encrypted password.
+	if got := countPackets(srv.Received()); got != 2 {
+		t.Fatalf("the client sent %d packets, want its 2 login responses only", got)
+	}
+
+	other := hostiledb.Start(t, hostiledb.CachingSha2FullAuth)
+	cfg.ServerPublicKey = other.Key // pinned, but not this server's key
+	if _, err := Connect(t.Context(), cfg, srv.Addr); !errors.Is(err, ErrInsecureLogin) {
+		t.Fatalf("connect with another pinned key: %v, want %v", err, ErrInsecureLogin)
+	}
+	if got := countPackets(srv.Received()); got != 4 { // + login response, key request
+		t.Fatalf("the client sent %d packets, want no encrypted password after the wrong key", got)
+	}
+
+	cfg.ServerPublicKey = srv.Key
+	conn, err := Connect(t.Context(), cfg, srv.Addr)
+	if err != nil {
+		t.Fatalf("connect with the server's pinned key: %v", err)
+	}
+	conn.Close()
+}
+
+func countPackets(b []byte) int {
+	n := 0
+	for len(b) >= 4 {
+		l := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
+		b = b[min(len(b), 4+l):]
+		n++
+	}
+	return n
+}
+
+// A server that keeps sending continuation packets is cut off at the
+// bound, before go-mysql joins more than that: the connection reads at most
+// the bound and one read's worth past it.
+func TestEndlessPacketIsCutAtTheBound(t *testing.T) {
+	srv := hostiledb.Start(t, hostiledb.EndlessPacket)
+	for _, c := range []struct {
+		name  string
+		limit int64 // source.max_packet_bytes; 0: from max_allowed_packet
+		bound int64
+	}{
+		{"while learning max_allowed_packet", 0, loginPacketBytes},
+		{"configured", 40 << 20, 40 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := guardConfig(srv.Addr)
+			cfg.MaxPacketBytes = c.limit
+			var read atomic.Int64
+			guard := newLoginGuard(cfg, srv.Addr)
+			d := &net.Dialer{}
+			dial := guard.dial(func(ctx context.Context, network, addr string) (net.Conn, error) {
+				nc, err := d.DialContext(ctx, network, addr)
+				return countingReads{Conn: nc, n: &read}, err
+			})
+			err := connectThrough(t, cfg, dial, guard)
+			if !errors.Is(err, ErrPacketBound) {
+				t.Fatalf("got %v, want %v", err, ErrPacketBound)
+			}
+			if got := read.Load(); got > c.bound+1<<20 {
+				t.Fatalf("read %d bytes, want at most the bound %d and one read", got, c.bound)
+			}
+		})
+	}
+	if err := runReader(t, guardConfig(srv.Addr), srv.Addr); !errors.Is(err, ErrPacketBound) {
+		t.Fatalf("replication: %v, want %v", err, ErrPacketBound)
+	}
+}
+
+// connectThrough is Connect with dial, then a query (the configured bound
+// skips the query of max_allowed_packet).
+func connectThrough(t *testing.T, cfg Config, dial client.Dialer, guard *loginGuard) error {
+	conn, err := client.ConnectWithDialer(t.Context(), "tcp", cfg.Hosts[0], cfg.User, cfg.Password, "", dial)
+	if err != nil {
+		return guard.or(err)
+	}
+	defer conn.Close()
+	if err := guard.bound(conn); err != nil {
+		return err
+	}
+	_, err = Variables(conn)
+	return guard.or(err)
+}
+
+type countingReads struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingReads) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-relay/outbox-relay/internal/hostiledb"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+const loginSecret = "Pw-of-the-replication-user-7731"
+
+// loginConfig writes a configuration reading from the hostile server at
+// addr and writing to brokers (plaintext both, loopback).
+func loginConfig(t *testing.T, addr string, brokers []string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "relay.yaml")
+	yaml := fmt.Sprintf("name: login\nsource:\n  hosts: [%q]\n  user: relay\n  password: %s\n  server_id: 4242\n  tables: [app.outbox]\n"+
+		"kafka:\n  brokers: [%q]\n  request_timeout: 5s\nhttp:\n  listen: \"\"\n", addr, loginSecret, strings.Join(brokers, `", "`))
+	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// `check` and `run` against a server that asks for mysql_clear_password
+// over plaintext: both refuse, say why and what to do, and the password
+// never leaves the process.
+func TestCheckAndRunRefuseCleartextLogin(t *testing.T) {
+	srv := hostiledb.Start(t, hostiledb.ClearPassword)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cfg := loginConfig(t, srv.Addr, kc.ListenAddrs())
+
+	code, out, errOut := runCapturing(t, "check", "--config", cfg)
+	if code == 0 || !strings.Contains(out+errOut, "mysql_clear_password") || !strings.Contains(out+errOut, "source.tls") {
+		t.Fatalf("check: exit %d, output %q %q: want a failure naming mysql_clear_password and source.tls", code, out, errOut)
+	}
+	logins := srv.Logins()
+	if logins == 0 {
+		t.Fatal("check never reached the server")
+	}
+	code, out, errOut = run(t, "run", "--config", cfg)
+	if code != relay.ExitConfig || !strings.Contains(out+errOut, "insecure source login refused") {
+		t.Fatalf("run: exit %d, output %q %q: want the refusal, exit %d (configuration)", code, out, errOut, relay.ExitConfig)
+	}
+	if srv.Logins() == logins {
+		t.Fatal("run never reached the server")
+	}
+	if strings.Contains(string(srv.Received()), loginSecret) {
+		t.Fatal("the server received the password")
+	}
+}
+
+// A server that answers with endless continuation packets makes `check`
+// fail with the bound named, not grow without limit.
+func TestCheckStopsAnEndlessPacket(t *testing.T) {
+	srv := hostiledb.Start(t, hostiledb.EndlessPacket)
+	cfg := loginConfig(t, srv.Addr, []string{"127.0.0.1:1"})
+	code, out, errOut := runCapturing(t, "check", "--config", cfg)
+	if code == 0 || !strings.Contains(out+errOut, "source packet over the relay's bound") {
+		t.Fatalf("check: exit %d, output %q %q: want the packet bound", code, out, errOut)
+	}
+	if srv.Sent() > 64<<20 {
+		t.Fatalf("the server got %d bytes of its endless packet taken, want a bounded read", srv.Sent())
+	}
+}
+
+// runCapturing is run with the process's stdout captured too (check
+// prints its items there).
+func runCapturing(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stdout
+	os.Stdout = w
+	done := make(chan []byte)
+	go func() {
+		var b bytes.Buffer
+		_, _ = io.Copy(&b, r)
+		done <- b.Bytes()
+	}()
+	code, stdout, stderr = run(t, args...)
+	os.Stdout = saved
+	w.Close()
+	return code, stdout + string(<-done), stderr
+}

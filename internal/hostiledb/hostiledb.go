@@ -1,0 +1,228 @@
+// Package hostiledb is a hostile MySQL server for tests: it speaks just
+// enough of the protocol's login to ask a client for what it must not give
+// (its password in cleartext, its password under an RSA key the client
+// cannot verify) or to send what the client must not take (a packet that
+// never ends), and records every byte the client sends.
+package hostiledb
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// Behaviour is what the server does after the client's login response.
+type Behaviour int
+
+// Behaviours.
+const (
+	// ClearPassword asks the client to switch to mysql_clear_password.
+	ClearPassword Behaviour = iota
+	// CachingSha2FullAuth greets with caching_sha2_password and asks for
+	// full authentication, then sends Key when the client asks for it.
+	CachingSha2FullAuth
+	// EndlessPacket lets the client in, then answers every command with
+	// 16 MiB continuation packets until the client goes away.
+	EndlessPacket
+)
+
+// Server is a running hostile server.
+type Server struct {
+	Addr string
+	// Key is the RSA key CachingSha2FullAuth sends (public part, DER).
+	Key []byte
+
+	behaviour Behaviour
+	priv      *rsa.PrivateKey
+	mu        sync.Mutex
+	received  bytes.Buffer
+	sent      atomic.Int64 // bytes of endless packets the client took
+	logins    atomic.Int64
+}
+
+// Start runs a server until the test ends.
+func Start(t testing.TB, b Behaviour) *Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Addr: ln.Addr().String(), behaviour: b}
+	if b == CachingSha2FullAuth {
+		if s.priv, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
+			t.Fatal(err)
+		}
+		if s.Key, err = x509.MarshalPKIXPublicKey(&s.priv.PublicKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var conns sync.Map
+	t.Cleanup(func() {
+		ln.Close()
+		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Store(c, true)
+			wg.Go(func() {
+				defer c.Close()
+				s.serve(c)
+			})
+		}
+	})
+	return s
+}
+
+// Received returns every byte clients sent.
+func (s *Server) Received() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.received.Bytes())
+}
+
+// Sent returns the bytes of endless packets written to clients.
+func (s *Server) Sent() int64 { return s.sent.Load() }
+
+// Logins returns how many clients sent a login response.
+func (s *Server) Logins() int64 { return s.logins.Load() }
+
+type conn struct {
+	s   *Server
+	c   net.Conn
+	seq byte
+}
+
+func (c *conn) write(payload []byte) error {
+	h := []byte{byte(len(payload)), byte(len(payload) >> 8), byte(len(payload) >> 16), c.seq}
+	c.seq++
+	_, err := c.c.Write(append(h, payload...))
+	return err
+}
+
+func (c *conn) read() ([]byte, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(c.c, h[:]); err != nil {
+		return nil, err
+	}
+	n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
+	p := make([]byte, n)
+	if _, err := io.ReadFull(c.c, p); err != nil {
+		return nil, err
+	}
+	c.s.mu.Lock()
+	c.s.received.Write(h[:])
+	c.s.received.Write(p)
+	c.s.mu.Unlock()
+	c.seq = h[3] + 1
+	return p, nil
+}
+
+var okPacket = []byte{0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00}
+
+func (s *Server) serve(nc net.Conn) {
+	c := &conn{s: s, c: nc}
+	plugin := "mysql_native_password"
+	if s.behaviour == CachingSha2FullAuth {
+		plugin = "caching_sha2_password"
+	}
+	if c.write(greeting(plugin)) != nil {
+		return
+	}
+	if _, err := c.read(); err != nil { // the login response
+		return
+	}
+	s.logins.Add(1)
+	switch s.behaviour {
+	case ClearPassword:
+		if c.write(append([]byte("\xfemysql_clear_password\x00"), scramble...)) != nil {
+			return
+		}
+		if _, err := c.read(); err != nil { // the password, if the client gives it
+			return
+		}
+		_ = c.write(okPacket)
+	case CachingSha2FullAuth:
+		if c.write([]byte{0x01, 0x04}) != nil {
+			return
+		}
+		req, err := c.read()
+		if err != nil {
+			return
+		}
+		if len(req) == 1 && req[0] == 0x02 { // the client asks for the key
+			key := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: s.Key})
+			if c.write(append([]byte{0x01}, key...)) != nil {
+				return
+			}
+			if _, err := c.read(); err != nil { // the encrypted password
+				return
+			}
+		}
+		_ = c.write(okPacket)
+		s.refuseCommands(c)
+	case EndlessPacket:
+		if c.write(okPacket) != nil {
+			return
+		}
+		if _, err := c.read(); err != nil { // a command
+			return
+		}
+		chunk := make([]byte, 4+0xffffff)
+		chunk[0], chunk[1], chunk[2] = 0xff, 0xff, 0xff
+		for {
+			chunk[3] = c.seq
+			c.seq++
+			n, err := nc.Write(chunk)
+			s.sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// refuseCommands answers every command with an error.
+func (s *Server) refuseCommands(c *conn) {
+	for {
+		if _, err := c.read(); err != nil {
+			return
+		}
+		if c.write([]byte("\xff\x28\x04#HY000not supported")) != nil {
+			return
+		}
+	}
+}
+
+var scramble = []byte("abcdefghijklmnopqrst\x00")
+
+// greeting is a HandshakeV10 naming plugin.
+func greeting(plugin string) []byte {
+	var capability uint32 = 0x1 | 0x200 | 0x2000 | 0x8000 | 0x80000 // long password, 4.1, transactions, secure, plugin auth
+	p := []byte{10}
+	p = append(p, "8.0.36-hostile\x00"...)
+	p = append(p, 1, 0, 0, 0)      // connection id
+	p = append(p, scramble[:8]...) // auth-plugin-data part 1
+	p = append(p, 0)
+	p = append(p, byte(capability), byte(capability>>8))
+	p = append(p, 255)  // charset
+	p = append(p, 2, 0) // status
+	p = append(p, byte(capability>>16), byte(capability>>24))
+	p = append(p, 21)                  // auth-plugin-data length
+	p = append(p, make([]byte, 10)...) // reserved
+	p = append(p, scramble[8:]...)     // part 2: 12 bytes and a NUL
+	p = append(p, plugin...)
+	return append(p, 0)
+}
