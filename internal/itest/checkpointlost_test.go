@@ -61,7 +61,7 @@ func createTopic(t *testing.T, k *Kafka, topic string, partitions int32, configs
 
 // lostGTID is the GTID set the ErrLost stop of a process names for
 // `checkpoint set --gtid`.
-var lostGTID = regexp.MustCompile(`--gtid '([^']*)'`)
+var lostGTID = regexp.MustCompile(`with SET '([^']*)'`)
 
 // The checkpoint topic is deleted while the relay runs. The failed batch
 // must not make the next attempt start over from source.start (with `now`
@@ -86,8 +86,9 @@ func TestCheckpointTopicDeletedStopsWithoutFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := r.StoppedWith(t)
+	t.Logf("the relay stopped: %v", err)
 	if !errors.Is(err, checkpoint.ErrLost) || !strings.Contains(err.Error(), cfg.Kafka.CheckpointTopic) ||
-		!strings.Contains(err.Error(), "checkpoint set") || !strings.Contains(err.Error(), "checkpoint reset") {
+		!strings.Contains(err.Error(), "deleted and created again (topic id") || !strings.Contains(err.Error(), "checkpoint set") || !strings.Contains(err.Error(), "checkpoint reset") {
 		t.Fatalf("the relay stopped with %v; want checkpoint.ErrLost naming %s and the fix", err, cfg.Kafka.CheckpointTopic)
 	}
 	if code := relay.ExitCode(err); code != relay.ExitData {
@@ -139,6 +140,7 @@ func TestCheckpointTopicRecreatedStopsAtRestart(t *testing.T) {
 	}
 	r = RunRelay(t, cfg)
 	err := r.StoppedWith(t)
+	t.Logf("the relay stopped: %v", err)
 	if !errors.Is(err, checkpoint.ErrLost) || !strings.Contains(err.Error(), "deleted and created again") ||
 		!strings.Contains(err.Error(), cfg.Kafka.CheckpointTopic) {
 		t.Fatalf("the relay stopped with %v; want checkpoint.ErrLost saying %s was deleted and created again", err, cfg.Kafka.CheckpointTopic)
@@ -195,6 +197,8 @@ func TestCheckpointTopicRecreatedWithOtherSettingsStops(t *testing.T) {
 				t.Fatal(err)
 			}
 			err := r.StoppedWith(t)
+			t.Logf("the relay stopped: %v", err)
+	t.Logf("the relay stopped: %v", err)
 			if !errors.Is(err, checkpoint.ErrTopicLayout) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), cfg.Kafka.CheckpointTopic) {
 				t.Fatalf("the relay stopped with %v; want checkpoint.ErrTopicLayout naming %s and %q", err, cfg.Kafka.CheckpointTopic, tc.want)
 			}

@@ -96,8 +96,7 @@ func (r *Relay) judgeMissing(st checkpoint.TopicState, reset bool) error {
 		case st.LogStart > 0:
 			why = fmt.Sprintf("the checkpoint topic's records were deleted (log start offset %d)", st.LogStart)
 		}
-		return r.lost(why, fmt.Sprintf("this process committed it at GTID set %q: `outbox-relay checkpoint set --config FILE --gtid '%s'` resumes exactly there",
-			r.had.gtid, r.had.gtid))
+		return r.lost(why, fmt.Sprintf("with SET '%s', the last checkpoint this process committed, it resumes exactly there", r.had.gtid))
 	}
 	rec := r.recordedTopicID()
 	switch {
@@ -120,10 +119,10 @@ func (r *Relay) judgeMissing(st checkpoint.TopicState, reset bool) error {
 // lost is the stop of a pipeline whose checkpoint is gone.
 func (r *Relay) lost(why, restore string) error {
 	if restore == "" {
-		restore = "give the GTID set the pipeline had published (its consumers' newest records tell; an earlier set publishes again what came after it)"
+		restore = "SET being the GTID set the pipeline had published (its consumers' newest records tell; an earlier one publishes again what came after it)"
 	}
 	return fmt.Errorf("%w: pipeline %s has had a checkpoint, but %s holds none now: %s; the relay does not start over from source.start (%s) "+
-		"by itself. Restore the position with `outbox-relay checkpoint set --config FILE --gtid SET` (%s), or start at source.start on purpose "+
+		"by itself. Restore the position with `outbox-relay checkpoint set --config FILE --gtid SET`, %s; or start at source.start on purpose "+
 		"with `outbox-relay checkpoint reset --config FILE --yes`",
 		checkpoint.ErrLost, r.cfg.Name, r.cfg.Kafka.CheckpointTopic, why, r.cfg.Source.Start, restore)
 }
@@ -140,10 +139,14 @@ func (r *Relay) recordedTopicID() string {
 // markCheckpoint records in the lock group that the pipeline has a
 // checkpoint in the topic of st (best effort: logged when it fails).
 func (r *Relay) markCheckpoint(ctx context.Context, st checkpoint.TopicState) {
+	id := checkpoint.IDString(st.ID)
+	if r.had != nil && id != "" {
+		r.had.topicID = id
+	}
 	if r.elector == nil {
 		return
 	}
-	r.elector.mark(ctx, checkpoint.IDString(st.ID))
+	r.elector.mark(ctx, id)
 }
 
 // captureTag fingerprints what the pipeline publishes: its captured tables
