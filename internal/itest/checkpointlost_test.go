@@ -198,7 +198,6 @@ func TestCheckpointTopicRecreatedWithOtherSettingsStops(t *testing.T) {
 			}
 			err := r.StoppedWith(t)
 			t.Logf("the relay stopped: %v", err)
-			t.Logf("the relay stopped: %v", err)
 			if !errors.Is(err, checkpoint.ErrTopicLayout) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), cfg.Kafka.CheckpointTopic) {
 				t.Fatalf("the relay stopped with %v; want checkpoint.ErrTopicLayout naming %s and %q", err, cfg.Kafka.CheckpointTopic, tc.want)
 			}
