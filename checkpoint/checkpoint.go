@@ -30,6 +30,10 @@ type Checkpoint struct {
 	// server_id) the position was read from.
 	ServerID string `json:"server_id,omitempty"`
 	Host     string `json:"host,omitempty"`
+	// Tables are the captured tables (source.tables, sorted) of the
+	// pipeline that wrote it: part of its identity (see ErrTablesChanged).
+	// Nil when written before the field existed.
+	Tables []string `json:"tables,omitempty"`
 	// Partial is set when one source transaction was split across Kafka
 	// transactions: its first Rows routed rows are already published.
 	Partial *Partial `json:"partial,omitempty"`

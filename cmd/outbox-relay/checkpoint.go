@@ -27,7 +27,7 @@ import (
 
 func newCheckpointCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "checkpoint show|history|set|skip|reset --config FILE",
+		Use:   "checkpoint show|history|set|skip|reset|tables --config FILE",
 		Short: "inspect or move the pipeline's stored position",
 		Long: `checkpoint reads and writes the pipeline's checkpoint (its GTID set and state),
 stored in kafka.checkpoint_topic under the pipeline name. set, skip and reset
@@ -40,7 +40,8 @@ for confirmation (--yes when stdin is not a terminal).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}
-	cmd.AddCommand(newCheckpointShowCmd(), newCheckpointHistoryCmd(), newCheckpointSetCmd(), newCheckpointSkipCmd(), newCheckpointResetCmd())
+	cmd.AddCommand(newCheckpointShowCmd(), newCheckpointHistoryCmd(), newCheckpointSetCmd(), newCheckpointSkipCmd(), newCheckpointResetCmd(),
+		newCheckpointTablesCmd())
 	return cmd
 }
 
@@ -508,6 +509,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
 		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs}
 	cp.Provisional = keptProvisional(cur, layout)
+	cp.Tables = checkpoint.TablesOf(cfg.Source.Tables) // set records the configuration's tables
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
 			cp.XA = cur.XA // same position: the prepared XA transactions are still pending
@@ -560,8 +562,10 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 	case cur != nil:
 		from = cur.GTIDSet
 	case !newer:
-		fmt.Printf("no checkpoint for %s: nothing to reset\n", cfg.Name)
-		return nil
+		// Still written: the tombstone is the operator's word that the relay
+		// starts at source.start, also where it stopped because the checkpoint
+		// it had is gone (checkpoint.ErrLost).
+		from = "(none)"
 	}
 	if err := w.guard(cfg, cur, fmt.Sprintf("delete the checkpoint of %s (at %s); the relay then starts at source.start (%s)", cfg.Name, strconv.Quote(from), cfg.Source.Start)); err != nil {
 		return err

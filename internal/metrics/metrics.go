@@ -40,6 +40,8 @@ type Metrics struct {
 	Errors            *prometheus.CounterVec // by kind
 	Fenced            prometheus.Gauge
 	InvalidOps        *prometheus.CounterVec // by table and op
+	// tables: outbox_relay_captured_table_missing (tables.go).
+	tables tableMetrics
 	// Position: the checkpoint's sequence number per GTID source (see
 	// SetPosition).
 	Position    *prometheus.GaugeVec

@@ -55,6 +55,9 @@ type elector struct {
 	// waited (only acquire's goroutine uses it).
 	waited bool
 	cur    *lease // the current term; nil in standby
+	// recordedID is the checkpoint topic id the lock group's record holds
+	// (claim; "" when none); read and written on Run's goroutine only.
+	recordedID string
 }
 
 // GroupID is the consumer group that elects name's active instance.
@@ -159,7 +162,9 @@ func (e *elector) join(ctx context.Context) error {
 		kgo.WithHooks(e),
 	}, e.r.kopts...)
 	if e.clientID == "" {
-		e.clientID = e.fingerprint() + "-" + strconv.FormatUint(rand.Uint64(), 36)
+		// fingerprint-capture.random: an older build checks the prefix
+		// only; memberCapture reads the capture tag.
+		e.clientID = e.fingerprint() + "-" + e.captureTag() + "." + strconv.FormatUint(rand.Uint64(), 36)
 	}
 	if err := e.awaitInstanceID(ctx); err != nil {
 		return err
@@ -409,6 +414,7 @@ func (r *Relay) elect(ctx context.Context) error {
 	r.metrics.SetState(metrics.StateStandby)
 	defer r.metrics.SetState(metrics.StateStopped)
 	e := r.newElector()
+	r.elector = e
 	if err := e.join(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -24,7 +24,7 @@ const (
 	// transaction the relay cannot frame, outbox rows rolled back inside a
 	// logged transaction, an XA COMMIT of an unknown prepare, a source whose
 	// binlog diverges from the checkpoint, a DDL the tracker cannot follow,
-	// a corrupt checkpoint. A restart stops at the
+	// a corrupt checkpoint, a checkpoint lost (checkpoint.ErrLost). A restart stops at the
 	// same place: do not restart, fix it (README "Transaction shapes").
 	ExitData = 65
 	// ExitPurged: the binlogs the checkpoint needs are gone from the source
@@ -57,13 +57,13 @@ func ExitCode(err error) int {
 	case is(config.ErrInvalid, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrNoColumnNames, binlog.ErrBadPosition, binlog.ErrDuplicateServerID, binlog.ErrPacketTooLarge,
 		binlog.ErrPacketBound, binlog.ErrInsecureLogin,
-		ErrFlavorMismatch, ErrRejected, checkpoint.ErrTopicLayout):
+		ErrFlavorMismatch, ErrRejected, checkpoint.ErrTopicLayout, checkpoint.ErrTablesChanged):
 		return ExitConfig
 	case is(binlog.ErrPurged):
 		return ExitPurged
 	case is(ErrBadRow, ErrInvalidOp, ErrUnknownXA, binlog.ErrStatementLogged, binlog.ErrUnframed,
 		binlog.ErrRolledBackRows, binlog.ErrPositionDiverged, binlog.ErrSchemaMismatch, binlog.ErrNoSignedness, schema.ErrUnparsed,
-		checkpoint.ErrCorrupt):
+		checkpoint.ErrCorrupt, checkpoint.ErrLost):
 		return ExitData
 	case fatal(err):
 		return ExitError

@@ -726,6 +726,7 @@ func (l *loop) written(cp *checkpoint.Checkpoint) {
 	l.r.metrics.Progress()
 	l.r.metrics.CheckpointKnown(cp.Time, cp.CommitTime)
 	l.r.metrics.SetPosition(cp.GTIDSet)
+	l.r.noteCheckpoint(cp, "")
 }
 
 // shutdown commits what the loop holds of the transactions that ended (and

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
@@ -108,7 +109,8 @@ func (e *elector) awaitInstanceID(ctx context.Context) error {
 // pipeline with different ha.lock_topic settings would each be given
 // partition 0 of their own topic, and both would be active. Such a
 // member refuses the lease with a configuration error; so does the other one
-// when it next acquires it.
+// when it next acquires it. The same for members that capture other tables
+// or map them to other topics (captureTag, carried in the client id).
 func (e *elector) agree(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
 	defer cancel()
@@ -124,11 +126,20 @@ func (e *elector) agree(ctx context.Context) error {
 	}
 	for _, g := range groups {
 		for _, m := range g.Members {
-			if prefix := e.fingerprint() + "-"; !strings.HasPrefix(m.ClientID, prefix) {
+			prefix := e.fingerprint() + "-"
+			if !strings.HasPrefix(m.ClientID, prefix) {
 				return fmt.Errorf("%w: instances of pipeline %s disagree on kafka.checkpoint_topic, kafka.delivery or "+
 					"ha.lock_topic: member %s (%s) is not %s; a standby taking over with another checkpoint would publish "+
 					"from another position: give every instance of one name the same settings", config.ErrInvalid,
 					e.r.cfg.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
+			}
+			if tag := memberCapture(m.ClientID, prefix); tag != "" && tag != e.captureTag() {
+				return fmt.Errorf("%w: instances of pipeline %s capture different things: member %s (%s) has other source.tables "+
+					"or another topic mapping of the router (topic_prefix, topic_regex, topic_replacement, aggregate columns) than this one "+
+					"(%s); taking over each other's checkpoint, one would never publish the rows of the tables only the other captures: "+
+					"give every instance of one name the same source.tables and router (to change them on purpose: README, "+
+					"\"Changing the captured tables\")", config.ErrInvalid, e.r.cfg.Name, m.ClientHost, m.ClientID,
+					strings.Join(checkpoint.TablesOf(e.r.cfg.Source.Tables), ", "))
 			}
 			meta, ok := m.Join.AsConsumer()
 			if !ok || len(meta.Topics) == 0 {
@@ -155,37 +166,85 @@ func (e *elector) agree(ctx context.Context) error {
 // checkpoint topic deletes the lock group first (docs/ha.md).
 const claimPrefix = "outbox-relay checkpoint_topic="
 
+// claimPrefixV2 starts the record once the pipeline has a checkpoint:
+// "outbox-relay v2 checkpoint_topic=T topic_id=HEX", the id of the topic
+// its checkpoints are in (identity.go). An older build reads it as another
+// product's record and writes its own over it (the id is then unknown
+// until a newer build writes it again).
+const claimPrefixV2 = "outbox-relay v2 checkpoint_topic="
+
+// parseClaim reads a record: the checkpoint topic and, in the v2 form, the
+// topic's id; ours is false for a record that is neither form.
+func parseClaim(meta string) (topic, id string, ours bool) {
+	if rest, ok := strings.CutPrefix(meta, claimPrefixV2); ok {
+		topic, rest, _ = strings.Cut(rest, " ")
+		id, _ = strings.CutPrefix(rest, "topic_id=")
+		return topic, id, true
+	}
+	if topic, ok := strings.CutPrefix(meta, claimPrefix); ok {
+		return topic, "", true
+	}
+	return "", "", false
+}
+
 // claim checks the lock group's record of the pipeline's checkpoint topic
 // and writes this instance's: a configuration error (config.ErrInvalid)
-// when the record names another topic. Reading and writing the record are
-// best effort: Kafka just assigned the lease, and a passing failure must
-// not block a takeover.
+// when the record names another topic. It keeps the recorded topic id
+// (recordedID) for the attempts of the term. Reading and writing the
+// record are best effort: Kafka just assigned the lease, and a passing
+// failure must not block a takeover.
 func (e *elector) claim(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
 	defer cancel()
 	want := claimPrefix + e.r.cfg.Kafka.CheckpointTopic
+	e.recordedID = ""
 	offs, err := kadm.NewClient(e.cl).FetchOffsets(ctx, e.group)
 	if err != nil {
 		e.r.log.Warn().Err(err).Msg("read the lock group's checkpoint topic record: not checked")
 		return nil
 	}
-	if o, ok := offs.Lookup(e.topic, 0); ok && o.Err == nil && o.Metadata != "" && o.Metadata != want {
-		if prev, ours := strings.CutPrefix(o.Metadata, claimPrefix); ours {
+	if o, ok := offs.Lookup(e.topic, 0); ok && o.Err == nil && o.Metadata != "" {
+		if prev, id, ours := parseClaim(o.Metadata); ours && prev != e.r.cfg.Kafka.CheckpointTopic {
 			return fmt.Errorf("%w: pipeline %s last published with kafka.checkpoint_topic %q, this instance uses %q: "+
 				"taking over it would publish from another position; give every instance of one name the same settings, "+
 				"or, moving the pipeline to another checkpoint topic on purpose, stop every instance and delete the lock group %s "+
 				"(kafka-consumer-groups.sh --delete --group %s) first", config.ErrInvalid, e.r.cfg.Name, prev,
 				e.r.cfg.Kafka.CheckpointTopic, e.group, e.group)
+		} else if ours {
+			e.recordedID = id
+			return nil
 		}
 	}
-	if o, ok := offs.Lookup(e.topic, 0); ok && o.Err == nil && o.Metadata == want {
-		return nil
+	if err := e.commitClaim(ctx, want); err != nil {
+		e.r.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
 	}
+	return nil
+}
+
+// mark records in the lock group that the pipeline's checkpoints are in
+// the checkpoint topic with id (identity.go), unless the record says so
+// already. Best effort: a failure is logged.
+func (e *elector) mark(ctx context.Context, id string) {
+	if id == "" || id == e.recordedID || e.cl == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
+	defer cancel()
+	if err := e.commitClaim(ctx, claimPrefixV2+e.r.cfg.Kafka.CheckpointTopic+" topic_id="+id); err != nil {
+		e.r.log.Warn().Err(err).Str("group", e.group).Msg("record the checkpoint topic's id in the lock group: a checkpoint topic deleted " +
+			"and created again while every instance is stopped is not detected until it is")
+		return
+	}
+	e.recordedID = id
+}
+
+// commitClaim writes meta as the metadata of the lock group's offset of
+// the lock topic's partition 0.
+func (e *elector) commitClaim(ctx context.Context, meta string) error {
 	// OffsetCommit v10+ names the topic by its id.
 	tds, err := kadm.NewClient(e.cl).ListTopics(ctx, e.topic)
 	if err != nil {
-		e.r.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
-		return nil
+		return err
 	}
 	member, gen := e.cl.GroupMetadata()
 	req := kmsg.NewPtrOffsetCommitRequest()
@@ -193,7 +252,7 @@ func (e *elector) claim(ctx context.Context) error {
 	t := kmsg.NewOffsetCommitRequestTopic()
 	t.Topic, t.TopicID = e.topic, tds[e.topic].ID
 	pt := kmsg.NewOffsetCommitRequestTopicPartition()
-	pt.Partition, pt.Offset, pt.Metadata = 0, 0, &want
+	pt.Partition, pt.Offset, pt.Metadata = 0, 0, &meta
 	t.Partitions = append(t.Partitions, pt)
 	req.Topics = append(req.Topics, t)
 	resp, err := req.RequestWith(ctx, e.cl)
@@ -204,10 +263,7 @@ func (e *elector) claim(ctx context.Context) error {
 			}
 		}
 	}
-	if err != nil {
-		e.r.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
-	}
-	return nil
+	return err
 }
 
 // fingerprint names the settings every instance of a pipeline must share

@@ -30,6 +30,7 @@ func (r *Relay) sampleSource(ctx context.Context, srv *binlog.Server, reader *bi
 	}()
 	tick := time.NewTicker(sampleEvery)
 	defer tick.Stop()
+	var tables tableWatch // captured tables that do not exist (tables.go)
 	for n := 0; ; n++ {
 		if n > 0 { // the first sample at once: the purge margin needs the retention
 			select {
@@ -46,6 +47,7 @@ func (r *Relay) sampleSource(ctx context.Context, srv *binlog.Server, reader *bi
 			}
 			conn, n = c, 0
 		}
+		r.watchTables(&tables, conn, srv.Addr)
 		if n%12 == 0 { // at the start, then every minute: a DBA may change it
 			ret, err := binlog.Retention(conn)
 			if err != nil {

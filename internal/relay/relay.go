@@ -68,6 +68,13 @@ type Relay struct {
 	// quiet is the catch-up quiet window (0: catchUpQuiet; tests widen it
 	// so that a scheduling stall of the scripted reader is not quiet).
 	quiet time.Duration
+	// had is the checkpoint this process last loaded or committed (nil:
+	// none yet); elector its lock group membership (nil in tests that
+	// run attempts alone): identity.go. Owned by the goroutine of Run.
+	had     *known
+	elector *elector
+	// tables are source.tables as checkpoints record them.
+	tables []string
 }
 
 // tableKey names a captured table without allocating.
@@ -124,6 +131,7 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 		kopts:   kopts,
 		source:  src,
 		store:   checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...),
+		tables:  checkpoint.TablesOf(cfg.Source.Tables),
 	}, nil
 }
 
@@ -280,7 +288,7 @@ func fatal(err error) bool {
 	for _, e := range []error{ErrFenced, ErrRejected, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, ErrUnknownXA,
 		binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, binlog.ErrDuplicateServerID,
 		binlog.ErrPacketTooLarge, binlog.ErrPacketBound, binlog.ErrInsecureLogin, binlog.ErrPositionDiverged, config.ErrInvalid, checkpoint.ErrCorrupt,
-		checkpoint.ErrTopicLayout, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
+		checkpoint.ErrTopicLayout, checkpoint.ErrLost, checkpoint.ErrTablesChanged, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames, binlog.ErrSchemaMismatch, binlog.ErrNoSignedness, schema.ErrUnparsed} {
 		if errors.Is(err, e) {
 			return true
@@ -325,7 +333,7 @@ func kind(err error) string {
 		return "binlog"
 	case errors.Is(err, ErrKafkaUnreachable):
 		return "kafka_unreachable"
-	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrTopicLayout):
+	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrTopicLayout), errors.Is(err, checkpoint.ErrLost), errors.Is(err, checkpoint.ErrTablesChanged):
 		return "checkpoint"
 	default:
 		return "kafka"
@@ -456,7 +464,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 			defer checkCl.Close()
 		}
 	}
-	cp, err := r.store.Load(ctx, r.cfg.Name)
+	cp, cpTopic, err := r.loadCheckpoint(ctx, adm)
 	if err != nil {
 		return err
 	}
@@ -514,6 +522,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		if err := l.commit(ctx); err != nil {
 			return fmt.Errorf("write initial checkpoint: %w", err)
 		}
+		r.markCheckpoint(ctx, cpTopic)
 	}
 
 	events := make(chan []binlog.Event, 2) // with the reader's batch size, bounds rows in memory

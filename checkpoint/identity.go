@@ -1,0 +1,169 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// ErrLost is returned when a pipeline that has had a checkpoint finds none
+// (no record of its name, and no tombstone an operator wrote): the checkpoint
+// topic was deleted and created again, or its records were deleted. The
+// relay never starts over from source.start then: an operator restores the
+// position (checkpoint set) or says to start over (checkpoint reset).
+var ErrLost = errors.New("checkpoint lost")
+
+// ErrTablesChanged is returned when the checkpoint was written by a pipeline
+// capturing other tables than the configuration's source.tables: resuming
+// from it would skip (or publish anew) the rows of the tables that differ.
+var ErrTablesChanged = errors.New("checkpoint of other captured tables")
+
+// Loaded is Load's answer with what tells a pipeline that never had a
+// checkpoint from one whose checkpoint is gone.
+type Loaded struct {
+	// Checkpoint is the newest committed checkpoint of the name; nil when
+	// there is none.
+	Checkpoint *Checkpoint
+	// Reset: the newest record of the name is a tombstone, written by
+	// `checkpoint reset`: an operator said to start at source.start.
+	Reset bool
+}
+
+// LoadState is Load, also reporting whether the name's newest record is a
+// tombstone (Loaded.Reset). Compaction removes a tombstone after the
+// topic's delete.retention.ms (a day by default): see TopicState.
+func (s *Store) LoadState(ctx context.Context, name string) (Loaded, error) {
+	var last stored
+	err := s.scan(ctx, name, func(r stored) { last = r })
+	if hb, ok := errors.AsType[*HeldBackError](err); ok {
+		hb.Visible, _ = last.decode()
+		return Loaded{}, err
+	}
+	if err != nil {
+		return Loaded{}, err
+	}
+	cp, err := last.decode()
+	return Loaded{Checkpoint: cp, Reset: last.found && last.value == nil}, err
+}
+
+// TopicState is what identifies the checkpoint topic and its history.
+type TopicState struct {
+	// ID is the topic's id: a topic deleted and created again under the
+	// same name has another one. Zero when the brokers do not report ids.
+	ID kadm.TopicID
+	// LogStart is partition 0's log start offset: above 0 once records were
+	// deleted (kafka-delete-records.sh, or retention with cleanup.policy
+	// delete); compaction alone leaves it at 0.
+	LogStart int64
+}
+
+// IDString renders a topic id as the relay records it (hex; "" for none).
+func IDString(id kadm.TopicID) string {
+	if id == (kadm.TopicID{}) {
+		return ""
+	}
+	return hex.EncodeToString(id[:])
+}
+
+// Describe returns the checkpoint topic's id and log start offset, and
+// checks its cleanup.policy: one without compact is an ErrTopicLayout (the
+// broker would delete checkpoints by age: a pipeline idle or stopped longer
+// than retention.ms would lose its position). A policy the principal may not
+// describe is not checked (least privilege: DESCRIBE_CONFIGS is not among
+// the relay's grants).
+func (s *Store) Describe(ctx context.Context, adm *kadm.Client) (TopicState, error) {
+	var st TopicState
+	details, err := adm.ListTopics(ctx, s.topic)
+	if err != nil {
+		return st, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, err)
+	}
+	d, ok := details[s.topic]
+	if !ok || d.Err != nil {
+		return st, fmt.Errorf("describe checkpoint topic %s: %v", s.topic, d.Err)
+	}
+	st.ID = d.ID
+	if n := len(d.Partitions); n != 1 {
+		return st, fmt.Errorf("%w: topic %s has %d partitions, need exactly 1: the checkpoint topic was created again with other settings? "+
+			"create it compacted with 1 partition", ErrTopicLayout, s.topic, n)
+	}
+	start, _, err := s.offset(ctx, adm.ListStartOffsets)
+	if err != nil {
+		return st, err
+	}
+	st.LogStart = start
+	configs, err := adm.DescribeTopicConfigs(ctx, s.topic)
+	if err == nil {
+		var rc kadm.ResourceConfig
+		if rc, err = configs.On(s.topic, nil); err == nil {
+			err = rc.Err
+		}
+		if err == nil {
+			for _, c := range rc.Configs {
+				if c.Key != "cleanup.policy" || c.Value == nil {
+					continue
+				}
+				if !slices.Contains(strings.Split(strings.ReplaceAll(*c.Value, " ", ""), ","), "compact") {
+					return st, fmt.Errorf("%w: topic %s has cleanup.policy=%s: the broker deletes checkpoints by age (a pipeline stopped longer than "+
+						"retention.ms loses its position); set it compacted: kafka-configs.sh --alter --entity-type topics --entity-name %s "+
+						"--add-config cleanup.policy=compact", ErrTopicLayout, s.topic, *c.Value, s.topic)
+				}
+			}
+			return st, nil
+		}
+	}
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		return st, nil
+	}
+	return st, fmt.Errorf("describe the settings of checkpoint topic %s: %w", s.topic, err)
+}
+
+// TablesOf returns tables sorted, without duplicates, as a checkpoint
+// records them.
+func TablesOf(tables []string) []string {
+	out := slices.Clone(tables)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// CheckTables returns an ErrTablesChanged error when cp was written by a
+// pipeline capturing other tables than tables (source.tables); nil when
+// they are the same, or cp does not say (written before checkpoints
+// recorded them). The error names both sets and the operator's way to
+// change them on purpose.
+func CheckTables(cp *Checkpoint, tables []string) error {
+	if cp == nil || cp.Tables == nil {
+		return nil
+	}
+	want := TablesOf(tables)
+	if slices.Equal(TablesOf(cp.Tables), want) {
+		return nil
+	}
+	var added, removed []string
+	for _, t := range want {
+		if !slices.Contains(cp.Tables, t) {
+			added = append(added, t)
+		}
+	}
+	for _, t := range cp.Tables {
+		if !slices.Contains(want, t) {
+			removed = append(removed, t)
+		}
+	}
+	var diff []string
+	if len(added) > 0 {
+		diff = append(diff, "not captured by it: "+strings.Join(added, ", ")+" (their rows before the checkpoint would never be published)")
+	}
+	if len(removed) > 0 {
+		diff = append(diff, "captured by it, not by this configuration: "+strings.Join(removed, ", ")+" (their rows from here on would never be published)")
+	}
+	return fmt.Errorf("%w: the checkpoint of %s at %s was written capturing source.tables [%s], this configuration captures [%s]; %s. "+
+		"Another instance of the same name with other tables, or a changed configuration: give every instance of one name the same source.tables; "+
+		"to change them on purpose, stop every instance, then record the new tables with `outbox-relay checkpoint tables --config FILE --yes`",
+		ErrTablesChanged, cp.Name, cp.GTIDSet, strings.Join(cp.Tables, ", "), strings.Join(want, ", "), strings.Join(diff, "; "))
+}
