@@ -32,8 +32,9 @@ func newCheckpointCmd() *cobra.Command {
 		Long: `checkpoint reads and writes the pipeline's checkpoint (its GTID set and state),
 stored in kafka.checkpoint_topic under the pipeline name. set, skip and reset
 write in a Kafka transaction with the relay's transactional id, so a live
-relay is fenced; they refuse while a relay looks live unless --force, and ask
-for confirmation (--yes when stdin is not a terminal).`,
+relay is fenced; they refuse while a relay of the pipeline runs (a member of
+its lock group, active or standby) unless --force, and ask for confirmation
+(--yes when stdin is not a terminal).`,
 		Example: `  outbox-relay checkpoint show --config relay.yaml --json
   outbox-relay checkpoint history --config relay.yaml -n 5
   outbox-relay checkpoint set --config relay.yaml --to now --yes`,
@@ -261,7 +262,7 @@ That transaction's rows are never published.`,
 	path := configFlag(cmd)
 	gtid := cmd.Flags().String("gtid", "", "the one GTID to skip: MariaDB domain-server-sequence, MySQL server_uuid[:tag]:number")
 	w := writeFlags{
-		force: cmd.Flags().Bool("force", false, "skip a GTID that is not the next after the checkpoint, and write even though a relay with this name looks live (it is fenced and stops)"),
+		force: cmd.Flags().Bool("force", false, "skip a GTID that is not the next after the checkpoint, and write even though a relay of this pipeline is running (it is fenced, its open transaction aborted)"),
 		yes:   cmd.Flags().Bool("yes", false, "do not ask for confirmation"),
 	}
 	cmd.RunE = func(*cobra.Command, []string) error {
@@ -292,7 +293,7 @@ func checkpointSkip(cfg config.Config, gtid *string, w writeFlags) error {
 		return err
 	}
 	action := fmt.Sprintf("skip transaction %s of %s: checkpoint %q -> %q; its rows are never published", *gtid, cfg.Name, cur.GTIDSet, next.GTIDSet)
-	if err := w.guard(cfg, cur, action); err != nil {
+	if err := w.guard(cfg, action); err != nil {
 		return err
 	}
 	log := newLogger(cfg.Log, nil)
@@ -387,7 +388,7 @@ type writeFlags struct {
 
 func addWriteFlags(fs *pflag.FlagSet) writeFlags {
 	return writeFlags{
-		force: fs.Bool("force", false, "write even though a relay with this name looks live (it is fenced and stops)"),
+		force: fs.Bool("force", false, "write even though a relay of this pipeline is running (a member of its lock group): it is fenced, its open transaction aborted"),
 		yes:   fs.Bool("yes", false, "do not ask for confirmation"),
 	}
 }
@@ -406,12 +407,16 @@ func (w writeFlags) overNewer(err error) error {
 	return nil
 }
 
-// guard refuses while a relay looks live and asks for confirmation.
-func (w writeFlags) guard(cfg config.Config, cur *checkpoint.Checkpoint, action string) error {
-	if cur != nil && !*w.force {
-		if age := time.Since(cur.Time); age < 3*cfg.Kafka.CheckpointInterval {
-			return fmt.Errorf("a relay named %s looks live (it checkpointed %s ago, within 3 x kafka.checkpoint_interval): stop it first, or pass --force to fence it",
-				cfg.Name, age.Round(time.Millisecond))
+// guard refuses while a relay of the pipeline runs (relay.RefuseLive: a
+// member of its lock group, active or standby; one that exited, on an
+// error too, is none), unless --force, and asks for confirmation.
+func (w writeFlags) guard(cfg config.Config, action string) error {
+	if !*w.force {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
+		err := relay.RefuseLive(ctx, cfg)
+		cancel()
+		if err != nil {
+			return err
 		}
 	}
 	if *w.yes {
@@ -502,7 +507,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if err != nil {
 		return err
 	}
-	if err := w.guard(cfg, cur, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, from, pos)); err != nil {
+	if err := w.guard(cfg, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, from, pos)); err != nil {
 		return err
 	}
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
@@ -562,7 +567,7 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 		fmt.Printf("no checkpoint for %s: nothing to reset\n", cfg.Name)
 		return nil
 	}
-	if err := w.guard(cfg, cur, fmt.Sprintf("delete the checkpoint of %s (at %s); the relay then starts at source.start (%s)", cfg.Name, strconv.Quote(from), cfg.Source.Start)); err != nil {
+	if err := w.guard(cfg, fmt.Sprintf("delete the checkpoint of %s (at %s); the relay then starts at source.start (%s)", cfg.Name, strconv.Quote(from), cfg.Source.Start)); err != nil {
 		return err
 	}
 	log := newLogger(cfg.Log, nil)
