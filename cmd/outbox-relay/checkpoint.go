@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -127,7 +128,7 @@ func checkpointShow(cfg config.Config, asJSON *bool, wait *time.Duration) error 
 	if err != nil {
 		return err
 	}
-	cp, err := store.WithStableWait(*wait).Load(ctx, cfg.Name)
+	cp, reset, err := store.WithStableWait(*wait).LoadWithReset(ctx, cfg.Name)
 	if held, ok := errors.AsType[*checkpoint.HeldBackError](err); ok && !*asJSON {
 		fmt.Printf("WARNING: not final: %s holds records not yet visible to readers; a newer checkpoint of %s may be among them\n", cfg.Kafka.CheckpointTopic, cfg.Name)
 		for _, h := range held.Holders {
@@ -155,6 +156,11 @@ func checkpointShow(cfg config.Config, asJSON *bool, wait *time.Duration) error 
 		enc.SetIndent("", "  ")
 		return enc.Encode(cp)
 	}
+	if cp == nil && reset != nil {
+		fmt.Printf("no checkpoint for %s in %s: reset by %s at %s (it was at %s): the relay starts at source.start (%s)\n", cfg.Name,
+			cfg.Kafka.CheckpointTopic, reset.User, reset.Time.Format(time.RFC3339), cmp.Or(reset.From, "(none)"), cfg.Source.Start)
+		return nil
+	}
 	if cp == nil {
 		fmt.Printf("no checkpoint for %s in %s: the relay starts at source.start (%s)\n", cfg.Name, cfg.Kafka.CheckpointTopic, cfg.Source.Start)
 		return nil
@@ -176,6 +182,9 @@ func printCheckpoint(cp *checkpoint.Checkpoint) {
 		fmt.Printf("last commit: %s\n", cp.CommitTime.UTC().Format(time.RFC3339))
 	}
 	fmt.Printf("events:      %d\n", cp.Events)
+	if op := cp.Operator; op != nil {
+		fmt.Printf("written by:  checkpoint %s, %s at %s (it was at %s)\n", op.Command, op.User, op.Time.Format(time.RFC3339), cmp.Or(op.From, "(none)"))
+	}
 }
 
 func newCheckpointHistoryCmd() *cobra.Command {
@@ -378,6 +387,7 @@ func skipGTID(cur *checkpoint.Checkpoint, gtid string, force bool) (*checkpoint.
 		next.Partial = nil
 	}
 	next.Time = time.Now().UTC()
+	next.Operator = operatorMark("skip", cur.GTIDSet)
 	return &next, nil
 }
 
@@ -439,7 +449,9 @@ func newCheckpointSetCmd() *cobra.Command {
 		Short: "move the position to a GTID set, or to the source's current or oldest position",
 		Long: `set writes a new checkpoint: a later position skips events, an earlier one
 publishes them again. The captured tables' column layout is kept from the
-previous checkpoint or read from the server (--schema).`,
+previous checkpoint or read from the server (--schema). A --gtid set naming
+transactions the source has not executed (a typo, another server's GTID) is
+refused unless --force, and so is one whose binlogs the source has purged.`,
 		Example: `  outbox-relay checkpoint set --config relay.yaml --to now
   outbox-relay checkpoint set --config relay.yaml --gtid 0-1-100 --schema keep --yes`,
 		Args: noArgs,
@@ -494,14 +506,17 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if err := srv.CheckNotPurged(pos); err != nil {
 		return err
 	}
+	if err := reachedBy(srv, pos, *w.force); err != nil {
+		return err
+	}
 	store, cur, err := currentCheckpoint(ctx, cfg, false)
 	if err := w.overNewer(err); err != nil {
 		return err
 	}
-	from := "(none)"
+	from, prev := "(none)", ""
 	var events int64
 	if cur != nil {
-		from, events = cur.GTIDSet, cur.Events
+		from, prev, events = cur.GTIDSet, cur.GTIDSet, cur.Events
 	}
 	layout, signs, err := checkpointLayout(ctx, src, srv, cur, *layoutFrom, *to == "now", pos)
 	if err != nil {
@@ -511,7 +526,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 		return err
 	}
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
-		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs}
+		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs, Operator: operatorMark("set", prev)}
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
 			cp.XA = cur.XA // same position: the prepared XA transactions are still pending
@@ -535,6 +550,10 @@ func newCheckpointResetCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reset --config FILE",
 		Short: "delete the checkpoint: the relay then starts at source.start",
+		Long: `reset replaces the checkpoint with a reset marker (who, when, from which
+position): the relay then starts at source.start and logs the reset. With
+--force a running relay is fenced (both transactional ids: its open
+transaction is aborted) and starts there too.`,
 		Example: `  outbox-relay checkpoint reset --config relay.yaml
   outbox-relay checkpoint reset --config relay.yaml --yes </dev/null`,
 		Args: noArgs,
@@ -571,11 +590,18 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 		return err
 	}
 	log := newLogger(cfg.Log, nil)
-	if err := writeCheckpoint(cfg, store, nil, log); err != nil {
+	prev := ""
+	if cur != nil {
+		prev = cur.GTIDSet
+	}
+	// A reset marker, not a tombstone: the relay tells the operator's reset
+	// (start at source.start) from a checkpoint that vanished (stop).
+	if err := writeCheckpoint(cfg, store, checkpoint.ResetMarker(cfg.Name, *operatorMark(checkpoint.CommandReset, prev)), log); err != nil {
 		return err
 	}
 	log.Info().Str("name", cfg.Name).Str("from", from).Msg("checkpoint reset")
 	fmt.Printf("checkpoint of %s: %s -> (none)\n", cfg.Name, from)
+	fmt.Printf("the relay starts at source.start (%s), and logs the reset; a running relay was fenced (its open transaction aborted) and starts there too\n", cfg.Source.Start)
 	return nil
 }
 

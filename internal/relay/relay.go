@@ -429,9 +429,16 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 			defer checkCl.Close()
 		}
 	}
-	cp, err := r.store.Load(ctx, r.cfg.Name)
+	cp, reset, err := r.store.LoadWithReset(ctx, r.cfg.Name)
 	if err != nil {
 		return err
+	}
+	if reset != nil {
+		// The operator's explicit way back to source.start (checkpoint
+		// reset): said loudly, once per start from it (the initial
+		// checkpoint below replaces the marker).
+		r.log.Warn().Str("reset_by", reset.User).Time("reset_at", reset.Time).Str("reset_from", reset.From).
+			Str("start", r.cfg.Source.Start).Msg("checkpoint reset by the operator (outbox-relay checkpoint reset): starting at source.start")
 	}
 	if cp != nil {
 		r.metrics.CheckpointKnown(cp.Time, cp.CommitTime) // purge margin and age from the start, whatever comes next
