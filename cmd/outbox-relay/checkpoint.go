@@ -506,8 +506,10 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if err := srv.CheckNotPurged(pos); err != nil {
 		return err
 	}
-	if err := reachedBy(srv, pos, *w.force); err != nil {
-		return err
+	if *to == "" {
+		if err := reachedBy(srv, pos, *w.force); err != nil {
+			return err
+		}
 	}
 	store, cur, err := currentCheckpoint(ctx, cfg, false)
 	if err := w.overNewer(err); err != nil {
