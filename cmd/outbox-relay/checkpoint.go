@@ -301,8 +301,14 @@ func checkpointSkip(cfg config.Config, gtid *string, w writeFlags) error {
 	if err != nil {
 		return err
 	}
+	if err := w.live(cfg); err != nil {
+		return err
+	}
+	if err := skipReached(ctx, cfg, next.GTIDSet, *w.force); err != nil {
+		return err
+	}
 	action := fmt.Sprintf("skip transaction %s of %s: checkpoint %q -> %q; its rows are never published", *gtid, cfg.Name, cur.GTIDSet, next.GTIDSet)
-	if err := w.guard(cfg, action); err != nil {
+	if err := w.confirm(action); err != nil {
 		return err
 	}
 	log := newLogger(cfg.Log, nil)
@@ -421,14 +427,24 @@ func (w writeFlags) overNewer(err error) error {
 // member of its lock group, active or standby; one that exited, on an
 // error too, is none), unless --force, and asks for confirmation.
 func (w writeFlags) guard(cfg config.Config, action string) error {
-	if !*w.force {
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
-		err := relay.RefuseLive(ctx, cfg)
-		cancel()
-		if err != nil {
-			return err
-		}
+	if err := w.live(cfg); err != nil {
+		return err
 	}
+	return w.confirm(action)
+}
+
+// live is guard's liveness half: one function for every command.
+func (w writeFlags) live(cfg config.Config) error {
+	if *w.force {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
+	defer cancel()
+	return relay.RefuseLive(ctx, cfg)
+}
+
+// confirm is guard's confirmation half.
+func (w writeFlags) confirm(action string) error {
 	if *w.yes {
 		return nil
 	}
@@ -507,7 +523,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 		return err
 	}
 	if *to == "" {
-		if err := reachedBy(srv, pos, *w.force); err != nil {
+		if err := reachedBy(srv, "set", pos, *w.force); err != nil {
 			return err
 		}
 	}

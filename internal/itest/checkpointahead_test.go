@@ -42,6 +42,27 @@ func TestCheckpointSetRefusesPositionServerHasNotExecuted(t *testing.T) {
 	}
 }
 
+// `checkpoint skip` of a GTID the source has not executed (a typo that
+// looks like the first of a new domain) is refused the same way; the
+// relay would wait for the server to write it.
+func TestCheckpointSkipRefusesTransactionServerHasNotExecuted(t *testing.T) {
+	_, _, cfg := env.Pipeline(t)
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
+		t.Fatalf("terminate: exit %d %v\n%s", code, err, p.Output())
+	}
+	before := loadCheckpoint(t, cfg)
+	out, errOut, code := env.CLI(t, "checkpoint", "skip", "--gtid", "77-9-1", "--yes", "--config", path)
+	if code != 1 || !strings.Contains(errOut, "has not executed 77-9-1") || !strings.Contains(errOut, env.DB.Addr) || !strings.Contains(errOut, "--force") {
+		t.Fatalf("skip --gtid 77-9-1: exit %d, want 1 naming the GTID, the host and --force\n%s%s", code, out, errOut)
+	}
+	if cp := loadCheckpoint(t, cfg); cp.GTIDSet != before.GTIDSet {
+		t.Fatalf("a refused skip changed the checkpoint to %s", cp.GTIDSet)
+	}
+}
+
 // A checkpoint set by hand ahead of the server (--force) stops `run` with
 // an error that says it was set by hand, names the GTID the server has not
 // executed, and how to fix it, not only that the server "lost transactions
