@@ -65,6 +65,75 @@ func TestCheckpointResetForceFencesRunningRelay(t *testing.T) {
 	}
 }
 
+// A reset while the relay is stopped leaves a marker that `checkpoint
+// show` prints (who, when, from where); the relay started next logs the
+// reset at warn level and starts at source.start, and its first
+// checkpoint replaces the marker.
+func TestRelayStartsAtSourceStartAfterResetSayingSo(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 4, Tag: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	before := WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
+		t.Fatalf("terminate: exit %d %v\n%s", code, err, p.Output())
+	}
+	if out, errOut, code := env.CLI(t, "checkpoint", "reset", "--yes", "--config", path); code != 0 {
+		t.Fatalf("reset: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, code := env.CLI(t, "checkpoint", "show", "--config", path)
+	if code != 0 || !strings.Contains(out, "no checkpoint") || !strings.Contains(out, "reset by ") || !strings.Contains(out, "(it was at "+before.GTIDSet+")") {
+		t.Fatalf("show after reset: exit %d\n%s", code, out)
+	}
+	if _, _, code := env.CLI(t, "checkpoint", "show", "--json", "--config", path); code != 1 {
+		t.Fatalf("show --json after reset: exit %d, want 1 (no checkpoint)", code)
+	}
+	p = env.StartProc(t, path)
+	Eventually(t, time.Minute, func() error {
+		if p.Exited() {
+			t.Fatalf("the relay exited:\n%s", p.Output())
+		}
+		if cp := loadCheckpoint(t, cfg); cp == nil || cp.Operator != nil {
+			return fmt.Errorf("checkpoint %+v: not yet the relay's own", cp)
+		}
+		return nil
+	})
+	line := lineWith(p.Output(), "checkpoint reset by the operator")
+	for _, want := range []string{`"level":"warn"`, `"reset_from":"` + before.GTIDSet + `"`, `"start":"now"`} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("the reset's log line lacks %s:\n%s", want, line)
+		}
+	}
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 2, Tag: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); !rep.OK() {
+		t.Fatalf("after the reset: %s", rep)
+	}
+	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
+		t.Fatalf("terminate: exit %d %v\n%s", code, err, p.Output())
+	}
+	// A restart from the relay's own checkpoint says nothing of a reset.
+	p = env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	Eventually(t, time.Minute, func() error {
+		if !strings.Contains(p.Output(), "relay started") {
+			return fmt.Errorf("not started yet")
+		}
+		return nil
+	})
+	if strings.Contains(p.Output(), "checkpoint reset by the operator") {
+		t.Fatalf("a restart from the relay's own checkpoint logged a reset:\n%s", lineWith(p.Output(), "checkpoint reset"))
+	}
+	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
+		t.Fatalf("terminate: exit %d %v\n%s", code, err, p.Output())
+	}
+}
+
 // lineWith is the last line of out that contains s ("" when none).
 func lineWith(out, s string) string {
 	lines := strings.Split(out, "\n")
