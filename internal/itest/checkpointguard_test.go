@@ -93,6 +93,35 @@ func TestCheckpointCommandsRefuseRunningRelayThatWritesNoCheckpoint(t *testing.T
 	}
 }
 
+// A relay killed with SIGKILL leaves no goodbye: it stays a member of the
+// lock group until its session ends. Until then the commands refuse and
+// say so (ha.session_timeout, SIGKILL); after it, they go through without
+// --force.
+func TestCheckpointCommandsWaitOutKilledRelaysSession(t *testing.T) {
+	_, _, cfg := env.Pipeline(t)
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	WaitLockGroup(t, cfg.Kafka.Brokers, cfg.Name, 1, time.Minute)
+	p.Kill()
+	killed := time.Now()
+	head := Head(t, env.DB)
+	out, errOut, code := env.CLI(t, "checkpoint", "set", "--gtid", head, "--yes", "--config", path)
+	if time.Since(killed) < cfg.HA.SessionTimeout && (code != 1 || !strings.Contains(errOut, "SIGKILL") || !strings.Contains(errOut, "ha.session_timeout, "+cfg.HA.SessionTimeout.String())) {
+		t.Fatalf("set right after the relay was killed: exit %d, want 1 naming ha.session_timeout\n%s%s", code, out, errOut)
+	}
+	Eventually(t, 3*cfg.HA.SessionTimeout+10*time.Second, func() error {
+		out, errOut, code := env.CLI(t, "checkpoint", "set", "--gtid", head, "--yes", "--config", path)
+		if code != 0 {
+			return fmt.Errorf("set: exit %d\n%s%s", code, out, errOut)
+		}
+		return nil
+	})
+	if took := time.Since(killed); took > 2*cfg.HA.SessionTimeout+5*time.Second {
+		t.Fatalf("the killed relay counted as running for %s, ha.session_timeout is %s", took, cfg.HA.SessionTimeout)
+	}
+}
+
 // nextGTID is the MariaDB GTID right after the single-domain set set.
 func nextGTID(t testing.TB, set string) string {
 	t.Helper()
