@@ -433,13 +433,20 @@ func (w writeFlags) guard(cfg config.Config, action string) error {
 }
 
 // live is guard's liveness half: one function for every command.
+// --force passes a running relay only when the write fences it
+// (exactly-once): an at-least-once relay writes no transactions.
 func (w writeFlags) live(cfg config.Config) error {
-	if *w.force {
+	if *w.force && cfg.Kafka.Delivery == config.ExactlyOnce {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	return relay.RefuseLive(ctx, cfg)
+	err := relay.RefuseLive(ctx, cfg)
+	if err != nil && *w.force && !errors.Is(err, relay.ErrRelayLive) {
+		fmt.Fprintf(os.Stderr, "warning: %v: going on (--force)\n", err)
+		return nil
+	}
+	return err
 }
 
 // confirm is guard's confirmation half.

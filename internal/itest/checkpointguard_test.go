@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
@@ -119,6 +120,34 @@ func TestCheckpointCommandsWaitOutKilledRelaysSession(t *testing.T) {
 	})
 	if took := time.Since(killed); took > 2*cfg.HA.SessionTimeout+5*time.Second {
 		t.Fatalf("the killed relay counted as running for %s, ha.session_timeout is %s", took, cfg.HA.SessionTimeout)
+	}
+}
+
+// A relay with kafka.delivery at-least-once writes no Kafka transactions:
+// a command's write cannot fence it, and its next checkpoint would replace
+// what the command wrote. --force does not pass it: the command refuses,
+// saying why, and the relay keeps its position.
+func TestCheckpointForceRefusesRunningAtLeastOnceRelay(t *testing.T) {
+	_, _, cfg := env.Pipeline(t)
+	cfg.Kafka.Delivery = config.AtLeastOnce
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	WaitLockGroup(t, cfg.Kafka.Brokers, cfg.Name, 1, time.Minute)
+	before := loadCheckpoint(t, cfg)
+	out, errOut, code := env.CLI(t, "checkpoint", "reset", "--force", "--yes", "--config", path)
+	if code != 1 || !strings.Contains(errOut, "--force cannot fence it") || !strings.Contains(errOut, "at-least-once") {
+		t.Fatalf("reset --force on a running at-least-once relay: exit %d, want 1 saying --force cannot fence it\n%s%s", code, out, errOut)
+	}
+	if cp := loadCheckpoint(t, cfg); cp == nil || cp.GTIDSet != before.GTIDSet {
+		t.Fatalf("checkpoint after the refusal: %+v, was %+v", cp, before)
+	}
+	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
+		t.Fatalf("terminate: exit %d %v\n%s", code, err, p.Output())
+	}
+	// Stopped, --force is not even needed.
+	if out, errOut, code := env.CLI(t, "checkpoint", "reset", "--yes", "--config", path); code != 0 {
+		t.Fatalf("reset after the relay stopped: exit %d\n%s%s", code, out, errOut)
 	}
 }
 

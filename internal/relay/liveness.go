@@ -87,7 +87,10 @@ func adminHint(err error) string {
 // pipeline's stored state under it (checkpoint set, skip, reset): nil when
 // no relay of cfg's pipeline is running (its lock group has no member),
 // else an error wrapping ErrRelayLive naming the instances and what to do;
-// an error too when the group cannot be described (it cannot tell).
+// an error too when the group cannot be described (it cannot tell). With
+// kafka.delivery at-least-once a running relay cannot be fenced (it writes
+// no Kafka transactions, and its next checkpoint replaces what a command
+// wrote), so the advice is to stop it, --force or not.
 func RefuseLive(ctx context.Context, cfg config.Config) error {
 	live, err := LiveRelays(ctx, cfg)
 	if err != nil {
@@ -100,8 +103,12 @@ func RefuseLive(ctx context.Context, cfg config.Config) error {
 	for i, m := range live {
 		names[i] = m.String()
 	}
+	fix := "or pass --force to fence the running one (its open transaction is aborted and it starts again from what this writes)"
+	if cfg.Kafka.Delivery != config.ExactlyOnce {
+		fix = "--force cannot fence it: with kafka.delivery " + string(cfg.Kafka.Delivery) +
+			" it writes no Kafka transactions, and its next checkpoint would replace this one"
+	}
 	return fmt.Errorf("%w: pipeline %s has %d relay instance(s) in its lock group %s (%s): stop them first "+
-		"(one killed with SIGKILL stays a member up to ha.session_timeout, %s), or pass --force to fence the running one "+
-		"(its open transaction is aborted and it starts again from what this writes)",
-		ErrRelayLive, cfg.Name, len(live), GroupID(cfg.Name), strings.Join(names, ", "), cfg.HA.SessionTimeout)
+		"(one killed with SIGKILL stays a member up to ha.session_timeout, %s); %s",
+		ErrRelayLive, cfg.Name, len(live), GroupID(cfg.Name), strings.Join(names, ", "), cfg.HA.SessionTimeout, fix)
 }
