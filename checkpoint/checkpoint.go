@@ -62,7 +62,46 @@ type Checkpoint struct {
 	// XA lists the XA transactions prepared in the source and not yet
 	// committed or rolled back; nil when there is none.
 	XA *XA `json:"xa,omitempty"`
+	// Operator is set on a record an operator's command wrote (checkpoint
+	// set, skip, reset, tables), not the relay, whose next checkpoint drops it: a
+	// stop on the position can say it was set by hand. With Command
+	// "reset" the record is a reset marker (see IsReset).
+	Operator *Operator `json:"operator,omitempty"`
 }
+
+// Operator says which command wrote a record, when, and from where.
+type Operator struct {
+	Command string    `json:"command"` // set | skip | reset | tables
+	Time    time.Time `json:"time"`
+	// User is the OS user and host the command ran as and on.
+	User string `json:"user,omitempty"`
+	// From is the GTID set of the checkpoint the command replaced; "" when
+	// there was none.
+	From string `json:"from,omitempty"`
+}
+
+// CommandReset is Operator.Command of a reset marker.
+const CommandReset = "reset"
+
+// IsReset reports whether c is a reset marker: the record `checkpoint
+// reset` writes in place of the checkpoint. It holds no position: Load
+// reads it as no checkpoint (the relay starts at source.start, as the
+// operator said), LoadWithReset also returns its Operator. Unlike a
+// tombstone, compaction keeps it, so a pipeline that has had a checkpoint
+// can tell a reset from a checkpoint that vanished.
+func (c *Checkpoint) IsReset() bool { return c.Operator != nil && c.Operator.Command == CommandReset }
+
+// ResetMarker is the record `checkpoint reset` writes for name.
+func ResetMarker(name string, op Operator) *Checkpoint {
+	op.Command = CommandReset
+	return &Checkpoint{Name: name, Time: op.Time, Operator: &op}
+}
+
+// resetFormat is the format of reset markers: newer than builds before
+// them read (format 1), so that such a build refuses a marker (as a
+// checkpoint in a newer format) rather than reading its empty GTID set as
+// a position; its checkpoint set/reset --force replaces it.
+const resetFormat = 2
 
 // XA is the state of prepared XA transactions. Their rows are published
 // when XA COMMIT comes, later in the binlog: until then a restart must read
@@ -115,6 +154,9 @@ const FormatVersion = 1
 func (c *Checkpoint) Encode() []byte {
 	v := *c
 	v.Format = FormatVersion
+	if c.IsReset() {
+		v.Format = resetFormat
+	}
 	b, err := json.Marshal(&v)
 	if err != nil { // cannot happen: plain fields only
 		panic(fmt.Sprintf("encode checkpoint: %v", err))
@@ -150,6 +192,8 @@ func Decode(b []byte) (*Checkpoint, error) {
 	switch {
 	case c.Format == 0: // written before the field existed
 		c.Format = 1
+	case c.Format == resetFormat && c.IsReset():
+		return &c, nil // holds no position, no flavor
 	case c.Format > FormatVersion:
 		return nil, newerFormatError{c.Format}
 	case c.Format < 0:

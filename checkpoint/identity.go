@@ -30,26 +30,30 @@ type Loaded struct {
 	// Checkpoint is the newest committed checkpoint of the name; nil when
 	// there is none.
 	Checkpoint *Checkpoint
-	// Reset: the newest record of the name is a tombstone, written by
-	// `checkpoint reset`: an operator said to start at source.start.
+	// Reset: the newest record of the name is a reset marker, written by
+	// `checkpoint reset` (ResetBy says who, when and from where), or a
+	// tombstone (an older build's reset): an operator said to start at
+	// source.start.
 	Reset bool
+	// ResetBy is the Operator of a reset marker; nil for a tombstone.
+	ResetBy *Operator
 }
 
 // LoadState is Load, also reporting whether the name's newest record is a
-// tombstone (Loaded.Reset). Compaction removes a tombstone after the
+// reset marker or a tombstone (Loaded.Reset). Compaction removes a tombstone after the
 // topic's delete.retention.ms (a day by default): see TopicState.
 func (s *Store) LoadState(ctx context.Context, name string) (Loaded, error) {
 	var last stored
 	err := s.scan(ctx, name, func(r stored) { last = r })
 	if hb, ok := errors.AsType[*HeldBackError](err); ok {
-		hb.Visible, _ = last.decode()
+		hb.Visible, _, _ = last.decodeReset()
 		return Loaded{}, err
 	}
 	if err != nil {
 		return Loaded{}, err
 	}
-	cp, err := last.decode()
-	return Loaded{Checkpoint: cp, Reset: last.found && last.value == nil}, err
+	cp, by, err := last.decodeReset()
+	return Loaded{Checkpoint: cp, Reset: by != nil || (last.found && last.value == nil), ResetBy: by}, err
 }
 
 // TopicState is what identifies the checkpoint topic and its history.

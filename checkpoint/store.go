@@ -186,7 +186,7 @@ func (e *HeldBackError) Error() string {
 }
 
 // Load returns the newest committed checkpoint for name, or nil when there
-// is none (never written, or reset with a tombstone).
+// is none (never written, or reset: a reset marker, or a tombstone).
 //
 // It first waits until every transaction with a record below the
 // partition's high watermark has ended (the last stable offset reaches it),
@@ -199,16 +199,24 @@ func (e *HeldBackError) Error() string {
 // pipeline's own earlier transaction, so only other pipelines' transactions
 // can hold it back.
 func (s *Store) Load(ctx context.Context, name string) (*Checkpoint, error) {
+	cp, _, err := s.LoadWithReset(ctx, name)
+	return cp, err
+}
+
+// LoadWithReset is Load that also says whether the newest record of name
+// is a reset marker (Checkpoint.IsReset): then cp is nil and reset is the
+// marker's Operator (who reset it, when, from which position).
+func (s *Store) LoadWithReset(ctx context.Context, name string) (cp *Checkpoint, reset *Operator, err error) {
 	var last stored
-	err := s.scan(ctx, name, func(r stored) { last = r })
+	err = s.scan(ctx, name, func(r stored) { last = r })
 	if hb, ok := errors.AsType[*HeldBackError](err); ok {
-		hb.Visible, _ = last.decode()
-		return nil, err
+		hb.Visible, _, _ = last.decodeReset()
+		return nil, nil, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return last.decode()
+	return last.decodeReset()
 }
 
 // stored is one record of a name as read: only the newest ones are
@@ -221,7 +229,18 @@ type stored struct {
 	found  bool
 }
 
-// decode returns the checkpoint r holds, nil for a tombstone or no record.
+// decodeReset returns the checkpoint r holds, nil for a tombstone, a
+// reset marker (and then its Operator) or no record.
+func (r stored) decodeReset() (*Checkpoint, *Operator, error) {
+	cp, err := r.decode()
+	if cp != nil && cp.IsReset() {
+		return nil, cp.Operator, nil
+	}
+	return cp, nil, err
+}
+
+// decode returns the record r holds (a reset marker too), nil for a
+// tombstone or no record.
 func (r stored) decode() (*Checkpoint, error) {
 	if !r.found || r.value == nil {
 		return nil, nil
@@ -246,7 +265,8 @@ func (s *Store) LoadVisible(ctx context.Context, name string) (*Checkpoint, erro
 	if err := c.scan(ctx, name, func(r stored) { last = r }); err != nil {
 		return nil, err
 	}
-	return last.decode()
+	cp, _, err := last.decodeReset()
+	return cp, err
 }
 
 // noWait as the stable wait reads up to the last stable offset as it is.
@@ -283,6 +303,10 @@ func (s *Store) History(ctx context.Context, name string, n int) ([]*Checkpoint,
 		cp, err := r.decode()
 		if err != nil {
 			return nil, err
+		}
+		if cp.IsReset() { // like a tombstone: the history starts after it
+			out = out[:0]
+			continue
 		}
 		out = append(out, cp)
 	}

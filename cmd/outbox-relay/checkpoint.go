@@ -2,13 +2,13 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,8 +32,9 @@ func newCheckpointCmd() *cobra.Command {
 		Long: `checkpoint reads and writes the pipeline's checkpoint (its GTID set and state),
 stored in kafka.checkpoint_topic under the pipeline name. set, skip and reset
 write in a Kafka transaction with the relay's transactional id, so a live
-relay is fenced; they refuse while a relay looks live unless --force, and ask
-for confirmation (--yes when stdin is not a terminal).`,
+relay is fenced; they refuse while a relay of the pipeline runs (a member of
+its lock group, active or standby) unless --force, and ask for confirmation
+(--yes when stdin is not a terminal).`,
 		Example: `  outbox-relay checkpoint show --config relay.yaml --json
   outbox-relay checkpoint history --config relay.yaml -n 5
   outbox-relay checkpoint set --config relay.yaml --to now --yes`,
@@ -127,7 +128,7 @@ func checkpointShow(cfg config.Config, asJSON *bool, wait *time.Duration) error 
 	if err != nil {
 		return err
 	}
-	cp, err := store.WithStableWait(*wait).Load(ctx, cfg.Name)
+	cp, reset, err := store.WithStableWait(*wait).LoadWithReset(ctx, cfg.Name)
 	if held, ok := errors.AsType[*checkpoint.HeldBackError](err); ok && !*asJSON {
 		fmt.Printf("WARNING: not final: %s holds records not yet visible to readers; a newer checkpoint of %s may be among them\n", cfg.Kafka.CheckpointTopic, cfg.Name)
 		for _, h := range held.Holders {
@@ -155,6 +156,11 @@ func checkpointShow(cfg config.Config, asJSON *bool, wait *time.Duration) error 
 		enc.SetIndent("", "  ")
 		return enc.Encode(cp)
 	}
+	if cp == nil && reset != nil {
+		fmt.Printf("no checkpoint for %s in %s: reset by %s at %s (it was at %s): the relay starts at source.start (%s)\n", cfg.Name,
+			cfg.Kafka.CheckpointTopic, reset.User, reset.Time.Format(time.RFC3339), cmp.Or(reset.From, "(none)"), cfg.Source.Start)
+		return nil
+	}
 	if cp == nil {
 		fmt.Printf("no checkpoint for %s in %s: the relay starts at source.start (%s)\n", cfg.Name, cfg.Kafka.CheckpointTopic, cfg.Source.Start)
 		return nil
@@ -176,6 +182,9 @@ func printCheckpoint(cp *checkpoint.Checkpoint) {
 		fmt.Printf("last commit: %s\n", cp.CommitTime.UTC().Format(time.RFC3339))
 	}
 	fmt.Printf("events:      %d\n", cp.Events)
+	if op := cp.Operator; op != nil {
+		fmt.Printf("written by:  checkpoint %s, %s at %s (it was at %s)\n", op.Command, op.User, op.Time.Format(time.RFC3339), cmp.Or(op.From, "(none)"))
+	}
 }
 
 func newCheckpointHistoryCmd() *cobra.Command {
@@ -262,7 +271,7 @@ That transaction's rows are never published.`,
 	path := configFlag(cmd)
 	gtid := cmd.Flags().String("gtid", "", "the one GTID to skip: MariaDB domain-server-sequence, MySQL server_uuid[:tag]:number")
 	w := writeFlags{
-		force: cmd.Flags().Bool("force", false, "skip a GTID that is not the next after the checkpoint, and write even though a relay with this name looks live (it is fenced and stops)"),
+		force: cmd.Flags().Bool("force", false, "skip a GTID that is not the next after the checkpoint, and write even though a relay of this pipeline is running (it is fenced, its open transaction aborted)"),
 		yes:   cmd.Flags().Bool("yes", false, "do not ask for confirmation"),
 	}
 	cmd.RunE = func(*cobra.Command, []string) error {
@@ -292,8 +301,14 @@ func checkpointSkip(cfg config.Config, gtid *string, w writeFlags) error {
 	if err != nil {
 		return err
 	}
+	if err := w.live(cfg); err != nil {
+		return err
+	}
+	if err := skipReached(ctx, cfg, next.GTIDSet, *w.force); err != nil {
+		return err
+	}
 	action := fmt.Sprintf("skip transaction %s of %s: checkpoint %q -> %q; its rows are never published", *gtid, cfg.Name, cur.GTIDSet, next.GTIDSet)
-	if err := w.guard(cfg, cur, action); err != nil {
+	if err := w.confirm(action); err != nil {
 		return err
 	}
 	log := newLogger(cfg.Log, nil)
@@ -378,6 +393,7 @@ func skipGTID(cur *checkpoint.Checkpoint, gtid string, force bool) (*checkpoint.
 		next.Partial = nil
 	}
 	next.Time = time.Now().UTC()
+	next.Operator = operatorMark("skip", cur.GTIDSet)
 	return &next, nil
 }
 
@@ -388,7 +404,7 @@ type writeFlags struct {
 
 func addWriteFlags(fs *pflag.FlagSet) writeFlags {
 	return writeFlags{
-		force: fs.Bool("force", false, "write even though a relay with this name looks live (it is fenced and stops)"),
+		force: fs.Bool("force", false, "write even though a relay of this pipeline is running (a member of its lock group): it is fenced, its open transaction aborted"),
 		yes:   fs.Bool("yes", false, "do not ask for confirmation"),
 	}
 }
@@ -407,14 +423,35 @@ func (w writeFlags) overNewer(err error) error {
 	return nil
 }
 
-// guard refuses while a relay looks live and asks for confirmation.
-func (w writeFlags) guard(cfg config.Config, cur *checkpoint.Checkpoint, action string) error {
-	if cur != nil && !*w.force {
-		if age := time.Since(cur.Time); age < 3*cfg.Kafka.CheckpointInterval {
-			return fmt.Errorf("a relay named %s looks live (it checkpointed %s ago, within 3 x kafka.checkpoint_interval): stop it first, or pass --force to fence it",
-				cfg.Name, age.Round(time.Millisecond))
-		}
+// guard refuses while a relay of the pipeline runs (relay.RefuseLive: a
+// member of its lock group, active or standby; one that exited, on an
+// error too, is none), unless --force, and asks for confirmation.
+func (w writeFlags) guard(cfg config.Config, action string) error {
+	if err := w.live(cfg); err != nil {
+		return err
 	}
+	return w.confirm(action)
+}
+
+// live is guard's liveness half: one function for every command.
+// --force passes a running relay only when the write fences it
+// (exactly-once): an at-least-once relay writes no transactions.
+func (w writeFlags) live(cfg config.Config) error {
+	if *w.force && cfg.Kafka.Delivery == config.ExactlyOnce {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
+	defer cancel()
+	err := relay.RefuseLive(ctx, cfg)
+	if err != nil && *w.force && !errors.Is(err, relay.ErrRelayLive) {
+		fmt.Fprintf(os.Stderr, "warning: %v: going on (--force)\n", err)
+		return nil
+	}
+	return err
+}
+
+// confirm is guard's confirmation half.
+func (w writeFlags) confirm(action string) error {
 	if *w.yes {
 		return nil
 	}
@@ -435,7 +472,9 @@ func newCheckpointSetCmd() *cobra.Command {
 		Short: "move the position to a GTID set, or to the source's current or oldest position",
 		Long: `set writes a new checkpoint: a later position skips events, an earlier one
 publishes them again. The captured tables' column layout is kept from the
-previous checkpoint or read from the server (--schema).`,
+previous checkpoint or read from the server (--schema). A --gtid set naming
+transactions the source has not executed (a typo, another server's GTID) is
+refused unless --force, and so is one whose binlogs the source has purged.`,
 		Example: `  outbox-relay checkpoint set --config relay.yaml --to now
   outbox-relay checkpoint set --config relay.yaml --gtid 0-1-100 --schema keep --yes`,
 		Args: noArgs,
@@ -490,24 +529,29 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if err := srv.CheckNotPurged(pos); err != nil {
 		return err
 	}
+	if *to == "" {
+		if err := reachedBy(srv, "set", pos, *w.force); err != nil {
+			return err
+		}
+	}
 	store, cur, err := currentCheckpoint(ctx, cfg, false)
 	if err := w.overNewer(err); err != nil {
 		return err
 	}
-	from := "(none)"
+	from, prev := "(none)", ""
 	var events int64
 	if cur != nil {
-		from, events = cur.GTIDSet, cur.Events
+		from, prev, events = cur.GTIDSet, cur.GTIDSet, cur.Events
 	}
 	layout, signs, err := checkpointLayout(ctx, src, srv, cur, *layoutFrom, *to == "now", pos)
 	if err != nil {
 		return err
 	}
-	if err := w.guard(cfg, cur, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, from, pos)); err != nil {
+	if err := w.guard(cfg, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, from, pos)); err != nil {
 		return err
 	}
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
-		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs}
+		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs, Operator: operatorMark("set", prev)}
 	cp.Provisional = keptProvisional(cur, layout)
 	cp.Tables = checkpoint.TablesOf(cfg.Source.Tables) // set records the configuration's tables
 	if cur != nil && cur.XA != nil {
@@ -526,56 +570,6 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	}
 	log.Info().Str("name", cfg.Name).Str("from", from).Str("to", pos).Msg("checkpoint set")
 	fmt.Printf("checkpoint of %s: %s -> %s\n", cfg.Name, from, pos)
-	return nil
-}
-
-func newCheckpointResetCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "reset --config FILE",
-		Short: "delete the checkpoint: the relay then starts at source.start",
-		Example: `  outbox-relay checkpoint reset --config relay.yaml
-  outbox-relay checkpoint reset --config relay.yaml --yes </dev/null`,
-		Args: noArgs,
-	}
-	path := configFlag(cmd)
-	w := addWriteFlags(cmd.Flags())
-	cmd.RunE = func(*cobra.Command, []string) error {
-		cfg, err := loadConfigFile(*path)
-		if err != nil {
-			return err
-		}
-		return checkpointReset(cfg, w)
-	}
-	return cmd
-}
-
-func checkpointReset(cfg config.Config, w writeFlags) error {
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
-	defer cancel()
-	store, cur, err := currentCheckpoint(ctx, cfg, false)
-	newer := err != nil
-	if err := w.overNewer(err); err != nil {
-		return err
-	}
-	from := "(a newer format)"
-	switch {
-	case cur != nil:
-		from = cur.GTIDSet
-	case !newer:
-		// Still written: the tombstone is the operator's word that the relay
-		// starts at source.start, also where it stopped because the checkpoint
-		// it had is gone (checkpoint.ErrLost).
-		from = "(none)"
-	}
-	if err := w.guard(cfg, cur, fmt.Sprintf("delete the checkpoint of %s (at %s); the relay then starts at source.start (%s)", cfg.Name, strconv.Quote(from), cfg.Source.Start)); err != nil {
-		return err
-	}
-	log := newLogger(cfg.Log, nil)
-	if err := writeCheckpoint(cfg, store, nil, log); err != nil {
-		return err
-	}
-	log.Info().Str("name", cfg.Name).Str("from", from).Msg("checkpoint reset")
-	fmt.Printf("checkpoint of %s: %s -> (none)\n", cfg.Name, from)
 	return nil
 }
 

@@ -58,6 +58,7 @@ stdin is not a terminal).`,
 		next := *cur
 		next.Tables = want
 		next.Time = time.Now().UTC()
+		next.Operator = operatorMark("tables", cur.GTIDSet)
 		if cur.Schema != nil {
 			// Added tables need a layout where the binlog has no column
 			// names: their current definitions (checkpointLayout says so).
@@ -78,7 +79,7 @@ stdin is not a terminal).`,
 			was = "[" + strings.Join(cur.Tables, ", ") + "]"
 		}
 		action := fmt.Sprintf("record source.tables [%s] in the checkpoint of %s at %q (was %s)", strings.Join(want, ", "), cfg.Name, cur.GTIDSet, was)
-		if err := w.guard(cfg, cur, action); err != nil {
+		if err := w.guard(cfg, action); err != nil {
 			return err
 		}
 		log := newLogger(cfg.Log, nil)

@@ -163,7 +163,7 @@ func TestCheckpointTopicRecreatedStopsAtRestart(t *testing.T) {
 	if len(rep.Duplicates)+len(rep.Unexpected) > 0 || len(rep.Missing) != 10 || !strings.Contains(strings.Join(rep.Missing, " "), "down") {
 		t.Fatalf("after the reset: %s; want exactly the 10 rows written while down missing", rep)
 	}
-	if !strings.Contains(r.Logs(), "checkpoint was reset") {
+	if !strings.Contains(r.Logs(), "checkpoint reset by the operator") {
 		t.Fatalf("the start after the reset does not say so:\n%s", tailLines(r.Logs(), 20))
 	}
 }

@@ -213,7 +213,7 @@ func TestCheckpointCommands(t *testing.T) {
 
 	// While the relay is live, writing commands refuse.
 	_, errOut, code := env.CLI(t, "checkpoint", "set", "--gtid", start, "--yes", "--config", path)
-	if code == 0 || !strings.Contains(errOut, "looks live") {
+	if code != 1 || !strings.Contains(errOut, "is running") {
 		t.Fatalf("set on a live relay: exit %d %s", code, errOut)
 	}
 	// Not a terminal and no --yes: refused, nothing changed.

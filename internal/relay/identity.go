@@ -64,7 +64,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, adm *kadm.Client) (*checkpoi
 	}
 	cp := loaded.Checkpoint
 	if cp == nil {
-		return nil, st, r.judgeMissing(st, loaded.Reset)
+		return nil, st, r.judgeMissing(st, loaded)
 	}
 	if err := checkpoint.CheckTables(cp, r.cfg.Source.Tables); err != nil {
 		return nil, st, err
@@ -78,13 +78,19 @@ func (r *Relay) loadCheckpoint(ctx context.Context, adm *kadm.Client) (*checkpoi
 // the pipeline, whether it starts at source.start: nil on a first start or
 // after an operator's reset; a checkpoint.ErrLost error when it has had a
 // checkpoint that is gone.
-func (r *Relay) judgeMissing(st checkpoint.TopicState, reset bool) error {
+func (r *Relay) judgeMissing(st checkpoint.TopicState, loaded checkpoint.Loaded) error {
 	topic, id := r.cfg.Kafka.CheckpointTopic, checkpoint.IDString(st.ID)
-	if reset {
-		if r.had != nil || r.recordedTopicID() != "" {
-			r.log.Warn().Str("topic", topic).Str("start", r.cfg.Source.Start).
-				Msg("the checkpoint was reset (checkpoint reset wrote a tombstone): starting at source.start")
-		}
+	if by := loaded.ResetBy; by != nil {
+		// The operator's explicit way back to source.start: said loudly,
+		// once per start from it (the initial checkpoint replaces the marker).
+		r.log.Warn().Str("reset_by", by.User).Time("reset_at", by.Time).Str("reset_from", by.From).
+			Str("start", r.cfg.Source.Start).Msg("checkpoint reset by the operator (outbox-relay checkpoint reset): starting at source.start")
+		r.had = nil
+		return nil
+	}
+	if loaded.Reset {
+		r.log.Warn().Str("topic", topic).Str("start", r.cfg.Source.Start).
+			Msg("checkpoint reset by a tombstone (an older build's checkpoint reset): starting at source.start")
 		r.had = nil
 		return nil
 	}
@@ -109,10 +115,11 @@ func (r *Relay) judgeMissing(st checkpoint.TopicState, reset bool) error {
 		return r.lost(fmt.Sprintf("the checkpoint topic's records were deleted (log start offset %d)", st.LogStart), "")
 	}
 	// The same topic, nothing deleted: only compaction removes the newest
-	// record of a name, and only a tombstone (checkpoint reset, a day or
-	// more ago: delete.retention.ms).
+	// record of a name, and only a tombstone (an older build's checkpoint
+	// reset, a day or more ago: delete.retention.ms); compaction keeps a
+	// reset marker.
 	r.log.Warn().Str("topic", topic).Str("start", r.cfg.Source.Start).
-		Msg("no checkpoint of this pipeline, which had one, in the same checkpoint topic: it was reset (checkpoint reset) and compaction removed the tombstone; starting at source.start")
+		Msg("no checkpoint of this pipeline, which had one, in the same checkpoint topic: it was reset with a tombstone and compaction removed it; starting at source.start")
 	return nil
 }
 

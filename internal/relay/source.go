@@ -82,7 +82,7 @@ func (r *Relay) acceptHost(cp *checkpoint.Checkpoint) func(*binlog.Server) error
 				return fmt.Errorf("%w: checkpoint of %s was written for %s, the source %s runs %s",
 					ErrFlavorMismatch, cp.Name, cp.Flavor, srv.Addr, srv.Flavor)
 			}
-			return srv.Resumable(cp.GTIDSet, cp.From())
+			return setByHand(srv, cp, srv.Resumable(cp.GTIDSet, cp.From()))
 		}
 		switch start := r.cfg.Source.Start; start {
 		case "now", "earliest":
@@ -218,4 +218,23 @@ func (r *Relay) refusedBy(host, from string) error {
 	}
 	delete(r.refused, host)
 	return nil
+}
+
+// setByHand adds to err, a host refusing the checkpoint cp as ahead of it
+// or diverged, that an operator wrote cp (checkpoint set or skip) and
+// which of its GTIDs the host has not executed: a position typed by hand
+// is likelier a mistake than a server that lost transactions.
+func setByHand(srv *binlog.Server, cp *checkpoint.Checkpoint, err error) error {
+	op := cp.Operator
+	if err == nil || op == nil || !errors.Is(err, binlog.ErrPositionAhead) && !errors.Is(err, binlog.ErrPositionDiverged) {
+		return err
+	}
+	missing, uerr := srv.Unexecuted(cp.GTIDSet)
+	if uerr != nil || missing == "" {
+		return err
+	}
+	return fmt.Errorf("the checkpoint %q was set by hand (`outbox-relay checkpoint %s` by %s at %s; it was at %q), not written by the relay, "+
+		"and %s has not executed %s of it: if that is a mistake (a typo, another server's GTID), set it again with "+
+		"`outbox-relay checkpoint set --gtid SET` (SET: the GTID set before the first unpublished event; the one it replaced is above): %w",
+		cp.GTIDSet, op.Command, op.User, op.Time.Format(time.RFC3339), op.From, srv.Addr, missing, err)
 }

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+// checkpoint reset: the operator's explicit way back to source.start. It
+// writes a reset marker (checkpoint.ResetMarker), not a tombstone, so that
+// the relay tells a reset from a checkpoint that vanished, and fences a
+// running relay (with --force) like set and skip.
+
+func newCheckpointResetCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "reset --config FILE",
+		Short: "delete the checkpoint: the relay then starts at source.start",
+		Long: `reset replaces the checkpoint with a reset marker (who, when, from which
+position): the relay then starts at source.start and logs the reset. With
+--force a running relay is fenced (both transactional ids: its open
+transaction is aborted) and starts there too.`,
+		Example: `  outbox-relay checkpoint reset --config relay.yaml
+  outbox-relay checkpoint reset --config relay.yaml --yes </dev/null`,
+		Args: noArgs,
+	}
+	path := configFlag(cmd)
+	w := addWriteFlags(cmd.Flags())
+	cmd.RunE = func(*cobra.Command, []string) error {
+		cfg, err := loadConfigFile(*path)
+		if err != nil {
+			return err
+		}
+		return checkpointReset(cfg, w)
+	}
+	return cmd
+}
+
+func checkpointReset(cfg config.Config, w writeFlags) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
+	defer cancel()
+	store, cur, err := currentCheckpoint(ctx, cfg, false)
+	newer := err != nil
+	if err := w.overNewer(err); err != nil {
+		return err
+	}
+	from := "(a newer format)"
+	switch {
+	case cur != nil:
+		from = cur.GTIDSet
+	case !newer:
+		// Still written: the marker is the operator's word that the relay
+		// starts at source.start, also where it stopped because the
+		// checkpoint it had is gone (checkpoint.ErrLost).
+		from = "(none)"
+	}
+	if err := w.guard(cfg, fmt.Sprintf("delete the checkpoint of %s (at %s); the relay then starts at source.start (%s)", cfg.Name, strconv.Quote(from), cfg.Source.Start)); err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, nil)
+	prev := ""
+	if cur != nil {
+		prev = cur.GTIDSet
+	}
+	// A reset marker, not a tombstone: the relay tells the operator's reset
+	// (start at source.start) from a checkpoint that vanished (stop).
+	if err := writeCheckpoint(cfg, store, checkpoint.ResetMarker(cfg.Name, *operatorMark(checkpoint.CommandReset, prev)), log); err != nil {
+		return err
+	}
+	log.Info().Str("name", cfg.Name).Str("from", from).Msg("checkpoint reset")
+	fmt.Printf("checkpoint of %s: %s -> (none)\n", cfg.Name, from)
+	fmt.Printf("the relay starts at source.start (%s), and logs the reset; a running relay was fenced (its open transaction aborted) and starts there too\n", cfg.Source.Start)
+	return nil
+}
