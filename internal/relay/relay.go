@@ -270,6 +270,8 @@ func kind(err error) string {
 		return "fenced"
 	case errors.Is(err, ErrBadRow):
 		return "bad_row"
+	case errors.Is(err, ErrRecordRefused):
+		return "record_refused"
 	case errors.Is(err, ErrRejected):
 		return "rejected"
 	case errors.Is(err, ErrInvalidOp):
