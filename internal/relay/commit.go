@@ -174,6 +174,7 @@ func (l *loop) startCommit(ctx context.Context) error {
 		Schema:     l.schema,
 		Unsigned:   l.unsigned,
 		XA:         l.xaCheckpoint(),
+		Partitions: l.sink.place.snapshot(),
 	}
 	if l.partial.GTID != "" {
 		p := l.partial

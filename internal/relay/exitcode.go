@@ -60,7 +60,7 @@ func ExitCode(err error) int {
 		return ExitData
 	case is(config.ErrInvalid, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrNoColumnNames, binlog.ErrBadPosition, binlog.ErrDuplicateServerID, binlog.ErrPacketTooLarge,
-		ErrFlavorMismatch, ErrRejected, checkpoint.ErrTopicLayout):
+		ErrFlavorMismatch, ErrRejected, ErrPartitionsChanged, checkpoint.ErrTopicLayout):
 		return ExitConfig
 	case is(binlog.ErrPurged):
 		return ExitPurged

@@ -651,6 +651,9 @@ func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
 
 func (l *loop) onTick(ctx context.Context, now time.Time) error {
 	cfg := l.r.cfg.Kafka
+	if err := l.sink.place.changedWhileRunning(); err != nil {
+		return err
+	}
 	l.progress(now)
 	l.recoverLimit(now)
 	cp, err := l.sink.drain() // at-least-once; a no-op exactly-once

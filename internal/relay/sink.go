@@ -119,6 +119,7 @@ type sinkOptions struct {
 	maxUnackedBytes int64
 	log             zerolog.Logger // notes of topics the broker refused to create
 	limits          *topicLimits   // franz-go's per-topic batch limit; nil: its default for every topic
+	place           *placements    // partition counts keys are placed by (placement.go); nil: the topics' own
 }
 
 // aloBatch is an at-least-once batch: its records not yet acknowledged and,
@@ -291,6 +292,9 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 		noteCreateRefused(s.log, topic, refused)
 	}
 	info.partitions = int32(len(details[topic].Partitions))
+	if err := s.place.learn(topic, info.partitions); err != nil {
+		return topicInfo{}, err
+	}
 	rc, err := s.adm.DescribeTopicConfigs(ctx, topic)
 	if err != nil && !adminRefused(err) {
 		return topicInfo{}, fmt.Errorf("describe topic %s configs: %w", topic, classify(err))
