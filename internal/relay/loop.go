@@ -568,7 +568,7 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 		}
 		return out, fmt.Errorf("topic %s: max.message.bytes is now %d (was %d): start again with it", rec.Topic, info.maxBytes, was)
 	}
-	return out, checkStamp(out.kafka, info, time.Now())
+	return out, checkStamp(out.kafka, info)
 }
 
 // deadLetter builds the record that carries a bad row to the dead-letter

@@ -55,11 +55,9 @@ func recordRefusal(ke *kerr.Error) bool {
 type stampBounds struct {
 	logAppend     bool
 	before, after time.Duration
-	// difference: message.timestamp.difference.max.ms (brokers before
-	// Kafka 3.6; deprecated since): both bounds when they are not given.
+	// difference: message.timestamp.difference.max.ms (Kafka before 4.0;
+	// deprecated since 3.6): a bound where before or after sets none.
 	difference time.Duration
-	haveBefore bool
-	haveAfter  bool
 }
 
 // take reads one topic config entry into b.
@@ -75,9 +73,9 @@ func (b *stampBounds) take(key, value string) {
 	case "message.timestamp.type":
 		b.logAppend = value == "LogAppendTime"
 	case "message.timestamp.before.max.ms":
-		b.before, b.haveBefore = ms(), true
+		b.before = ms()
 	case "message.timestamp.after.max.ms":
-		b.after, b.haveAfter = ms(), true
+		b.after = ms()
 	case "message.timestamp.difference.max.ms":
 		b.difference = ms()
 	}
@@ -86,21 +84,26 @@ func (b *stampBounds) take(key, value string) {
 // bounds are the effective before and after bounds (0: none).
 func (b stampBounds) bounds() (before, after time.Duration) {
 	before, after = b.before, b.after
-	if !b.haveBefore {
+	if before == 0 {
 		before = b.difference
 	}
-	if !b.haveAfter {
+	if after == 0 {
 		after = b.difference
 	}
 	return before, after
 }
 
+// bounded reports whether the topic refuses any timestamp.
+func (b stampBounds) bounded() bool {
+	return !b.logAppend && (b.before > 0 || b.after > 0 || b.difference > 0)
+}
+
 // refuses says why the topic would refuse a record stamped ts at now, or "".
 func (b stampBounds) refuses(ts, now time.Time) string {
-	if b.logAppend || ts.IsZero() {
+	before, after := b.bounds()
+	if b.logAppend || ts.IsZero() || before == 0 && after == 0 {
 		return "" // the broker stamps it; a zero one is stamped by the client
 	}
-	before, after := b.bounds()
 	if d := ts.Sub(now); after > 0 && d > after {
 		return fmt.Sprintf("timestamp %s is %s ahead of the relay's clock, the topic takes at most %s ahead (message.timestamp.after.max.ms)",
 			ts.UTC().Format(time.RFC3339Nano), d.Round(time.Millisecond), after)
@@ -114,8 +117,11 @@ func (b stampBounds) refuses(ts, now time.Time) string {
 
 // checkStamp is a bad row when topic (as last read) would refuse rec's
 // timestamp.
-func checkStamp(rec *kgo.Record, info topicInfo, now time.Time) error {
-	if why := info.stamps.refuses(rec.Timestamp, now); why != "" {
+func checkStamp(rec *kgo.Record, info topicInfo) error {
+	if !info.stamps.bounded() {
+		return nil
+	}
+	if why := info.stamps.refuses(rec.Timestamp, time.Now()); why != "" {
 		return fmt.Errorf("%w: topic %s would refuse the record: %s; fix the source's clock or router.timestamp_column, or the topic's setting (README \"Record timestamps\")",
 			router.ErrBadRow, rec.Topic, why)
 	}
