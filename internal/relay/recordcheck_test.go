@@ -1,9 +1,15 @@
 package relay
 
 import (
+	"context"
+	"crypto/rand"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The timestamp bounds the relay reads from a topic's configs refuse what
@@ -38,6 +44,45 @@ func TestTopicTimestampBounds(t *testing.T) {
 		}
 		if b.bounded() == (got == "") && tc.refused != "" {
 			t.Errorf("%s: bounded() is %v", tc.name, b.bounded())
+		}
+	}
+}
+
+// A record the broker refuses for its content although the relay's checks
+// passed it (here: the topic's max.message.bytes, lowered behind the
+// relay's back) ends the batch with a data stop (exit 65) that names the
+// topic, the partition and the event ids of the refused batch; a refusal of
+// the topic or an authorisation stays a configuration stop.
+func TestRecordRefusedByBrokerIsNamedDataStop(t *testing.T) {
+	ctx := context.Background()
+	a := newTestSink(t, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1})
+	adm := kadm.NewClient(a.cl)
+	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "max.message.bytes", Value: kadm.StringPtr("2000")}}, "data")
+	if err == nil {
+		_, err = resp.On("data", nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One key, one partition, one batch: Kafka refuses a partition's batch
+	// as a whole, so the error lists every record of it.
+	rec := func(id string, size int) *kgo.Record {
+		v := make([]byte, size)
+		rand.Read(v) // incompressible
+		return &kgo.Record{Topic: "data", Key: []byte("k"), Value: v, Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(id)}}}
+	}
+	for _, r := range []*kgo.Record{rec("ok-1", 10), rec("big-1", 5000)} {
+		if err := a.produce(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = a.commit(ctx, cpAt("0-1-2"))
+	if !errors.Is(err, ErrRecordRefused) || ExitCode(err) != ExitData || kind(err) != "record_refused" {
+		t.Fatalf("commit ended with %v (exit %d), want ErrRecordRefused (exit %d)", err, ExitCode(err), ExitData)
+	}
+	for _, want := range []string{"MESSAGE_TOO_LARGE", "topic data partition ", `event_id ["ok-1" "big-1"]`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not name %s: %v", want, err)
 		}
 	}
 }
