@@ -156,6 +156,35 @@ func TestPartitionsAddedKeepEachAggregateInOnePartition(t *testing.T) {
 				t.Fatalf("the warning does not name %q; the log:\n%s", want, tailLines(logs, 20))
 			}
 		}
+		// replay publishes a row again where the relay placed its aggregate.
+		one := map[string]string{} // aggregate -> one of its event ids
+		for id, agg := range s.OutboxRows(t) {
+			one[agg] = id
+		}
+		var list []string
+		for _, id := range one {
+			list = append(list, id)
+		}
+		if out, errOut, code := env.CLI(t, "replay", "--config", WriteConfig(t, cfg), "--event-id", strings.Join(list, ","), "--yes"); code != 0 {
+			t.Fatalf("replay: exit %d: %s%s", code, out, errOut)
+		}
+		placed := map[string]int32{}
+		var replayed []Record
+		for _, rec := range Consume(t, k.Brokers, topic) {
+			if rec.Headers["replayed"] != "" {
+				replayed = append(replayed, rec)
+			} else {
+				placed[rec.Key] = rec.Partition
+			}
+		}
+		for _, rec := range replayed {
+			if rec.Partition != placed[rec.Key] {
+				t.Errorf("replay put %s (%s) in partition %d, its aggregate is in %d", rec.ID, rec.Key, rec.Partition, placed[rec.Key])
+			}
+		}
+		if len(replayed) != len(list) {
+			t.Fatalf("%d records replayed, want %d", len(replayed), len(list))
+		}
 	})
 }
 

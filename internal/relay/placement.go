@@ -206,3 +206,17 @@ func (pp placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
 	}
 	return partitioned{explicitTopic: pp.explicitOrKey.ForTopic(topic).(explicitTopic), p: pp.p, topic: topic, slot: pp.p.slot(topic)}
 }
+
+// PartitionerFor is Partitioner with the keys of each topic in counts (a
+// checkpoint's Partitions) placed by its count, as the relay places them:
+// records a command publishes again (replay, dead-letter replay) land in
+// their aggregate's partition after partitions were added. A topic with
+// fewer partitions than its count fails the record.
+func PartitionerFor(counts map[string]int32) kgo.Partitioner {
+	p := newPlacements(config.PartitionsKeep, zerolog.Nop())
+	p.load(counts)
+	for topic, c := range counts {
+		p.slot(topic).count.Store(c)
+	}
+	return placedPartitioner{explicitOrKey{kgo.StickyKeyPartitioner(nil)}, p}
+}
