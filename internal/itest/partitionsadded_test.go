@@ -105,19 +105,24 @@ func TestPartitionsAddedKeepEachAggregateInOnePartition(t *testing.T) {
 		r.WaitReady(t)
 		writeAlarms(t, s, cfg, 64, "a")
 		addPartitions(t, k.Brokers, topic, 8)
-		// A row to a new topic: the producer loads metadata again and with
-		// it the alarm topic's 8 partitions.
-		if err := env.DB.Exec(fmt.Sprintf(`INSERT INTO %s.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('other-1', 'other', 'other-1', 'X', '{}')`, s.Name)); err != nil {
-			t.Fatal(err)
+		// Rows to new topics, until the producer's metadata (loaded again for
+		// a new topic) shows the alarm topic's 8 partitions to the
+		// partitioner, which logs it; then more alarms.
+		const changed = "partition count changed while running"
+		for i := 1; !strings.Contains(r.Logs(), changed); i++ {
+			if i > 20 {
+				t.Fatalf("the producer did not see the added partitions after %d new topics; the log:\n%s", i-1, tailLines(r.Logs(), 20))
+			}
+			if err := env.DB.Exec(fmt.Sprintf(`INSERT INTO %s.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('other-%d', 'other%d', 'other-%d', 'X', '{}')`, s.Name, i, i, i)); err != nil {
+				t.Fatal(err)
+			}
+			writeAlarms(t, s, cfg, 2, fmt.Sprintf("w%d", i))
 		}
 		writeAlarms(t, s, cfg, 64, "b")
 		if err := r.Stop(); err != nil {
 			t.Fatal(err)
 		}
 		checkAggregatesWhole(t, s, k.Brokers, cfg.Router.TopicPrefix, topic)
-		if !strings.Contains(r.Logs(), "partition count changed while running") {
-			t.Fatalf("the change while running was not logged; the log:\n%s", tailLines(r.Logs(), 20))
-		}
 		// The count goes on with the checkpoint.
 		if cp := loadCheckpoint(t, cfg); cp.Partitions[topic] != 3 {
 			t.Fatalf("checkpoint records %v partitions for %s, want 3", cp.Partitions, topic)
