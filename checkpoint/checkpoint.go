@@ -62,6 +62,12 @@ type Checkpoint struct {
 	// XA lists the XA transactions prepared in the source and not yet
 	// committed or rolled back; nil when there is none.
 	XA *XA `json:"xa,omitempty"`
+	// Partitions is, for each output topic the pipeline wrote to, the
+	// partition count its keys are placed by (murmur2(key) % count), so
+	// that partitions added to a topic never split an aggregate across a
+	// restart (kafka.on_partitions_added). An older checkpoint without it:
+	// each topic's count when the relay first writes to it.
+	Partitions map[string]int32 `json:"partitions,omitempty"`
 	// Operator is set on a record an operator's command wrote (checkpoint
 	// set, skip, reset, tables), not the relay, whose next checkpoint drops it: a
 	// stop on the position can say it was set by hand. With Command

@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 // errNotThisPipeline: a record on a (shared) dead-letter topic that is not
@@ -137,8 +136,12 @@ func replayDeadLetters(ctx context.Context, cfg config.Config, kopts []kgo.Opt, 
 			return 0, 0, err
 		}
 	}
+	part, err := checkpointPartitioner(ctx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
 	cl, err := kgo.NewClient(append(kopts, kgo.TransactionalID(cfg.Name+".dead-letter-replay"),
-		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(relay.Partitioner()))...)
+		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(part))...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("kafka client: %w", err)
 	}

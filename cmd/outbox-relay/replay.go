@@ -412,8 +412,12 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 	if sess != nil {
 		return publishInSession(ctx, sess, recs)
 	}
+	part, err := checkpointPartitioner(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	cl, err := kgo.NewClient(append(kopts, kgo.TransactionalID(cfg.Name+".replay"),
-		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(relay.Partitioner()))...)
+		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(part))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
@@ -606,4 +610,23 @@ func confirm(yes bool, action string) error {
 		return fmt.Errorf("not confirmed: nothing changed")
 	}
 	return nil
+}
+
+// checkpointPartitioner places records as the relay does: by the partition
+// counts its committed checkpoint records (relay.PartitionerFor), so that a
+// replay does not put an aggregate's record in another partition after
+// partitions were added to its topic.
+func checkpointPartitioner(ctx context.Context, cfg config.Config) (kgo.Partitioner, error) {
+	store, err := checkpointStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := store.Load(ctx, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint (its partition counts): %w", err)
+	}
+	if cp == nil {
+		return relay.Partitioner(), nil
+	}
+	return relay.PartitionerFor(cp.Partitions), nil
 }

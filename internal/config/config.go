@@ -184,7 +184,22 @@ type Kafka struct {
 	// ClientMetrics adds franz-go's client metrics (outbox_relay_kafka_*,
 	// per broker and topic) to /metrics.
 	ClientMetrics bool `yaml:"client_metrics"`
+	// OnPartitionsAdded is what the relay does when an output topic's
+	// partition count differs from the one its checkpoint recorded: keep
+	// (default) places keys by the recorded count, adopt takes the new
+	// one, stop stops. See README "Partitions added to an output topic".
+	OnPartitionsAdded PartitionsAdded `yaml:"on_partitions_added"`
 }
+
+// PartitionsAdded is kafka.on_partitions_added.
+type PartitionsAdded string
+
+// Values of kafka.on_partitions_added.
+const (
+	PartitionsKeep  PartitionsAdded = "keep"
+	PartitionsAdopt PartitionsAdded = "adopt"
+	PartitionsStop  PartitionsAdded = "stop"
+)
 
 // Compression is kafka.compression.
 type Compression string
@@ -208,6 +223,11 @@ func (k Kafka) validateProducer() []error {
 	}
 	if k.TransactionLanes != 1 && k.TransactionLanes != 2 {
 		errs = append(errs, fmt.Errorf("kafka.transaction_lanes: %d: write 1 or 2", k.TransactionLanes))
+	}
+	switch k.OnPartitionsAdded {
+	case PartitionsKeep, PartitionsAdopt, PartitionsStop:
+	default:
+		errs = append(errs, fmt.Errorf("kafka.on_partitions_added: %q: write keep, adopt or stop", k.OnPartitionsAdded))
 	}
 	if k.Linger < 0 || k.Linger > time.Minute {
 		errs = append(errs, fmt.Errorf("kafka.linger: %s: write a duration from 0 to 1m, such as 5ms", k.Linger))
@@ -303,6 +323,7 @@ func defaults() Config {
 			RequestTimeout:     30 * time.Second,
 			Compression:        CompressSnappy,
 			TransactionLanes:   2,
+			OnPartitionsAdded:  PartitionsKeep,
 		},
 		Router: RouterConfig{
 			Preset:            "outbox",

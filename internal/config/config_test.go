@@ -52,7 +52,8 @@ func TestDefaultsAndExpansion(t *testing.T) {
 	}
 	if cfg.Kafka.Delivery != ExactlyOnce || cfg.Source.Start != "now" || cfg.Source.Flavor != "auto" ||
 		cfg.Kafka.CheckpointTopic != "outbox-relay.checkpoints" || cfg.Router.TopicPrefix != "outbox.event." ||
-		cfg.Router.PayloadColumn != "payload" || cfg.HTTP.Listen != "127.0.0.1:9464" || cfg.Kafka.TransactionLanes != 2 {
+		cfg.Router.PayloadColumn != "payload" || cfg.HTTP.Listen != "127.0.0.1:9464" || cfg.Kafka.TransactionLanes != 2 ||
+		cfg.Kafka.OnPartitionsAdded != PartitionsKeep {
 		t.Fatalf("defaults not applied: %+v", cfg)
 	}
 	full, _ := os.ReadFile("testdata/full.good.yaml")
@@ -61,7 +62,7 @@ func TestDefaultsAndExpansion(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Kafka.Batch.MaxWait != 50*time.Millisecond || cfg.Source.HeartbeatPeriod != 2*time.Second || cfg.Kafka.TopicPartitions != 12 ||
-		cfg.Kafka.TransactionLanes != 1 {
+		cfg.Kafka.TransactionLanes != 1 || cfg.Kafka.OnPartitionsAdded != PartitionsAdopt {
 		t.Fatalf("values not read: %+v", cfg.Kafka)
 	}
 }

@@ -88,7 +88,7 @@ func TestExactErrorMessages(t *testing.T) {
 		{"regex", "router:\n  topic_regex: \"([\"\n  topic_replacement: x\n",
 			"invalid configuration: router.topic_regex (line 2): \"([\" is not a valid regular expression (Go RE2 syntax): missing closing ]: `[`"},
 		{"unknown key", "kafka:\n  brokerz: [a]\n",
-			"invalid configuration: kafka.brokerz (line 2): unknown key: write one of batch, brokers, checkpoint_interval, checkpoint_topic, client_metrics, compression, delivery, linger, replication_factor, request_timeout, sasl, tls, topic_partitions, transaction_lanes, transaction_timeout"},
+			"invalid configuration: kafka.brokerz (line 2): unknown key: write one of batch, brokers, checkpoint_interval, checkpoint_topic, client_metrics, compression, delivery, linger, on_partitions_added, replication_factor, request_timeout, sasl, tls, topic_partitions, transaction_lanes, transaction_timeout"},
 		{"list for a string", "source:\n  user: [a, b]\n",
 			`invalid configuration: source.user (line 2): got a list: write a single value (quote it if it contains ": ", " #" or starts with a special character)`},
 		{"string for a list", "source:\n  tables: app.outbox\n",

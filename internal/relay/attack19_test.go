@@ -496,7 +496,7 @@ func (h *harness) startLeased(ls *lease) *attempt {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	limits := &topicLimits{}
-	cl, err := kgo.NewClient(producerOpts(cfg, limits, r.kopts)...)
+	cl, err := kgo.NewClient(producerOpts(cfg, limits, nil, r.kopts)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +511,7 @@ func (h *harness) startLeased(ls *lease) *attempt {
 	must("checkpoint topic", r.store.EnsureTopic(ctx, kadm.NewClient(cl), cfg.Kafka.ReplicationFactor))
 	_, _, err = cl.ProducerID(ctx)
 	must("init producer", err)
-	a.laneCl, a.checkCl, err = r.secondLane(ctx, limits)
+	a.laneCl, a.checkCl, err = r.secondLane(ctx, limits, nil)
 	must("second lane", err)
 	a.cp, err = r.store.Load(ctx, cfg.Name)
 	must("load checkpoint", err)

@@ -418,7 +418,7 @@ func (h *harness) startAtLeastOnce() *attempt {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	limits := &topicLimits{}
-	cl, err := kgo.NewClient(producerOpts(cfg, limits, r.kopts)...)
+	cl, err := kgo.NewClient(producerOpts(cfg, limits, nil, r.kopts)...)
 	if err != nil {
 		t.Fatal(err)
 	}

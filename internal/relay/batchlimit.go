@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Batch bound after a slow broker.
@@ -93,19 +91,20 @@ func (l *loop) setLimit(records int, now time.Time) {
 	l.sink.maxUnacked = int64(2 * records)
 }
 
-// sizeRefused lets one attempt that ended with a batch Kafka refused as too
-// large (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE: a topic's
-// max.message.bytes lowered while the relay ran) be retried: the next
-// attempt reads the topics' limits again and sends a row over them to the
-// dead-letter topic, or stops naming it. The same refusal again stays
-// ErrRejected (fatal).
+// sizeRefused lets one attempt that ended with a record Kafka refused for
+// its content (ErrRecordRefused: MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
+// INVALID_TIMESTAMP, INVALID_RECORD: a topic's
+// max.message.bytes or timestamp bounds changed while the relay ran) be
+// retried: the next attempt reads the topics' settings again, and its
+// checks (recordcheck.go) send a row over them to the dead-letter topic, or
+// stop naming it. The same refusal again stays ErrRecordRefused (fatal).
 func (r *Relay) sizeRefused(err error) error {
-	refused := errors.Is(err, ErrRejected) && (errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge))
+	refused := errors.Is(err, ErrRecordRefused)
 	if !refused || r.tooLarge {
 		r.tooLarge = refused
 		return err
 	}
 	r.tooLarge = true
-	r.log.Warn().Err(err).Msg("kafka refused a batch as too large: starting again with the topics' max.message.bytes read anew")
-	return fmt.Errorf("kafka refused a batch as too large (retried once with the limits read again): %v", err)
+	r.log.Warn().Err(err).Msg("kafka refused a record: starting again with the topics' settings (max.message.bytes, message.timestamp.*) read anew")
+	return fmt.Errorf("kafka refused a record (retried once with the topics' settings read again): %v", err)
 }

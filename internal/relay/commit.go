@@ -176,6 +176,7 @@ func (l *loop) startCommit(ctx context.Context) error {
 		Unsigned:    l.unsigned,
 		Provisional: l.provisional,
 		XA:          l.xaCheckpoint(),
+		Partitions:  l.sink.place.snapshot(),
 	}
 	if l.partial.GTID != "" {
 		p := l.partial

@@ -24,7 +24,9 @@ const (
 	// transaction the relay cannot frame, outbox rows rolled back inside a
 	// logged transaction, an XA COMMIT of an unknown prepare, a source whose
 	// binlog diverges from the checkpoint, a DDL the tracker cannot follow,
-	// a corrupt checkpoint, a checkpoint lost (checkpoint.ErrLost). A restart stops at the
+	// a corrupt checkpoint, a checkpoint lost (checkpoint.ErrLost), a record
+	// Kafka refused for its content although the relay's checks passed it
+	// (ErrRecordRefused). A restart stops at the
 	// same place: do not restart, fix it (README "Transaction shapes").
 	ExitData = 65
 	// ExitPurged: the binlogs the checkpoint needs are gone from the source
@@ -54,10 +56,13 @@ func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return ExitOK
+	case is(ErrRecordRefused):
+		// Also ErrRejected: a record's content, not the configuration.
+		return ExitData
 	case is(config.ErrInvalid, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
 		binlog.ErrNoColumnNames, binlog.ErrBadPosition, binlog.ErrDuplicateServerID, binlog.ErrPacketTooLarge,
 		binlog.ErrPacketBound, binlog.ErrInsecureLogin,
-		ErrFlavorMismatch, ErrRejected, checkpoint.ErrTopicLayout, checkpoint.ErrTablesChanged):
+		ErrFlavorMismatch, ErrRejected, ErrPartitionsChanged, checkpoint.ErrTopicLayout, checkpoint.ErrTablesChanged):
 		return ExitConfig
 	case is(binlog.ErrPurged):
 		return ExitPurged

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
@@ -32,6 +34,11 @@ func TestExitCode(t *testing.T) {
 		{wrap(ErrLeaseLost), ExitTransient},
 		{wrap(context.DeadlineExceeded), ExitTransient},
 		{wrap(ErrFenced), ExitError},
+		// A record refused for its content is a data stop; a refusal of a
+		// topic or an authorisation stays a configuration one.
+		{wrap(classify(kerr.InvalidTimestamp)), ExitData},
+		{wrap(classify(kerr.MessageTooLarge)), ExitData},
+		{wrap(classify(kerr.TopicAuthorizationFailed)), ExitConfig},
 	} {
 		if got := ExitCode(c.err); got != c.want {
 			t.Errorf("ExitCode(%v) = %d, want %d", c.err, got, c.want)

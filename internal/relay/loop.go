@@ -572,7 +572,7 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 		}
 		return out, fmt.Errorf("topic %s: max.message.bytes is now %d (was %d): start again with it", rec.Topic, info.maxBytes, was)
 	}
-	return out, nil
+	return out, checkStamp(out.kafka, info)
 }
 
 // deadLetter builds the record that carries a bad row to the dead-letter
@@ -609,6 +609,13 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 		{Key: "source.gtid", Value: []byte(ev.GTID)},
 		{Key: "id", Value: []byte(eventID)},
 	}}
+	if info.stamps.refuses(rec.Timestamp, time.Now()) != "" {
+		// The row's own timestamp is what was wrong with it (or the
+		// dead-letter topic would refuse it too): the dead letter is
+		// stamped now; its header keeps the row's.
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "source.timestamp", Value: []byte(rec.Timestamp.UTC().Format(time.RFC3339Nano))})
+		rec.Timestamp = time.Now()
+	}
 	if value == nil || recordSize(rec) > info.maxBytes {
 		// The row stays in the outbox table; the headers say where.
 		rec.Value = nil
@@ -667,6 +674,9 @@ func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
 
 func (l *loop) onTick(ctx context.Context, now time.Time) error {
 	cfg := l.r.cfg.Kafka
+	if err := l.sink.place.changedWhileRunning(); err != nil {
+		return err
+	}
 	l.progress(now)
 	l.recoverLimit(now)
 	cp, err := l.sink.drain() // at-least-once; a no-op exactly-once

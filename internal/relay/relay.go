@@ -285,7 +285,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // fatal errors need an operator; retrying cannot fix them.
 func fatal(err error) bool {
-	for _, e := range []error{ErrFenced, ErrRejected, ErrBadRow, ErrInvalidOp, ErrFlavorMismatch, ErrUnknownXA,
+	for _, e := range []error{ErrFenced, ErrRejected, ErrBadRow, ErrPartitionsChanged, ErrInvalidOp, ErrFlavorMismatch, ErrUnknownXA,
 		binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, binlog.ErrDuplicateServerID,
 		binlog.ErrPacketTooLarge, binlog.ErrPacketBound, binlog.ErrInsecureLogin, binlog.ErrPositionDiverged, config.ErrInvalid, checkpoint.ErrCorrupt,
 		checkpoint.ErrTopicLayout, checkpoint.ErrLost, checkpoint.ErrTablesChanged, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
@@ -304,6 +304,10 @@ func kind(err error) string {
 		return "fenced"
 	case errors.Is(err, ErrBadRow):
 		return "bad_row"
+	case errors.Is(err, ErrRecordRefused):
+		return "record_refused"
+	case errors.Is(err, ErrPartitionsChanged):
+		return "partitions_changed"
 	case errors.Is(err, ErrRejected):
 		return "rejected"
 	case errors.Is(err, ErrInvalidOp):
@@ -364,7 +368,7 @@ func exactlyOnceLinger(configured time.Duration) time.Duration {
 
 // producerOpts are the options of an attempt's producer: kopts (the
 // configured connection and producer settings) with the relay's own.
-func producerOpts(cfg config.Config, limits *topicLimits, kopts []kgo.Opt) []kgo.Opt {
+func producerOpts(cfg config.Config, limits *topicLimits, place *placements, kopts []kgo.Opt) []kgo.Opt {
 	// Exactly-once, a batch (at most max_records) never fills the buffer;
 	// at-least-once, the sink keeps half of it free.
 	maxBuffered := 4 * cfg.Kafka.Batch.MaxRecords
@@ -372,7 +376,9 @@ func producerOpts(cfg config.Config, limits *topicLimits, kopts []kgo.Opt) []kgo
 		// A batch never exceeds the topic's max.message.bytes (learned
 		// before the first record to it), or the broker would refuse it.
 		kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes),
-		kgo.RecordPartitioner(Partitioner()),
+		// Keys placed by the partition counts the checkpoint recorded
+		// (placement.go).
+		kgo.RecordPartitioner(placedPartitioner{explicitOrKey{kgo.StickyKeyPartitioner(nil)}, place}),
 		kgo.ProducerLinger(0),
 		// A topic the relay just created may be unknown to a broker for a
 		// moment (Apache Kafka, not kfake): refresh metadata quickly.
@@ -395,9 +401,9 @@ func producerOpts(cfg config.Config, limits *topicLimits, kopts []kgo.Opt) []kgo
 // second lane's question before each commit (lanes.go); with one it closes
 // it and returns nils, and a principal not allowed the id (so that no relay
 // under it wrote with it) is no error. The caller closes both.
-func (r *Relay) secondLane(ctx context.Context, limits *topicLimits) (lane, check *kgo.Client, err error) {
+func (r *Relay) secondLane(ctx context.Context, limits *topicLimits, place *placements) (lane, check *kgo.Client, err error) {
 	id := checkpoint.TransactionalIDs(r.cfg.Name)[1]
-	cl, err := kgo.NewClient(append(producerOpts(r.cfg, limits, r.kopts), kgo.TransactionalID(id))...)
+	cl, err := kgo.NewClient(append(producerOpts(r.cfg, limits, place, r.kopts), kgo.TransactionalID(id))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create kafka client: %w", err)
 	}
@@ -426,7 +432,8 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	limits := &topicLimits{}
-	opts := producerOpts(r.cfg, limits, r.kopts)
+	place := newPlacements(r.cfg.Kafka.OnPartitionsAdded, r.log)
+	opts := producerOpts(r.cfg, limits, place, r.kopts)
 	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce
 	if r.cfg.Kafka.ClientMetrics && r.metrics != nil {
 		opts = append(opts, r.metrics.KafkaClient()) // this attempt's producer only: one live client at a time
@@ -456,7 +463,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	var laneCl, checkCl *kgo.Client // the second lane's producer and its question's client, if any
 	if exactlyOnce {
-		if laneCl, checkCl, err = r.secondLane(ctx, limits); err != nil {
+		if laneCl, checkCl, err = r.secondLane(ctx, limits, place); err != nil {
 			return err
 		}
 		if laneCl != nil {
@@ -470,6 +477,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	if cp != nil {
 		r.metrics.CheckpointKnown(cp.Time, cp.CommitTime) // purge margin and age from the start, whatever comes next
+		place.load(cp.Partitions)
 	}
 	// The first of source.hosts that has every published transaction; waits
 	// while the usable ones are only behind (source.go).
@@ -488,7 +496,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	sopts := sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits}
+		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place}
 	lanes := []*sink{newSink(runCtx, cl, r.store, sopts)}
 	if laneCl != nil {
 		lanes = append(lanes, newSink(runCtx, laneCl, r.store, sopts))

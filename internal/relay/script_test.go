@@ -270,7 +270,7 @@ func (h *harness) start() *attempt {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	limits := &topicLimits{}
-	cl, err := kgo.NewClient(producerOpts(cfg, limits, r.kopts)...) // as Relay.attempt
+	cl, err := kgo.NewClient(producerOpts(cfg, limits, nil, r.kopts)...) // as Relay.attempt
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func (h *harness) start() *attempt {
 	if _, _, err := cl.ProducerID(ctx); err != nil { // fences the previous attempt, aborts its transaction
 		fail("init producer", err)
 	}
-	laneCl, checkCl, err := r.secondLane(ctx, limits) // as Relay.attempt: the second transactional id
+	laneCl, checkCl, err := r.secondLane(ctx, limits, nil) // as Relay.attempt: the second transactional id
 	if err != nil {
 		fail("second lane", err)
 	}

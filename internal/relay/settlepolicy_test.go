@@ -104,7 +104,7 @@ func TestProducerLinger(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl, err := kgo.NewClient(producerOpts(cfg, &topicLimits{}, kopts)...)
+		cl, err := kgo.NewClient(producerOpts(cfg, &topicLimits{}, nil, kopts)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestSmallBatchOneProduceRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			limits := &topicLimits{}
-			cl, err := kgo.NewClient(append(producerOpts(cfg, limits, kopts), tc.linger...)...)
+			cl, err := kgo.NewClient(append(producerOpts(cfg, limits, nil, kopts), tc.linger...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

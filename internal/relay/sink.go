@@ -49,6 +49,7 @@ type sink struct {
 	pctx     context.Context
 	errMu    sync.Mutex
 	firstErr error
+	refused  refusedBatch // records Kafka refused for their content (recordcheck.go); under errMu
 	promise  func(*kgo.Record, error)
 
 	// At-least-once: the open batch, and batches ended but not yet
@@ -118,6 +119,7 @@ type sinkOptions struct {
 	maxUnackedBytes int64
 	log             zerolog.Logger // notes of topics the broker refused to create
 	limits          *topicLimits   // franz-go's per-topic batch limit; nil: its default for every topic
+	place           *placements    // partition counts keys are placed by (placement.go); nil: the topics' own
 }
 
 // aloBatch is an at-least-once batch: its records not yet acknowledged and,
@@ -131,11 +133,15 @@ type aloBatch struct {
 func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *sink {
 	s := &sink{sinkOptions: opts, cl: cl, adm: kadm.NewClient(cl), store: store,
 		topics: map[string]topicInfo{store.Topic(): {partitions: 1, maxBytes: maxBatchBytes}}, reread: map[string]bool{}, pctx: ctx}
-	s.promise = func(_ *kgo.Record, err error) {
+	s.promise = func(r *kgo.Record, err error) {
 		if err != nil {
 			s.errMu.Lock()
 			if s.firstErr == nil {
 				s.firstErr = err
+			}
+			var ke *kerr.Error
+			if errors.As(err, &ke) && recordRefusal(ke) {
+				s.refused.note(r)
 			}
 			s.errMu.Unlock()
 		}
@@ -207,10 +213,18 @@ func (s *sink) err() error {
 	return s.firstErr
 }
 
+// refusedAt names the records Kafka refused for their content, if any.
+func (s *sink) refusedAt() string {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.refused.String()
+}
+
 // topicInfo is what the sink knows of a topic it writes to.
 type topicInfo struct {
 	partitions int32
-	maxBytes   int // largest record the topic accepts
+	maxBytes   int         // largest record the topic accepts
+	stamps     stampBounds // the timestamps it accepts (recordcheck.go)
 }
 
 // maxBatchBytes is franz-go's default ProducerBatchMaxBytes: no record may
@@ -278,6 +292,9 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 		noteCreateRefused(s.log, topic, refused)
 	}
 	info.partitions = int32(len(details[topic].Partitions))
+	if err := s.place.learn(topic, info.partitions); err != nil {
+		return topicInfo{}, err
+	}
 	rc, err := s.adm.DescribeTopicConfigs(ctx, topic)
 	if err != nil && !adminRefused(err) {
 		return topicInfo{}, fmt.Errorf("describe topic %s configs: %w", topic, classify(err))
@@ -287,6 +304,7 @@ func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error)
 			if v, err := strconv.Atoi(c.MaybeValue()); c.Key == "max.message.bytes" && err == nil && v > 0 {
 				info.maxBytes = min(v, maxTopicBytes) // the batches follow it (topicLimits)
 			}
+			info.stamps.take(c.Key, c.MaybeValue())
 		}
 	}
 	s.topics[topic] = info
@@ -480,7 +498,7 @@ func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settl
 		return nil, fmt.Errorf("flush batch: %w", ackTimeout(flushErr))
 	}
 	if err := s.err(); err != nil {
-		return nil, fmt.Errorf("produce batch: %w", s.classify(err))
+		return nil, fmt.Errorf("produce batch: %w%s", s.classify(err), s.refusedAt())
 	}
 	hit("after-flush")
 	if err := s.lease.err(); err != nil {
@@ -526,7 +544,7 @@ func (s *sink) drain() (*checkpoint.Checkpoint, error) {
 		done++
 	}
 	if err := s.err(); err != nil {
-		return nil, fmt.Errorf("produce batch: %w", classify(err))
+		return nil, fmt.Errorf("produce batch: %w%s", classify(err), s.refusedAt())
 	}
 	if done == 0 {
 		return nil, nil
@@ -615,6 +633,7 @@ func (s *sink) abort(ctx context.Context) error {
 	s.open, s.began = false, time.Time{}
 	s.errMu.Lock()
 	s.firstErr = nil // the aborted records' errors (ErrAborting) end with them
+	s.refused = refusedBatch{}
 	s.errMu.Unlock()
 	return nil
 }
@@ -650,8 +669,14 @@ var ErrRejected = errors.New("kafka rejected the batch")
 // like retriable ones: a new client from the checkpoint recovers from them.
 func classify(err error) error {
 	var ke *kerr.Error
-	if err == nil || !errors.As(err, &ke) || ke.Retriable {
+	if err == nil || !errors.As(err, &ke) {
 		return err
+	}
+	if ke.Retriable {
+		return err
+	}
+	if recordRefusal(ke) { // a record's content (recordcheck.go)
+		return fmt.Errorf("%w: %w: %w", ErrRejected, ErrRecordRefused, err)
 	}
 	switch {
 	case fencing(ke):

@@ -321,6 +321,12 @@ func TestClassify(t *testing.T) {
 		if other := map[error]error{ErrFenced: ErrRejected, ErrRejected: ErrFenced}[tt.want]; errors.Is(got, other) {
 			t.Errorf("%v: also %v", tt.err, other)
 		}
+		// A record's content (size, timestamp, form) is a data stop, not a
+		// configuration one: it names the record (recordcheck.go).
+		var ke *kerr.Error
+		if record := errors.As(tt.err, &ke) && recordRefusal(ke); errors.Is(got, ErrRecordRefused) != record {
+			t.Errorf("%v: ErrRecordRefused is %v, want %v", tt.err, errors.Is(got, ErrRecordRefused), record)
+		}
 	}
 	if classify(nil) != nil {
 		t.Error("classify(nil) is not nil")
