@@ -88,7 +88,8 @@ func runSignals(ctx context.Context, log *zerolog.Logger) (context.Context, func
 }
 
 // pipeWriter is the log's writer: once a write fails because the reading
-// end of the pipe is gone (EPIPE), it drops everything after and calls
+// end of the pipe or socket (journald's stream) is gone (EPIPE, ECONNRESET),
+// it drops everything after and calls
 // broken once (the relay then stops cleanly). Other write errors are
 // returned as they are (zerolog reports them and goes on).
 type pipeWriter struct {
@@ -109,7 +110,7 @@ func (p *pipeWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	n, err := p.w.Write(b)
-	if err != nil && errors.Is(err, syscall.EPIPE) {
+	if err != nil && (errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)) {
 		p.gone.Store(true)
 		p.once.Do(func() {
 			if p.broken != nil {
