@@ -19,6 +19,9 @@ func newLogger(cfg config.Log, w io.Writer) zerolog.Logger {
 	}
 	if cfg.Format == config.LogConsole {
 		f, ok := w.(*os.File)
+		if pw, isPipe := w.(*pipeWriter); isPipe {
+			f, ok = pw.File(), pw.File() != nil
+		}
 		color := ok && term.IsTerminal(int(f.Fd())) && os.Getenv("NO_COLOR") == ""
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !color}
 	}

@@ -9,11 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -78,7 +76,8 @@ func newRunCmd() *cobra.Command {
 		Short: "relay outbox rows to Kafka until SIGINT/SIGTERM",
 		Long: `run streams the binlog from the checkpoint (or source.start), publishes every
 committed outbox row and stores the position in Kafka. On SIGINT/SIGTERM it
-commits the work in hand, writes a final checkpoint and exits 0. Other exit
+commits the work in hand, writes a final checkpoint and exits 0; SIGHUP,
+SIGUSR1 and SIGUSR2 are logged and ignored (README "Signals"). Other exit
 codes: 1 error, 2 command-line mistake, 65 fatal data stop, 66 purged
 position, 75 transient failure, 78 configuration error (README "Exit codes").`,
 		Example: `  outbox-relay run --config relay.yaml
@@ -132,13 +131,17 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	log := newLogger(cfg.Log, nil)
+	logOut := newPipeWriter(os.Stderr)
+	log := newLogger(cfg.Log, logOut)
 	m := metrics.New(shortVersion())
 	r, err := relay.New(cfg, log, m)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGINT/SIGTERM, or a log stream that broke, stop the relay cleanly;
+	// SIGHUP, SIGUSR1/2 are logged and ignored; SIGPIPE is ignored (signals.go).
+	ctx, brokenLog, stop := runSignals(context.Background(), &log)
+	logOut.onBroken(brokenLog)
 	defer stop()
 
 	if cfg.HTTP.Listen != "" {
@@ -177,6 +180,12 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 		}
 		return err
 	}
-	log.Info().AnErr("cause", context.Cause(ctx)).Msg("stopped")
+	cause := context.Cause(ctx)
+	log.Info().AnErr("cause", cause).Msg("stopped")
+	if errors.Is(cause, errLogClosed) {
+		// Stopped cleanly, the final checkpoint written: exit 75 so that a
+		// supervisor starts it again with a log stream that works.
+		return fmt.Errorf("stopped after the final checkpoint: %w: restart the relay with a working stderr", cause)
+	}
 	return nil
 }

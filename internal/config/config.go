@@ -83,10 +83,10 @@ type HA struct {
 	// group.min.session.timeout.ms (6s by default) and
 	// group.max.session.timeout.ms.
 	SessionTimeout time.Duration `yaml:"session_timeout"`
-	// HeartbeatInterval is how often a member heartbeats; at most a third of
-	// SessionTimeout. The active instance stops publishing once
-	// SessionTimeout - 2 x HeartbeatInterval passes without an answered
-	// group request, before its session can expire.
+	// HeartbeatInterval is how often a member heartbeats; at most a quarter
+	// of SessionTimeout (MinSessionTimeout). The active instance stops
+	// publishing once SessionTimeout - 2 x HeartbeatInterval passes without
+	// an answered group request, before its session can expire.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	// InstanceID is this instance's static membership id in the lock group
 	// (Kafka's group.instance.id, KIP-345): an instance that restarts with
@@ -596,8 +596,19 @@ func (c *Config) Validate() error {
 	if h.InstanceID != "" && !validInstanceID(h.InstanceID) {
 		bad("ha.instance_id: %q: write letters, digits, '.', '_' and '-' only, at most 249 characters", h.InstanceID)
 	}
-	if h.HeartbeatInterval <= 0 || 3*h.HeartbeatInterval > h.SessionTimeout {
-		bad("ha.heartbeat_interval: %s: write a positive duration of at most a third of ha.session_timeout (%s)", h.HeartbeatInterval, h.SessionTimeout)
+	if h.HeartbeatInterval <= 0 {
+		bad("ha.heartbeat_interval: %s: write a positive duration of at most a quarter of ha.session_timeout (%s)", h.HeartbeatInterval, h.SessionTimeout)
+	} else if MinSessionTimeout(h.HeartbeatInterval) > h.SessionTimeout {
+		// The lease lapses after SessionTimeout - 2 x HeartbeatInterval
+		// without an answered group request, and heartbeats go one interval
+		// after the last one's answer: a margin of one interval is crossed
+		// on every heartbeat (3s / 1s lost the lease every few seconds on
+		// Apache Kafka). Two intervals leave one heartbeat's slack.
+		bad("ha.heartbeat_interval: %s with ha.session_timeout %s: the active instance gives the lease up after "+
+			"session_timeout - 2 x heartbeat_interval (%s) without an answered group request, which must hold two heartbeats "+
+			"or the lease is lost on every late answer: write a heartbeat_interval of at most %s (a quarter of the session timeout), "+
+			"or a session_timeout of at least %s",
+			h.HeartbeatInterval, h.SessionTimeout, h.SessionTimeout-2*h.HeartbeatInterval, h.SessionTimeout/4, MinSessionTimeout(h.HeartbeatInterval))
 	}
 	if l := c.HTTP.Listen; l != "" {
 		if err := checkHostPort(l, true); err != nil {
@@ -664,3 +675,10 @@ func validInstanceID(id string) bool {
 	}
 	return true
 }
+
+// MinSessionTimeout is the shortest ha.session_timeout that holds the lease
+// with heartbeat: 4 x heartbeat. The lease lapses after session_timeout -
+// 2 x heartbeat without an answered group request, and a heartbeat is sent
+// one interval after the answer to the last one: that margin must hold two
+// intervals, so that one late answer does not lose the lease.
+func MinSessionTimeout(heartbeat time.Duration) time.Duration { return 4 * heartbeat }

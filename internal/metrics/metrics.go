@@ -57,21 +57,22 @@ type Metrics struct {
 	// source and Kafka, not stopping).
 	Ready atomic.Bool
 
-	position   string
-	sources    map[string]uint64
-	state      atomic.Pointer[State]
-	progress   atomic.Int64           // unix nanoseconds of the last progress mark
-	stall      atomic.Int64           // http.stall_timeout; 0: never stalled
-	connFrom   atomic.Int64           // unix nanoseconds: since when the active instance connects without streaming; 0 not
-	connWhy    atomic.Pointer[string] // why its last attempt to start failed
-	kafkaSeen  atomic.Int64           // unix nanoseconds of the last answered group request
-	kafkaAge   atomic.Int64           // how old kafkaSeen may be for /readyz; 0: not checked
-	leaseEnd   atomic.Int64           // unix nanoseconds until which the lease is trusted; 0: not checked
-	lastCommit atomic.Int64           // unix nanoseconds: commit time of the last source transaction handled
-	atHead     atomic.Bool            // a heartbeat was handled after it
-	cpCommit   atomic.Int64           // unix nanoseconds: commit time of the last known checkpoint's last transaction; 0 unknown
-	clearAt    atomic.Int64           // unix nanoseconds: last time at the head with everything read checkpointed
-	retention  atomic.Int64           // binlog retention (ns); 0 unknown, -1 never purged by age
+	position     string
+	sources      map[string]uint64
+	state        atomic.Pointer[State]
+	progress     atomic.Int64           // unix nanoseconds of the last progress mark
+	stall        atomic.Int64           // http.stall_timeout; 0: never stalled
+	connFrom     atomic.Int64           // unix nanoseconds: since when the active instance connects without streaming; 0 not
+	connWhy      atomic.Pointer[string] // why its last attempt to start failed
+	kafkaSeen    atomic.Int64           // unix nanoseconds of the last answered group request
+	kafkaAge     atomic.Int64           // how old kafkaSeen may be for /readyz; 0: not checked
+	kafkaBrokers atomic.Pointer[string] // the lock group's brokers, for /readyz
+	leaseEnd     atomic.Int64           // unix nanoseconds until which the lease is trusted; 0: not checked
+	lastCommit   atomic.Int64           // unix nanoseconds: commit time of the last source transaction handled
+	atHead       atomic.Bool            // a heartbeat was handled after it
+	cpCommit     atomic.Int64           // unix nanoseconds: commit time of the last known checkpoint's last transaction; 0 unknown
+	clearAt      atomic.Int64           // unix nanoseconds: last time at the head with everything read checkpointed
+	retention    atomic.Int64           // binlog retention (ns); 0 unknown, -1 never purged by age
 }
 
 // New registers the metrics on a fresh registry.
@@ -170,7 +171,7 @@ func New(version string) *Metrics {
 	for _, st := range States {
 		oneHot = append(oneHot, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "outbox_relay_up",
-			Help:        "1 for the instance's current state (standby, connecting, streaming, fenced, stopped), 0 for the others.",
+			Help:        "1 for the instance's current state (standby, connecting, streaming, fenced, stopped, kafka_unreachable), 0 for the others.",
 			ConstLabels: prometheus.Labels{"state": string(st)},
 		}, func() float64 { return b2f(m.State() == st) }))
 	}

@@ -23,7 +23,7 @@ func oneHot(state State, role Role) string {
 		}
 		b.WriteString(`outbox_relay_role{role="` + string(r) + `"} ` + v + "\n")
 	}
-	b.WriteString("# HELP outbox_relay_up 1 for the instance's current state (standby, connecting, streaming, fenced, stopped), 0 for the others.\n# TYPE outbox_relay_up gauge\n")
+	b.WriteString("# HELP outbox_relay_up 1 for the instance's current state (standby, connecting, streaming, fenced, stopped, kafka_unreachable), 0 for the others.\n# TYPE outbox_relay_up gauge\n")
 	for _, s := range States {
 		v := "0"
 		if s == state {

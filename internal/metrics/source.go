@@ -75,6 +75,10 @@ func (m *Metrics) CheckpointKnown(written, commit time.Time) {
 	m.noteClear()
 }
 
+// LagSeconds is outbox_relay_source_lag_seconds now (the progress log line
+// reports it).
+func (m *Metrics) LagSeconds() float64 { return m.sourceLag() }
+
 // sourceLag is the commit-time lag of the last transaction handled while
 // behind the server's head, 0 at the head or before the first transaction
 // of this term; NaN unless active.

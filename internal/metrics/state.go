@@ -31,6 +31,14 @@ const (
 	// StateStopped: Run has returned (or has not begun); kept for
 	// http.exit_grace before a fatal exit, with outbox_relay_exit_code.
 	StateStopped State = "stopped"
+	// StateKafkaUnreachable: holding no lease because Kafka does not
+	// answer: the lock group's coordinator has answered no group request
+	// for longer than the lease is trusted (ha.session_timeout - 2 x
+	// ha.heartbeat_interval; LeaseUntil), whether the instance was active
+	// (its lease lapsed by the clock) or not (rejoining the group).
+	// Derived: a broker outage reads as this, never as a standby that
+	// another instance could be covering for. Its role is standby.
+	StateKafkaUnreachable State = "kafka_unreachable"
 
 	// StateStarting and StateRetrying are the relay's names for the two
 	// halves of StateConnecting (an attempt starting, a pause before the
@@ -40,7 +48,7 @@ const (
 )
 
 // States lists every State, in the order they are exported.
-var States = []State{StateStandby, StateConnecting, StateStreaming, StateFenced, StateStopped}
+var States = []State{StateStandby, StateConnecting, StateStreaming, StateFenced, StateStopped, StateKafkaUnreachable}
 
 // Role is the instance's role in outbox_relay_role{role}.
 type Role string
@@ -122,12 +130,17 @@ func (m *Metrics) State() State {
 		if value(m.Fenced) == 1 {
 			return StateFenced
 		}
+		if m.kafkaGone() {
+			return StateKafkaUnreachable
+		}
 		return StateStandby
 	}
-	if end := m.leaseEnd.Load(); end != 0 && time.Now().UnixNano() > end {
+	if m.kafkaGone() {
 		// The clock says the lease may be gone: whatever the loop is
-		// still winding down, this instance publishes nothing more.
-		return StateStandby
+		// still winding down, this instance publishes nothing more. Only
+		// an answered group request moves leaseEnd: the coordinator has
+		// not answered (or the process was paused, for a moment).
+		return StateKafkaUnreachable
 	}
 	if *p == StateConnecting && m.Ready.Load() {
 		return StateStreaming
@@ -136,7 +149,7 @@ func (m *Metrics) State() State {
 }
 
 // LeaseUntil sets until when the lease is trusted (zero time: no lease
-// check); past it an active state reads as standby.
+// check); past it the state reads as kafka_unreachable (role standby).
 func (m *Metrics) LeaseUntil(t time.Time) {
 	if t.IsZero() {
 		m.leaseEnd.Store(0)
@@ -145,10 +158,34 @@ func (m *Metrics) LeaseUntil(t time.Time) {
 	m.leaseEnd.Store(t.UnixNano())
 }
 
-// Role is the role of the current state; "" when stopped.
+// KafkaBrokers names the lock group's brokers for /readyz.
+func (m *Metrics) KafkaBrokers(brokers string) { m.kafkaBrokers.Store(&brokers) }
+
+// kafkaGone: past the time until which the lease is trusted (LeaseUntil),
+// which only an answered group request moves: the lock group's coordinator
+// has answered nothing for ha.session_timeout - 2 x ha.heartbeat_interval.
+func (m *Metrics) kafkaGone() bool {
+	end := m.leaseEnd.Load()
+	return end != 0 && time.Now().UnixNano() > end
+}
+
+// kafkaUnreachable says why the state is StateKafkaUnreachable, for /readyz.
+func (m *Metrics) kafkaUnreachable() string {
+	why := "kafka unreachable"
+	if b := m.kafkaBrokers.Load(); b != nil && *b != "" {
+		why += ": " + *b
+	}
+	if seen := m.kafkaSeen.Load(); seen != 0 {
+		why += fmt.Sprintf(" (the lock group's coordinator answered nothing for %s)", since(seen).Round(100*time.Millisecond))
+	}
+	return why
+}
+
+// Role is the role of the current state; "" when stopped. An instance
+// that cannot reach Kafka holds no lease: standby.
 func (m *Metrics) Role() Role {
 	switch m.State() {
-	case StateStandby, StateFenced:
+	case StateStandby, StateFenced, StateKafkaUnreachable:
 		return RoleStandby
 	case StateStopped:
 		return ""
@@ -197,7 +234,9 @@ func (m *Metrics) Stalled() time.Duration {
 // NotReady says why /readyz fails, "" when the instance is active, streaming
 // and Kafka answered recently. outbox_relay_ready exports the same verdict.
 func (m *Metrics) NotReady() string {
-	if s := m.State(); s != StateStreaming {
+	if s := m.State(); s == StateKafkaUnreachable {
+		return m.kafkaUnreachable()
+	} else if s != StateStreaming {
 		return string(s)
 	}
 	if limit := time.Duration(m.kafkaAge.Load()); limit > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -204,6 +205,7 @@ func (e *elector) join(ctx context.Context) error {
 	}
 	now := time.Now()
 	e.lastOK.Store(now.UnixNano())
+	e.r.metrics.KafkaSeen(now)
 	e.r.metrics.LeaseUntil(now.Add(e.guard))
 	e.cl = cl
 	return nil
@@ -411,6 +413,7 @@ func (e *elector) end(l *lease) {
 func (r *Relay) elect(ctx context.Context) error {
 	r.metrics.SetStallTimeout(r.cfg.EffectiveStallTimeout())
 	r.metrics.KafkaMaxAge(2*r.cfg.HA.HeartbeatInterval + time.Second)
+	r.metrics.KafkaBrokers(strings.Join(r.cfg.Kafka.Brokers, ","))
 	r.metrics.SetState(metrics.StateStandby)
 	defer r.metrics.SetState(metrics.StateStopped)
 	e := r.newElector()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -121,6 +122,9 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 		l.events = cp.Events
 		l.lastCommitTime = cp.CommitTime
 	}
+	// The progress line counts what this attempt publishes, not the
+	// pipeline's total the checkpoint carries.
+	l.progressEvents = l.events
 	l.loadXA(cp)
 	if cp != nil && cp.Replays() {
 		if l.done, err = binlog.ParseSet(srv.Flavor, cp.GTIDSet); err != nil {
@@ -713,7 +717,10 @@ func (l *loop) onTick(ctx context.Context, now time.Time) error {
 }
 
 // progress logs throughput, lag and position at log.progress_interval while
-// events flow.
+// events flow: events is what this process published since the last line
+// (never the checkpoint's total), lag_seconds the
+// outbox_relay_source_lag_seconds gauge (0 once the relay has read all the
+// server has, however old the last commit).
 func (l *loop) progress(now time.Time) {
 	interval := l.r.cfg.Log.ProgressInterval
 	if interval <= 0 || now.Sub(l.lastProgress) < interval {
@@ -722,8 +729,11 @@ func (l *loop) progress(now time.Time) {
 	n := l.events - l.progressEvents
 	if n > 0 {
 		el := now.Sub(l.lastProgress).Seconds()
-		l.r.log.Info().Int64("events", n).Float64("events_per_second", float64(n)/el).
-			Float64("lag_seconds", now.Sub(l.lastCommitTime).Seconds()).Str("gtid_set", l.position()).Msg("progress")
+		ev := l.r.log.Info().Int64("events", n).Float64("events_per_second", float64(n)/el)
+		if lag := l.r.metrics.LagSeconds(); !math.IsNaN(lag) {
+			ev = ev.Float64("lag_seconds", lag)
+		}
+		ev.Str("gtid_set", l.position()).Msg("progress")
 	}
 	l.lastProgress, l.progressEvents = now, l.events
 }
