@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -115,21 +116,39 @@ The user needs DELETE on the tables (--user, --password-env) on the primary
 	return cmd
 }
 
-// parseAge reads 7d, 12h, 90m, 30s (days added to Go's durations).
+// maxAge bounds --older-than: an age past it is a typo (or an overflow
+// in the making), not a retention anyone means.
+const maxAge = 3650 * 24 * time.Hour
+
+// dayCount is a plain decimal number of days: no sign, exponent, hex,
+// underscore, NaN or Inf (strconv.ParseFloat takes all of those).
+var dayCount = regexp.MustCompile(`^[0-9]{1,5}(\.[0-9]{1,6})?$`)
+
+// parseAge reads 7d, 12h, 90m, 30s (days added to Go's durations): a
+// finite, positive age of at most maxAge. Anything else is refused, so an
+// overflowing or meaningless age can never turn into "every row".
 func parseAge(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, usageErr("--older-than is required (such as 7d)")
 	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseFloat(d, 64)
-		if err != nil || n <= 0 {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if !dayCount.MatchString(days) {
 			return 0, usageErr("--older-than %q: want a positive number of days, such as 7d", s)
 		}
-		return time.Duration(n * float64(24*time.Hour)), nil
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n <= 0 || n > float64(maxAge/(24*time.Hour)) {
+			return 0, usageErr("--older-than %q: want a positive number of days up to %d, such as 7d", s, int(maxAge/(24*time.Hour)))
+		}
+		d = time.Duration(n * float64(24*time.Hour))
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, usageErr("--older-than %q: want a positive age such as 7d, 36h or 90m", s)
+		}
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, usageErr("--older-than %q: want a positive age such as 7d, 36h or 90m", s)
+	if d <= 0 || d > maxAge {
+		return 0, usageErr("--older-than %q: want an age above 0 and at most %dd", s, int(maxAge/(24*time.Hour)))
 	}
 	return d, nil
 }
