@@ -179,7 +179,9 @@ func TestAccountStatementPasswordsNeverLogged(t *testing.T) {
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
 	u := env.Unique("acct")
-	t.Cleanup(func() { _ = env.DB.Exec("DROP USER IF EXISTS '"+u+"a'@'%'", "DROP USER IF EXISTS '"+u+"b'@'%'", "DROP USER IF EXISTS '"+u+"c'@'%'") })
+	t.Cleanup(func() {
+		_ = env.DB.Exec("DROP USER IF EXISTS '"+u+"a'@'%'", "DROP USER IF EXISTS '"+u+"b'@'%'", "DROP USER IF EXISTS '"+u+"c'@'%'")
+	})
 	secrets := []string{"pw-create-1", "pw-grant-2", "pw-alter-3", "pw-set-4", "pw-via-5", "pw-quote-6", "6C8989366EAF75BB670AD8EA7A7FC1176A95CEF4"}
 	// A GRANT on the captured table is logged (the schema tracker says it
 	// ignored a statement mentioning it); the others pass through unlogged.
