@@ -30,6 +30,11 @@ type Checkpoint struct {
 	// server_id) the position was read from.
 	ServerID string `json:"server_id,omitempty"`
 	Host     string `json:"host,omitempty"`
+	// SourceUID is that server's unique identity (MySQL server_uuid,
+	// MariaDB server_uid; empty in checkpoints written before it was
+	// recorded): prune deletes only on a host proven to be of this
+	// source, as MariaDB's server_id and GTIDs repeat across servers.
+	SourceUID string `json:"source_uid,omitempty"`
 	// Partial is set when one source transaction was split across Kafka
 	// transactions: its first Rows routed rows are already published.
 	Partial *Partial `json:"partial,omitempty"`

@@ -169,7 +169,11 @@ func printCheckpoint(cp *checkpoint.Checkpoint) {
 	if cp.Partial != nil {
 		fmt.Printf("partial:     %d rows of %s published\n", cp.Partial.Rows, cp.Partial.GTID)
 	}
-	fmt.Printf("source:      %s (server %s)\n", cp.Host, cp.ServerID)
+	if cp.SourceUID != "" && cp.SourceUID != cp.ServerID {
+		fmt.Printf("source:      %s (server %s, server_uid %s)\n", cp.Host, cp.ServerID, cp.SourceUID)
+	} else {
+		fmt.Printf("source:      %s (server %s)\n", cp.Host, cp.ServerID)
+	}
 	fmt.Printf("written:     %s (%s ago)\n", cp.Time.Format(time.RFC3339), time.Since(cp.Time).Round(time.Second))
 	if !cp.CommitTime.IsZero() {
 		fmt.Printf("last commit: %s\n", cp.CommitTime.UTC().Format(time.RFC3339))
@@ -505,7 +509,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if err := w.guard(cfg, cur, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, from, pos)); err != nil {
 		return err
 	}
-	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
+	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr, SourceUID: srv.UID,
 		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs}
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
