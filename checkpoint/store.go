@@ -18,6 +18,9 @@ type Store struct {
 	topic      string
 	opts       []kgo.Opt // connection options (brokers, TLS, SASL)
 	stableWait time.Duration
+	// txnOnly: Load accepts only a checkpoint written in a transaction
+	// (see TransactionalOnly).
+	txnOnly bool
 }
 
 // NewStore returns a store for topic; opts carry the connection settings.
@@ -208,6 +211,9 @@ func (s *Store) Load(ctx context.Context, name string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.txnOnly && last.found && !last.txn {
+		return nil, notTransactional(name, last) // one it cannot decode: that error
+	}
 	return last.decode()
 }
 
@@ -219,6 +225,7 @@ type stored struct {
 	offset int64
 	value  []byte // nil: a tombstone
 	found  bool
+	txn    bool // written in a transaction
 }
 
 // decode returns the checkpoint r holds, nil for a tombstone or no record.
@@ -355,7 +362,7 @@ func (s *Store) read(ctx context.Context, name string, start, end int64, fn func
 			if r.Attrs.IsControl() || string(r.Key) != name || r.Offset >= end {
 				return
 			}
-			fn(stored{offset: r.Offset, value: r.Value, found: true})
+			fn(stored{offset: r.Offset, value: r.Value, found: true, txn: r.Attrs.IsTransactional()})
 		})
 		if done {
 			return nil

@@ -49,7 +49,12 @@ func checkpointStore(cfg config.Config) (*checkpoint.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...), nil
+	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...)
+	if cfg.Kafka.Delivery == config.ExactlyOnce {
+		// every checkpoint of an exactly-once pipeline is transactional
+		store = store.TransactionalOnly()
+	}
+	return store, nil
 }
 
 // currentCheckpoint opens cfg's store and loads its committed checkpoint
@@ -397,9 +402,17 @@ func addWriteFlags(fs *pflag.FlagSet) writeFlags {
 }
 
 // overNewer lets set and reset replace a checkpoint in a newer format (the
-// way back after a downgrade) with --force only: which relay wrote it, and
-// whether it still runs, is unknown. Other errors come back as they are.
+// way back after a downgrade), or one written outside a transaction, with
+// --force only: which relay wrote it, and whether it still runs, is
+// unknown. Other errors come back as they are.
 func (w writeFlags) overNewer(err error) error {
+	if errors.Is(err, checkpoint.ErrNotTransactional) {
+		if !*w.force {
+			return fmt.Errorf("%w; pass --force to replace it", err)
+		}
+		fmt.Fprintf(os.Stderr, "warning: %v: replacing it (--force)\n", err)
+		return nil
+	}
 	if err == nil || !errors.Is(err, checkpoint.ErrNewerFormat) {
 		return err
 	}
