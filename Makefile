@@ -63,8 +63,12 @@ test-kafka: deps
 		$(GO) test -count=1 -tags integration -timeout 10m -run TestLeastPrivilegeKafka ./internal/acltest/; rc=$$?; \
 	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; exit $$rc
 
+# Each target for FUZZTIME; `make test` runs their seed corpora only.
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test ./router/ -run '^$$' -fuzz FuzzRoute -fuzztime 30s
+	$(GO) test ./router/ -run '^$$' -fuzz FuzzRoute -fuzztime $(FUZZTIME)
+	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzDecodeInsertRows$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
 
 # Benchmarks (not part of make test): one Kafka transaction timed, catch-up
 # throughput against a tuned naive baseline, latency, memory, CPU profile, on

@@ -232,9 +232,10 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 		f.set = e.GSet
 	}
 	q := strings.TrimSpace(stripComments(string(e.Query)))
+	shown := RedactStatement(q) // a statement's text in a message: never a password
 	switch f.state {
 	case stateIdle:
-		return frameOut{}, false, fmt.Errorf("%w: statement outside a GTID transaction: %.200s", ErrUnframed, q)
+		return frameOut{}, false, fmt.Errorf("%w: statement outside a GTID transaction: %.200s", ErrUnframed, shown)
 	case stateOpened:
 		switch {
 		case !f.standalone && (isWord(q, "BEGIN") || hasPrefixFold(q, "START TRANSACTION")):
@@ -248,21 +249,21 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 		case !f.standalone && hasPrefixFold(q, "XA START"):
 			xid, err := parseXID(q[len("XA START"):])
 			if err != nil {
-				return frameOut{}, false, fmt.Errorf("%w: transaction %s: %v: %.200s", ErrUnframed, f.gtid, err, q)
+				return frameOut{}, false, redactedError{fmt.Errorf("%w: transaction %s: %v: %.200s", ErrUnframed, f.gtid, err, shown), q}
 			}
 			f.state, f.xid = stateXA, xid
 			return frameOut{}, false, nil
 		case hasPrefixFold(q, "XA COMMIT"):
 			xid, onePhase, err := xaEnd(q[len("XA COMMIT"):])
 			if err != nil || onePhase {
-				return frameOut{}, false, fmt.Errorf("%w: transaction %s: cannot read %.200s", ErrUnframed, f.gtid, q)
+				return frameOut{}, false, fmt.Errorf("%w: transaction %s: cannot read %.200s", ErrUnframed, f.gtid, shown)
 			}
 			out, err := f.close(KindCommit, xid)
 			return out, true, err
 		case hasPrefixFold(q, "XA ROLLBACK"):
 			xid, _, err := xaEnd(q[len("XA ROLLBACK"):])
 			if err != nil {
-				return frameOut{}, false, fmt.Errorf("%w: transaction %s: cannot read %.200s", ErrUnframed, f.gtid, q)
+				return frameOut{}, false, fmt.Errorf("%w: transaction %s: cannot read %.200s", ErrUnframed, f.gtid, shown)
 			}
 			out, err := f.close(KindRollback, xid)
 			return out, true, err
@@ -309,7 +310,7 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 			return frameOut{}, false, fmt.Errorf("%w: transaction %s: %.100s undoes outbox rows already in the binlog "+
 				"(a savepoint after which a non-transactional table was also changed); publish them by hand if they are "+
 				"wanted, keep non-transactional tables out of outbox transactions, then skip the transaction with "+
-				"`outbox-relay checkpoint skip --gtid %s`", ErrRolledBackRows, f.gtid, q, f.gtid)
+				"`outbox-relay checkpoint skip --gtid %s`", ErrRolledBackRows, f.gtid, shown, f.gtid)
 		}
 		return frameOut{}, false, nil
 	case hasPrefixFold(q, "RELEASE SAVEPOINT"):
@@ -342,6 +343,7 @@ func (f *framer) undoTo(n int) {
 // outbox without the relay seeing it.
 func (f *framer) statement(e *replication.QueryEvent, q string) error {
 	q = schema.StatementBody(q) // SET STATEMENT ... FOR: the statement it runs
+	shown := RedactStatement(q)
 	tables, dml, err := dmlTargets(string(e.Schema), q)
 	if err != nil {
 		// Only a statement that starts as a row change can be one: table
@@ -351,11 +353,11 @@ func (f *framer) statement(e *replication.QueryEvent, q string) error {
 			return nil
 		}
 		if f.mentionsCaptured(q) || !f.allowStatements {
-			return fmt.Errorf("%w: transaction %s has a statement-logged change the relay cannot read (%v): %.200s; "+
+			return redactedError{fmt.Errorf("%w: transaction %s has a statement-logged change the relay cannot read (%v): %.200s; "+
 				"make the server log rows (binlog_format=ROW), then `outbox-relay checkpoint skip --gtid %s` once its "+
-				"outbox rows, if any, are published", ErrStatementLogged, f.gtid, err, q, f.gtid)
+				"outbox rows, if any, are published", ErrStatementLogged, f.gtid, err, shown, f.gtid), q}
 		}
-		f.warning = fmt.Sprintf("statement-logged change the relay cannot read (%v): %.200s", err, q)
+		f.warning = RedactIn(fmt.Sprintf("statement-logged change the relay cannot read (%v): %.200s", err, shown), q)
 		return nil
 	}
 	if !dml {
@@ -367,7 +369,7 @@ func (f *framer) statement(e *replication.QueryEvent, q string) error {
 			return fmt.Errorf("%w: transaction %s changed %s with a statement logged as such, not as rows, so the relay "+
 				"cannot see its outbox rows: %.200s; make the server log rows (binlog_format=ROW globally, and no session "+
 				"that sets binlog_format=STATEMENT or MIXED), publish that transaction's outbox rows yourself (or insert them "+
-				"again), then skip it with `outbox-relay checkpoint skip --gtid %s`", ErrStatementLogged, f.gtid, t, q, f.gtid)
+				"again), then skip it with `outbox-relay checkpoint skip --gtid %s`", ErrStatementLogged, f.gtid, t, shown, f.gtid)
 		}
 	}
 	if !f.allowStatements {
@@ -375,10 +377,10 @@ func (f *framer) statement(e *replication.QueryEvent, q string) error {
 			"triggers or stored functions would not be in the binlog: %.200s; make the server log rows "+
 			"(binlog_format=ROW), publish such rows yourself if there are any, then `outbox-relay checkpoint skip --gtid %s` "+
 			"(source.statement_dml: warn only logs these, for servers where nothing but the application writes the outbox)",
-			ErrStatementLogged, f.gtid, tables, q, f.gtid)
+			ErrStatementLogged, f.gtid, tables, shown, f.gtid)
 	}
 	f.warning = fmt.Sprintf("statement-logged change of %v: outbox rows written by its triggers or stored functions "+
-		"would not be in the binlog; log rows (binlog_format=ROW): %.200s", tables, q)
+		"would not be in the binlog; log rows (binlog_format=ROW): %.200s", tables, shown)
 	return nil
 }
 

@@ -536,16 +536,20 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 func (r *Reader) applyDDL(st *streamState, out frameOut, batch []Event) ([]Event, error) {
 	gtid := st.frame.gtid
 	changed, err := r.tracker.ApplyMode(out.stmtDB, out.stmt, out.stmtMode)
+	// The statement's text, and the tracker's error about it, can hold a
+	// password (GRANT ... IDENTIFIED BY): both are redacted.
+	stmt := RedactStatement(out.stmt)
+	note := func(format string, a ...any) string { return RedactIn(fmt.Sprintf(format, a...), out.stmt) }
 	switch {
 	case errors.Is(err, schema.ErrUnparsed) && !r.srv.ColumnNames:
-		return batch, fmt.Errorf("read binlog at %s: %w (statement: %.200s)", gtid, err, out.stmt)
+		return batch, redactedError{fmt.Errorf("read binlog at %s: %w (statement: %.200s)", gtid, err, stmt), out.stmt}
 	case errors.Is(err, schema.ErrIgnored):
-		batch = append(batch, Event{Kind: KindIgnored, GTID: gtid, Note: fmt.Sprintf("%v (statement: %.200s)", err, out.stmt)})
+		batch = append(batch, Event{Kind: KindIgnored, GTID: gtid, Note: note("%v (statement: %.200s)", err, stmt)})
 	case err != nil:
-		batch = append(batch, Event{Kind: KindWarning, GTID: gtid, Note: fmt.Sprintf("%v (statement: %.200s); the binlog's "+
-			"column names are used", err, out.stmt)})
+		batch = append(batch, Event{Kind: KindWarning, GTID: gtid, Note: note("%v (statement: %.200s); the binlog's "+
+			"column names are used", err, stmt)})
 	case changed:
-		batch = append(batch, Event{Kind: KindDDL, GTID: gtid, Note: fmt.Sprintf("schema changed: %.200s", out.stmt)})
+		batch = append(batch, Event{Kind: KindDDL, GTID: gtid, Note: note("schema changed: %.200s", stmt)})
 	}
 	if changed {
 		clear(st.tableCache)

@@ -186,7 +186,7 @@ func rowsHeaderLen(t *testing.T, before []*replication.BinlogEvent, data []byte)
 }
 
 // rawEvents are a binlog file's events with their raw bytes.
-func rawEvents(t *testing.T, path string) []*replication.BinlogEvent {
+func rawEvents(t testing.TB, path string) []*replication.BinlogEvent {
 	t.Helper()
 	p := replication.NewBinlogParser()
 	p.SetFlavor(mysql.MariaDBFlavor)

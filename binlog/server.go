@@ -81,6 +81,12 @@ type Server struct {
 	Flavor   string // mysql | mariadb
 	Version  string
 	ServerID string // MySQL server_uuid, MariaDB server_id
+	// UID identifies this server among all others, where the server says:
+	// MySQL's server_uuid, MariaDB's server_uid (a hash of its host's MAC
+	// address and its port; it changes when either does). MariaDB's
+	// server_id and GTIDs repeat across independent servers (each is
+	// 0-1-N by default); its server_uid does not.
+	UID string
 	// Head is the GTID set of everything in the binlog now (MariaDB:
 	// gtid_binlog_pos, the last GTID of each domain; MySQL: gtid_executed).
 	Head string
@@ -221,7 +227,7 @@ func Query(conn *client.Conn, q string) ([][]string, error) {
 func Variables(conn *client.Conn) (map[string]string, error) {
 	rows, err := Query(conn, `SHOW GLOBAL VARIABLES WHERE Variable_name IN (
 		'version','version_comment','log_bin','binlog_format','binlog_row_image','binlog_row_metadata',
-		'gtid_mode','enforce_gtid_consistency','server_id','server_uuid',
+		'gtid_mode','enforce_gtid_consistency','server_id','server_uuid','server_uid',
 		'gtid_binlog_pos','gtid_executed','gtid_purged','log_slave_updates','log_replica_updates',
 		'expire_logs_days','binlog_expire_logs_seconds','binlog_transaction_compression','log_bin_compress')`)
 	if err != nil {
@@ -289,7 +295,7 @@ func (srv *Server) positions(conn *client.Conn, vars map[string]string) error {
 			srv.SlavePos = clean(rows[0][2])
 		}
 		srv.LogsReplicated = strings.EqualFold(vars["log_slave_updates"], "ON") || vars["log_slave_updates"] == "1"
-		srv.ServerID = vars["server_id"]
+		srv.ServerID, srv.UID = vars["server_id"], vars["server_uid"]
 		earliest, err := mariadbEarliest(conn)
 		if err != nil {
 			return err
@@ -297,7 +303,7 @@ func (srv *Server) positions(conn *client.Conn, vars map[string]string) error {
 		srv.Earliest, err = lastPerDomain(earliest)
 		return err
 	}
-	srv.ServerID = vars["server_uuid"]
+	srv.ServerID, srv.UID = vars["server_uuid"], vars["server_uuid"]
 	srv.Earliest = clean(rows[0][2])
 	return nil
 }

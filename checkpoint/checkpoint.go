@@ -34,6 +34,11 @@ type Checkpoint struct {
 	// pipeline that wrote it: part of its identity (see ErrTablesChanged).
 	// Nil when written before the field existed.
 	Tables []string `json:"tables,omitempty"`
+	// SourceUID is that server's unique identity (MySQL server_uuid,
+	// MariaDB server_uid; empty in checkpoints written before it was
+	// recorded): prune deletes only on a host proven to be of this
+	// source, as MariaDB's server_id and GTIDs repeat across servers.
+	SourceUID string `json:"source_uid,omitempty"`
 	// Partial is set when one source transaction was split across Kafka
 	// transactions: its first Rows routed rows are already published.
 	Partial *Partial `json:"partial,omitempty"`

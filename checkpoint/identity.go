@@ -52,6 +52,9 @@ func (s *Store) LoadState(ctx context.Context, name string) (Loaded, error) {
 	if err != nil {
 		return Loaded{}, err
 	}
+	if s.txnOnly && last.found && !last.txn {
+		return Loaded{}, notTransactional(name, last) // one it cannot decode: that error
+	}
 	cp, by, err := last.decodeReset()
 	return Loaded{Checkpoint: cp, Reset: by != nil || (last.found && last.value == nil), ResetBy: by}, err
 }

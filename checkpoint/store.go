@@ -18,6 +18,9 @@ type Store struct {
 	topic      string
 	opts       []kgo.Opt // connection options (brokers, TLS, SASL)
 	stableWait time.Duration
+	// txnOnly: Load accepts only a checkpoint written in a transaction
+	// (see TransactionalOnly).
+	txnOnly bool
 }
 
 // NewStore returns a store for topic; opts carry the connection settings.
@@ -216,6 +219,9 @@ func (s *Store) LoadWithReset(ctx context.Context, name string) (cp *Checkpoint,
 	if err != nil {
 		return nil, nil, err
 	}
+	if s.txnOnly && last.found && !last.txn {
+		return nil, nil, notTransactional(name, last) // one it cannot decode: that error
+	}
 	return last.decodeReset()
 }
 
@@ -227,6 +233,7 @@ type stored struct {
 	offset int64
 	value  []byte // nil: a tombstone
 	found  bool
+	txn    bool // written in a transaction
 }
 
 // decodeReset returns the checkpoint r holds, nil for a tombstone, a
@@ -379,7 +386,7 @@ func (s *Store) read(ctx context.Context, name string, start, end int64, fn func
 			if r.Attrs.IsControl() || string(r.Key) != name || r.Offset >= end {
 				return
 			}
-			fn(stored{offset: r.Offset, value: r.Value, found: true})
+			fn(stored{offset: r.Offset, value: r.Value, found: true, txn: r.Attrs.IsTransactional()})
 		})
 		if done {
 			return nil

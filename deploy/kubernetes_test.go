@@ -238,3 +238,50 @@ func TestServiceMonitorMatches(t *testing.T) {
 		t.Error(`the Service's name is the job label; alerts select job="outbox-relay"`)
 	}
 }
+
+// The manifest holds no secret value: the pod mounts a Secret created out
+// of band, by reference, with mode 0400 (group read added by fsGroup only);
+// a NetworkPolicy admits only the metrics port and lets out only DNS,
+// MySQL and Kafka.
+func TestKubernetesSecretByReferenceAndNetworkPolicy(t *testing.T) {
+	docs := kubeDocs(t)
+	if s, ok := docs["Secret"]; ok {
+		t.Errorf("the manifest carries a Secret with its value inline: %v", s["metadata"])
+	}
+	spec, _ := path(docs["Deployment"], "spec", "template", "spec").(map[string]any)
+	var mode any = "none"
+	for _, v := range path(spec, "volumes").([]any) {
+		if sec := path(v, "secret"); sec != nil {
+			mode = path(sec, "defaultMode")
+			if fmt.Sprint(path(sec, "secretName")) == "" {
+				t.Error("the secret volume names no Secret")
+			}
+		}
+	}
+	if fmt.Sprint(mode) != "256" { // 0400
+		t.Errorf("the secret volume's defaultMode is %v, want 0400 (256)", mode)
+	}
+	if fmt.Sprint(path(spec, "securityContext", "fsGroup")) != fmt.Sprint(path(spec, "securityContext", "runAsGroup")) {
+		t.Error("fsGroup is not the relay's group: the 0400 secret files would not be readable by the relay")
+	}
+	np := docs["NetworkPolicy"]
+	if np == nil {
+		t.Fatal("no NetworkPolicy")
+	}
+	if fmt.Sprint(path(np, "spec", "podSelector", "matchLabels")) != fmt.Sprint(path(docs["Deployment"], "spec", "selector", "matchLabels")) {
+		t.Error("the NetworkPolicy does not select the Deployment's pods")
+	}
+	if fmt.Sprint(path(np, "spec", "policyTypes")) != "[Ingress Egress]" {
+		t.Errorf("policyTypes %v, want both Ingress and Egress", path(np, "spec", "policyTypes"))
+	}
+	for _, rule := range path(np, "spec", "ingress").([]any) {
+		for _, p := range path(rule, "ports").([]any) {
+			if fmt.Sprint(path(p, "port")) != "9464" {
+				t.Errorf("ingress admits port %v, only the metrics port 9464 is served", path(p, "port"))
+			}
+		}
+		if path(rule, "from") == nil {
+			t.Error("an ingress rule admits every source")
+		}
+	}
+}

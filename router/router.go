@@ -2,6 +2,15 @@
 // the Debezium Outbox Event Router: topic per aggregate type, key = aggregate
 // id, value = payload bytes exactly as stored, header "id" = event id.
 //
+// Values are carried as they are stored: the id, type and additional
+// header values and the key keep every byte of their column, control
+// characters (CR, LF, ESC, NUL) included. Kafka headers and keys are bytes,
+// and a consumer that deduplicates on the id header must see the row's
+// event id exactly; refusing such a row would stop the relay (or
+// dead-letter the event) for a value MySQL accepted. A consumer that
+// prints or logs these values must escape them, as outbox-relay's own
+// commands do.
+//
 // It is pure: no I/O, no clocks, no globals. Route either returns a record or
 // an error wrapping ErrBadRow that names the offending column; it never drops
 // a row silently.

@@ -289,3 +289,22 @@ func TestLatin1ColumnsBecomeUTF8(t *testing.T) {
 		t.Fatalf("key %q value %q, want UTF-8", rec.Key, rec.Value)
 	}
 }
+
+// TestControlCharactersPassUnchanged: CR, LF, ESC and NUL in the event id,
+// event type and aggregate id reach the id and type headers and the key
+// byte for byte (see the package doc: Kafka headers are bytes).
+func TestControlCharactersPassUnchanged(t *testing.T) {
+	r, err := New(defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, typ, key := "e-1\r\n\x1b[2Kforged", "Type\nX-Injected: 1", "dev\x00\x1b]0;t\x07"
+	rec, err := r.Route(Row{Columns: cols, Values: []any{int64(1), id, "alarm", key, typ, "{}", nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(rec.Key) != key || len(rec.Headers) < 2 || rec.Headers[0].Key != "id" || string(rec.Headers[0].Value) != id ||
+		rec.Headers[1].Key != "type" || string(rec.Headers[1].Value) != typ {
+		t.Fatalf("record %+v does not carry the row's bytes unchanged", rec)
+	}
+}

@@ -51,7 +51,12 @@ func checkpointStore(cfg config.Config) (*checkpoint.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...), nil
+	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...)
+	if cfg.Kafka.Delivery == config.ExactlyOnce {
+		// every checkpoint of an exactly-once pipeline is transactional
+		store = store.TransactionalOnly()
+	}
+	return store, nil
 }
 
 // currentCheckpoint opens cfg's store and loads its committed checkpoint
@@ -176,7 +181,11 @@ func printCheckpoint(cp *checkpoint.Checkpoint) {
 	if cp.Partial != nil {
 		fmt.Printf("partial:     %d rows of %s published\n", cp.Partial.Rows, cp.Partial.GTID)
 	}
-	fmt.Printf("source:      %s (server %s)\n", cp.Host, cp.ServerID)
+	if cp.SourceUID != "" && cp.SourceUID != cp.ServerID {
+		fmt.Printf("source:      %s (server %s, server_uid %s)\n", cp.Host, cp.ServerID, cp.SourceUID)
+	} else {
+		fmt.Printf("source:      %s (server %s)\n", cp.Host, cp.ServerID)
+	}
 	fmt.Printf("written:     %s (%s ago)\n", cp.Time.Format(time.RFC3339), time.Since(cp.Time).Round(time.Second))
 	if !cp.CommitTime.IsZero() {
 		fmt.Printf("last commit: %s\n", cp.CommitTime.UTC().Format(time.RFC3339))
@@ -410,9 +419,17 @@ func addWriteFlags(fs *pflag.FlagSet) writeFlags {
 }
 
 // overNewer lets set and reset replace a checkpoint in a newer format (the
-// way back after a downgrade) with --force only: which relay wrote it, and
-// whether it still runs, is unknown. Other errors come back as they are.
+// way back after a downgrade), or one written outside a transaction, with
+// --force only: which relay wrote it, and whether it still runs, is
+// unknown. Other errors come back as they are.
 func (w writeFlags) overNewer(err error) error {
+	if errors.Is(err, checkpoint.ErrNotTransactional) {
+		if !*w.force {
+			return fmt.Errorf("%w; pass --force to replace it", err)
+		}
+		fmt.Fprintf(os.Stderr, "warning: %v: replacing it (--force)\n", err)
+		return nil
+	}
 	if err == nil || !errors.Is(err, checkpoint.ErrNewerFormat) {
 		return err
 	}
@@ -550,7 +567,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if err := w.guard(cfg, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, from, pos)); err != nil {
 		return err
 	}
-	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
+	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr, SourceUID: srv.UID,
 		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs, Operator: operatorMark("set", prev)}
 	cp.Provisional = keptProvisional(cur, layout)
 	cp.Tables = checkpoint.TablesOf(cfg.Source.Tables) // set records the configuration's tables

@@ -173,8 +173,8 @@ func deadLetterList(path string, all, asJSON bool) error {
 		if d.Replayed {
 			state = "replayed"
 		}
-		fmt.Printf("%s  %s[%d]@%d  %s  event_id=%s table=%s gtid=%s\n    error: %s\n", state, d.Topic, d.Partition, d.Offset,
-			d.Time.UTC().Format(time.RFC3339), d.EventID, d.Table, d.GTID, d.Error)
+		fmt.Printf("%s  %s[%d]@%d  %s  event_id=%s table=%s gtid=%s\n    error: %s\n", state, printable(d.Topic), d.Partition, d.Offset,
+			d.Time.UTC().Format(time.RFC3339), printable(d.EventID), printable(d.Table), printable(d.GTID), printable(d.Error))
 	}
 	if !asJSON {
 		fmt.Printf("dead-letter: %d records listed\n", n)

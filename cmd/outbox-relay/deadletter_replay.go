@@ -73,12 +73,12 @@ func deadLetterReplay(o dlReplayOpts) error {
 	}
 	for id := range skip {
 		if !matched[id] {
-			return usageErr("--skip %s: no pending dead-letter record has this event id; nothing was replayed", id)
+			return usageErr("--skip %s: no pending dead-letter record has this event id; nothing was replayed", printable(id))
 		}
 	}
 	for _, r := range pending {
 		id := headerValue(r, "id")
-		where := fmt.Sprintf("%s[%d]@%d  event_id=%s", r.Topic, r.Partition, r.Offset, id)
+		where := fmt.Sprintf("%s[%d]@%d  event_id=%s", printable(r.Topic), r.Partition, r.Offset, printable(id))
 		if skip[id] {
 			skipped++
 			fmt.Printf("%s  skipped (--skip): marked replayed, not published\n", where)
@@ -88,15 +88,15 @@ func deadLetterReplay(o dlReplayOpts) error {
 		rec, src, err := rerouteDeadLetter(conn, cfg, r, now, o.fromRecord)
 		if errors.Is(err, errNotThisPipeline) {
 			ignored++
-			fmt.Printf("%s  ignored: %v\n", where, err)
+			fmt.Printf("%s  ignored: %s\n", where, printable(err.Error()))
 			items = append(items, dlItem{in: r})
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("dead-letter %s[%d]@%d (event id %s): %w; nothing was replayed (fix it, or pass --skip %s to mark it replayed without publishing)",
-				r.Topic, r.Partition, r.Offset, id, err, id)
+				printable(r.Topic), r.Partition, r.Offset, printable(id), printableErr{err}, printable(id))
 		}
-		fmt.Printf("%s -> topic=%s key=%s (row from %s)\n", where, rec.Topic, rec.Key, src)
+		fmt.Printf("%s -> topic=%s key=%s (row from %s)\n", where, printable(rec.Topic), printable(string(rec.Key)), printable(src))
 		items = append(items, dlItem{in: r, out: rec})
 		publish++
 	}

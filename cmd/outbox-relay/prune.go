@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -34,6 +36,7 @@ type pruneOpts struct {
 	wait       time.Duration
 	db         dbFlags
 	timeColumn string
+	forceHost  bool
 }
 
 // dbFlags say how prune and replay reach the outbox tables: the relay's
@@ -93,7 +96,17 @@ Rows the checkpoint does not cover (the relay stopped or behind) are left in
 place and prune exits 1. The relay logs prune's DELETEs as invalid operations
 (router.invalid_op warn or error); with invalid_op fatal prune refuses to run.
 The user needs DELETE on the tables (--user, --password-env) on the primary
-(--host). Progress goes to stderr.`,
+(--host); prune checks it first, --dry-run too (EXPLAIN DELETE: nothing is
+deleted). Progress goes to stderr.
+
+The host must be proven to be of the checkpoint's source: the server the
+relay reads (its server_uid, MySQL's server_uuid, is recorded in the
+checkpoint), a MySQL server whose server_uuid is in the checkpoint's GTID set,
+or one of source.hosts as written in the configuration. A host diverged from
+the checkpoint is refused. Another host is refused (MariaDB GTIDs such as
+0-1-N repeat across independent servers: its rows could look covered and
+never have been published) unless --force-host. Before deleting, prune names
+the host, the tables, the rows older than the age and the cut-off time.`,
 		Example: `  outbox-relay prune --config relay.yaml --older-than 7d --dry-run
   PRUNE_PW=... outbox-relay prune --config relay.yaml --older-than 7d --batch 1000 --max-rate 5000 \
       --user outbox_pruner --password-env PRUNE_PW --yes`,
@@ -107,6 +120,7 @@ The user needs DELETE on the tables (--user, --password-env) on the primary
 	cmd.Flags().BoolVar(&o.yes, "yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
 	cmd.Flags().DurationVar(&o.wait, "wait", 30*time.Second, "how long a batch waits for the checkpoint to cover it")
 	cmd.Flags().StringVar(&o.timeColumn, "time-column", "", "column holding the row's time (default: router timestamp_column, else created_at)")
+	cmd.Flags().BoolVar(&o.forceHost, "force-host", false, "delete on --host although it is not proven to be of the checkpoint's source (see above)")
 	addDBFlags(cmd, &o.db, "delete from")
 	cmd.RunE = func(*cobra.Command, []string) error {
 		o.path = *path
@@ -115,21 +129,39 @@ The user needs DELETE on the tables (--user, --password-env) on the primary
 	return cmd
 }
 
-// parseAge reads 7d, 12h, 90m, 30s (days added to Go's durations).
+// maxAge bounds --older-than: an age past it is a typo (or an overflow
+// in the making), not a retention anyone means.
+const maxAge = 3650 * 24 * time.Hour
+
+// dayCount is a plain decimal number of days: no sign, exponent, hex,
+// underscore, NaN or Inf (strconv.ParseFloat takes all of those).
+var dayCount = regexp.MustCompile(`^[0-9]{1,5}(\.[0-9]{1,6})?$`)
+
+// parseAge reads 7d, 12h, 90m, 30s (days added to Go's durations): a
+// finite, positive age of at most maxAge. Anything else is refused, so an
+// overflowing or meaningless age can never turn into "every row".
 func parseAge(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, usageErr("--older-than is required (such as 7d)")
 	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseFloat(d, 64)
-		if err != nil || n <= 0 {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if !dayCount.MatchString(days) {
 			return 0, usageErr("--older-than %q: want a positive number of days, such as 7d", s)
 		}
-		return time.Duration(n * float64(24*time.Hour)), nil
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n <= 0 || n > float64(maxAge/(24*time.Hour)) {
+			return 0, usageErr("--older-than %q: want a positive number of days up to %d, such as 7d", s, int(maxAge/(24*time.Hour)))
+		}
+		d = time.Duration(n * float64(24*time.Hour))
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, usageErr("--older-than %q: want a positive age such as 7d, 36h or 90m", s)
+		}
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, usageErr("--older-than %q: want a positive age such as 7d, 36h or 90m", s)
+	if d <= 0 || d > maxAge {
+		return 0, usageErr("--older-than %q: want an age above 0 and at most %dd", s, int(maxAge/(24*time.Hour)))
 	}
 	return d, nil
 }
@@ -154,14 +186,12 @@ func prune(o pruneOpts) error {
 			return fmt.Errorf("prune %s: router.invalid_op is fatal, so the relay would stop at prune's DELETE: set it to warn or error", t)
 		}
 	}
-	if !o.dryRun {
-		if err := confirm(o.yes, fmt.Sprintf("delete published rows older than %s from %s", o.olderThan, strings.Join(cfg.Source.Tables, ", "))); err != nil {
-			return err
-		}
+	if !o.dryRun && !o.yes && !term.IsTerminal(int(os.Stdin.Fd())) {
+		return usageErr("not a terminal: pass --yes to delete published rows older than %s from %s", o.olderThan, strings.Join(cfg.Source.Tables, ", "))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	conn, _, err := o.db.connect(ctx, cfg)
+	conn, src, err := o.db.connect(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -181,6 +211,14 @@ func prune(o pruneOpts) error {
 	}
 	p := &pruner{o: o, cfg: cfg, conn: conn, store: store, age: age, progress: newProgress("prune"),
 		pending: &pendingDeadLetters{cfg: cfg, kopts: kopts}}
+	addr := o.db.host
+	if addr == "" {
+		addr = src.Hosts[0]
+	}
+	// The host is of the source, the user may delete, the operator agrees.
+	if err := p.preflight(ctx, addr); err != nil {
+		return err
+	}
 	for _, t := range cfg.Source.Tables {
 		if err := p.table(ctx, t); err != nil {
 			p.progress.done()

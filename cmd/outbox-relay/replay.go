@@ -126,7 +126,7 @@ func replay(o replayOpts) error {
 		return nil
 	}
 	for _, r := range recs {
-		fmt.Printf("%s  topic=%s key=%s\n", headerValue(r, "id"), r.Topic, r.Key)
+		fmt.Printf("%s  topic=%s key=%s\n", printable(headerValue(r, "id")), printable(r.Topic), printable(string(r.Key)))
 	}
 	if o.dryRun {
 		fmt.Printf("replay: would publish %d records (dry run)\n", len(recs))

@@ -149,7 +149,7 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 		if err != nil {
 			return fmt.Errorf("listen http %s: %w", cfg.HTTP.Listen, err)
 		}
-		srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		srv, ln := newHTTPServer(ln, m.Handler(), defaultHTTPLimits)
 		go func() {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				log.Error().Err(err).Msg("http server stopped: /metrics, /healthz and /readyz no longer answer")

@@ -382,6 +382,9 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 		}
 		problems = append(problems, withLines(&ValidationError{Problems: left}, doc.Content[0]).(*ValidationError).Problems...)
 	}
+	for i, p := range problems {
+		problems[i] = d.redact(p)
+	}
 	if len(problems) > 0 {
 		return Config{}, &ValidationError{Problems: problems}
 	}

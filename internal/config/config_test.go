@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,33 @@ func TestUnsetVariableNamed(t *testing.T) {
 	_, err := Parse(raw, env(nil))
 	if err == nil || !strings.Contains(err.Error(), "RELAY_TEST_NEVER_SET") {
 		t.Fatalf("error %v does not name the variable", err)
+	}
+}
+
+// TestConfigErrorsNeverShowExpandedValues: a secret variable written in
+// the wrong keys (server_id, name, a host, a duration) makes errors that
+// name the variable, never the value it expanded to.
+func TestConfigErrorsNeverShowExpandedValues(t *testing.T) {
+	raw, _ := os.ReadFile("testdata/secret-in-wrong-key.bad.yaml")
+	for _, secret := range []string{"s3cret-pw", `p@ss"w:rd\x1b[31m zz`} {
+		_, err := Parse(raw, env(map[string]string{"RELAY_MYSQL_PASSWORD": secret}))
+		if err == nil {
+			t.Fatal("want an error, got none")
+		}
+		msg := err.Error()
+		for _, shown := range []string{secret, strconv.Quote(secret), strconv.Quote(secret)[1 : len(strconv.Quote(secret))-1]} {
+			if strings.Contains(msg, shown) {
+				t.Fatalf("the error shows the expanded value %q:\n%s", shown, msg)
+			}
+		}
+		for _, key := range []string{"source.server_id", "source.hosts[0]", "kafka.delivery", "kafka.batch.max_wait"} {
+			if !strings.Contains(msg, key) {
+				t.Errorf("the error does not name %s:\n%s", key, msg)
+			}
+		}
+		if !strings.Contains(msg, "${RELAY_MYSQL_PASSWORD}") {
+			t.Fatalf("the error does not name the variable:\n%s", msg)
+		}
 	}
 }
 

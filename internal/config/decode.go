@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,29 @@ type decoder struct {
 	lookup func(string) (string, bool)
 	errs   []string
 	paths  []string // of errs
+	// expanded lists the values that came from environment variables, so
+	// that no error shows one (a secret in the wrong key would be printed
+	// as the bad value): each is shown as written, ${VAR}.
+	expanded []expandedValue
+}
+
+// expandedValue is a scalar whose text referenced variables: value after
+// expansion, raw as written.
+type expandedValue struct{ path, value, raw string }
+
+// redact replaces, in problem p, every expanded value of p's key (and any
+// expanded value long enough not to be mistaken for other text) with its
+// text as written, ${VAR}: a problem never shows what a variable holds.
+func (d *decoder) redact(p string) string {
+	key := problemKey(p)
+	for _, e := range d.expanded {
+		if e.value == "" || e.value == e.raw || (e.path != key && len(e.value) < 6) {
+			continue
+		}
+		p = strings.ReplaceAll(p, strconv.Quote(e.value), strconv.Quote(e.raw))
+		p = strings.ReplaceAll(p, e.value, e.raw)
+	}
+	return p
 }
 
 // failed reports whether decoding key, or an element of it, failed: its
@@ -158,6 +182,11 @@ func (d *decoder) scalar(path string, n *yaml.Node, out reflect.Value) {
 		return
 	}
 	v, expanded := d.expand(path, n)
+	shown := strconv.Quote(v) // the bad value, as an error shows it
+	if expanded {
+		d.expanded = append(d.expanded, expandedValue{path: path, value: v, raw: n.Value})
+		shown = fmt.Sprintf("the value of %s", n.Value)
+	}
 	if out.Kind() == reflect.String {
 		if !expanded && n.Tag == "!!null" {
 			return // "key:" or "key: null": keep the default
@@ -177,11 +206,11 @@ func (d *decoder) scalar(path string, n *yaml.Node, out reflect.Value) {
 	}
 	if k := out.Kind(); k >= reflect.Int && k <= reflect.Uint64 && c.ShortTag() == "!!float" {
 		// yaml.v3 would truncate it: 4242.9 into 4242
-		d.fail(path, n, "%q is not valid here: %s", v, hint(out.Type()))
+		d.fail(path, n, "%s is not valid here: %s", shown, hint(out.Type()))
 		return
 	}
 	if err := c.Decode(out.Addr().Interface()); err != nil {
-		d.fail(path, n, "%q is not valid here: %s", v, hint(out.Type()))
+		d.fail(path, n, "%s is not valid here: %s", shown, hint(out.Type()))
 	}
 }
 

@@ -51,8 +51,8 @@ func TestExpansionTypedValues(t *testing.T) {
 	}
 	_, err = Parse([]byte(raw), env(map[string]string{"PW": "x", "CT": "7", "N": "many"}))
 	want := `invalid configuration: 2 problems:
-  source.connect_timeout (line 6): "7" is not valid here: write a duration such as 5s, 250ms or 1m30s
-  kafka.batch.max_records (line 13): "many" is not valid here: write a whole number from -9223372036854775808 to 9223372036854775807`
+  source.connect_timeout (line 6): the value of ${CT} is not valid here: write a duration such as 5s, 250ms or 1m30s
+  kafka.batch.max_records (line 13): the value of ${N} is not valid here: write a whole number from -9223372036854775808 to 9223372036854775807`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got\n%v\nwant\n%s", err, want)
 	}

@@ -5,10 +5,13 @@ package itest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
@@ -200,5 +203,50 @@ func TestCheckpointSkipStatementLoggedInsert(t *testing.T) {
 	}
 	if code, err := p.Terminate(time.Minute); code != 0 || err != nil {
 		t.Fatalf("terminate: exit %d %v\n%s", code, err, p.Output())
+	}
+}
+
+// A client with WRITE on a shared checkpoint topic writes, outside a
+// transaction, a checkpoint at the source's head under pipeline A's name.
+// A (exactly-once) must not take it, which would skip its unpublished
+// rows: it stops naming the record; a checkpoint written as `checkpoint set` writes it (in
+// a transaction) lets it go on and publish them.
+func TestForgedCheckpointOnSharedTopicRefused(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 3, Tag: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	good := WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 3, Tag: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	forged := *good
+	forged.GTIDSet = Head(t, env.DB) // past the rows not yet published
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), Store(t, cfg).Record(&forged)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r = RunRelay(t, cfg)
+	err = r.StoppedWith(t)
+	if !errors.Is(err, checkpoint.ErrNotTransactional) || !strings.Contains(err.Error(), forged.GTIDSet) {
+		t.Fatalf("relay on a forged checkpoint: %v, want a stop naming the record written outside a transaction", err)
+	}
+	if err := Store(t, cfg).Write(context.Background(), cfg.Name, cfg.Kafka.TransactionLanes, good); err != nil {
+		t.Fatal(err)
+	}
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); !rep.OK() {
+		t.Fatalf("after the checkpoint was set again: %s", rep)
 	}
 }

@@ -546,7 +546,11 @@ func checkKafka(ctx context.Context, cfg config.Config, kopts []kgo.Opt, c colle
 		c.add("checkpoint topic", Pass, cfg.Kafka.CheckpointTopic+" does not exist yet: the relay creates it compacted with 1 partition", "")
 	} else {
 		checkCheckpointTopic(pctx, adm, cfg, d, c)
-		cp, err = checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...).Load(pctx, cfg.Name)
+		store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...)
+		if cfg.Kafka.Delivery == config.ExactlyOnce {
+			store = store.TransactionalOnly()
+		}
+		cp, err = store.Load(pctx, cfg.Name)
 		if err != nil {
 			c.add("checkpoint", Fail, err.Error(), "")
 		}

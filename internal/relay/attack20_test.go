@@ -67,12 +67,7 @@ func (h *harness) writeCheckpoint(cp *checkpoint.Checkpoint) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(ctx, h.relay.store.Record(cp)).FirstErr(); err != nil {
+	if err := h.relay.store.Write(ctx, h.cfg.Name, h.cfg.Kafka.TransactionLanes, cp); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -415,6 +410,7 @@ func (h *harness) startAtLeastOnce() *attempt {
 	t.Helper()
 	cfg := h.cfg
 	cfg.Kafka.Delivery = config.AtLeastOnce
+	r.store = newStore(cfg, r.kopts) // at-least-once checkpoints are not transactional
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	limits := &topicLimits{}

@@ -168,6 +168,7 @@ func (l *loop) startCommit(ctx context.Context) error {
 		Flavor:      l.srv.Flavor,
 		ServerID:    l.srv.ServerID,
 		Host:        l.srv.Addr,
+		SourceUID:   l.srv.UID,
 		Tables:      l.r.tables,
 		CommitTime:  l.lastCommitTime,
 		Time:        now.UTC(),

@@ -130,7 +130,7 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 		routes:  routes,
 		kopts:   kopts,
 		source:  src,
-		store:   checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...),
+		store:   newStore(cfg, kopts),
 		tables:  checkpoint.TablesOf(cfg.Source.Tables),
 	}, nil
 }
@@ -626,4 +626,14 @@ func (r *Relay) startPosition(srv *binlog.Server, cp *checkpoint.Checkpoint) (st
 		}
 		return r.cfg.Source.Start, nil
 	}
+}
+
+// newStore is cfg's checkpoint store: exactly-once, it accepts only
+// checkpoints written in a transaction (checkpoint.TransactionalOnly).
+func newStore(cfg config.Config, kopts []kgo.Opt) *checkpoint.Store {
+	s := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...)
+	if cfg.Kafka.Delivery == config.ExactlyOnce {
+		s = s.TransactionalOnly()
+	}
+	return s
 }
