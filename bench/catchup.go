@@ -80,7 +80,7 @@ type catchUp struct {
 	// hostBusy is the share of the machine's CPU time (both cores) that was
 	// busy over the run, whatever used it; -1 unknown.
 	hostBusy float64
-	rssKB          int
+	rssKB    int
 	// commits: the relay's outbox_relay_kafka_transactions_total{result=
 	// "commit"} at catch-up (exactly-once: Kafka transactions; at-least-once:
 	// checkpoint batches); -1 unknown.
