@@ -24,14 +24,20 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$need; \
 	fi
 
+# The failpoints (internal/relay/failpoint.go) exist only under -tags
+# failpoint, the build the integration harness runs; vet and test-unit check
+# them there too. cmd/outbox-relay's TestShippedBinaryCarriesNoTestMachinery
+# checks that the default build has none.
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
+	$(GO) vet -tags failpoint ./internal/relay/
 
 # Unit tests of the pure packages (no database, no broker) and the checks of
 # deploy/ (promtool required).
 test-unit: deps
 	OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags failpoint -run Failpoint ./internal/relay/
 
 # Integration tests: the harness starts MariaDB in a scratch directory on its
 # own port and an embedded Kafka broker per test (RELAY_TEST_KAFKA=host:port

@@ -23,6 +23,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 )
 
+// FailpointTag is the build tag that compiles the relay's failpoints in
+// (internal/relay/failpoint.go: OUTBOX_RELAY_FAILPOINT). The harness builds
+// the relay binary with it so that crash tests can stop it at a commit
+// boundary; the shipped build has none.
+const FailpointTag = "failpoint"
+
 // Env is shared by the tests of one package: set it up in TestMain with Main.
 type Env struct {
 	DB      *devdb.Server
@@ -55,7 +61,7 @@ func Main(m *testing.M, env **Env) int {
 	}
 	defer func() { db.Stop() }()
 	bin := filepath.Join(dir, "outbox-relay")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/outbox-relay")
+	build := exec.CommandContext(ctx, "go", "build", "-tags", FailpointTag, "-o", bin, "./cmd/outbox-relay")
 	build.Dir = RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "itest: build relay: %v\n%s", err, out)

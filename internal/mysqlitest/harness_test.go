@@ -22,7 +22,8 @@ import (
 
 var env *itest.Env
 
-// TestMain builds the relay binary once (for the process tests).
+// TestMain builds the relay binary once (for the process tests), with the
+// failpoints compiled in (the crash cases of the matrix use them).
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "outbox-relay-mysqlitest-")
 	if err != nil {
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin := filepath.Join(dir, "outbox-relay")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/outbox-relay")
+	build := exec.Command("go", "build", "-tags", itest.FailpointTag, "-o", bin, "./cmd/outbox-relay")
 	build.Dir = itest.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build relay: %v\n%s", err, out)

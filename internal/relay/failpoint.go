@@ -1,3 +1,5 @@
+//go:build failpoint
+
 package relay
 
 import (
@@ -11,7 +13,10 @@ import (
 )
 
 // Failpoints let crash and shutdown tests stop the process at a named
-// instant:
+// instant. They exist only in a binary built with -tags failpoint (the
+// integration harness builds the relay so); the shipped build compiles
+// failpoint_off.go instead, where hit does nothing and nothing reads the
+// environment. In a failpoint build:
 //
 //	OUTBOX_RELAY_FAILPOINT=name[:N[:action]]
 //
