@@ -151,7 +151,7 @@ func drain(t *testing.T, out chan []binlog.Event, done chan error, want int, wit
 }
 
 // The same freeze without the gate involved: the reader idle at the head.
-func TestAttackGateFrozenServerAtHead(t *testing.T) {
+func TestReadGateFrozenServerAtHeadEndsReader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	e := startGateEnv(t, ctx, nil, nil, 1)
@@ -199,7 +199,7 @@ func freezeAndWaitEnd(t *testing.T, e *gateEnv, out chan []binlog.Event, done ch
 // pause; TCP still accepts: once the relay takes again, the watchdog must
 // notice the silence), killed (a crash), or its dump thread killed. The
 // reader must end with an error, the rows before it in order.
-func TestAttackGateServerEndsWhileHeld(t *testing.T) {
+func TestReadGateServerEndWhileReadHeldEndsReader(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		end  func(t *testing.T, e *gateEnv)
@@ -258,7 +258,7 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 }
 
 // TLS: held, stopped while held, then held and taken whole in order.
-func TestAttackGateTLS(t *testing.T) {
+func TestReadGateOverTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	certs := t.TempDir()
@@ -287,7 +287,7 @@ func dumpStacks(t *testing.T) {
 // channel of 512 events before the read-ahead bound (no read held), and the
 // watchdog takes the relay's own pause for a silent server: the connection
 // is closed and the attempt ends, though the server was fine all along.
-func TestAttackGateWatchdogBusyRelaySmallEvents(t *testing.T) {
+func TestWatchdogTakesNoBusyRelayForSilentServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	e := startGateEnv(t, ctx, nil, nil, 0)

@@ -14,7 +14,7 @@ import (
 // split at 16 MB) reading through gatedConn into a channel of 512, a reader
 // that marks waiting around its take and is busy for random times. Every
 // packet must arrive once, in order, whatever the sizes.
-func TestAttackGateModelStream(t *testing.T) {
+func TestReadGateModelStreamDeliversEveryPacketInOrder(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		sizes := make([]int, 0, 400)

@@ -1,6 +1,6 @@
 package binlog
 
-// Attack on decodeInsertRows (commit 1b8527e): synthetic TABLE_MAP + rows
+// The fast row decoder (decodeInsertRows) against go-mysql: synthetic TABLE_MAP + rows
 // events, fed byte for byte to a go-mysql v1.16.0 parser with and without
 // the reader's RowsEventDecodeFunc, and compared (rows, Go types, skipped
 // columns, error or not, panics).
@@ -22,8 +22,8 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 )
 
-// attackFDE is the FORMAT_DESCRIPTION_EVENT of the recorded MariaDB binlog.
-func attackFDE(t testing.TB) []byte {
+// synthFDE is the FORMAT_DESCRIPTION_EVENT of the recorded MariaDB binlog.
+func synthFDE(t testing.TB) []byte {
 	t.Helper()
 	for _, ev := range rawEvents(t.(*testing.T), "testdata/mariadb-10.11-shapes.binlog") {
 		if ev.Header.EventType == replication.FORMAT_DESCRIPTION_EVENT {
@@ -34,8 +34,8 @@ func attackFDE(t testing.TB) []byte {
 	return nil
 }
 
-// attackEvent frames body as a binlog event of type tp, with a CRC32 trailer.
-func attackEvent(tp replication.EventType, body []byte) []byte {
+// synthEvent frames body as a binlog event of type tp, with a CRC32 trailer.
+func synthEvent(tp replication.EventType, body []byte) []byte {
 	size := replication.EventHeaderSize + len(body) + replication.BinlogChecksumLength
 	b := make([]byte, 0, size)
 	b = binary.LittleEndian.AppendUint32(b, 1700000000) // timestamp
@@ -60,13 +60,13 @@ func lenenc(b []byte, n uint64) []byte {
 	return binary.LittleEndian.AppendUint64(append(b, 0xfe), n)
 }
 
-type attackCol struct {
+type synthCol struct {
 	tp   byte
 	meta []byte // the table map's metadata bytes for the column
 }
 
-// attackTableMap is a TABLE_MAP_EVENT body for table id 77 (app.outbox).
-func attackTableMap(cols []attackCol, signedness []byte) []byte {
+// synthTableMap is a TABLE_MAP_EVENT body for table id 77 (app.outbox).
+func synthTableMap(cols []synthCol, signedness []byte) []byte {
 	b := []byte{77, 0, 0, 0, 0, 0, 1, 0} // table id (6), flags
 	b = append(b, 3, 'a', 'p', 'p', 0)
 	b = append(b, 6, 'o', 'u', 't', 'b', 'o', 'x', 0)
@@ -87,9 +87,9 @@ func attackTableMap(cols []attackCol, signedness []byte) []byte {
 	return b
 }
 
-// attackRows is a WRITE_ROWS body (v1, or v2 with an empty extra-data
+// synthRows is a WRITE_ROWS body (v1, or v2 with an empty extra-data
 // block) for table 77 with every column present, then images.
-func attackRows(v2 bool, cols int, images []byte) []byte {
+func synthRows(v2 bool, cols int, images []byte) []byte {
 	b := []byte{77, 0, 0, 0, 0, 0, 1, 0} // table id, flags: STMT_END
 	if v2 {
 		b = append(b, 2, 0)
@@ -106,7 +106,7 @@ func attackRows(v2 bool, cols int, images []byte) []byte {
 	return append(b, images...)
 }
 
-type attackResult struct {
+type synthResult struct {
 	rows    [][]any
 	skipped [][]int
 	err     error
@@ -114,9 +114,9 @@ type attackResult struct {
 	panic   any
 }
 
-// attackParse parses fde, the table map and the rows event with a fresh
+// synthParse parses fde, the table map and the rows event with a fresh
 // parser, go-mysql alone or with the reader's decode func.
-func attackParse(fde, tm, rows []byte, fast bool, loc *time.Location) (res attackResult) {
+func synthParse(fde, tm, rows []byte, fast bool, loc *time.Location) (res synthResult) {
 	defer func() {
 		if r := recover(); r != nil {
 			res.panic = r
@@ -151,52 +151,52 @@ func attackParse(fde, tm, rows []byte, fast bool, loc *time.Location) (res attac
 		return res
 	}
 	re := ev.Event.(*replication.RowsEvent)
-	return attackResult{rows: re.Rows, skipped: re.SkippedColumns, fast: took}
+	return synthResult{rows: re.Rows, skipped: re.SkippedColumns, fast: took}
 }
 
 // randomColumn is a column type with metadata, mostly ones the fast
 // decoder recognises, at their edges.
-func randomColumn(rng *rand.Rand) attackCol {
+func randomColumn(rng *rand.Rand) synthCol {
 	u16 := func(v int) []byte { return binary.LittleEndian.AppendUint16(nil, uint16(v)) }
 	pickInt := func(vs ...int) int { return vs[rng.IntN(len(vs))] }
 	switch rng.IntN(14) {
 	case 0:
-		return attackCol{mysql.MYSQL_TYPE_TINY, nil}
+		return synthCol{mysql.MYSQL_TYPE_TINY, nil}
 	case 1:
-		return attackCol{mysql.MYSQL_TYPE_SHORT, nil}
+		return synthCol{mysql.MYSQL_TYPE_SHORT, nil}
 	case 2:
-		return attackCol{mysql.MYSQL_TYPE_INT24, nil}
+		return synthCol{mysql.MYSQL_TYPE_INT24, nil}
 	case 3:
-		return attackCol{mysql.MYSQL_TYPE_LONG, nil}
+		return synthCol{mysql.MYSQL_TYPE_LONG, nil}
 	case 4:
-		return attackCol{mysql.MYSQL_TYPE_LONGLONG, nil}
+		return synthCol{mysql.MYSQL_TYPE_LONGLONG, nil}
 	case 5:
-		return attackCol{mysql.MYSQL_TYPE_VARCHAR, u16(pickInt(0, 1, 10, 255, 256, 257, 1020, 65535, rng.IntN(65536)))}
+		return synthCol{mysql.MYSQL_TYPE_VARCHAR, u16(pickInt(0, 1, 10, 255, 256, 257, 1020, 65535, rng.IntN(65536)))}
 	case 6:
-		return attackCol{mysql.MYSQL_TYPE_VAR_STRING, u16(pickInt(0, 1, 255, 256, rng.IntN(65536)))}
+		return synthCol{mysql.MYSQL_TYPE_VAR_STRING, u16(pickInt(0, 1, 255, 256, rng.IntN(65536)))}
 	case 7, 8:
 		// real type byte, then the length byte, as MySQL packs CHAR/BINARY/ENUM/SET
 		rt := byte(pickInt(0xfe, 0xfe, 0xee, 0xde, 0xce, 0xf7, 0xf8, 0xfd, 0x0f, 0x00, rng.IntN(256)))
-		return attackCol{mysql.MYSQL_TYPE_STRING, []byte{rt, byte(pickInt(0, 1, 36, 255, rng.IntN(256)))}}
+		return synthCol{mysql.MYSQL_TYPE_STRING, []byte{rt, byte(pickInt(0, 1, 36, 255, rng.IntN(256)))}}
 	case 9:
-		return attackCol{mysql.MYSQL_TYPE_BLOB, []byte{byte(pickInt(1, 2, 3, 4, 1, 2, 3, 4, 0, 5))}}
+		return synthCol{mysql.MYSQL_TYPE_BLOB, []byte{byte(pickInt(1, 2, 3, 4, 1, 2, 3, 4, 0, 5))}}
 	case 10:
-		return attackCol{mysql.MYSQL_TYPE_DATETIME2, []byte{byte(pickInt(0, 1, 2, 3, 4, 5, 6, 7))}}
+		return synthCol{mysql.MYSQL_TYPE_DATETIME2, []byte{byte(pickInt(0, 1, 2, 3, 4, 5, 6, 7))}}
 	case 11:
-		return attackCol{mysql.MYSQL_TYPE_TIMESTAMP2, []byte{byte(pickInt(0, 1, 2, 3, 4, 5, 6, 7))}}
+		return synthCol{mysql.MYSQL_TYPE_TIMESTAMP2, []byte{byte(pickInt(0, 1, 2, 3, 4, 5, 6, 7))}}
 	case 12:
 		ts := []byte{mysql.MYSQL_TYPE_YEAR, mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_NULL, mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_DATETIME}
 		tp := ts[rng.IntN(len(ts))]
-		return attackCol{tp, nil}
+		return synthCol{tp, nil}
 	default:
 		ts := []byte{mysql.MYSQL_TYPE_FLOAT, mysql.MYSQL_TYPE_DOUBLE, mysql.MYSQL_TYPE_GEOMETRY, mysql.MYSQL_TYPE_JSON, mysql.MYSQL_TYPE_TIME2}
 		tp := ts[rng.IntN(len(ts))]
-		return attackCol{tp, []byte{byte(pickInt(1, 2, 3, 4, 8))}}
+		return synthCol{tp, []byte{byte(pickInt(1, 2, 3, 4, 8))}}
 	}
 }
 
 // randomValue is an encoding of a value for c: well formed most of the time.
-func randomValue(rng *rand.Rand, c attackCol) []byte {
+func randomValue(rng *rand.Rand, c synthCol) []byte {
 	rnd := func(n int) []byte {
 		b := make([]byte, n)
 		for i := range b {
@@ -266,7 +266,7 @@ func randomValue(rng *rand.Rand, c attackCol) []byte {
 	return nil
 }
 
-func randomImages(rng *rand.Rand, cols []attackCol) []byte {
+func randomImages(rng *rand.Rand, cols []synthCol) []byte {
 	var out []byte
 	for range 1 + rng.IntN(3) {
 		nulls := make([]byte, (len(cols)+7)/8)
@@ -296,7 +296,7 @@ func randomImages(rng *rand.Rand, cols []attackCol) []byte {
 	return out
 }
 
-func sameResult(a, b attackResult) bool {
+func sameResult(a, b synthResult) bool {
 	if (a.err == nil) != (b.err == nil) || (a.panic == nil) != (b.panic == nil) {
 		return false
 	}
@@ -305,19 +305,19 @@ func sameResult(a, b attackResult) bool {
 		dump(a.rows) == dump(b.rows) && reflect.DeepEqual(a.skipped, b.skipped)
 }
 
-// TestAttackDifferentialSynthetic: random tables and row images, both paths.
-func TestAttackDifferentialSynthetic(t *testing.T) {
-	fde := attackFDE(t)
-	rng := rand.New(rand.NewPCG(attackSeed(99), 1))
+// TestDecodeInsertRowsMatchesGoMySQLOnRandomRows: random tables and row images, both paths.
+func TestDecodeInsertRowsMatchesGoMySQLOnRandomRows(t *testing.T) {
+	fde := synthFDE(t)
+	rng := rand.New(rand.NewPCG(differentialSeed(99), 1))
 	tokyo := time.FixedZone("JST", 9*3600)
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		t.Skip(err)
 	}
 	accepted, declined := 0, 0
-	for iter := range attackIters() {
+	for iter := range differentialIters() {
 		ncols := 1 + rng.IntN(10)
-		cols := make([]attackCol, ncols)
+		cols := make([]synthCol, ncols)
 		for i := range cols {
 			cols[i] = randomColumn(rng)
 		}
@@ -325,16 +325,16 @@ func TestAttackDifferentialSynthetic(t *testing.T) {
 		if rng.IntN(3) != 0 {
 			sign = []byte{byte(rng.IntN(256)), byte(rng.IntN(256))}
 		}
-		tm := attackEvent(replication.TABLE_MAP_EVENT, attackTableMap(cols, sign))
+		tm := synthEvent(replication.TABLE_MAP_EVENT, synthTableMap(cols, sign))
 		v2 := rng.IntN(2) == 0
 		tp := replication.WRITE_ROWS_EVENTv1
 		if v2 {
 			tp = replication.WRITE_ROWS_EVENTv2
 		}
-		rows := attackEvent(tp, attackRows(v2, ncols, randomImages(rng, cols)))
+		rows := synthEvent(tp, synthRows(v2, ncols, randomImages(rng, cols)))
 		loc := []*time.Location{nil, time.UTC, tokyo, ny}[iter%4]
-		want := attackParse(fde, tm, rows, false, loc)
-		got := attackParse(fde, tm, rows, true, loc)
+		want := synthParse(fde, tm, rows, false, loc)
+		got := synthParse(fde, tm, rows, true, loc)
 		if got.fast {
 			accepted++
 		} else {
@@ -348,9 +348,9 @@ func TestAttackDifferentialSynthetic(t *testing.T) {
 	t.Logf("accepted %d, declined %d", accepted, declined)
 }
 
-// attackRowsShaped is a rows body with a chosen column count and bitmap,
+// synthRowsShaped is a rows body with a chosen column count and bitmap,
 // and (v2) an extra-data block.
-func attackRowsShaped(v2 bool, extra []byte, cols int, bitmap []byte, images []byte) []byte {
+func synthRowsShaped(v2 bool, extra []byte, cols int, bitmap []byte, images []byte) []byte {
 	b := []byte{77, 0, 0, 0, 0, 0, 1, 0}
 	if v2 {
 		b = binary.LittleEndian.AppendUint16(b, uint16(2+len(extra)))
@@ -361,16 +361,16 @@ func attackRowsShaped(v2 bool, extra []byte, cols int, bitmap []byte, images []b
 	return append(b, images...)
 }
 
-// TestAttackDifferentialShapes: rows events whose column count differs
+// TestDecodeInsertRowsMatchesGoMySQLOnRowsEventShapes: rows events whose column count differs
 // from the table map's, partial bitmaps, v2 extra data (NDB, partition),
 // rows v0, updates and deletes.
-func TestAttackDifferentialShapes(t *testing.T) {
-	fde := attackFDE(t)
-	rng := rand.New(rand.NewPCG(attackSeed(5), 6))
+func TestDecodeInsertRowsMatchesGoMySQLOnRowsEventShapes(t *testing.T) {
+	fde := synthFDE(t)
+	rng := rand.New(rand.NewPCG(differentialSeed(5), 6))
 	accepted := 0
-	for iter := range attackIters() {
+	for iter := range differentialIters() {
 		ncols := 1 + rng.IntN(12)
-		cols := make([]attackCol, ncols)
+		cols := make([]synthCol, ncols)
 		for i := range cols {
 			for {
 				cols[i] = randomColumn(rng)
@@ -379,7 +379,7 @@ func TestAttackDifferentialShapes(t *testing.T) {
 				}
 			}
 		}
-		tm := attackEvent(replication.TABLE_MAP_EVENT, attackTableMap(cols, []byte{byte(rng.IntN(256)), byte(rng.IntN(256))}))
+		tm := synthEvent(replication.TABLE_MAP_EVENT, synthTableMap(cols, []byte{byte(rng.IntN(256)), byte(rng.IntN(256))}))
 		rcols := ncols
 		switch rng.IntN(4) {
 		case 0:
@@ -418,13 +418,13 @@ func TestAttackDifferentialShapes(t *testing.T) {
 		}
 		var body []byte
 		if tp == replication.UPDATE_ROWS_EVENTv1 || tp == replication.PARTIAL_UPDATE_ROWS_EVENT {
-			body = attackRowsShaped(v2, extra, rcols, append(bytes.Clone(bitmap), bitmap...), append(images, images...))
+			body = synthRowsShaped(v2, extra, rcols, append(bytes.Clone(bitmap), bitmap...), append(images, images...))
 		} else {
-			body = attackRowsShaped(v2, extra, rcols, bitmap, images)
+			body = synthRowsShaped(v2, extra, rcols, bitmap, images)
 		}
-		rows := attackEvent(tp, body)
-		want := attackParse(fde, tm, rows, false, nil)
-		got := attackParse(fde, tm, rows, true, nil)
+		rows := synthEvent(tp, body)
+		want := synthParse(fde, tm, rows, false, nil)
+		got := synthParse(fde, tm, rows, true, nil)
 		if got.fast {
 			accepted++
 		}
@@ -436,31 +436,31 @@ func TestAttackDifferentialShapes(t *testing.T) {
 	t.Logf("accepted %d", accepted)
 }
 
-// attackIters and attackSeed: ATTACK_ITERS and ATTACK_SEED widen a run.
-func attackIters() int {
-	if n, err := strconv.Atoi(os.Getenv("ATTACK_ITERS")); err == nil {
+// differentialIters and differentialSeed: RELAY_TEST_ROWDECODE_ITERS and RELAY_TEST_ROWDECODE_SEED widen a run.
+func differentialIters() int {
+	if n, err := strconv.Atoi(os.Getenv("RELAY_TEST_ROWDECODE_ITERS")); err == nil {
 		return n
 	}
 	return 40000
 }
 
-func attackSeed(def uint64) uint64 {
-	if n, err := strconv.ParseUint(os.Getenv("ATTACK_SEED"), 10, 64); err == nil {
+func differentialSeed(def uint64) uint64 {
+	if n, err := strconv.ParseUint(os.Getenv("RELAY_TEST_ROWDECODE_SEED"), 10, 64); err == nil {
 		return n
 	}
 	return def
 }
 
-// TestAttackCompressedRowsEvent: a MariaDB WRITE_ROWS_COMPRESSED_EVENT_V1
+// TestDecodeInsertRowsCompressedEventDecodesAlike: a MariaDB WRITE_ROWS_COMPRESSED_EVENT_V1
 // (zlib row images) must go to go-mysql (the reflect read of
 // RowsEvent.compressed), and decode the same either way.
-func TestAttackCompressedRowsEvent(t *testing.T) {
+func TestDecodeInsertRowsCompressedEventDecodesAlike(t *testing.T) {
 	if rowsEventCompressed < 0 {
 		t.Fatal("go-mysql's RowsEvent.compressed not found: every event goes to go-mysql")
 	}
-	fde := attackFDE(t)
-	cols := []attackCol{{mysql.MYSQL_TYPE_LONGLONG, nil}, {mysql.MYSQL_TYPE_VARCHAR, []byte{0xff, 0}}, {mysql.MYSQL_TYPE_BLOB, []byte{4}}}
-	tm := attackEvent(replication.TABLE_MAP_EVENT, attackTableMap(cols, []byte{0}))
+	fde := synthFDE(t)
+	cols := []synthCol{{mysql.MYSQL_TYPE_LONGLONG, nil}, {mysql.MYSQL_TYPE_VARCHAR, []byte{0xff, 0}}, {mysql.MYSQL_TYPE_BLOB, []byte{4}}}
+	tm := synthEvent(replication.TABLE_MAP_EVENT, synthTableMap(cols, []byte{0}))
 	img := []byte{0}
 	img = binary.LittleEndian.AppendUint64(img, 42)
 	img = append(img, 3, 'a', 'b', 'c')
@@ -470,26 +470,26 @@ func TestAttackCompressedRowsEvent(t *testing.T) {
 	w.Write(img)
 	w.Close()
 	comp := append([]byte{0x81, byte(len(img))}, z.Bytes()...) // header: 1 size byte
-	rows := attackEvent(replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1, attackRows(false, len(cols), comp))
-	want := attackParse(fde, tm, rows, false, nil)
-	got := attackParse(fde, tm, rows, true, nil)
+	rows := synthEvent(replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1, synthRows(false, len(cols), comp))
+	want := synthParse(fde, tm, rows, false, nil)
+	got := synthParse(fde, tm, rows, true, nil)
 	if got.fast || !sameResult(want, got) || want.err != nil {
 		t.Fatalf("compressed: go-mysql err %v rows %s; fast took %v err %v rows %s", want.err, dump(want.rows), got.fast, got.err, dump(got.rows))
 	}
 	t.Logf("go-mysql: %s", dump(want.rows))
 }
 
-// TestAttackLatentParseTime (latent: the reader does not set ParseTime
+// TestDecodeInsertRowsFollowsParseTime (latent: the reader does not set ParseTime
 // today). decodeInsertRows never looks at the event's own decode options:
 // it assumes ParseTime off and takes the TIMESTAMP zone as a parameter,
 // not from the event. With ParseTime on (a one-line config change in
 // reader.go), go-mysql gives time.Time for DATETIME(n) and TIMESTAMP(n),
 // the fast decoder still gives strings: the router's timestamp column, or
 // any consumer switching on the Go type, sees another value.
-func TestAttackLatentParseTime(t *testing.T) {
-	fde := attackFDE(t)
-	cols := []attackCol{{mysql.MYSQL_TYPE_LONGLONG, nil}, {mysql.MYSQL_TYPE_DATETIME2, []byte{3}}, {mysql.MYSQL_TYPE_TIMESTAMP2, []byte{0}}}
-	tm := attackEvent(replication.TABLE_MAP_EVENT, attackTableMap(cols, []byte{0}))
+func TestDecodeInsertRowsFollowsParseTime(t *testing.T) {
+	fde := synthFDE(t)
+	cols := []synthCol{{mysql.MYSQL_TYPE_LONGLONG, nil}, {mysql.MYSQL_TYPE_DATETIME2, []byte{3}}, {mysql.MYSQL_TYPE_TIMESTAMP2, []byte{0}}}
+	tm := synthEvent(replication.TABLE_MAP_EVENT, synthTableMap(cols, []byte{0}))
 	img := []byte{0}
 	img = binary.LittleEndian.AppendUint64(img, 1)
 	// DATETIME(3) 2024-06-01 12:00:00.500: ((2024*13+6)<<5 | 1)<<17 | 12<<12, + 0x8000000000
@@ -497,9 +497,9 @@ func TestAttackLatentParseTime(t *testing.T) {
 	img = append(img, byte(ip>>32), byte(ip>>24), byte(ip>>16), byte(ip>>8), byte(ip))
 	img = binary.BigEndian.AppendUint16(img, 5000) // .5000 in units of 100 µs
 	img = binary.BigEndian.AppendUint32(img, 1717243200)
-	rows := attackEvent(replication.WRITE_ROWS_EVENTv1, attackRows(false, len(cols), img))
+	rows := synthEvent(replication.WRITE_ROWS_EVENTv1, synthRows(false, len(cols), img))
 
-	parse := func(fast bool) attackResult {
+	parse := func(fast bool) synthResult {
 		p := replication.NewBinlogParser()
 		p.SetFlavor(mysql.MariaDBFlavor)
 		p.SetParseTime(true)
@@ -526,7 +526,7 @@ func TestAttackLatentParseTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		re := ev.Event.(*replication.RowsEvent)
-		return attackResult{rows: re.Rows, skipped: re.SkippedColumns, fast: took}
+		return synthResult{rows: re.Rows, skipped: re.SkippedColumns, fast: took}
 	}
 	want, got := parse(false), parse(true)
 	if !sameResult(want, got) {
@@ -534,14 +534,14 @@ func TestAttackLatentParseTime(t *testing.T) {
 	}
 }
 
-// TestAttackTimestampLocalZoneDST (not a fast/go-mysql difference: both
+// TestTimestampRenderedUniquelyAcrossDST (not a fast/go-mysql difference: both
 // paths render alike, as they should; this is the zone they share). The
 // reader renders TIMESTAMP columns in the relay process's local zone
 // (timestampLocation nil), as text without an offset, and the router
 // parses such text as UTC (router.timestamp). Under TZ=America/New_York
 // two instants an hour apart at the November DST change render to the
 // same text, and every TIMESTAMP is shifted by the zone's offset.
-func TestAttackTimestampLocalZoneDST(t *testing.T) {
+func TestTimestampRenderedUniquelyAcrossDST(t *testing.T) {
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		t.Skip(err)
@@ -549,14 +549,14 @@ func TestAttackTimestampLocalZoneDST(t *testing.T) {
 	saved := time.Local
 	time.Local = ny
 	defer func() { time.Local = saved }()
-	fde := attackFDE(t)
-	cols := []attackCol{{mysql.MYSQL_TYPE_TIMESTAMP2, []byte{0}}}
-	tm := attackEvent(replication.TABLE_MAP_EVENT, attackTableMap(cols, nil))
+	fde := synthFDE(t)
+	cols := []synthCol{{mysql.MYSQL_TYPE_TIMESTAMP2, []byte{0}}}
+	tm := synthEvent(replication.TABLE_MAP_EVENT, synthTableMap(cols, nil))
 	render := func(unix int64) (string, string) {
 		img := binary.BigEndian.AppendUint32([]byte{0}, uint32(unix))
-		rows := attackEvent(replication.WRITE_ROWS_EVENTv1, attackRows(false, 1, img))
-		a := attackParse(fde, tm, rows, false, timestampLocation)
-		b := attackParse(fde, tm, rows, true, timestampLocation)
+		rows := synthEvent(replication.WRITE_ROWS_EVENTv1, synthRows(false, 1, img))
+		a := synthParse(fde, tm, rows, false, timestampLocation)
+		b := synthParse(fde, tm, rows, true, timestampLocation)
 		if !b.fast || !sameResult(a, b) {
 			t.Fatalf("paths differ: %s / %s", dump(a.rows), dump(b.rows))
 		}

@@ -47,7 +47,7 @@ func (h *binlogEventsServer) HandleQuery(q string) (*mysql.Result, error) {
 // that never touched a captured table, and its advice names the wrong GTID
 // for `checkpoint set`. The double records tagged GTID events as "Gtid",
 // which hides this.
-func TestAttack15FindXAPrepareTaggedGTIDOnMySQL84(t *testing.T) {
+func TestFindXAPrepareReadsTaggedGTIDOnMySQL84(t *testing.T) {
 	u := "5a5a5a5a-0000-4000-8000-0000000000bb"
 	row := func(pos int, typ, info string) []any {
 		return []any{"binlog.000001", int64(pos), typ, int64(1), int64(pos + 50), info}
