@@ -20,7 +20,7 @@ import (
 // fails at its first record there). With topic_prefix "" every topic the
 // principal sees counts as an event topic and needs WRITE, the lock topic
 // (READ only) among them.
-func TestAttack13ACLItemsFollowPerTableTopics(t *testing.T) {
+func TestACLItemsFollowPerTableTopics(t *testing.T) {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 // picks the debezium preset (or names its own columns) fails `check`
 // although the relay routes it, and a table whose override names a
 // column that does not exist passes.
-func TestAttack13CheckTablesIgnoresPerTableColumns(t *testing.T) {
+func TestCheckTablesUsesPerTableColumns(t *testing.T) {
 	ctx := context.Background()
 	srv, err := devdb.Start(ctx, devdb.Options{Dir: t.TempDir()})
 	if err != nil {
