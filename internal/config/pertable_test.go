@@ -75,19 +75,112 @@ func TestMergeKeyList(t *testing.T) {
 	}
 }
 
-// The second document's error names the line of its "---".
-func TestSecondDocumentLine(t *testing.T) {
-	_, err := Parse([]byte(atkBase+"---\nrouter:\n  topic_prefix: prod.\n"), env(nil))
-	if err == nil || !strings.Contains(err.Error(), "line 9: a second YAML document") {
-		t.Fatalf("%v", err)
+// A per-table override that sets a string setting to "" (a legal value:
+// topic_prefix "" publishes to the aggregate type itself; timestamp_column
+// "" uses the commit time) is silently dropped by RouterConfig.For, which
+// copies only non-zero fields: the table keeps the router's value, so its
+// records go to another topic than configured.
+func TestPerTableEmptyOverrideApplies(t *testing.T) {
+	raw := atkBase + `router:
+  topic_prefix: "outbox.event."
+  timestamp_column: created_at
+  tables:
+    app.other:
+      topic_prefix: ""
+      timestamp_column: ""
+`
+	cfg, err := Parse([]byte(raw), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Router.Tables["app.other"].TopicPrefix; got != "" {
+		t.Fatalf("decoded entry has topic_prefix %q", got)
+	}
+	rc := cfg.Router.For("app.other")
+	if rc.TopicPrefix != "" {
+		t.Errorf("router.tables.app.other.topic_prefix \"\" ignored: For gives %q (records go to outbox.event.<type>, not <type>)", rc.TopicPrefix)
+	}
+	if rc.TimestampColumn != "" {
+		t.Errorf("router.tables.app.other.timestamp_column \"\" ignored: For gives %q", rc.TimestampColumn)
 	}
 }
 
-// A broker or host written as a URL with credentials: the error hides them.
-func TestBrokerErrorMasksCredentials(t *testing.T) {
-	raw := strings.Replace(atkBase, `brokers: ["k1:9092"]`, `brokers: ["sasl://u:pw123@k1:9092"]`, 1)
+// A per-table override written as a YAML alias of another table's entry,
+// with a different preset: the columns the aliased mapping names are reset
+// to the preset's (routerTables looks for set keys only in a MappingNode).
+func TestPerTableAliasKeepsColumns(t *testing.T) {
+	raw := strings.Replace(atkBase, "tables: [app.outbox, app.other]", "tables: [app.outbox, app.other, app.third]", 1) + `router:
+  tables:
+    app.other: &dbz
+      preset: debezium
+      payload_column: body
+    app.third: *dbz
+`
+	cfg, err := Parse([]byte(raw), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Router.For("app.other"), cfg.Router.For("app.third")
+	if a.PayloadColumn != b.PayloadColumn {
+		t.Errorf("same mapping, different result: app.other payload %q, app.third (alias) payload %q", a.PayloadColumn, b.PayloadColumn)
+	}
+}
+
+// YAML merge keys, the usual way to share settings between per-table
+// entries, are refused as an unknown key "<<".
+func TestPerTableMergeKey(t *testing.T) {
+	raw := atkBase + `router:
+  tables:
+    app.outbox: &common
+      invalid_op: fatal
+    app.other:
+      <<: *common
+      topic_prefix: other.
+`
+	cfg, err := Parse([]byte(raw), env(nil))
+	if err != nil {
+		t.Fatalf("merge key refused: %v", err)
+	}
+	if cfg.Router.For("app.other").InvalidOp != InvalidOpFatal {
+		t.Errorf("merge key not applied")
+	}
+}
+
+// A problem in a per-table override names the line of "tables:" instead of
+// the offending key: findKey splits the path on every dot, and the table
+// name db.table has one.
+func TestPerTableProblemNamesItsLine(t *testing.T) {
+	raw := atkBase + `router:
+  tables:
+    app.other:
+      topic_prefix: ok.
+      value_format: bogus
+`
 	_, err := Parse([]byte(raw), env(nil))
-	if err == nil || strings.Contains(err.Error(), "pw123") || !strings.Contains(err.Error(), "URL or holds credentials") {
-		t.Fatalf("%v", err)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	if !strings.Contains(err.Error(), "router.tables.app.other.value_format (line 13)") {
+		t.Errorf("want the line of value_format (13):\n%v", err)
+	}
+}
+
+// decodeStruct finds router.tables with IndexFunc over keys AND values: a
+// router value spelled "tables" before the key (a column, a prefix) is
+// found first, at an odd index, and every per-table override is then
+// dropped without a word.
+func TestPerTableValueNamedTablesKeepsOverrides(t *testing.T) {
+	raw := atkBase + `router:
+  schema_version_column: tables
+  tables:
+    app.other:
+      topic_prefix: other.
+`
+	cfg, err := Parse([]byte(raw), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Router.For("app.other").TopicPrefix; got != "other." {
+		t.Errorf("per-table topic_prefix lost: %q (Tables %v)", got, cfg.Router.Tables)
 	}
 }
