@@ -2,10 +2,10 @@
 
 package itest
 
-// Adversarial review of issue 17 on a real Apache Kafka (RELAY_TEST_KAFKA).
+// The pipelined exactly-once catch-up on a real Apache Kafka
+// (RELAY_TEST_KAFKA): broker crashes, freezes and large payloads.
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,48 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
-
-// A row whose record the relay's own size check (loop.record, recordSize:
-// key+value+64+8 per header) lets through, but whose one-record batch is a
-// few bytes over franz-go's ProducerBatchMaxBytes (1,000,012): the batch
-// header is 61 bytes plus the 4-byte array length franz-go counts, and the
-// record's varints take 13 more. franz-go fails the record with
-// MESSAGE_TOO_LARGE, classify calls it ErrRejected (fatal), and the relay
-// stops for good with an error that names no event_id, although
-// router.on_error is dead-letter: the row should have gone to the
-// dead-letter topic as a record "Kafka would refuse", and the next row
-// published.
-func TestAttack17bRecordJustOverBatchLimitStopsRelay(t *testing.T) {
-	k, s, cfg := env.Pipeline(t)
-	cfg.Router.OnError = "dead-letter"
-	cfg.Router.DeadLetterTopic = cfg.Router.TopicPrefix + "dead-letter"
-	r := RunRelay(t, cfg)
-	r.WaitReady(t)
-	// One header (id; event_type '' adds none), key "d" (K=1), event_id
-	// "e-big" (E=5), value V: recordSize = K+V+64 + (2+E+8) = V+80;
-	// franz-go's one-record batch = 65 + 3 + (1+1+1+1+K+3+V+1+1+2+1+E) = V+86.
-	const limit = 1_000_012
-	v := limit - 80 // recordSize == limit: passes the check; franz-go needs V+86 <= limit
-	payload := `"` + strings.Repeat("x", v-2) + `"`
-	if err := env.DB.Exec(fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('e-big', 'alarm', 'd', '', '%s')`, s.Table(), payload),
-		fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('e-after', 'alarm', 'd', 'X', '{}')`, s.Table())); err != nil {
-		t.Fatal(err)
-	}
-	awaitCoveredRunning(t, r, cfg, Head(t, env.DB), "relay stopped for good on a row it should have dead-lettered")
-	recs := Consume(t, k.Brokers, cfg.Router.TopicPrefix)
-	var got []string
-	for _, rec := range recs {
-		got = append(got, rec.Topic+"/"+rec.ID)
-	}
-	if len(recs) != 2 {
-		t.Fatalf("records %v, want e-big (published or dead-lettered) and e-after\n%s", got, tailLines(r.Logs(), 20))
-	}
-}
 
 // soak skips a long test (minutes of broker crashes or catch-up under
 // signals) unless RELAY_TEST_SOAK=1: run them after a change to the sink,
@@ -90,9 +50,9 @@ func awaitCoveredRunning(t *testing.T, r *InProcess, cfg config.Config, head, wh
 // down.
 func brokerKill9(t *testing.T, k *Kafka, down time.Duration) {
 	t.Helper()
-	dir := os.Getenv("ATK_KAFKA_DIR")
+	dir := os.Getenv("RELAY_TEST_SOAK_KAFKA_DIR")
 	if dir == "" {
-		t.Skip("ATK_KAFKA_DIR names the external broker's KAFKA_DIR")
+		t.Skip("RELAY_TEST_SOAK_KAFKA_DIR names the external broker's KAFKA_DIR")
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "kafka.pid"))
 	if err != nil {
@@ -112,7 +72,7 @@ func brokerKill9(t *testing.T, k *Kafka, down time.Duration) {
 // commits (the default bound) and writers commit small transactions: the
 // relay must ride them out (never exit) and publish every row exactly once,
 // in order per key.
-func TestAttack17bBrokerCrashDuringPipelinedCatchUp(t *testing.T) {
+func TestSoakBrokerCrashDuringPipelinedCatchUp(t *testing.T) {
 	soak(t)
 	if len(ExternalKafka()) == 0 {
 		t.Skip("needs a real broker")
@@ -155,7 +115,7 @@ func TestAttack17bBrokerCrashDuringPipelinedCatchUp(t *testing.T) {
 // (20,000 records: commits pipelined, partial checkpoints), the relay
 // stopped by SIGTERM or kill -9 at random instants; every row exactly once,
 // in order per key. A SIGTERM must end with exit 0 in time.
-func TestAttack17bBulkCatchUpTermKill(t *testing.T) {
+func TestSoakBulkCatchUpTermKill(t *testing.T) {
 	soak(t)
 	k, s, cfg := env.Pipeline(t)
 	cfg.Log.Level = "info"
@@ -169,7 +129,7 @@ func TestAttack17bBulkCatchUpTermKill(t *testing.T) {
 	wrote := writeInBackground(s, WriteOptions{Writers: 2, Transactions: 500, Pace: 5 * time.Millisecond})
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	stops := 14
-	if v, err := strconv.Atoi(os.Getenv("ATK_STOPS")); err == nil {
+	if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_SOAK_STOPS")); err == nil {
 		stops = v
 	}
 	for i := 0; i < stops; i++ {
@@ -218,7 +178,7 @@ func TestAttack17bBulkCatchUpTermKill(t *testing.T) {
 // stopped at random instants eight times: the relay must never exit (a
 // fencing error misread from a restarted coordinator is fatal) and must
 // publish every row exactly once.
-func TestAttack17bBrokerCrashOneRowTransactions(t *testing.T) {
+func TestSoakBrokerCrashOneRowTransactions(t *testing.T) {
 	soak(t)
 	if len(ExternalKafka()) == 0 {
 		t.Skip("needs a real broker")
@@ -232,7 +192,7 @@ func TestAttack17bBrokerCrashOneRowTransactions(t *testing.T) {
 	wrote := writeInBackground(s, WriteOptions{Writers: 4, Transactions: 2500, Pace: 3 * time.Millisecond, Devices: 8})
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	n := 8
-	if v, err := strconv.Atoi(os.Getenv("ATK_RESTARTS")); err == nil {
+	if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_SOAK_BROKER_RESTARTS")); err == nil {
 		n = v
 	}
 	for i := 0; i < n; i++ {
@@ -263,9 +223,9 @@ func TestAttack17bBrokerCrashOneRowTransactions(t *testing.T) {
 // when it resumes, after the relay gave up on them.
 func brokerPause(t *testing.T, d time.Duration) {
 	t.Helper()
-	dir := os.Getenv("ATK_KAFKA_DIR")
+	dir := os.Getenv("RELAY_TEST_SOAK_KAFKA_DIR")
 	if dir == "" {
-		t.Skip("ATK_KAFKA_DIR names the external broker's KAFKA_DIR")
+		t.Skip("RELAY_TEST_SOAK_KAFKA_DIR names the external broker's KAFKA_DIR")
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "kafka.pid"))
 	if err != nil {
@@ -283,7 +243,7 @@ func brokerPause(t *testing.T, d time.Duration) {
 // resume from partial checkpoints written under other bounds), EndTxn
 // requests sent before the freeze complete after the relay gave up. Every
 // row exactly once, in order per key; the relay never exits.
-func TestAttack17bBrokerFreezeHalvesBoundMidTransaction(t *testing.T) {
+func TestSoakBrokerFreezeHalvesBoundMidTransaction(t *testing.T) {
 	soak(t)
 	if len(ExternalKafka()) == 0 {
 		t.Skip("needs a real broker")
@@ -330,54 +290,6 @@ func TestAttack17bBrokerFreezeHalvesBoundMidTransaction(t *testing.T) {
 	t.Logf("%s", rep)
 }
 
-// A topic whose max.message.bytes (100,000 here) is below franz-go's
-// ProducerBatchMaxBytes (1,000,012, the relay never sets it): the relay
-// reads the topic's limit and checks each record against it (20 KB rows
-// pass), but franz-go packs a catch-up's records into batches of up to
-// 1 MB, the broker refuses each with MESSAGE_TOO_LARGE (franz-go does not
-// split a batch), classify calls it ErrRejected, and the relay stops for
-// good on rows that are each valid. Larger batches (issue 17's 20,000
-// default, the pipelined backlog) make full producer batches the norm.
-func TestAttack17bTopicMaxMessageBytesBelowProducerBatch(t *testing.T) {
-	k, s, cfg := env.Pipeline(t)
-	topic := cfg.Router.TopicPrefix + "alarm"
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	limit := "100000"
-	resp, err := kadm.NewClient(cl).CreateTopic(context.Background(), 3, 1, map[string]*string{"max.message.bytes": &limit}, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := RunRelay(t, cfg)
-	r.WaitReady(t)
-	// 200 rows of 20 KB of random hex (snappy gains little on it), one key,
-	// in one source transaction.
-	stmts := []string{"BEGIN"}
-	for b := 0; b < 4; b++ {
-		var vals []string
-		for i := 0; i < 50; i++ {
-			buf := make([]byte, 10000)
-			for j := range buf {
-				buf[j] = byte(rand.IntN(256))
-			}
-			vals = append(vals, fmt.Sprintf(`('m-%d', 'alarm', 'dev-1', 'X', '"%x"')`, b*50+i, buf))
-		}
-		stmts = append(stmts, fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES %s`, s.Table(), strings.Join(vals, ",")))
-	}
-	stmts = append(stmts, "COMMIT")
-	if err := env.DB.Exec(stmts...); err != nil {
-		t.Fatal(err)
-	}
-	awaitCoveredRunning(t, r, cfg, Head(t, env.DB), "relay stopped for good on rows each within the topic's max.message.bytes")
-	requireExact(t, k, s, cfg.Router.TopicPrefix)
-}
-
 // vmHWM is a process's peak resident set size in bytes (Linux).
 func vmHWM(pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -394,12 +306,12 @@ func vmHWM(pid int) int64 {
 	return -1
 }
 
-// Large payloads: one source transaction of ATK_BIG_ROWS (default 2,000)
+// Large payloads: one source transaction of RELAY_TEST_SOAK_ROWS (default 2,000)
 // rows of 50 KB (100 MB: batches bound by max_bytes 8 MB, each commit
 // pipelined with the next batch's reading, so up to two batches in memory),
 // the relay SIGTERMed and killed -9 inside it. Every row exactly once;
-// the peak RSS of the final run is logged against the issue's 150 MB goal.
-func TestAttack17bLargePayloadTransaction(t *testing.T) {
+// the peak RSS of the final run is logged against the 150 MB goal.
+func TestSoakLargePayloadTransaction(t *testing.T) {
 	soak(t)
 	k, s, cfg := env.Pipeline(t)
 	cfg.Log.Level = "info"
@@ -408,7 +320,7 @@ func TestAttack17bLargePayloadTransaction(t *testing.T) {
 	waitStarted(t, p, cfg)
 	p.Kill()
 	n := 2000
-	if v, err := strconv.Atoi(os.Getenv("ATK_BIG_ROWS")); err == nil {
+	if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_SOAK_ROWS")); err == nil {
 		n = v
 	}
 	if err := env.DB.Exec("SET SESSION max_allowed_packet = 1073741824"); err != nil {
@@ -467,14 +379,14 @@ func TestAttack17bLargePayloadTransaction(t *testing.T) {
 }
 
 // Peak RSS while one run catches up one source transaction of
-// ATK_BIG_ROWS rows (2,000) of ATK_ROW_KB KB (50). The reader's buffers are
+// RELAY_TEST_SOAK_ROWS rows (2,000) of RELAY_TEST_SOAK_ROW_KB KB (50). The reader's buffers are
 // bounded by event count (go-mysql's 512-event cache, the events channel of
 // two 513-event batches), not bytes, and one batch is held while another
 // commits: with 50 KB rows 109 MB (2,000 rows) to 162 MB (14,000 rows);
-// with 500 KB rows (ATK_ROW_KB=500 ATK_BIG_ROWS=1200) 453 MB, beyond the
+// with 500 KB rows (RELAY_TEST_SOAK_ROW_KB=500 RELAY_TEST_SOAK_ROWS=1200) 453 MB, beyond the
 // shipped Kubernetes manifest's 256Mi limit (an OOM kill on every restart
-// at the same position). The issue's goal is under 150 MB.
-func TestAttack17bLargePayloadPeakRSS(t *testing.T) {
+// at the same position). The goal is under 150 MB.
+func TestSoakLargePayloadPeakRSS(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Log.Level = "info"
 	path := WriteConfig(t, cfg)
@@ -482,10 +394,10 @@ func TestAttack17bLargePayloadPeakRSS(t *testing.T) {
 	waitStarted(t, p, cfg)
 	p.Kill()
 	n, rowKB := 2000, 50
-	if v, err := strconv.Atoi(os.Getenv("ATK_BIG_ROWS")); err == nil {
+	if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_SOAK_ROWS")); err == nil {
 		n = v
 	}
-	if v, err := strconv.Atoi(os.Getenv("ATK_ROW_KB")); err == nil {
+	if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_SOAK_ROW_KB")); err == nil {
 		rowKB = v
 	}
 	if err := env.DB.Exec(fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload)
@@ -512,6 +424,6 @@ func TestAttack17bLargePayloadPeakRSS(t *testing.T) {
 	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
 	t.Logf("%s; peak RSS %d MB", rep, peak>>20)
 	if peak > 150<<20 {
-		t.Errorf("peak RSS %d MB catching up %d rows of %d KB, over the issue's 150 MB", peak>>20, n, rowKB)
+		t.Errorf("peak RSS %d MB catching up %d rows of %d KB, over the 150 MB goal", peak>>20, n, rowKB)
 	}
 }

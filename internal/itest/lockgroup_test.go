@@ -5,145 +5,27 @@ package itest
 import (
 	"context"
 	"errors"
-	"os/exec"
-	"strconv"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/outbox-relay/outbox-relay/binlog"
-	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/devdb"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
-	"github.com/outbox-relay/outbox-relay/internal/preflight"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
-// Attack 12-1: a replica whose binlog was reset (RESET MASTER) while it
-// kept replicating. Its gtid_binlog_state holds the primary's server_id
-// at a sequence number past the checkpoint, and its oldest binlog's
-// Gtid_list is empty: its variables say it has the checkpoint and nothing
-// is purged. But the transactions between the checkpoint and the reset
-// are not in its binlog any more; the server refuses the position as a
-// hole in its binlog (go-mysql asks for gtid strict mode on the dump
-// connection, so it does so even with the global OFF).
-//
-// The relay must not stop for good (it did: exit 65 "diverged") while
-// another host has the transactions: it holds the refusal against the
-// reset replica, waits while the preferred replica is down, and resumes
-// on it when it is back, losing nothing.
-func TestAttack12ResetMasterReplicaStopsForGood(t *testing.T) {
-	attackResetMaster(t, false)
-}
-
-// The same replica alone in source.hosts: `check` must not pass it (it
-// did, exit 0, so ExecStartPre let the unit start), and the relay stops
-// on it as purged (exit 66: its binlogs after the checkpoint are gone),
-// not as diverged.
-func TestAttack12ResetMasterCheckPassesNoUsableHost(t *testing.T) {
-	attackResetMaster(t, true)
-}
-
-func attackResetMaster(t *testing.T, checkOnly bool) {
-	c := StartCluster(t, 2)
-	a, b := c.Replicas[0], c.Replicas[1]
-	k := StartKafka(t)
-	s := c.NewSchema(t, env)
-	cfg := env.RelayConfig(k, s.Table())
-	cfg.Source.Hosts = c.Addrs(a, b)
-	p := RunRelay(t, cfg)
-	p.WaitReady(t)
-	first, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	WaitCheckpoint(t, cfg, Head(t, c.Primary), time.Minute)
-	if err := p.Stop(); err != nil { // a rolling restart, or a relay outage
-		t.Fatal(err)
-	}
-	// Committed while the relay is down: on both replicas.
-	second, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "b"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.WaitReplicated(t, time.Minute, a, b)
-	// An operator resets b's binlog (e.g. to reclaim disk); replication
-	// goes on.
-	if err := b.Exec("STOP SLAVE", "RESET MASTER", "START SLAVE"); err != nil {
-		t.Fatal(err)
-	}
-
-	third, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "c"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.WaitReplicated(t, time.Minute, b)
-	rows, _ := b.Query("SELECT @@GLOBAL.gtid_binlog_state")
-	t.Logf("b gtid_binlog_state after reset: %v", rows)
-	if checkOnly {
-		only := cfg
-		only.Source.Hosts = c.Addrs(b)
-		r := preflight.Run(context.Background(), only)
-		if r.OK() {
-			t.Errorf("check passes with b, whose binlog lacks the transactions after the checkpoint, the only host: %+v", r)
-		}
-		if it, ok := r.Find("stream"); !ok || it.Status != preflight.Fail || !strings.Contains(it.Detail, "binlog") {
-			t.Errorf("check's stream item on b = %+v (found %v), want a failure saying the binlog lacks the transactions", it, ok)
-		}
-		err := RunRelay(t, only).StoppedWith(t)
-		if code := relay.ExitCode(err); code != relay.ExitPurged || !errors.Is(err, binlog.ErrPurged) {
-			t.Errorf("relay on b alone stopped with exit %d (%v), want %d (purged)", code, err, relay.ExitPurged)
-		}
-		return
-	}
-	a.Kill() // the preferred replica dies: b cannot serve the position
-	p = RunRelay(t, cfg)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("relay logs:\n%s", tailLines(p.Logs(), 30))
-		}
-	})
-	waitHostState(t, p, c.Addrs(b)[0], "purged")
-	// The relay waits for a (unreachable: retried), it does not stop.
-	Eventually(t, time.Minute, func() error {
-		if hostState(p, c.Addrs(a)[0]) != "unreachable" {
-			return errors.New("a not yet seen unreachable")
-		}
-		return nil
-	})
-	select {
-	case <-p.Done():
-		t.Fatalf("relay stopped for good (exit %d) while its preferred host is only down: %v\n%s",
-			relay.ExitCode(p.Err()), p.Err(), tailLines(p.Logs(), 15))
-	default:
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	WaitCheckpoint(t, cfg, Head(t, c.Primary), 2*time.Minute)
-	if hostState(p, c.Addrs(a)[0]) != "streaming" {
-		t.Errorf("source host a is %q after it came back, want streaming", hostState(p, c.Addrs(a)[0]))
-	}
-	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
-	if rep.Expected != len(first)+len(second)+len(third) {
-		t.Fatalf("outbox has %d rows, writers committed %d", rep.Expected, len(first)+len(second)+len(third))
-	}
-}
-
-// Attack 12-2: two instances of one pipeline (same name, so the same
+// Two instances of one pipeline (same name, so the same
 // lock group outbox-relay.lock.<name>) whose ha.lock_topic differs (a
 // rolling update that renames it, a standby with another config file).
 // Each member subscribes to its own lock topic, the balancer gives each
 // the partition 0 of its topic, and both are active at once: in
 // at-least-once both publish and checkpoint, in exactly-once they fence
 // each other back and forth.
-func TestAttack12DifferentLockTopicTwoActives(t *testing.T) {
+func TestLockTopicMismatchNeverTwoActives(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Delivery = "at-least-once"
 	c1, c2 := cfg, cfg
@@ -168,14 +50,14 @@ func TestAttack12DifferentLockTopicTwoActives(t *testing.T) {
 	}
 }
 
-// Attack 12-3: a standby that has waited (it never ran an attempt in this
+// A standby that has waited (it never ran an attempt in this
 // process) takes over during a rolling restart (SIGTERM of the active)
 // while the source is briefly unreachable (a replica restarting, a network
 // blip: here no server listens on its address). Run treats an error before
 // this process's first start as a start-up failure: the new active exits
 // (75) instead of retrying, and no instance is left. The pipeline is down
 // until a supervisor restarts it (Kubernetes: CrashLoopBackOff).
-func TestAttack12StandbyExitsOnTransientErrorAtTakeover(t *testing.T) {
+func TestStandbyRetriesTransientSourceErrorAtTakeover(t *testing.T) {
 	k, _, cfg := env.Pipeline(t)
 	p1 := RunRelay(t, cfg)
 	p1.WaitReady(t)
@@ -204,9 +86,9 @@ func TestAttack12StandbyExitsOnTransientErrorAtTakeover(t *testing.T) {
 	}
 }
 
-// Probe 12-4: the lock topic is deleted by a tool while two instances run.
+// The lock topic is deleted by a tool while two instances run.
 // Wanted: never two actives, and one active again within 20 s.
-func TestAttack12LockTopicDeleted(t *testing.T) {
+func TestLockTopicDeletedOneActiveAgain(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Delivery = "at-least-once"
 	cfg.HA.LockTopic = env.Unique("lock")
@@ -250,9 +132,9 @@ func TestAttack12LockTopicDeleted(t *testing.T) {
 	requireAtLeastOnce(t, k, s, cfg.Router.TopicPrefix)
 }
 
-// Probe 12-5: the lock topic was created by a tool with 3 partitions.
+// The lock topic was created by a tool with 3 partitions.
 // Wanted: one active, a clean hand-over on SIGTERM, never two actives.
-func TestAttack12LockTopicThreePartitions(t *testing.T) {
+func TestLockTopicThreePartitionsOneActive(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Delivery = "at-least-once"
 	cfg.HA.LockTopic = env.Unique("lock")
@@ -297,105 +179,14 @@ func TestAttack12LockTopicThreePartitions(t *testing.T) {
 	requireAtLeastOnce(t, k, s, cfg.Router.TopicPrefix)
 }
 
-// Attack 12-6: MariaDB with two domains, one of them idle (a DBA session
-// with gtid_domain_id=1 once, another application's domain that went
-// quiet). Replica b's binlog has no transaction of domain 1: it was
-// provisioned from a backup, or its binlog was reset, after domain 1's last
-// write. The checkpoint holds 1-1-N (the relay started from a's
-// gtid_binlog_pos). When a dies, b has every transaction after the
-// checkpoint in every domain, yet Relate calls it "behind" (no transaction
-// of domain 1) and the relay waits for it forever: not ready, never
-// exiting, /healthz 200, while b will never log a domain-1 transaction.
-func TestAttack12IdleDomainBehindForever(t *testing.T) {
-	c := StartCluster(t, 2)
-	a, b := c.Replicas[0], c.Replicas[1]
-	k := StartKafka(t)
-	s := c.NewSchema(t, env)
-	// One transaction in domain 1, long ago.
-	if err := c.Primary.Exec("SET SESSION gtid_domain_id = 1",
-		"CREATE TABLE "+s.Name+".dba_note (id INT PRIMARY KEY)",
-		"INSERT INTO "+s.Name+".dba_note VALUES (1)"); err != nil {
-		t.Fatal(err)
-	}
-	c.WaitReplicated(t, time.Minute, a, b)
-	// b is re-provisioned: its binlog starts empty (RESET MASTER keeps
-	// gtid_slave_pos, as a restore from mariabackup does).
-	if err := b.Exec("STOP SLAVE", "RESET MASTER", "START SLAVE"); err != nil {
-		t.Fatal(err)
-	}
-	cfg := env.RelayConfig(k, s.Table())
-	cfg.Source.Hosts = c.Addrs(a, b)
-	p := RunRelay(t, cfg)
-	p.WaitReady(t)
-	first, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.WaitReplicated(t, time.Minute, a)
-	cp := WaitCheckpoint(t, cfg, Head(t, c.Primary), time.Minute)
-	rows, _ := b.Query("SELECT @@GLOBAL.gtid_binlog_state, @@GLOBAL.gtid_slave_pos")
-	t.Logf("checkpoint %s; b binlog state / slave pos %v", cp.GTIDSet, rows)
-	// b's binlog holds every domain-0 transaction after the checkpoint.
-	a.Kill()
-	second, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "b"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(45 * time.Second)
-	for !p.Metrics.Ready.Load() && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
-	}
-	if !p.Metrics.Ready.Load() {
-		host, port, _ := strings.Cut(b.Addr, ":")
-		logs, _ := b.Query("SHOW BINARY LOGS")
-		out, err := exec.Command("mariadb-binlog", "--read-from-remote-server", "--host="+host, "--port="+port, "--user=root",
-			"--password="+devdb.RootPassword, "--start-position="+cp.GTIDSet, "--short-form", logs[0][0]).CombinedOutput()
-		t.Logf("MariaDB on b, asked for %s: err %v, %d bytes: %s", cp.GTIDSet, err, len(out), tailLines(string(out), 3))
-		// What go-mysql (with @slave_gtid_strict_mode=1) gets from b at
-		// the checkpoint: events, or a refusal?
-		pn, _ := strconv.Atoi(port)
-		syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{ServerID: 9911, Flavor: "mariadb", Host: host,
-			Port: uint16(pn), User: "root", Password: devdb.RootPassword})
-		defer syncer.Close()
-		set, _ := gomysql.ParseMariadbGTIDSet(cp.GTIDSet)
-		if st, err := syncer.StartSyncGTID(set); err != nil {
-			t.Logf("go-mysql StartSyncGTID on b: %v", err)
-		} else {
-			gtids := 0
-			for i := 0; i < 200; i++ {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				ev, err := st.GetEvent(ctx)
-				cancel()
-				if err != nil {
-					t.Logf("go-mysql on b after %d events, %d GTIDs: %v", i, gtids, err)
-					break
-				}
-				if g, ok := ev.Event.(*replication.MariadbGTIDEvent); ok {
-					gtids++
-					if gtids <= 2 {
-						t.Logf("go-mysql on b: GTID %d-%d-%d", g.GTID.DomainID, g.GTID.ServerID, g.GTID.SequenceNumber)
-					}
-				}
-			}
-		}
-		t.Fatalf("45 s after a died the relay still waits for b (state %q), %d events unpublished:\n%s",
-			hostState(p, b.Addr), len(second), tailLines(p.Logs(), 4))
-	}
-	WaitCheckpoint(t, cfg, Head(t, c.Primary), time.Minute)
-	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
-	if rep.Expected != len(first)+len(second) {
-		t.Fatalf("outbox has %d rows, writers committed %d", rep.Expected, len(first)+len(second))
-	}
-}
-
-// Attack 12-7: the STANDBY crashes (kill -9, OOM) and its supervisor
+// The STANDBY crashes (kill -9, OOM) and its supervisor
 // restarts it at once (systemd RestartSec=100ms, a pod restart). The new
 // member's JoinGroup starts a rebalance that waits for the dead member
 // until its session expires; meanwhile the active instance's own JoinGroup
 // is not answered, its guard (session - 2 x heartbeat) runs out and it drops
 // the lease although nothing happened to it: a crash of the standby stops
 // the pipeline for seconds (a flap of the healthy active).
-func TestAttack12StandbyCrashRestartDemotesActive(t *testing.T) {
+func TestStandbyCrashRestartKeepsActive(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	cfg.HA = config.Default().HA
 	cfg.Log.Level = "info"
@@ -430,10 +221,10 @@ func TestAttack12StandbyCrashRestartDemotesActive(t *testing.T) {
 	}
 }
 
-// Probe 12-8: the broker restarts while two instances run (the group
+// The broker restarts while two instances run (the group
 // state is lost: every member loses its membership). Wanted: never two
 // actives, one active again, every event published, both still running.
-func TestAttack12BrokerRestartTwoInstances(t *testing.T) {
+func TestBrokerRestartTwoInstancesOneActive(t *testing.T) {
 	for _, mode := range []string{"exactly-once", "at-least-once"} {
 		t.Run(mode, func(t *testing.T) {
 			k := StartKafka(t)
@@ -476,12 +267,12 @@ func TestAttack12BrokerRestartTwoInstances(t *testing.T) {
 	}
 }
 
-// Attack 12-2b: the same mismatch of ha.lock_topic, exactly-once: each
+// The same mismatch of ha.lock_topic, exactly-once: each
 // instance holds "its" lease, each InitProducerID fences the other, the
 // fenced one goes back to standby, leaves, rejoins, is given partition 0
 // of its own topic again at once and fences back: a flap for as long as
 // both run.
-func TestAttack12DifferentLockTopicFenceFlap(t *testing.T) {
+func TestLockTopicMismatchExactlyOnceNoFenceFlap(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	c1, c2 := cfg, cfg
 	c1.HA.LockTopic = env.Unique("lock-a")
@@ -502,12 +293,12 @@ func TestAttack12DifferentLockTopicFenceFlap(t *testing.T) {
 	}
 }
 
-// Attack 12-2c: a standby with the same name whose kafka.checkpoint_topic
+// A standby with the same name whose kafka.checkpoint_topic
 // differs (an old config file on the second host). Taking the lease on a
 // rolling restart, it would find no checkpoint in its topic, start at
 // source.start "now" and skip what was committed during the hand-over; it
 // must refuse instead (the lock group members' settings fingerprint).
-func TestAttack12StandbyOtherCheckpointTopicLoses(t *testing.T) {
+func TestStandbyWithOtherCheckpointTopicRefusesLease(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	p1 := RunRelay(t, cfg)
 	p1.WaitReady(t)
@@ -536,5 +327,94 @@ func TestAttack12StandbyOtherCheckpointTopicLoses(t *testing.T) {
 	}
 	if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); len(rep.Duplicates)+len(rep.Unexpected) > 0 {
 		t.Fatal(rep)
+	}
+}
+
+// Two live instances on one host with the same
+// ha.instance_id (the same settings, or a copy of the service run by
+// hand). Joining with the id of a member takes its place: the second one
+// would evict the first while it is active (two actives for a moment in
+// at-least-once, then the first exits). Fixed: the newcomer waits for the
+// member with its id to leave, as it does for its own dead process, and
+// refuses to start (exit 78) when the member is still there after a
+// session timeout; the incumbent is untouched and alone active.
+func TestSameInstanceIDOnOneHostRefusesNewcomer(t *testing.T) {
+	for _, mode := range []string{"at-least-once", "exactly-once"} {
+		t.Run(mode, func(t *testing.T) {
+			_, s, cfg := env.Pipeline(t)
+			cfg.Kafka.Delivery = config.Delivery(mode)
+			cfg.HA.InstanceID = env.Unique("same-host")
+			p1 := RunRelay(t, cfg)
+			p1.WaitReady(t)
+			c2 := cfg
+			c2.Source.ServerID = cfg.Source.ServerID + 1
+			wait := writeAsync(t, s, WriteOptions{Writers: 2, Transactions: 200, Pace: 5 * time.Millisecond})
+			p2 := RunRelay(t, c2)
+			both := 0
+			for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				if p1.Metrics.Role() == metrics.RoleActive && p2.Metrics.Role() == metrics.RoleActive {
+					both++
+				}
+			}
+			wait()
+			select {
+			case <-p1.Done():
+				t.Fatalf("the incumbent exited with code %d: %v", relay.ExitCode(p1.Err()), p1.Err())
+			default:
+			}
+			if both > 0 {
+				t.Fatalf("%d samples with two actives", both)
+			}
+			err := p2.StoppedWith(t)
+			if relay.ExitCode(err) != relay.ExitConfig || !strings.Contains(err.Error(), "ha.instance_id") {
+				t.Fatalf("the second instance: exit %d (%v), want %d naming ha.instance_id", relay.ExitCode(err), err, relay.ExitConfig)
+			}
+		})
+	}
+}
+
+// One misconfigured standby (another kafka.checkpoint_topic:
+// an old config file on the second host) sits in the lock group. Nothing
+// happens until the healthy active instance next acquires the lease: a
+// broker restart (the group is rebuilt) is enough. agree() then finds the
+// standby's fingerprint and the HEALTHY instance refuses the lease and
+// exits 78; the misconfigured one takes the lease, claim() refuses it
+// (the record names the good topic), and it exits 78 too. One bad standby
+// plus a broker restart stops the pipeline for good (RestartPreventExitStatus=78),
+// although the lock group's record says which instance is right.
+func TestMisconfiguredStandbyLeavesHealthyActive(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	p1 := RunRelay(t, cfg)
+	p1.WaitReady(t)
+	c2 := cfg
+	c2.Source.ServerID = cfg.Source.ServerID + 1
+	c2.Kafka.CheckpointTopic = env.Unique("other-checkpoints")
+	p2 := RunRelay(t, c2)
+	Eventually(t, 20*time.Second, func() error {
+		if p2.Metrics.Role() != metrics.RoleStandby {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second)
+	wait := writeAsync(t, s, WriteOptions{Writers: 2, Transactions: 100, Pace: 5 * time.Millisecond})
+	k.Restart(t)
+	wait()
+	time.Sleep(20 * time.Second)
+	t.Logf("p1 lease events acquired %v lost %v; p1 role %v, p2 role %v; p2 logs:\n%s",
+		testutil.ToFloat64(p1.Metrics.LeaseEvents.WithLabelValues("acquired")), testutil.ToFloat64(p1.Metrics.LeaseEvents.WithLabelValues("lost")),
+		p1.Metrics.Role(), p2.Metrics.Role(), tailLines(p2.Logs(), 4))
+	select {
+	case <-p1.Done():
+		t.Fatalf("the healthy active instance exited (code %d) because a misconfigured standby was in the group: %v; standby: %s",
+			relay.ExitCode(p1.Err()), p1.Err(), func() string {
+				select {
+				case <-p2.Done():
+					return fmt.Sprintf("exited too (code %d)", relay.ExitCode(p2.Err()))
+				default:
+					return "running"
+				}
+			}())
+	default:
 	}
 }

@@ -6,19 +6,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
+	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/outbox-relay/outbox-relay/binlog"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -82,7 +81,7 @@ func waitApplied(t *testing.T, c *Cluster, r *devdb.Server) {
 	})
 }
 
-// Attack 12b-1: a replica without log_slave_updates (MariaDB's default)
+// A replica without log_slave_updates (MariaDB's default)
 // in source.hosts. Its binlog holds none of the primary's transactions
 // and never will; its gtid_slave_pos is exactly the checkpoint while the
 // relay is caught up (any quiet moment). The new gtid_slave_pos rule of
@@ -91,7 +90,7 @@ func waitApplied(t *testing.T, c *Cluster, r *devdb.Server) {
 // relay streams from b: ready, streaming, heartbeats committed, and not
 // one of the transactions committed since is ever published, even after
 // the preferred replica is back (the relay never moves back).
-func TestAttack12bReplicaWithoutLogSlaveUpdatesSilentStall(t *testing.T) {
+func TestReplicaWithoutLogSlaveUpdatesNotChosen(t *testing.T) {
 	c := startMixedCluster(t, true, false)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)
@@ -169,50 +168,7 @@ func TestAttack12bReplicaWithoutLogSlaveUpdatesSilentStall(t *testing.T) {
 	requireExact(t, k, s, cfg.Router.TopicPrefix)
 }
 
-// Attack 12b-2: two live instances on one host with the same
-// ha.instance_id (the same settings, or a copy of the service run by
-// hand). Joining with the id of a member takes its place: the second one
-// would evict the first while it is active (two actives for a moment in
-// at-least-once, then the first exits). Fixed: the newcomer waits for the
-// member with its id to leave, as it does for its own dead process, and
-// refuses to start (exit 78) when the member is still there after a
-// session timeout; the incumbent is untouched and alone active.
-func TestAttack12bTwoInstancesOneHostDefaultInstanceID(t *testing.T) {
-	for _, mode := range []string{"at-least-once", "exactly-once"} {
-		t.Run(mode, func(t *testing.T) {
-			_, s, cfg := env.Pipeline(t)
-			cfg.Kafka.Delivery = config.Delivery(mode)
-			cfg.HA.InstanceID = env.Unique("same-host")
-			p1 := RunRelay(t, cfg)
-			p1.WaitReady(t)
-			c2 := cfg
-			c2.Source.ServerID = cfg.Source.ServerID + 1
-			wait := writeAsync(t, s, WriteOptions{Writers: 2, Transactions: 200, Pace: 5 * time.Millisecond})
-			p2 := RunRelay(t, c2)
-			both := 0
-			for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-				if p1.Metrics.Role() == metrics.RoleActive && p2.Metrics.Role() == metrics.RoleActive {
-					both++
-				}
-			}
-			wait()
-			select {
-			case <-p1.Done():
-				t.Fatalf("the incumbent exited with code %d: %v", relay.ExitCode(p1.Err()), p1.Err())
-			default:
-			}
-			if both > 0 {
-				t.Fatalf("%d samples with two actives", both)
-			}
-			err := p2.StoppedWith(t)
-			if relay.ExitCode(err) != relay.ExitConfig || !strings.Contains(err.Error(), "ha.instance_id") {
-				t.Fatalf("the second instance: exit %d (%v), want %d naming ha.instance_id", relay.ExitCode(err), err, relay.ExitConfig)
-			}
-		})
-	}
-}
-
-// Attack 12b-4: RESET MASTER on the source the relay reads (a primary: a
+// RESET MASTER on the source the relay reads (a primary: a
 // DBA reclaiming disk, a restore from a backup whose binlogs were not
 // kept; the same happens when a crash with sync_binlog=0 loses the
 // binlog's tail). Sequence numbers of the host's own server_id start
@@ -224,7 +180,7 @@ func TestAttack12bTwoInstancesOneHostDefaultInstanceID(t *testing.T) {
 // checkpoint's, it resumes after the checkpoint's GTID, which now names a
 // different transaction: every event committed after the reset up to that
 // sequence number is skipped, silently.
-func TestAttack12bResetMasterOnPrimarySkipsEvents(t *testing.T) {
+func TestResetMasterOnPrimaryStopsAsDiverged(t *testing.T) {
 	c := startMixedCluster(t)
 	k := StartKafka(t)
 	s := c.NewSchema(t, env)
@@ -289,13 +245,13 @@ func TestAttack12bResetMasterOnPrimarySkipsEvents(t *testing.T) {
 	}
 }
 
-// Attack 12b-5: `check` on two hosts at once (both units' ExecStartPre
+// `check` on two hosts at once (both units' ExecStartPre
 // after a power cut or a fleet-wide restart; docs/ha.md: instances on
 // different hosts share one configuration, so one source.server_id). Both
 // stream probes register with ProbeServerID(source.server_id), the same
 // id: the server drops the first probe's dump connection when the second
 // registers, and that check fails the host.
-func TestAttack12bConcurrentChecksProbeCollide(t *testing.T) {
+func TestConcurrentChecksProbesDoNotCollide(t *testing.T) {
 	_, _, cfg := env.Pipeline(t)
 	p := RunRelay(t, cfg)
 	p.WaitReady(t)
@@ -325,14 +281,14 @@ func TestAttack12bConcurrentChecksProbeCollide(t *testing.T) {
 	}
 }
 
-// Attack 12b-6: the replica the relay reads stops replicating (a
+// The replica the relay reads stops replicating (a
 // replication error, STOP SLAVE for a backup, an errant DBA statement
 // under gtid_strict_mode) while the other replica of source.hosts keeps
 // up. The host was judged once, before streaming; nothing judges it
 // again: the relay stays on it, ready and healthy (heartbeats), while
 // every event committed since waits on a host that does not replicate,
 // however long the other host has had them.
-func TestAttack12bChosenReplicaStopsReplicatingNoFailover(t *testing.T) {
+func TestChosenReplicaStopsReplicatingFailsOver(t *testing.T) {
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)
@@ -362,60 +318,14 @@ func TestAttack12bChosenReplicaStopsReplicatingNoFailover(t *testing.T) {
 	}
 }
 
-// Attack 12b-7: one misconfigured standby (another kafka.checkpoint_topic:
-// an old config file on the second host) sits in the lock group. Nothing
-// happens until the healthy active instance next acquires the lease: a
-// broker restart (the group is rebuilt) is enough. agree() then finds the
-// standby's fingerprint and the HEALTHY instance refuses the lease and
-// exits 78; the misconfigured one takes the lease, claim() refuses it
-// (the record names the good topic), and it exits 78 too. One bad standby
-// plus a broker restart stops the pipeline for good (RestartPreventExitStatus=78),
-// although the lock group's record says which instance is right.
-func TestAttack12bBadStandbyTakesDownHealthyActive(t *testing.T) {
-	k, s, cfg := env.Pipeline(t)
-	p1 := RunRelay(t, cfg)
-	p1.WaitReady(t)
-	c2 := cfg
-	c2.Source.ServerID = cfg.Source.ServerID + 1
-	c2.Kafka.CheckpointTopic = env.Unique("other-checkpoints")
-	p2 := RunRelay(t, c2)
-	Eventually(t, 20*time.Second, func() error {
-		if p2.Metrics.Role() != metrics.RoleStandby {
-			return context.DeadlineExceeded
-		}
-		return nil
-	})
-	time.Sleep(2 * time.Second)
-	wait := writeAsync(t, s, WriteOptions{Writers: 2, Transactions: 100, Pace: 5 * time.Millisecond})
-	k.Restart(t)
-	wait()
-	time.Sleep(20 * time.Second)
-	t.Logf("p1 lease events acquired %v lost %v; p1 role %v, p2 role %v; p2 logs:\n%s",
-		testutil.ToFloat64(p1.Metrics.LeaseEvents.WithLabelValues("acquired")), testutil.ToFloat64(p1.Metrics.LeaseEvents.WithLabelValues("lost")),
-		p1.Metrics.Role(), p2.Metrics.Role(), tailLines(p2.Logs(), 4))
-	select {
-	case <-p1.Done():
-		t.Fatalf("the healthy active instance exited (code %d) because a misconfigured standby was in the group: %v; standby: %s",
-			relay.ExitCode(p1.Err()), p1.Err(), func() string {
-				select {
-				case <-p2.Done():
-					return fmt.Sprintf("exited too (code %d)", relay.ExitCode(p2.Err()))
-				default:
-					return "running"
-				}
-			}())
-	default:
-	}
-}
-
-// Attack 12b-8: two instances on two hosts from one configuration file
+// Two instances on two hosts from one configuration file
 // (docs/ha.md: "same configuration ... give each its own source.server_id
 // ... if they share a host", so on different hosts they share it). The
 // active one freezes (SIGSTOP here; a VM pause, or a dead node whose TCP
 // connections stay half-open) while its binlog dump connection is open.
 // The standby takes the lease and connects to the source with the same
 // server_id.
-func TestAttack12bSharedServerIDFrozenActiveTakeover(t *testing.T) {
+func TestTakeoverFromFrozenActiveWithSharedServerID(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	cfg.Log.Level = "info"
 	f := &fleet{t: t, stop: make(chan struct{}), stopped: make(chan struct{})}
@@ -474,4 +384,206 @@ func gtidBelow(t testing.TB, have, want string) bool {
 		t.Fatalf("parse gtid set %q: %v", want, err)
 	}
 	return !h.Contain(w)
+}
+
+// A replica whose binlog was reset (RESET MASTER) while it
+// kept replicating. Its gtid_binlog_state holds the primary's server_id
+// at a sequence number past the checkpoint, and its oldest binlog's
+// Gtid_list is empty: its variables say it has the checkpoint and nothing
+// is purged. But the transactions between the checkpoint and the reset
+// are not in its binlog any more; the server refuses the position as a
+// hole in its binlog (go-mysql asks for gtid strict mode on the dump
+// connection, so it does so even with the global OFF).
+//
+// The relay must not stop for good (it did: exit 65 "diverged") while
+// another host has the transactions: it holds the refusal against the
+// reset replica, waits while the preferred replica is down, and resumes
+// on it when it is back, losing nothing.
+func TestResetReplicaHeldWhileAnotherHostHasTransactions(t *testing.T) {
+	resetReplica(t, false)
+}
+
+// The same replica alone in source.hosts: `check` must not pass it (it
+// did, exit 0, so ExecStartPre let the unit start), and the relay stops
+// on it as purged (exit 66: its binlogs after the checkpoint are gone),
+// not as diverged.
+func TestResetReplicaAloneFailsCheckAndStopsAsPurged(t *testing.T) {
+	resetReplica(t, true)
+}
+
+func resetReplica(t *testing.T, checkOnly bool) {
+	c := StartCluster(t, 2)
+	a, b := c.Replicas[0], c.Replicas[1]
+	k := StartKafka(t)
+	s := c.NewSchema(t, env)
+	cfg := env.RelayConfig(k, s.Table())
+	cfg.Source.Hosts = c.Addrs(a, b)
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	first, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, c.Primary), time.Minute)
+	if err := p.Stop(); err != nil { // a rolling restart, or a relay outage
+		t.Fatal(err)
+	}
+	// Committed while the relay is down: on both replicas.
+	second, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitReplicated(t, time.Minute, a, b)
+	// An operator resets b's binlog (e.g. to reclaim disk); replication
+	// goes on.
+	if err := b.Exec("STOP SLAVE", "RESET MASTER", "START SLAVE"); err != nil {
+		t.Fatal(err)
+	}
+
+	third, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitReplicated(t, time.Minute, b)
+	rows, _ := b.Query("SELECT @@GLOBAL.gtid_binlog_state")
+	t.Logf("b gtid_binlog_state after reset: %v", rows)
+	if checkOnly {
+		only := cfg
+		only.Source.Hosts = c.Addrs(b)
+		r := preflight.Run(context.Background(), only)
+		if r.OK() {
+			t.Errorf("check passes with b, whose binlog lacks the transactions after the checkpoint, the only host: %+v", r)
+		}
+		if it, ok := r.Find("stream"); !ok || it.Status != preflight.Fail || !strings.Contains(it.Detail, "binlog") {
+			t.Errorf("check's stream item on b = %+v (found %v), want a failure saying the binlog lacks the transactions", it, ok)
+		}
+		err := RunRelay(t, only).StoppedWith(t)
+		if code := relay.ExitCode(err); code != relay.ExitPurged || !errors.Is(err, binlog.ErrPurged) {
+			t.Errorf("relay on b alone stopped with exit %d (%v), want %d (purged)", code, err, relay.ExitPurged)
+		}
+		return
+	}
+	a.Kill() // the preferred replica dies: b cannot serve the position
+	p = RunRelay(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relay logs:\n%s", tailLines(p.Logs(), 30))
+		}
+	})
+	waitHostState(t, p, c.Addrs(b)[0], "purged")
+	// The relay waits for a (unreachable: retried), it does not stop.
+	Eventually(t, time.Minute, func() error {
+		if hostState(p, c.Addrs(a)[0]) != "unreachable" {
+			return errors.New("a not yet seen unreachable")
+		}
+		return nil
+	})
+	select {
+	case <-p.Done():
+		t.Fatalf("relay stopped for good (exit %d) while its preferred host is only down: %v\n%s",
+			relay.ExitCode(p.Err()), p.Err(), tailLines(p.Logs(), 15))
+	default:
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, c.Primary), 2*time.Minute)
+	if hostState(p, c.Addrs(a)[0]) != "streaming" {
+		t.Errorf("source host a is %q after it came back, want streaming", hostState(p, c.Addrs(a)[0]))
+	}
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	if rep.Expected != len(first)+len(second)+len(third) {
+		t.Fatalf("outbox has %d rows, writers committed %d", rep.Expected, len(first)+len(second)+len(third))
+	}
+}
+
+// MariaDB with two domains, one of them idle (a DBA session
+// with gtid_domain_id=1 once, another application's domain that went
+// quiet). Replica b's binlog has no transaction of domain 1: it was
+// provisioned from a backup, or its binlog was reset, after domain 1's last
+// write. The checkpoint holds 1-1-N (the relay started from a's
+// gtid_binlog_pos). When a dies, b has every transaction after the
+// checkpoint in every domain, yet Relate calls it "behind" (no transaction
+// of domain 1) and the relay waits for it forever: not ready, never
+// exiting, /healthz 200, while b will never log a domain-1 transaction.
+func TestFailoverToHostWithoutIdleDomain(t *testing.T) {
+	c := StartCluster(t, 2)
+	a, b := c.Replicas[0], c.Replicas[1]
+	k := StartKafka(t)
+	s := c.NewSchema(t, env)
+	// One transaction in domain 1, long ago.
+	if err := c.Primary.Exec("SET SESSION gtid_domain_id = 1",
+		"CREATE TABLE "+s.Name+".dba_note (id INT PRIMARY KEY)",
+		"INSERT INTO "+s.Name+".dba_note VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitReplicated(t, time.Minute, a, b)
+	// b is re-provisioned: its binlog starts empty (RESET MASTER keeps
+	// gtid_slave_pos, as a restore from mariabackup does).
+	if err := b.Exec("STOP SLAVE", "RESET MASTER", "START SLAVE"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := env.RelayConfig(k, s.Table())
+	cfg.Source.Hosts = c.Addrs(a, b)
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	first, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitReplicated(t, time.Minute, a)
+	cp := WaitCheckpoint(t, cfg, Head(t, c.Primary), time.Minute)
+	rows, _ := b.Query("SELECT @@GLOBAL.gtid_binlog_state, @@GLOBAL.gtid_slave_pos")
+	t.Logf("checkpoint %s; b binlog state / slave pos %v", cp.GTIDSet, rows)
+	// b's binlog holds every domain-0 transaction after the checkpoint.
+	a.Kill()
+	second, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for !p.Metrics.Ready.Load() && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !p.Metrics.Ready.Load() {
+		host, port, _ := strings.Cut(b.Addr, ":")
+		logs, _ := b.Query("SHOW BINARY LOGS")
+		out, err := exec.Command("mariadb-binlog", "--read-from-remote-server", "--host="+host, "--port="+port, "--user=root",
+			"--password="+devdb.RootPassword, "--start-position="+cp.GTIDSet, "--short-form", logs[0][0]).CombinedOutput()
+		t.Logf("MariaDB on b, asked for %s: err %v, %d bytes: %s", cp.GTIDSet, err, len(out), tailLines(string(out), 3))
+		// What go-mysql (with @slave_gtid_strict_mode=1) gets from b at
+		// the checkpoint: events, or a refusal?
+		pn, _ := strconv.Atoi(port)
+		syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{ServerID: 9911, Flavor: "mariadb", Host: host,
+			Port: uint16(pn), User: "root", Password: devdb.RootPassword})
+		defer syncer.Close()
+		set, _ := gomysql.ParseMariadbGTIDSet(cp.GTIDSet)
+		if st, err := syncer.StartSyncGTID(set); err != nil {
+			t.Logf("go-mysql StartSyncGTID on b: %v", err)
+		} else {
+			gtids := 0
+			for i := 0; i < 200; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				ev, err := st.GetEvent(ctx)
+				cancel()
+				if err != nil {
+					t.Logf("go-mysql on b after %d events, %d GTIDs: %v", i, gtids, err)
+					break
+				}
+				if g, ok := ev.Event.(*replication.MariadbGTIDEvent); ok {
+					gtids++
+					if gtids <= 2 {
+						t.Logf("go-mysql on b: GTID %d-%d-%d", g.GTID.DomainID, g.GTID.ServerID, g.GTID.SequenceNumber)
+					}
+				}
+			}
+		}
+		t.Fatalf("45 s after a died the relay still waits for b (state %q), %d events unpublished:\n%s",
+			hostState(p, b.Addr), len(second), tailLines(p.Logs(), 4))
+	}
+	WaitCheckpoint(t, cfg, Head(t, c.Primary), time.Minute)
+	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)
+	if rep.Expected != len(first)+len(second) {
+		t.Fatalf("outbox has %d rows, writers committed %d", rep.Expected, len(first)+len(second))
+	}
 }

@@ -3,15 +3,15 @@
 package itest
 
 import (
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-func attack14Gauge(t *testing.T, m *metrics.Metrics, name string) float64 {
+func gaugeValue(t *testing.T, m *metrics.Metrics, name string) float64 {
 	t.Helper()
 	fams, err := m.Registry.Gather()
 	if err != nil {
@@ -26,16 +26,16 @@ func attack14Gauge(t *testing.T, m *metrics.Metrics, name string) float64 {
 	return 0
 }
 
-func attack14State(m *metrics.Metrics) string { return string(m.State()) }
+func relayState(m *metrics.Metrics) string { return string(m.State()) }
 
-// Attack 14: a Kafka outage is the outage during which the source keeps
+// A Kafka outage is the outage during which the source keeps
 // purging binlogs while the checkpoint does not move (a source outage
 // purges nothing). The runbook's OutboxRelayPurgeMarginLow: "It falls when
 // the pipeline is stuck". But once Kafka stops answering the lock group,
 // the active instance drops to standby, and purge margin (and checkpoint
 // age) are NaN on a standby: during a Kafka outage of any length the purge
 // alerts cannot fire, and the relay later stops with exit 66.
-func TestAttack14PurgeMarginBlindDuringKafkaOutage(t *testing.T) {
+func TestPurgeMarginReportedDuringKafkaOutage(t *testing.T) {
 	if err := env.DB.Exec("SET GLOBAL expire_logs_days = 7"); err != nil {
 		t.Fatal(err)
 	}
@@ -47,21 +47,21 @@ func TestAttack14PurgeMarginBlindDuringKafkaOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	Eventually(t, 30*time.Second, func() error {
-		if v := attack14Gauge(t, p.Metrics, "outbox_relay_checkpoint_purge_margin_seconds"); math.IsNaN(v) {
+		if v := gaugeValue(t, p.Metrics, "outbox_relay_checkpoint_purge_margin_seconds"); math.IsNaN(v) {
 			return errString("margin not known yet")
 		}
 		return nil
 	})
-	before := attack14Gauge(t, p.Metrics, "outbox_relay_checkpoint_purge_margin_seconds")
-	t.Logf("streaming: state %s, purge margin %.0fs", attack14State(p.Metrics), before)
+	before := gaugeValue(t, p.Metrics, "outbox_relay_checkpoint_purge_margin_seconds")
+	t.Logf("streaming: state %s, purge margin %.0fs", relayState(p.Metrics), before)
 
 	k.Stop(t) // Kafka outage; the source keeps its (7-day) purge schedule
 	time.Sleep(20 * time.Second)
-	margin := attack14Gauge(t, p.Metrics, "outbox_relay_checkpoint_purge_margin_seconds")
-	age := attack14Gauge(t, p.Metrics, "outbox_relay_checkpoint_age_seconds")
-	t.Logf("Kafka down 20s: state %s, purge margin %v, checkpoint age %v", attack14State(p.Metrics), margin, age)
+	margin := gaugeValue(t, p.Metrics, "outbox_relay_checkpoint_purge_margin_seconds")
+	age := gaugeValue(t, p.Metrics, "outbox_relay_checkpoint_age_seconds")
+	t.Logf("Kafka down 20s: state %s, purge margin %v, checkpoint age %v", relayState(p.Metrics), margin, age)
 	if math.IsNaN(margin) {
-		t.Fatalf("during a Kafka outage the purge margin is NaN (state %s): OutboxRelayPurgeMarginLow/Critical cannot fire while the checkpoint ages", attack14State(p.Metrics))
+		t.Fatalf("during a Kafka outage the purge margin is NaN (state %s): OutboxRelayPurgeMarginLow/Critical cannot fire while the checkpoint ages", relayState(p.Metrics))
 	}
 	k.Start(t)
 }
@@ -70,7 +70,7 @@ type errString string
 
 func (e errString) Error() string { return string(e) }
 
-// Attack 14: outbox_relay_source_lag_seconds is "0 once a heartbeat arrived
+// Outbox_relay_source_lag_seconds is "0 once a heartbeat arrived
 // after the last transaction handled", and nothing clears that until the
 // NEXT COMMIT is handled. A bulk INSERT ... SELECT of outbox rows (one big
 // transaction, "any size" in the README) arriving at an idle relay is read
@@ -80,7 +80,7 @@ func (e errString) Error() string { return string(e) }
 // partial keep OutboxRelayCheckpointStalled quiet too. Kafka is slowed
 // down here (each produce answered after 300ms, batches of 20 records) to
 // stretch a 3000-row transaction over a minute and more.
-func TestAttack14LagZeroWhileReadingBigTransaction(t *testing.T) {
+func TestLagNotZeroWhileReadingBigTransaction(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	if k.Cluster == nil {
 		t.Skip("slowing every produce needs the embedded broker's request control")
@@ -94,7 +94,7 @@ func TestAttack14LagZeroWhileReadingBigTransaction(t *testing.T) {
 		}
 		return nil
 	})
-	if lag := attack14Gauge(t, p.Metrics, "outbox_relay_source_lag_seconds"); lag != 0 {
+	if lag := gaugeValue(t, p.Metrics, "outbox_relay_source_lag_seconds"); lag != 0 {
 		t.Fatalf("idle lag %v", lag)
 	}
 	k.Cluster.ControlKey(0 /* Produce */, func(kmsgReq kmsgRequest) (kmsgResponse, error, bool) {
@@ -104,7 +104,7 @@ func TestAttack14LagZeroWhileReadingBigTransaction(t *testing.T) {
 	})
 	// 600 rows in batches of 20, each produce answered after 300ms: about
 	// 9s of publishing one transaction (3000 rows and a minute in the
-	// review's version; the same state, shorter).
+	// a shorter version of the same state).
 	const rows = 600
 	committed := time.Now()
 	if err := s.BigInsert(rows, "bulk"); err != nil {
@@ -113,14 +113,14 @@ func TestAttack14LagZeroWhileReadingBigTransaction(t *testing.T) {
 	samples, zero := 0, 0.0
 	Eventually(t, time.Minute, func() error {
 		time.Sleep(250 * time.Millisecond) // pace the samples (each counts every topic)
-		lag := attack14Gauge(t, p.Metrics, "outbox_relay_source_lag_seconds")
+		lag := gaugeValue(t, p.Metrics, "outbox_relay_source_lag_seconds")
 		pub := CountAll(t, k.Brokers, cfg.Router.TopicPrefix)
 		if pub >= rows {
 			return nil
 		}
 		if since := time.Since(committed); since > 2*time.Second {
 			samples++
-			t.Logf("%4.1fs after the commit: lag %v, records published %d, state %s", since.Seconds(), lag, pub, attack14State(p.Metrics))
+			t.Logf("%4.1fs after the commit: lag %v, records published %d, state %s", since.Seconds(), lag, pub, relayState(p.Metrics))
 			// Once the loop has handled the commit (and a heartbeat), only
 			// the last batch or two are in flight to Kafka: publishing
 			// latency, not source lag.
@@ -143,7 +143,7 @@ type (
 	kmsgResponse = kmsg.Response
 )
 
-// Attack 14: outbox_relay_source_behind_bytes after a restart on a quiet
+// Outbox_relay_source_behind_bytes after a restart on a quiet
 // source. The server starts a GTID dump at the beginning of the binlog
 // file that holds the position, skips (does not send) the transactions the
 // relay has, then sends heartbeats. The reader's position moves only on
@@ -151,7 +151,7 @@ type (
 // ignored), so it stays at offset 4 of the file: behind_bytes reports the
 // size of the binlog file (up to max_binlog_size, 1 GiB) for a relay that
 // is at the head, until the next transaction.
-func TestAttack14BehindBytesAfterRestartOnQuietSource(t *testing.T) {
+func TestBehindBytesZeroAfterRestartOnQuietSource(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	p := RunRelay(t, cfg)
 	p.WaitReady(t)
@@ -165,8 +165,8 @@ func TestAttack14BehindBytesAfterRestartOnQuietSource(t *testing.T) {
 	p2 := RunRelay(t, cfg)
 	p2.WaitReady(t)
 	time.Sleep(12 * time.Second) // two samples (every 5s); the source is quiet
-	behind := attack14Gauge(t, p2.Metrics, "outbox_relay_source_behind_bytes")
-	lag := attack14Gauge(t, p2.Metrics, "outbox_relay_source_lag_seconds")
+	behind := gaugeValue(t, p2.Metrics, "outbox_relay_source_behind_bytes")
+	lag := gaugeValue(t, p2.Metrics, "outbox_relay_source_lag_seconds")
 	rows, err := env.DB.Query("SHOW MASTER STATUS")
 	if err != nil {
 		t.Fatal(err)
@@ -174,47 +174,5 @@ func TestAttack14BehindBytesAfterRestartOnQuietSource(t *testing.T) {
 	t.Logf("restarted relay at the head of a quiet source: behind_bytes %v, lag %v; server: %v", behind, lag, rows)
 	if behind > 1000 {
 		t.Fatalf("a relay at the head reports %.0f bytes behind", behind)
-	}
-}
-
-// Attack 14: deploy/systemd/outbox-relay.service runs `outbox-relay check`
-// as ExecStartPre. check FAILs "binlog retention" (exit 1) as soon as the
-// checkpoint is older than the server's retention setting, whether or not
-// anything was purged (a server purges only at a rotation, and with GTIDs
-// nothing is lost while the binlogs after the checkpoint are there). Its
-// own fix says "start the relay now", but under the unit that is
-// impossible: ExecStartPre fails, Restart=on-failure (exit 1 is not in
-// RestartPreventExitStatus) retries every 10s forever, `run` never starts,
-// no /metrics is ever served (so OutboxRelayStoppedFatal never fires). Here
-// `run` streams fine from the same checkpoint.
-func TestAttack14SystemdCheckBlocksARelayThatWouldRun(t *testing.T) {
-	_, s, cfg := env.Pipeline(t)
-	p := RunRelay(t, cfg)
-	p.WaitReady(t)
-	if _, err := s.Write(t.Context(), WriteOptions{Writers: 1, Transactions: 3, Devices: 2}); err != nil {
-		t.Fatal(err)
-	}
-	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
-	if err := p.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	// The relay was down longer than retention (here: retention ~9s).
-	if err := env.DB.Exec("SET GLOBAL expire_logs_days = 0.0001"); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.DB.Exec("SET GLOBAL expire_logs_days = 0") }()
-	time.Sleep(12 * time.Second)
-	path := WriteConfig(t, cfg)
-	out, _, code := env.CLI(t, "check", "--config", path)
-	t.Logf("ExecStartPre `check`: exit %d\n%s", code, out)
-	p2 := RunRelay(t, cfg)
-	p2.WaitReady(t)
-	if _, err := s.Write(t.Context(), WriteOptions{Writers: 1, Transactions: 2, Devices: 2, Tag: "after"}); err != nil {
-		t.Fatal(err)
-	}
-	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
-	t.Logf("`run` from the same checkpoint streams and checkpoints the new transactions")
-	if code != 0 {
-		t.Fatalf("the unit's ExecStartPre exits %d (restarted every 10s forever) for a checkpoint `run` resumes from fine", code)
 	}
 }

@@ -2,8 +2,9 @@
 
 package itest
 
-// Adversarial review of issue 11 against the real MariaDB: inputs that real
-// applications, DBAs and transaction managers produce.
+// Statement-logged changes, DBA maintenance and foreign XA transactions
+// against the real MariaDB: inputs that real applications, DBAs and
+// transaction managers produce.
 
 import (
 	"fmt"
@@ -12,13 +13,13 @@ import (
 	"time"
 )
 
-// A trigger that feeds the outbox (issue 11 calls it a common way) and a
+// A trigger that feeds the outbox (a common way) and a
 // session that logs statements (SET SESSION binlog_format='STATEMENT', or
 // a MIXED server): the binlog holds only `INSERT INTO alarm_record ...`;
 // the trigger's outbox row is committed but in no binlog event. The relay
 // only logs a warning and moves its checkpoint past it: the row is lost.
 // The contract says anything that could hide outbox rows stops the relay.
-func TestAttackTriggerUnderStatementLoggingLosesRow(t *testing.T) {
+func TestTriggerUnderStatementLoggingStops(t *testing.T) {
 	r := env.NewShapeRun(t, Straight, ShapeOptions{})
 	c, st := r.Conn(), r.Conn()
 	r.Exec(c, fmt.Sprintf("CREATE TRIGGER %s.alarm_to_outbox AFTER INSERT ON %s.alarm_record FOR EACH ROW "+
@@ -41,7 +42,7 @@ func TestAttackTriggerUnderStatementLoggingLosesRow(t *testing.T) {
 // parser cannot read it, and the statement names the outbox, so the relay
 // stops with ErrStatementLogged ("changed ... with a statement"), fatal, for
 // a statement that changes no row.
-func TestAttackDBAMaintenanceStops(t *testing.T) {
+func TestDBAMaintenanceStatementDoesNotStop(t *testing.T) {
 	for _, tc := range []struct{ name, q string }{
 		{"analyze-persistent", "ANALYZE TABLE %s PERSISTENT FOR ALL"},
 		{"repair", "REPAIR TABLE %s"},
@@ -69,7 +70,7 @@ func TestAttackDBAMaintenanceStops(t *testing.T) {
 // stops the relay: ErrUnknownXA, fatal, at every restart. Any XA workload
 // (a Java EE / Spring JTA application with XA data sources) has one in
 // flight at almost every instant.
-func TestAttackUnrelatedXAPreparedBeforeFirstStart(t *testing.T) {
+func TestUnrelatedXAPreparedBeforeFirstStartPasses(t *testing.T) {
 	a, err := env.DB.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestAttackUnrelatedXAPreparedBeforeFirstStart(t *testing.T) {
 // restart reads from checkpoint.XA.Resume (before the prepare, before G),
 // the framer meets G again and stops again: the relay cannot get past G
 // until the XA transaction ends, and it cannot see that end either.
-func TestAttackSkipWhileXAPrepared(t *testing.T) {
+func TestSkipPastStatementWhileXAPrepared(t *testing.T) {
 	r := env.NewShapeRun(t, Straight, ShapeOptions{MaxRecords: 1})
 	c, st := r.Conn(), r.Conn()
 	x, err := r.Env.DB.Root()
@@ -157,7 +158,7 @@ var _ = strings.Contains
 // tick). The checkpoint is "previous + partial N of the first", so the
 // documented `checkpoint skip --gtid G` refuses G as "not the next"
 // transaction; only --force gets past.
-func TestAttackSkipRefusedAfterFullBatchBeforeStop(t *testing.T) {
+func TestSkipAcceptedAfterFullBatchBeforeStop(t *testing.T) {
 	r := env.NewShapeRun(t, Straight, ShapeOptions{MaxRecords: 1})
 	c, st := r.Conn(), r.Conn()
 	r.Exec(st, "SET SESSION binlog_format='STATEMENT'")
