@@ -6,15 +6,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outbox-relay/outbox-relay/inbox"
-	"github.com/outbox-relay/outbox-relay/internal/devdb"
-	"github.com/outbox-relay/outbox-relay/internal/itest"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestInboxRefusesInexactMarkerTable: a consumed-event table created by
@@ -23,7 +20,7 @@ import (
 // the documented migration to VARBINARY(255) an id longer than the column
 // is refused with ErrEventIDTooLong, never cut.
 func TestInboxRefusesInexactMarkerTable(t *testing.T) {
-	name := env.Unique("fix16in")
+	name := env.Unique("markerin")
 	old := "CREATE TABLE " + name + ".consumed_event (consumer_name VARCHAR(64) NOT NULL, event_id VARCHAR(64) NOT NULL, " +
 		"consumed_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), PRIMARY KEY (consumer_name, event_id)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
 	if err := env.DB.Exec("CREATE DATABASE "+name, old); err != nil {
@@ -59,97 +56,71 @@ func TestInboxRefusesInexactMarkerTable(t *testing.T) {
 	}
 }
 
-// TestDeadLetterReplaySkip: a pending dead-letter record that cannot be
-// rebuilt (truncated, its row gone) stops dead-letter replay with an error
-// naming --skip; --skip EVENT_ID marks it replayed without publishing and
-// the records after it are replayed; a --skip naming no pending record is
-// a usage error.
-func TestDeadLetterReplaySkip(t *testing.T) {
+// TestInboxDistinctEventIDsAreNotDuplicates: the consumed_event
+// table of inbox.DDL has no collation of its own, so it takes the
+// database's (utf8mb4_general_ci / latin1_swedish_ci: case-insensitive,
+// PAD SPACE), and event_id is VARCHAR(64). Distinct event ids that the
+// relay publishes distinctly then collide on the marker's PRIMARY KEY and
+// the second event is skipped as "already done": it is never applied.
+func TestInboxDistinctEventIDsAreNotDuplicates(t *testing.T) {
+	name := env.Unique("atk16in")
+	if err := env.DB.Exec("CREATE DATABASE "+name, inbox.DDL(name+".consumed_event")); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
-	k, s, cfg := env.Pipeline(t)
-	cfg.Router.OnError = "dead-letter"
-	path := itest.WriteConfig(t, cfg)
-	dlq := "outbox-relay.dead-letter." + cfg.Name
-	cl := kgoClient(t, k.Brokers)
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, nil, dlq); err != nil {
-		t.Fatal(err)
+	rec := func(id string) *kgo.Record {
+		return &kgo.Record{Topic: "t", Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(id)}}}
 	}
-	hdr := func(id string) []kgo.RecordHeader {
-		return []kgo.RecordHeader{{Key: "error", Value: []byte("x")}, {Key: "source.table", Value: []byte(s.Table())},
-			{Key: "source.gtid", Value: []byte("0-1-1")}, {Key: "id", Value: []byte(id)}}
+	long := strings.Repeat("x", 64)
+	cases := []struct {
+		what    string
+		sqlMode string // "" keeps the server default (strict)
+		a, b    string
+	}{
+		{"ids differing in case (KSUID, nanoid, business keys)", "", "Ord-7a", "ord-7A"},
+		{"ids differing by a trailing space", "", "evt-1", "evt-1 "},
+		{"ids longer than 64 characters, non-strict sql_mode", "sql_mode=%27%27", long + "-1", long + "-2"},
 	}
-	gone := &kgo.Record{Topic: dlq, Headers: append(hdr("gone-1"), kgo.RecordHeader{Key: "truncated", Value: []byte("true")})}
-	ok := &kgo.Record{Topic: dlq, Headers: hdr("ok-1"),
-		Value: []byte(`{"event_id":"ok-1","aggregate_type":"alarm","aggregate_id":"d","event_type":"X","payload":"{}"}`)}
-	if err := cl.ProduceSync(ctx, gone, ok).FirstErr(); err != nil {
-		t.Fatal(err)
+	for i, c := range cases {
+		t.Run(c.what, func(t *testing.T) {
+			d := dsn(env.DB.Addr, name)
+			if c.sqlMode != "" {
+				d += "&" + c.sqlMode
+			}
+			db, err := sql.Open("mysql", d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			st := &inbox.Store{DB: db, Name: fmt.Sprintf("c%d", i)}
+			applied := map[string]int{}
+			h := func(_ context.Context, _ *sql.Tx, r *kgo.Record) error {
+				id, _ := inbox.EventID(r)
+				applied[id]++
+				return nil
+			}
+			for _, id := range []string{c.a, c.b} {
+				o, err := st.Handle(ctx, rec(id), h)
+				if err != nil {
+					t.Fatalf("handle %q: %v", id, err)
+				}
+				t.Logf("event %q: %s", id, o)
+			}
+			if applied[c.b] != 1 {
+				t.Errorf("event %q was never applied: inbox took it for a duplicate of %q (data loss)", c.b, c.a)
+			}
+		})
 	}
-	if code, out := runCLI(t, nil, "dead-letter", "replay", "--config", path, "--yes"); code != 1 || !strings.Contains(out, "--skip gone-1") {
-		t.Fatalf("replay of an unrebuildable record: exit %d, want 1 and a hint naming --skip gone-1: %s", code, out)
-	}
-	if code, _ := runCLI(t, nil, "dead-letter", "replay", "--config", path, "--yes", "--skip", "nope"); code != 2 {
-		t.Errorf("--skip of an id nothing pending has: exit %d, want 2", code)
-	}
-	if code, out := runCLI(t, nil, "dead-letter", "replay", "--config", path, "--yes", "--skip", "gone-1"); code != 0 || !strings.Contains(out, "replayed 1 records (1 skipped") {
-		t.Fatalf("replay --skip gone-1: exit %d: %s", code, out)
-	}
-	var ids []string
-	for _, r := range itest.Consume(t, k.Brokers, cfg.Router.TopicPrefix+"alarm") {
-		ids = append(ids, r.ID)
-	}
-	if len(ids) != 1 || ids[0] != "ok-1" {
-		t.Errorf("published %v, want [ok-1]", ids)
-	}
-	if code, out := runCLI(t, nil, "dead-letter", "list", "--config", path); code != 0 || !strings.Contains(out, "dead-letter: 0 records listed") {
-		t.Errorf("records still pending after the replay: exit %d: %s", code, out)
-	}
-}
-
-// TestPruneCompositePrimaryKey: prune pages (dry run) and deletes by a
-// primary key of two columns, in batches smaller than the rows, and
-// refuses a table without a primary key, deleting nothing.
-func TestPruneCompositePrimaryKey(t *testing.T) {
-	_, s, cfg := env.Pipeline(t)
-	db := openDB(t, s.Name)
-	path := itest.WriteConfig(t, cfg)
-	relay := itest.RunRelay(t, cfg)
-	relay.WaitReady(t)
-	if err := relay.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{"ALTER TABLE outbox DROP PRIMARY KEY, ADD PRIMARY KEY (id, event_id)",
-		"INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, created_at) VALUES " +
-			"('c-1', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 3 HOUR), ('c-2', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 3 HOUR), " +
-			"('c-3', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 2 HOUR), ('c-4', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 2 HOUR), " +
-			"('c-5', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 2 HOUR), ('new', 'alarm', 'd', 'X', '{}', NOW(3))"} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
+	// Strict mode (the default): an event id of 65+ characters, which the
+	// relay publishes as it is, fails every time: the consumer stops at it
+	// for good (a poison record).
+	t.Run("id longer than 64 characters, strict sql_mode", func(t *testing.T) {
+		db := openDB(t, name)
+		st := &inbox.Store{DB: db, Name: "strict"}
+		id := "com.example.billing.InvoiceIssued:550e8400-e29b-41d4-a716-446655440000:17"
+		_, err := st.Handle(ctx, rec(id), func(context.Context, *sql.Tx, *kgo.Record) error { return nil })
+		if err != nil {
+			t.Errorf("a %d-character event id cannot be consumed, ever: %v", len(id), err)
 		}
-	}
-	if code, out := runCLI(t, nil, "checkpoint", "set", "--config", path, "--to", "now", "--yes", "--force"); code != 0 {
-		t.Fatalf("checkpoint set: exit %d: %s", code, out)
-	}
-	pw := []string{"KITITEST_ROOT_PW=" + devdb.RootPassword}
-	args := []string{"prune", "--config", path, "--older-than", "1h", "--batch", "2", "--wait", "5s", "--user", "root", "--password-env", "KITITEST_ROOT_PW", "--yes"}
-	if code, out := runCLI(t, pw, append(args, "--dry-run")...); code != 0 || !strings.Contains(out, "would delete 5 rows") {
-		t.Errorf("dry run: exit %d, want 5 rows: %s", code, out)
-	}
-	if code, out := runCLI(t, pw, args...); code != 0 || !strings.Contains(out, "deleted 5 rows") {
-		t.Errorf("prune: exit %d, want 5 rows: %s", code, out)
-	}
-	if n := count(t, db, "SELECT COUNT(*) FROM outbox"); n != 1 {
-		t.Errorf("%d rows left, want 1 (the new one)", n)
-	}
-	if _, err := db.Exec("INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, created_at) VALUES ('c-6', 'alarm', 'd', 'X', '{}', NOW(3) - INTERVAL 2 HOUR)"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("ALTER TABLE outbox MODIFY id BIGINT NOT NULL, DROP PRIMARY KEY"); err != nil {
-		t.Fatal(err)
-	}
-	if code, out := runCLI(t, pw, args...); code == 0 || !strings.Contains(out, "no primary key") {
-		t.Errorf("table without a primary key: exit %d, want a refusal naming the primary key: %s", code, out)
-	}
-	if n := count(t, db, "SELECT COUNT(*) FROM outbox"); n != 2 {
-		t.Errorf("%d rows left after the refusal, want 2", n)
-	}
+	})
 }

@@ -3,6 +3,7 @@
 package kititest
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -10,15 +11,15 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
-// Adversarial review of 6da8fc2 and 85b052d (replay reads TIMESTAMP
-// columns in UTC "as the relay renders them", time ranges compared per
-// column type).
+// Replay and time: replay reads TIMESTAMP columns in UTC "as the relay
+// renders them", and compares time ranges per column type.
 
-// insertA24 inserts outbox rows with explicit time columns (id, ts,
+// insertTimeRows inserts outbox rows with explicit time columns (id, ts,
 // created_at; "" leaves ts NULL).
-func insertA24(t *testing.T, db string, rows [][3]string) {
+func insertTimeRows(t *testing.T, db string, rows [][3]string) {
 	t.Helper()
 	d := openDB(t, db)
 	for _, r := range rows {
@@ -42,7 +43,7 @@ func insertA24(t *testing.T, db string, rows [][3]string) {
 // fraction when it is zero and with 6 digits otherwise ("10:00:00",
 // "10:00:00.120000"). The replayed record's headers differ from the
 // original's, although the session is now in UTC.
-func TestAttack24ReplayTimeColumnHeaderDiffersFromRelay(t *testing.T) {
+func TestReplayTimeColumnHeaderMatchesRelay(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	db := openDB(t, s.Name)
 	if _, err := db.Exec("ALTER TABLE outbox ADD COLUMN ts TIMESTAMP(3) NULL"); err != nil {
@@ -52,7 +53,7 @@ func TestAttack24ReplayTimeColumnHeaderDiffersFromRelay(t *testing.T) {
 	path := itest.WriteConfig(t, cfg)
 	relay := itest.RunRelay(t, cfg)
 	relay.WaitReady(t)
-	insertA24(t, s.Name, [][3]string{
+	insertTimeRows(t, s.Name, [][3]string{
 		{"a24-zero", "2026-11-30 10:00:00.000", "2026-11-30 10:00:00.000"},
 		{"a24-frac", "2026-11-30 10:00:00.120", "2026-11-30 10:00:00.120"},
 	})
@@ -88,8 +89,8 @@ func TestAttack24ReplayTimeColumnHeaderDiffersFromRelay(t *testing.T) {
 // column and a DATETIME(3) one (written in the server's local terms), with
 // fractional bounds, each bound alone and both, in RFC 3339 and in server
 // terms: each selects exactly the rows whose instant is in the range; NULL
-// times never. Passes: the attack failed.
-func TestAttack24ReplayRangesPerColumnTypeFractional(t *testing.T) {
+// times never.
+func TestReplayRangesPerColumnTypeFractional(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	db := openDB(t, s.Name)
 	if _, err := db.Exec("ALTER TABLE outbox ADD COLUMN ts TIMESTAMP(3) NULL"); err != nil {
@@ -99,9 +100,9 @@ func TestAttack24ReplayRangesPerColumnTypeFractional(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.DB.Exec("SET GLOBAL time_zone = 'SYSTEM'") })
-	// The session of insertA24 is in +05:00: ts is given in local terms, as
+	// The session of insertTimeRows is in +05:00: ts is given in local terms, as
 	// created_at is; UTC instants 10:00:00.100, .600, 10:00:01.100.
-	insertA24(t, s.Name, [][3]string{
+	insertTimeRows(t, s.Name, [][3]string{
 		{"r1", "2026-11-30 15:00:00.100", "2026-11-30 15:00:00.100"},
 		{"r2", "2026-11-30 15:00:00.600", "2026-11-30 15:00:00.600"},
 		{"r3", "2026-11-30 15:00:01.100", "2026-11-30 15:00:01.100"},
@@ -143,6 +144,120 @@ func TestAttack24ReplayRangesPerColumnTypeFractional(t *testing.T) {
 			if code != 0 || !slices.Equal(got, want) {
 				t.Errorf("%s --since %q --until %q: exit %d, selected %v, want %v", col, c.since, c.until, code, got, want)
 			}
+		}
+	}
+}
+
+// TestReplayRFC3339RangeOnNonUTCServer: replay turns an RFC 3339 time
+// into UTC text and compares it with the time column, which the table
+// default (CURRENT_TIMESTAMP) fills in the server's time zone. On a server
+// not in UTC an absolute --since/--until selects the wrong rows: here the
+// row written a moment ago is not found in [now-10m, now+10m).
+func TestReplayRFC3339RangeOnNonUTCServer(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	if err := env.DB.Exec("SET GLOBAL time_zone = '+05:00'"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.DB.Exec("SET GLOBAL time_zone = 'SYSTEM'") })
+	path := itest.WriteConfig(t, cfg)
+	db := openDB(t, s.Name)
+	ctx := context.Background()
+	tx, _ := db.BeginTx(ctx, nil)
+	if _, err := outbox.Write(ctx, tx, outbox.Event{ID: "tz-1", AggregateType: "alarm", AggregateID: "d", Type: "X", Payload: []byte(`{}`)}); err == nil {
+		// outbox.Write targets the unqualified table "outbox" of the DSN's database.
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		t.Fatal(err)
+	}
+	var created string
+	_ = db.QueryRow("SELECT CAST(created_at AS CHAR) FROM outbox WHERE event_id = 'tz-1'").Scan(&created)
+	now := time.Now().UTC()
+	since, until := now.Add(-10*time.Minute).Format(time.RFC3339), now.Add(10*time.Minute).Format(time.RFC3339)
+	code, out := runCLI(t, nil, "replay", "--config", path, "--since", since, "--until", until, "--dry-run")
+	if code != 0 || !strings.Contains(out, "would publish 1 records") {
+		t.Errorf("replay --since %s --until %s: the row written at %s (server time zone +05:00) was not selected: exit %d", since, until, created, code)
+	}
+}
+
+// TestReplayTimestampColumnOnNonUTCServer: the relay renders a TIMESTAMP
+// column from the binlog in UTC; replay reads the row with SQL, where a
+// TIMESTAMP is shown in the session's zone. On a server in +05:00 with
+// router.timestamp_column a TIMESTAMP, the replayed record must carry the
+// original's timestamp (not one five hours off), and --since/--until select
+// the row both as RFC 3339 and in the server's local terms.
+func TestReplayTimestampColumnOnNonUTCServer(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	db := openDB(t, s.Name)
+	if _, err := db.Exec("ALTER TABLE outbox ADD COLUMN ts TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.DB.Exec("SET GLOBAL time_zone = '+05:00'"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.DB.Exec("SET GLOBAL time_zone = 'SYSTEM'") })
+	cfg.Router.TimestampColumn = "ts"
+	path := itest.WriteConfig(t, cfg)
+	relay := itest.RunRelay(t, cfg)
+	relay.WaitReady(t)
+
+	ctx := context.Background()
+	w, err := outbox.New(s.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, s.Name) // a session opened after SET GLOBAL: +05:00
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(ctx, tx, outbox.Event{ID: "tz-1", AggregateType: "alarm", AggregateID: "d", Type: "X", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var ms int64
+	var local string
+	if err := db.QueryRow("SELECT CAST(ROUND(UNIX_TIMESTAMP(ts) * 1000) AS SIGNED), CAST(ts AS CHAR) FROM outbox WHERE event_id = 'tz-1'").Scan(&ms, &local); err != nil {
+		t.Fatal(err)
+	}
+	itest.WaitCheckpoint(t, cfg, itest.Head(t, env.DB), time.Minute)
+	if err := relay.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	now := time.Now().UTC()
+	localAt, err := time.Parse("2006-01-02 15:04:05.000", local)
+	if err != nil {
+		t.Fatalf("server's local ts %q: %v", local, err)
+	}
+	for _, r := range []struct{ what, since, until string }{
+		{"RFC 3339", now.Add(-10 * time.Minute).Format(time.RFC3339), now.Add(10 * time.Minute).Format(time.RFC3339)},
+		{"server local time", localAt.Add(-time.Minute).Format(time.DateTime), localAt.Add(time.Minute).Format(time.DateTime)},
+	} {
+		code, out := runCLI(t, nil, "replay", "--config", path, "--since", r.since, "--until", r.until, "--dry-run")
+		if code != 0 || !strings.Contains(out, "would publish 1 records") {
+			t.Errorf("replay --since %s --until %s (%s): the row with ts %s (+05:00) not selected: exit %d: %s", r.since, r.until, r.what, local, code, out)
+		}
+	}
+	if code, out := runCLI(t, nil, "replay", "--config", path, "--event-id", "tz-1", "--yes"); code != 0 || !strings.Contains(out, "published 1 records") {
+		t.Fatalf("replay: exit %d: %s", code, out)
+	}
+	var got []itest.Record
+	for _, r := range itest.Consume(t, k.Brokers, cfg.Router.TopicPrefix+"alarm") {
+		if r.ID == "tz-1" {
+			got = append(got, r)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("tz-1 published %d times, want 2 (the relay's and the replay's)", len(got))
+	}
+	want := time.UnixMilli(ms).UTC()
+	for i, r := range got {
+		if !r.Timestamp.Equal(want) {
+			t.Errorf("record %d (replayed %q): timestamp %s, want the row's ts %s (%s in +05:00)", i, r.Headers["replayed"], r.Timestamp.UTC(), want, local)
 		}
 	}
 }
