@@ -1,7 +1,7 @@
 package relay
 
-// Adversarial review of issue 11 (XA, replay, partial commits): loop-level
-// cases on the scripted harness (script_test.go).
+// XA transactions across restarts, replay, domains and partial commits:
+// loop-level cases on the scripted harness (script_test.go).
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ import (
 // restart, although that commit was published before the restart (its GTID
 // is in the checkpoint's set). commitXA looks the xid up before it asks
 // replaying().
-func TestAttackXACommittedInPrepareOrderThenRestart(t *testing.T) {
+func TestLoopXACommittedInPrepareOrderThenRestart(t *testing.T) {
 	flavors(t, func(t *testing.T, flavor string) {
 		s := newScript(flavor)
 		s.tx(s.insert("order", "1", 1))
@@ -60,7 +60,7 @@ func TestAttackXACommittedInPrepareOrderThenRestart(t *testing.T) {
 // loaded from the checkpoint for the second one, and its XA COMMIT finds a
 // row count that differs from the checkpoint's: ErrUnknownXA, fatal, at
 // every restart: the relay stops for good although nothing is wrong.
-func TestAttackXIDReusedAfterCommit(t *testing.T) {
+func TestLoopXIDReusedAfterCommit(t *testing.T) {
 	flavors(t, func(t *testing.T, flavor string) {
 		s := newScript(flavor)
 		s.tx(s.insert("order", "1", 1))
@@ -94,7 +94,7 @@ func TestAttackXIDReusedAfterCommit(t *testing.T) {
 // MariaDB sessions with their own gtid_domain_id: transactions of two
 // domains interleave, an XA transaction prepared in domain 1 stays pending
 // while both domains move on. SIGTERM / crash after every event.
-func TestAttackXAMultiDomain(t *testing.T) {
+func TestLoopXAMultiDomain(t *testing.T) {
 	build := func() *script {
 		s := newScript("mariadb")
 		d := &domains{s: s, set: newMDSet(), seq: map[uint32]uint64{}}
@@ -174,7 +174,7 @@ func (d *domains) xaCommit(domain uint32, xid string) {
 
 // An XA transaction with outbox rows stays prepared (in doubt) while a big
 // transaction is published in parts; crash after every event.
-func TestAttackXAPendingAcrossPartialCommits(t *testing.T) {
+func TestLoopXAPendingAcrossPartialCommits(t *testing.T) {
 	matrix(t, func(flavor string) *script {
 		s := newScript(flavor)
 		s.tx(s.insert("order", "1", 1))

@@ -1,50 +1,28 @@
 package relay
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
-// Adversarial review of 6da8fc2 and 85b052d: a transaction is split at the
+// A transaction is split at the
 // row after kafka.batch.max_records (one of exactly max_records rows stays
 // whole); a heartbeat (the reader at the server's head) commits an open
 // batch.
 
-// withHeartbeats puts a heartbeat after every event of s, mid-transaction
-// too (the reader sends them only between transactions; the loop must not
-// rely on it). Each carries the GTID of the transaction the next event
-// belongs to, so that an attempt started after it still gets it.
-func withHeartbeats(s *script) *script {
-	out := *s
-	out.events, out.ends = nil, nil
-	end := 0
-	for i, ev := range s.events {
-		out.events = append(out.events, ev)
-		if end < len(s.ends) && i == s.ends[end] {
-			out.ends = append(out.ends, len(out.events)-1)
-			end++
-		}
-		next := s.gtid(s.n + 1)
-		if i+1 < len(s.events) {
-			next = s.events[i+1].GTID
-		}
-		out.events = append(out.events, binlog.Event{Kind: binlog.KindHeartbeat, GTID: next, Time: time.Now()})
-	}
-	return &out
-}
-
-// attack24Script: transactions around the bound (3): one of the bound plus
+// splitHeartbeatScript: transactions around the bound (3): one of the bound plus
 // one row (one row per rows event, so that a stop falls between any two
 // rows), exactly the bound, an XA transaction of the bound plus one and a
 // one-phase one of the bound, each between one-row transactions of the
 // same aggregates, far behind the source (catch-up: heartbeats are what
 // makes a batch due).
-func attack24Script(flavor string) *script {
+func splitHeartbeatScript(flavor string) *script {
 	const bound = 3
 	s := newScript(flavor).behind()
 	s.tx(s.insert("order", "1", 1))
@@ -67,14 +45,13 @@ func attack24Script(flavor string) *script {
 // every event (a heartbeat after each, mid-transaction too), with every
 // commit in flight for 30 ms (a heartbeat then finds the commit running):
 // every row exactly once, each aggregate in order, no checkpoint backwards.
-// Passes: the attack failed.
-func TestAttack24SplitAtBoundWithHeartbeatsStopEvery(t *testing.T) {
+func TestPartialSplitAtBoundWithHeartbeatsStopEvery(t *testing.T) {
 	for _, flavor := range []string{"mariadb", "mysql"} {
 		for _, stop := range []string{"term", "crash"} {
 			for _, v := range []string{"plain", "slow", "dead-letter"} {
 				t.Run(fmt.Sprintf("%s/%s/%s", flavor, stop, v), func(t *testing.T) {
 					t.Parallel()
-					s := attack24Script(flavor)
+					s := splitHeartbeatScript(flavor)
 					var bad []string
 					if v == "dead-letter" {
 						// The row after the bound of tx 2 (its 4th rows
@@ -148,4 +125,41 @@ func TestAttack24SplitAtBoundWithHeartbeatsStopEvery(t *testing.T) {
 			}
 		}
 	}
+}
+
+// After a restart inside a split transaction (the checkpoint's partial
+// loaded), heartbeats (checkpoint_interval 40 ms) are written while the
+// rest of it is read (pending, no Kafka transaction open): each must keep
+// the loaded partial, or a crash after one would publish the first part
+// again.
+func TestPartialKeptByHeartbeatInsideRestartedSplit(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 3), s.insert("order", "1", 1), s.insert("order", "1", 1), s.insert("order", "1", 1))
+		s.tx(s.insert("order", "1", 1))
+		h := newHarness(t, s, func(c *config.Config) {
+			c.Kafka.Batch.MaxRecords = 3
+			c.Kafka.CheckpointInterval = 40 * time.Millisecond
+			c.Kafka.Batch.MaxWait = 40 * time.Millisecond
+		})
+		a := h.start()
+		a.feed(2) // 4 rows: a part of 3 committed at the 4th
+		h.waitCheckpoint("partial", func(cp *checkpoint.Checkpoint) bool { return cp.Partial != nil && cp.Partial.Rows == 3 })
+		if err := a.crash(); !errors.Is(err, errCrash) {
+			t.Fatal(err)
+		}
+		b := h.start()
+		b.feed(3) // rows 4 and 5: pending
+		before := h.load()
+		time.Sleep(300 * time.Millisecond)
+		cp := h.waitCheckpoint("a heartbeat", func(cp *checkpoint.Checkpoint) bool { return cp.Time.After(before.Time) })
+		if cp.Partial == nil || *cp.Partial != (checkpoint.Partial{GTID: s.gtid(1), Rows: 3}) {
+			t.Fatalf("heartbeat inside the restarted transaction: partial %+v, want 3 rows of %s", cp.Partial, s.gtid(1))
+		}
+		if err := b.crash(); !errors.Is(err, errCrash) {
+			t.Fatal(err)
+		}
+		h.start().finish()
+		h.verify()
+	})
 }

@@ -1,39 +1,26 @@
 package relay
 
-// Adversarial review of issue 17 (commit pipelining, settle wait, larger
-// batches): loop-level cases on the scripted harness (script_test.go).
+// The commit pipeline (a commit in flight while the loop reads on and
+// holds the next batch's records): restarts, failures, fencing, time-outs,
+// linger, max_wait and metrics, on the scripted harness (script_test.go).
 
 import (
-	"fmt"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/outbox-relay/outbox-relay/binlog"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
-// slowEndTxn makes every EndTxn take d at the broker: each commit stays in
-// flight while the loop reads on and holds what it routes.
-func slowEndTxn(h *harness, d time.Duration) {
-	h.kafka.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
-		h.kafka.KeepControl()
-		h.kafka.SleepControl(func() { time.Sleep(d) })
-		return nil, nil, false
-	})
-}
-
-func attack17Script(flavor string) *script {
+func slowCommitScript(flavor string) *script {
 	s := newScript(flavor)
 	s.tx(s.insert("order", "1", 1))
 	s.tx(s.insert("order", "1", 2), s.insert("order", "2", 1))
@@ -51,13 +38,13 @@ func attack17Script(flavor string) *script {
 
 // SIGTERM and crash after every event while every commit is in flight for
 // 40 ms (records routed meanwhile are held), with batches split at 2 records.
-func TestAttack17SlowCommitStopEvery(t *testing.T) {
+func TestPipelineSlowCommitStopAfterEveryEvent(t *testing.T) {
 	for _, flavor := range []string{"mariadb", "mysql"} {
 		for _, stop := range []string{"term", "crash"} {
 			for _, batch := range []int{1, 0} {
 				t.Run(flavor+"/"+stop+"/"+map[int]string{1: "one", 0: "all"}[batch], func(t *testing.T) {
 					t.Parallel()
-					h := newHarness(t, attack17Script(flavor), maxRecords(2))
+					h := newHarness(t, slowCommitScript(flavor), maxRecords(2))
 					h.batch = batch
 					slowEndTxn(h, 40*time.Millisecond)
 					if stop == "term" {
@@ -74,9 +61,9 @@ func TestAttack17SlowCommitStopEvery(t *testing.T) {
 
 // The in-flight commit fails (EndTxn refused) every third time while records
 // are held: each failure ends the attempt; restarts publish everything once.
-func TestAttack17CommitFailsWhileHolding(t *testing.T) {
+func TestPipelineCommitFailsWhileHoldingRecords(t *testing.T) {
 	flavors(t, func(t *testing.T, flavor string) {
-		h := newHarness(t, attack17Script(flavor), maxRecords(2))
+		h := newHarness(t, slowCommitScript(flavor), maxRecords(2))
 		var n atomic.Int32
 		h.kafka.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
 			h.kafka.KeepControl()
@@ -110,7 +97,7 @@ func TestAttack17CommitFailsWhileHolding(t *testing.T) {
 // type that takes 1.5 s at the broker, while EndTxn takes a few ms. The
 // histogram then reports a 1.5 s Kafka transaction; a dashboard or alert on
 // commit latency fires on slow topic creation, binlog reads, XA look-ups...
-func TestAttack17TxnSecondsCountsLoopWork(t *testing.T) {
+func TestPipelineTxnSecondsExcludesLoopWork(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
 	s.tx(s.insert("customer", "7", 1)) // a new topic: created while the first commit is in flight
@@ -154,75 +141,19 @@ func TestAttack17TxnSecondsCountsLoopWork(t *testing.T) {
 	}
 }
 
-// The settle wait turns itself off for the rest of the attempt (settleOff)
-// on the first DescribeTransactions answer that carries an error and was not
-// a time-out, e.g. a transient UNKNOWN_SERVER_ERROR or a failed connection
-// (franz-go does not retry dial errors) while a broker restarts: an attempt
-// lasts until the next failure, days, and every transaction pays the 20 ms
-// CONCURRENT_TRANSACTIONS back-off again (the issue's p99 goal is lost
-// silently; no metric or log says so).
-func TestAttack17SettleOffAfterOneTransientError(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	var failed atomic.Int32
-	c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if failed.Add(1) > 1 {
-			return nil, nil, false // once only (the control is dropped)
-		}
-		return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
-			st.ErrorCode = kerr.UnknownServerError.Code
-		}), nil, true
-	})
-	s, ctx := txnSink(t, c)
-	for i := 1; i <= 5; i++ {
-		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.commit(ctx, cpAt("0-1-"+string(rune('0'+i)))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if s.settleOff {
-		t.Errorf("one transient DescribeTransactions error (of %d asked) turned the settle wait off for the rest of the attempt (%d waits in 5 commits)",
-			failed.Load(), s.settleWaits.Load())
-	}
-}
-
 // throttleProduce makes the broker accept produce requests at rate bytes/s
 // (as a client quota or a slow disk does: responses are delayed in
 // proportion to their size).
 var throttledRecords atomic.Int64
 
-func throttleProduce(h *harness, rate float64) {
-	var mu sync.Mutex
-	h.kafka.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		h.kafka.KeepControl()
-		n := 0
-		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
-			for _, p := range tp.Partitions {
-				n += len(p.Records)
-			}
-		}
-		throttledRecords.Add(int64(n))
-		d := time.Duration(float64(n) / rate * float64(time.Second))
-		h.kafka.SleepControl(func() { mu.Lock(); time.Sleep(d); mu.Unlock() })
-		return nil, nil, false
-	})
-}
-
 // A bulk catch-up (200-row INSERTs) on a broker that accepts about 60 KB/s
 // of records (a producer quota, a slow or remote cluster) with
-// kafka.request_timeout 3 s. With max_records 5,000 (the old default) each
-// batch is flushed in ~1.2 s (73 KB compressed) and the relay makes progress; with the new
-// default of 20,000 every batch (290 KB) needs ~5 s to be acknowledged, every commit
-// fails at the request timeout, and every restart fails on the same first
-// batch: the relay never moves again (a restart loop re-sending 20,000
-// records each time), where the old default worked. The relay does not
-// shrink a batch whose flush timed out.
-func TestAttack17BigDefaultBatchNeverFlushesOnSlowBroker(t *testing.T) {
+// kafka.request_timeout 3 s. A batch of the default 20,000 records (290 KB)
+// needs ~5 s to be acknowledged, so its commit fails at the request
+// timeout; the relay must shrink the batch whose flush timed out and make
+// progress (5,000 records flush in ~1.2 s), never restart on the same
+// first batch for good.
+func TestPipelineBigBatchOnSlowBrokerMakesProgress(t *testing.T) {
 	build := func() *script {
 		s := newScript("mariadb")
 		for i := 0; i < 150; i++ {
@@ -266,22 +197,6 @@ func TestAttack17BigDefaultBatchNeverFlushesOnSlowBroker(t *testing.T) {
 	}
 }
 
-// eventsTotal sums outbox_relay_events_total over its labels.
-func eventsTotal(t *testing.T, h *harness) float64 {
-	t.Helper()
-	ch := make(chan prometheus.Metric, 64)
-	go func() { h.relay.metrics.Events.Collect(ch); close(ch) }()
-	sum := 0.0
-	for m := range ch {
-		var d dto.Metric
-		if err := m.Write(&d); err != nil {
-			t.Fatal(err)
-		}
-		sum += d.GetCounter().GetValue()
-	}
-	return sum
-}
-
 // An attempt that ends (source stream error, stale host, lease lost, a
 // crash of the reader) while a commit is in flight: run's deferred
 // settleInflight waits for the commit and throws its result away. When that
@@ -290,7 +205,7 @@ func eventsTotal(t *testing.T, h *harness) float64 {
 // counts them (nor kafka_transactions_total, the position metrics, or the
 // after-commit failpoint). The counter stays below what was published for
 // good.
-func TestAttack17EventsTotalMissesCommitInFlightAtAttemptEnd(t *testing.T) {
+func TestPipelineEventsTotalCountsCommitInFlightAtAttemptEnd(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 3))
 	s.tx(s.insert("order", "2", 2))
@@ -311,113 +226,195 @@ func TestAttack17EventsTotalMissesCommitInFlightAtAttemptEnd(t *testing.T) {
 	}
 }
 
-// A fatal stop from the reader (statement-logged DML at the next GTID) while
-// the commit of the transactions before it is in flight, and that commit
-// fails (EndTxn refused). The loop returns the fatal error (exit 65, "do not
-// restart") with the checkpoint still before those transactions: the stop's
-// contract ("nothing after the transaction is published, the checkpoint
-// stays before it", and the recovery `checkpoint skip --gtid <G>`, which
-// requires G to be the next transaction after the checkpoint) no longer
-// holds. skip refuses; `skip --force` on MariaDB moves the domain's position
-// to G and so drops the transactions in between (never published). Without
-// held records the commit's failure is not even reported: settleInflight
-// drops it. Before pipelining a failed commit ended the attempt
-// (non-fatal, restart) before the loop read on.
-func TestAttack17FatalStopWhileInFlightCommitFails(t *testing.T) {
-	for _, held := range []bool{false, true} {
-		t.Run(map[bool]string{false: "nothing-held", true: "records-held"}[held], func(t *testing.T) {
-			s := newScript("mariadb")
-			s.tx(s.insert("order", "1", 1))
-			s.tx(s.insert("order", "1", 1))
-			h := newHarness(t, s, nil)
-			var refuse atomic.Bool
-			h.kafka.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-				h.kafka.KeepControl()
-				h.kafka.SleepControl(func() { time.Sleep(200 * time.Millisecond) })
-				if !refuse.Load() {
-					return nil, nil, false
-				}
-				resp := req.(*kmsg.EndTxnRequest).ResponseKind().(*kmsg.EndTxnResponse)
-				resp.ErrorCode = kerr.UnknownServerError.Code
-				return resp, nil, true
-			})
-			a := h.start()
-			refuse.Store(true)
-			n := 2
-			if held {
-				a.feed(s.through(1)) // commit of tx 1 in flight (to be refused)
-				a.feed(s.through(2)) // tx 2 held
-			} else {
-				h.batch = 0
-				a.feed(s.through(2)) // one reader batch, caught up at its end: the commit of tx 1-2 in flight
+// A new instance initialises the transactional id while the old one's
+// commit is in flight (EndTxn held 600 ms at the broker) and the old loop
+// holds the next transaction's records: the old commit is fenced (the
+// coordinator aborted its transaction), the old loop returns ErrFenced
+// without producing what it held, and the new instance, which read the
+// checkpoint after fencing, publishes everything once.
+func TestPipelineFenceDuringInFlightCommitWithHeldRecords(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 2))
+		s.tx(s.insert("order", "1", 1), s.insert("customer", "1", 1)) // a new topic, created while held
+		s.tx(s.insert("order", "1", 1))
+		h := newHarness(t, s, nil)
+		var endTxns atomic.Int32
+		h.kafka.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+			h.kafka.KeepControl()
+			if endTxns.Add(1) == 2 { // the first batch's (after the initial checkpoint's)
+				h.kafka.SleepControl(func() { time.Sleep(600 * time.Millisecond) })
 			}
-			a.readErr <- fmt.Errorf("%w: gtid %s", binlog.ErrStatementLogged, s.gtid(3))
-			err := a.wait()
-			refuse.Store(false)
-			cp := h.load()
-			t.Logf("loop returned %v (fatal %v); checkpoint %q", err, fatal(err), cp.GTIDSet)
-			if fatal(err) && cp.GTIDSet != s.set(n) {
-				t.Errorf("fatal stop before %s with the checkpoint at %q, not %q (the transaction before it): `checkpoint skip --gtid %s` refuses; with --force it skips %s..%s unpublished",
-					s.gtid(3), cp.GTIDSet, s.set(n), s.gtid(3), s.gtid(1), s.gtid(2))
-			}
-			if fatal(err) {
-				return
-			}
-			// Not fatal: the next attempt reaches the stop again, with the
-			// transactions before it committed.
-			b := h.start()
-			b.feed(s.through(2))
-			b.readErr <- fmt.Errorf("%w: gtid %s", binlog.ErrStatementLogged, s.gtid(3))
-			err = b.wait()
-			if cp := h.load(); !fatal(err) || cp.GTIDSet != s.set(2) {
-				t.Errorf("second attempt: %v (fatal %v), checkpoint %q; want the stop with the checkpoint at %q", err, fatal(err), cp.GTIDSet, s.set(2))
-			}
+			return nil, nil, false
 		})
-	}
+		a := h.start()
+		a.feed(s.through(1)) // caught up: in flight for 600 ms
+		a.feed(s.through(2)) // held, due when the commit ends
+		b := h.start()       // fences a while its commit is in flight
+		err := a.wait()
+		t.Logf("old attempt: %v", err)
+		if !errors.Is(err, ErrFenced) {
+			t.Errorf("old attempt returned %v, want ErrFenced", err)
+		}
+		b.finish()
+		h.verify()
+	})
 }
 
-// A coordinator that never answers DescribeTransactions (here: always
-// UNKNOWN_SERVER_ERROR) is not asked for settlePause after settleGiveUp
-// failed waits in a row; one that refuses it (authorization) is never asked
-// again after the first.
-func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
-	for _, tc := range []struct {
-		code  int16
-		after int
-	}{{kerr.UnknownServerError.Code, settleGiveUp}, {kerr.TransactionalIDAuthorizationFailed.Code, 1}} {
-		t.Run(kerr.ErrorForCode(tc.code).Error(), func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
-			if err != nil {
-				t.Fatal(err)
+// An acknowledgement time-out of the commit in flight (a throttled broker:
+// 8 records take 2 s, kafka.request_timeout 1.5 s) while the loop holds the
+// next batch: the attempt fails with errAckTimeout, the bound is halved
+// from the failed batch's size (not the held one's), and the restart
+// publishes everything once in smaller batches.
+func TestPipelineAckTimeoutHalvesWhileHolding(t *testing.T) {
+	s := newScript("mariadb")
+	s.tx(s.insert("order", "1", 8)) // one full batch: committed at once
+	s.tx(s.insert("order", "1", 3)) // held while its flush times out
+	s.tx(s.insert("order", "2", 3))
+	h := newHarness(t, s, func(c *config.Config) {
+		c.Kafka.Batch.MaxRecords = 8
+		c.Kafka.RequestTimeout = 1500 * time.Millisecond
+	})
+	h.batch = 0
+	a := h.start()
+	// After the initial checkpoint: the broker takes 250 ms per record.
+	var throttled atomic.Bool
+	throttled.Store(true)
+	var mu sync.Mutex
+	h.kafka.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kafka.KeepControl()
+		if !throttled.Load() {
+			return nil, nil, false
+		}
+		n := 0
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			for _, p := range tp.Partitions {
+				n += len(p.Records)
 			}
-			t.Cleanup(c.Close)
-			var asked atomic.Int32
-			c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
-				c.KeepControl()
-				asked.Add(1)
-				return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
-					st.ErrorCode = tc.code
-				}), nil, true
+		}
+		h.kafka.SleepControl(func() { mu.Lock(); time.Sleep(time.Duration(n) * 250 * time.Millisecond); mu.Unlock() })
+		return nil, nil, false
+	})
+	a.feed(s.through(1))
+	a.feedAll()
+	err := a.wait()
+	t.Logf("first attempt: %v; batch bound now %d", err, h.relay.batchLimit())
+	if !errors.Is(err, errAckTimeout) {
+		t.Fatalf("first attempt: %v, want an acknowledgement time-out", err)
+	}
+	if got := h.relay.batchLimit(); got != 4 {
+		t.Errorf("bound %d after the 8-record batch timed out, want 4", got)
+	}
+	throttled.Store(false)
+	h.start().finish()
+	h.verify()
+}
+
+// The exactly-once producer's linger (here kafka.linger 2 s, far above the
+// 5 ms minimum) never delays a commit: a partial commit of a source
+// transaction cut by max_records, a batch committed where the reader caught
+// up, a checkpoint-only heartbeat and the final commit on SIGTERM all
+// flush before EndTxn, so each lands well within the linger. A crash with
+// records lingering publishes none of them.
+func TestPipelineLingerNeverDelaysCommits(t *testing.T) {
+	s := newScript("mariadb")
+	s.tx(s.insert("order", "1", 3), s.insert("order", "2", 3)) // 6 rows, max_records 4: a partial commit
+	s.tx()                                                     // checkpoint only: the heartbeat commits it
+	s.tx(s.insert("order", "1", 1))                            // its rows lingering at a crash
+	s.tx(s.insert("order", "2", 1))                            // rows lingering at SIGTERM
+	h := newHarness(t, s, func(c *config.Config) {
+		c.Kafka.Batch.MaxRecords = 4
+		c.Kafka.Linger = 2 * time.Second
+		c.Kafka.CheckpointInterval = 300 * time.Millisecond
+	})
+	a := h.start()
+	began := time.Now()
+	a.feed(s.through(1) - 1) // the rows: 4 make a batch (partial), 2 lingering
+	cp := h.waitCheckpoint("partial", func(cp *checkpoint.Checkpoint) bool { return cp.Partial != nil && cp.Partial.Rows == 4 })
+	t.Logf("partial commit after %s: %+v", time.Since(began), cp.Partial)
+	a.feed(s.through(1)) // its commit, caught up
+	h.waitCheckpoint("tx 1", func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == s.set(1) })
+	a.feed(s.through(2))
+	h.waitCheckpoint("heartbeat past tx 2", func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == s.set(2) })
+	if d := time.Since(began); d >= 2*time.Second {
+		t.Errorf("three commits took %s: the producer's linger (2 s) delayed them", d)
+	}
+	a.feed(s.through(3) - 1) // tx 3's row lingering in the client, then kill -9
+	if err := a.crash(); !errors.Is(err, errCrash) {
+		t.Fatal(err)
+	}
+	b := h.start()
+	b.feed(s.through(4) - 1) // tx 3, and tx 4's row lingering at SIGTERM
+	began = time.Now()
+	if err := b.term(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d >= 2*time.Second {
+		t.Errorf("SIGTERM took %s with records lingering", d)
+	}
+	h.start().finish()
+	h.verify()
+}
+
+// kafka.batch.max_wait applies while a source transaction with outbox rows
+// is being read: its rows wait in pending and the open batch holds only
+// ended transactions, which commit at max_wait, not at the open
+// transaction's end or half kafka.transaction_timeout (30 s by default;
+// max_wait is 200 ms). Here max_wait is 50 ms, the transaction timeout 4 s:
+// tx 1 ended, then one row of tx 2, whose end is 3 s away (other tables'
+// rows being read): tx 1 must be committed within a second. Latency, not
+// safety.
+func TestPipelineMaxWaitCommitsWhileTransactionOpen(t *testing.T) {
+	s := newScript("mariadb")
+	s.tx(s.insert("order", "1", 1))
+	s.tx(s.insert("order", "2", 1), s.insert("order", "2", 1))
+	h := newHarness(t, s, func(c *config.Config) {
+		c.Kafka.Batch.MaxWait = 50 * time.Millisecond
+		c.Kafka.TransactionTimeout = 4 * time.Second
+	})
+	h.batch = 0 // tx 1 and tx 2's first row in one hand-off: not caught up at tx 1's end
+	a := h.start()
+	a.feed(s.through(1) + 1)
+	began := time.Now()
+	for time.Since(began) < time.Second && h.load().GTIDSet != s.set(1) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if cp := h.load(); cp.GTIDSet != s.set(1) {
+		t.Errorf("tx 1 ended %s ago (max_wait 50 ms) and is not committed: checkpoint %q; it waits for tx 2 to end or half the transaction timeout",
+			time.Since(began).Round(time.Millisecond), cp.GTIDSet)
+	}
+	h.waitCheckpoint("tx 1 at half the transaction timeout", func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == s.set(1) })
+	t.Logf("tx 1 committed %s after its end", time.Since(began).Round(time.Millisecond))
+	a.finish()
+	h.verify()
+}
+
+// Catching up (far behind the source), a batch waits for its bounds or for
+// a quiet reader. A heartbeat says the reader is at the server's head:
+// the batch commits then, not at max_wait (here an hour), whether the
+// heartbeat comes in the hand-off after the transaction or in the same one.
+func TestPipelineHeartbeatCommitsCatchUpBatch(t *testing.T) {
+	for _, same := range []bool{true, false} {
+		t.Run(map[bool]string{true: "same-hand-off", false: "next-hand-off"}[same], func(t *testing.T) {
+			s := newScript("mariadb").behind()
+			s.tx(s.insert("order", "1", 1))
+			h := newHarness(t, s, func(c *config.Config) {
+				c.Kafka.Batch.MaxWait = time.Hour
+				c.Kafka.CheckpointInterval = time.Hour
 			})
-			s, ctx := txnSink(t, c)
-			for i := 1; i <= settleGiveUp+3; i++ {
-				if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {
-					t.Fatal(err)
-				}
-				stopped := s.settleOff || time.Now().Before(s.settlePaused)
-				if want := i > tc.after; i <= tc.after+1 && stopped != want {
-					t.Fatalf("after commit %d: not asking %v, want %v", i, stopped, want)
-				}
+			a := h.start()
+			hb := binlog.Event{Kind: binlog.KindHeartbeat, Time: time.Now()}
+			if same {
+				batch := append(append([]binlog.Event(nil), s.events...), hb)
+				a.events <- batch
+				a.next = len(a.todo) // the script is sent
+			} else {
+				a.feed(s.through(1))
+				a.events <- []binlog.Event{hb}
 			}
-			if int(asked.Load()) != tc.after {
-				t.Errorf("asked %d times in %d commits, want %d", asked.Load(), settleGiveUp+3, tc.after)
-			}
-			if refusal := tc.after == 1; s.settleOff != refusal {
-				t.Errorf("settle off for the attempt %v, want %v (paused until %s)", s.settleOff, refusal, s.settlePaused.Format(time.TimeOnly))
-			}
+			h.waitCheckpoint("tx 1 after the heartbeat", func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == s.set(1) })
+			a.finish()
+			h.verify()
 		})
 	}
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
-// attack17cCluster starts kfake with topic holding max.message.bytes limit.
-func attack17cCluster(t *testing.T, topic, limit string) *kfake.Cluster {
+// limitCluster starts kfake with topic holding max.message.bytes limit.
+func limitCluster(t *testing.T, topic, limit string) *kfake.Cluster {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1))
 	if err != nil {
@@ -74,7 +74,7 @@ func sizedRecord(t *testing.T, topic string, n int) *kgo.Record {
 // classify calls ErrRejected: a fatal stop, every restart again, instead of
 // publishing the row (or, if it were too large, sending it to the
 // dead-letter topic / ErrBadRow naming it).
-func TestAttack17cRecordSizeUndercountsFranzBatch(t *testing.T) {
+func TestRecordSizeCountsFranzBatchOverhead(t *testing.T) {
 	const topic = "t17c"
 	for _, tc := range []struct {
 		name   string
@@ -86,7 +86,7 @@ func TestAttack17cRecordSizeUndercountsFranzBatch(t *testing.T) {
 		{"known flexible version, 1000", 1000, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := attack17cCluster(t, topic, itoa(tc.limit))
+			c := limitCluster(t, topic, itoa(tc.limit))
 			limits := &topicLimits{}
 			limits.set(topic, tc.limit)
 			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes),
@@ -125,9 +125,9 @@ func TestAttack17cRecordSizeUndercountsFranzBatch(t *testing.T) {
 // every restart, on rows that each fit. (Relay's linger is 0, but a
 // backlog packs records behind an in-flight request the same way; linger
 // makes it deterministic here.)
-func TestAttack17cTopicLimitBelow512PacksRefusedBatch(t *testing.T) {
+func TestRecordSizeTopicLimitBelow512NoRefusedBatch(t *testing.T) {
 	const topic, limit = "t17c-small", 300
-	c := attack17cCluster(t, topic, itoa(limit))
+	c := limitCluster(t, topic, itoa(limit))
 	limits := &topicLimits{}
 	limits.set(topic, limit)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes),
@@ -167,7 +167,7 @@ func itoa(n int) string {
 // restart is again an attempt whose first record is this row: the relay
 // stops for good on a row that fits (on_error: dead_letter does not help:
 // the row never reaches the dead-letter check).
-func TestAttack17cRowAtLimitFirstOfAttemptStopsForGood(t *testing.T) {
+func TestRecordSizeRowAtLimitFirstOfAttemptPublished(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1)) // e1
 	s.tx(s.insert("order", "1", 1)) // e2: the same record size as e1
@@ -224,7 +224,7 @@ func TestAttack17cRowAtLimitFirstOfAttemptStopsForGood(t *testing.T) {
 // the transaction's rows into batches of up to 512 bytes, the broker
 // refuses them with MESSAGE_TOO_LARGE, and the loop stops with ErrRejected
 // (fatal) on every restart: nothing of the topic is ever published.
-func TestAttack17cTopicBelow512StopsForGood(t *testing.T) {
+func TestRecordSizeTopicBelow512Publishes(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 30))
 	h := newHarness(t, s, func(c *config.Config) { c.Kafka.Compression = config.CompressNone })
@@ -264,7 +264,7 @@ func TestAttack17cTopicBelow512StopsForGood(t *testing.T) {
 // restart before fixed"), although a plain restart (which re-reads the
 // limit) would dead-letter it. The attempt should end retriably (re-learn
 // the limit) instead of stopping.
-func TestAttack17cLimitLoweredWhileRunning(t *testing.T) {
+func TestRecordSizeLimitLoweredWhileRunningDeadLetters(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
 	s.tx(s.insert("order", "1", 1))
@@ -333,7 +333,7 @@ func TestAttack17cLimitLoweredWhileRunning(t *testing.T) {
 // fails with MESSAGE_TOO_LARGE = ErrRejected (fatal, exit 78), and every
 // restart must write the same checkpoint: the relay stops for good. 6,000
 // prepared-and-pending XA transactions with 128-byte gtrids do it.
-func TestAttack17cCheckpointTooLargeForItsTopic(t *testing.T) {
+func TestRecordSizeCheckpointTooLargeNamesPendingXA(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
 	for i := 0; i < 6000; i++ {
@@ -356,7 +356,7 @@ func TestAttack17cCheckpointTooLargeForItsTopic(t *testing.T) {
 // fits is still sent to the dead-letter topic (on_error: dead-letter;
 // with fail it stops with ErrBadRow, exit "data"), and never reaches its
 // own topic: an event its consumers never see.
-func TestAttack17cLimitRaisedWhileRunningStillDeadLetters(t *testing.T) {
+func TestRecordSizeLimitRaisedWhileRunningPublishes(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
 	big := s.insert("order", "1", 1)
@@ -412,12 +412,12 @@ func TestAttack17cLimitRaisedWhileRunningStillDeadLetters(t *testing.T) {
 }
 
 // A topic configured for records above 1,000,012 bytes (max.message.bytes
-// 2,000,000): ensureTopic caps its limit at franz-go's default batch size,
-// which the relay now sets itself per topic (ProducerBatchMaxBytesFn; franz-go
-// takes up to 1 GiB). A 1.5 MB row that the topic takes is a bad row: the
-// relay stops (on_error: fail) or dead-letters it, and the runbook's fix
-// ("fix ... max.message.bytes of the topic, then replay") cannot work.
-func TestAttack17cTopicAboveDefaultLimitCapped(t *testing.T) {
+// 2,000,000): the relay sets franz-go's batch limit per topic
+// (ProducerBatchMaxBytesFn; franz-go takes up to 1 GiB), so a 1.5 MB row
+// that the topic takes is published, never a bad row capped at franz-go's
+// default batch size (the runbook's fix, "fix ... max.message.bytes of the
+// topic, then replay", relies on it).
+func TestRecordSizeTopicAboveDefaultLimitPublishes(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
 	h := newHarness(t, s, func(c *config.Config) { c.Kafka.Compression = config.CompressNone })
@@ -447,7 +447,7 @@ func TestAttack17cTopicAboveDefaultLimitCapped(t *testing.T) {
 // records), the relay's producer refuses it as the first record of a
 // client; and Kafka refuses two records of recordSize 200 packed into one
 // batch on a topic with max.message.bytes 300.
-func TestAttack17cApacheRecordLimits(t *testing.T) {
+func TestRecordSizeApacheKafkaLimits(t *testing.T) {
 	brokers := os.Getenv("RELAY_TEST_KAFKA")
 	if brokers == "" {
 		t.Skip("RELAY_TEST_KAFKA not set")
@@ -514,7 +514,7 @@ func TestAttack17cApacheRecordLimits(t *testing.T) {
 // ~300 bytes) is not checked again: it goes to Kafka, which refuses it,
 // and the relay stops with ErrRejected (exit 78, "kafka rejected the
 // batch") instead of ErrBadRow naming the row.
-func TestAttack17cDeadLetterTruncatedStillTooLarge(t *testing.T) {
+func TestRecordSizeDeadLetterTruncatedStillTooLargeIsBadRow(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
 	h := newHarness(t, s, func(c *config.Config) {
