@@ -108,14 +108,12 @@ func TestSettleVerdict(t *testing.T) {
 // Batches bound by kafka.batch.max_bytes (large payloads: 20,000 rows of
 // 50 KB never make a 20,000-record batch, 8 MB holds 160 of them) on a
 // broker too slow for one such batch per request_timeout. ackTimedOut
-// halves the records bound (l.maxRecords, 20,000), not the size of the
-// batch that timed out, so every halving above the bytes-bound count
-// changes nothing: the relay needs log2(20,000/160) = 7 failed attempts,
-// each a request_timeout and a resent full batch, before one commit goes
-// through (here: ~170 records per 3,000-byte batch, 9 halvings needed;
-// 5 attempts all fail on the same first batch). Halving the batch that
-// timed out (its record count, or the bytes bound too) gets through on
-// the second or third.
+// halves the batch that timed out (its record count), not the records
+// bound (l.maxRecords, 20,000): halving the bound above the bytes-bound
+// count would change nothing and need log2(20,000/160) = 7 failed
+// attempts, each a request_timeout and a resent full batch, before one
+// commit goes through (here: ~170 records per 3,000-byte batch). The
+// relay must get through within 5 attempts.
 func TestBatchLimitHalvesBytesBoundBatches(t *testing.T) {
 	s := newScript("mariadb")
 	for i := 0; i < 40; i++ {

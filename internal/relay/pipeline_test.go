@@ -91,12 +91,13 @@ func TestPipelineCommitFailsWhileHoldingRecords(t *testing.T) {
 }
 
 // outbox_relay_kafka_transaction_duration_seconds is documented as "flush
-// and commit time of a batch". With pipelining it is observed when the loop
-// gets round to taking the commit's result (finishCommit), so it also counts
-// whatever the loop did meanwhile: here a CreateTopics for a new aggregate
-// type that takes 1.5 s at the broker, while EndTxn takes a few ms. The
-// histogram then reports a 1.5 s Kafka transaction; a dashboard or alert on
-// commit latency fires on slow topic creation, binlog reads, XA look-ups...
+// and commit time of a batch". With pipelining the loop takes the commit's
+// result later (finishCommit); the histogram must still measure the
+// commit, not whatever the loop did meanwhile: here a CreateTopics for a
+// new aggregate type that takes 1.5 s at the broker, while EndTxn takes a
+// few ms. Counted as a 1.5 s Kafka transaction, a dashboard or alert on
+// commit latency would fire on slow topic creation, binlog reads, XA
+// look-ups.
 func TestPipelineTxnSecondsExcludesLoopWork(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
@@ -199,12 +200,11 @@ func TestPipelineBigBatchOnSlowBrokerMakesProgress(t *testing.T) {
 
 // An attempt that ends (source stream error, stale host, lease lost, a
 // crash of the reader) while a commit is in flight: run's deferred
-// settleInflight waits for the commit and throws its result away. When that
-// commit succeeded, its records are committed and the next attempt starts
-// after them, but finishCommit never ran: outbox_relay_events_total never
-// counts them (nor kafka_transactions_total, the position metrics, or the
-// after-commit failpoint). The counter stays below what was published for
-// good.
+// settleInflight waits for the commit. When that commit succeeded, its
+// records are committed and the next attempt starts after them, so they
+// must be counted as a finished commit: outbox_relay_events_total (and
+// kafka_transactions_total, the position metrics) must equal what was
+// published, never stay below it for good.
 func TestPipelineEventsTotalCountsCommitInFlightAtAttemptEnd(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 3))

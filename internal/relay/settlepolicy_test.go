@@ -257,13 +257,12 @@ func TestCatchUpCommitsAtBounds(t *testing.T) {
 	}
 }
 
-// The settle wait turns itself off for the rest of the attempt (settleOff)
-// on the first DescribeTransactions answer that carries an error and was not
-// a time-out, e.g. a transient UNKNOWN_SERVER_ERROR or a failed connection
-// (franz-go does not retry dial errors) while a broker restarts: an attempt
-// lasts until the next failure, days, and every transaction pays the 20 ms
-// CONCURRENT_TRANSACTIONS back-off again (the p99 goal is lost
-// silently; no metric or log says so).
+// The settle wait stays on after one DescribeTransactions answer that
+// carries an error and was not a time-out, e.g. a transient
+// UNKNOWN_SERVER_ERROR or a failed connection (franz-go does not retry dial
+// errors) while a broker restarts. Turned off (settleOff) for the rest of
+// the attempt, which lasts until the next failure (days), every transaction
+// would pay the 20 ms CONCURRENT_TRANSACTIONS back-off again, silently.
 func TestSettleStaysOnAfterOneTransientError(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	if err != nil {
@@ -342,13 +341,13 @@ func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
 
 // A coordinator that answers DescribeTransactions, but slower than
 // settleMax (a loaded broker; one whose transaction log partition moved
-// further away): every settle wait runs out of time, which counts as
-// "done" and resets settleFails, so the sink never stops asking. Every
-// transaction then waits the full 50 ms before its first produce, 2.5x the
-// 20 ms broker back-off the wait exists to avoid, for the whole attempt,
-// and fires up to 100 DescribeTransactions per commit at a coordinator that
-// is already slow. Here: 20 one-record commits, DescribeTransactions
-// answered in 80 ms.
+// further away): every settle wait runs out of time. The sink must give
+// up asking as it does for failures; a wait that runs out must not count
+// as "done" and reset settleFails, or every transaction waits the full
+// 50 ms before its first produce (2.5x the 20 ms broker back-off the wait
+// exists to avoid) for the whole attempt, firing up to 100
+// DescribeTransactions per commit at a coordinator that is already slow.
+// Here: 20 one-record commits, DescribeTransactions answered in 80 ms.
 func TestSettleGivesUpOnSlowDescribeTransactions(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	if err != nil {
@@ -420,9 +419,9 @@ func TestSettleSurvivesBriefCoordinatorUnavailability(t *testing.T) {
 // Live traffic at the head whose transactions fill a batch exactly
 // (rows == kafka.batch.max_records, or the halved limit after ack
 // time-outs, or large rows reaching max_bytes): the reader is caught up
-// after every transaction, yet no batch asks the coordinator, so every
-// next transaction meets the broker's 20 ms CONCURRENT_TRANSACTIONS
-// back-off. A batch at the head asks the coordinator even when full.
+// after every transaction, so the batch asks the coordinator even when
+// full; otherwise every next transaction meets the broker's 20 ms
+// CONCURRENT_TRANSACTIONS back-off.
 func TestSettleAtHeadWhenBatchFull(t *testing.T) {
 	s := newScript("mariadb")
 	for i := range 10 {
