@@ -282,11 +282,13 @@ func dumpStacks(t *testing.T) {
 	}
 }
 
-// The relay busy (nothing taken from the reader) for longer than the
-// watchdog's silence with small transactions: go-mysql stops on its full
-// channel of 512 events before the read-ahead bound (no read held), and the
-// watchdog takes the relay's own pause for a silent server: the connection
-// is closed and the attempt ends, though the server was fine all along.
+// The watchdog does not take a busy relay for a silent server. The failure
+// guarded against: the relay busy (nothing taken from the reader) for
+// longer than the watchdog's silence with small transactions: go-mysql
+// stops on its full channel of 512 events before the read-ahead bound (no
+// read held), and the watchdog takes the relay's own pause for a silent
+// server: the connection is closed and the attempt ends, though the server
+// was fine all along.
 func TestWatchdogTakesNoBusyRelayForSilentServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -100,16 +100,18 @@ func TestRetentionRDSWithDocumentedGrant(t *testing.T) {
 	}
 }
 
-// Amazon RDS / Aurora keep binlogs for mysql.rds_configuration's 'binlog
-// retention hours' (NULL by default: purged as soon as possible). The
-// runbook promises the relay reads it ("NULL shows as 1 s, and
-// OutboxRelayPurgeMarginCritical fires"). The relay's user, created as
-// deploy/mysql/grants.sql and the runbook's Managed MySQL section say
-// (REPLICATION SLAVE, REPLICATION CLIENT, SELECT on the outbox table), has
-// no SELECT on mysql.rds_configuration: the query fails with 1142, which
-// Retention takes as "not RDS", and it returns the server variables (here
-// 7 days) instead. The purge margin then says days where RDS purges in
-// minutes. Simulated on MariaDB with the table RDS has.
+// Retention with mysql.rds_configuration unreadable to the relay's user is
+// an error, never the server variables taken for a plain server. The
+// failure guarded against: amazon RDS / Aurora keep binlogs for
+// mysql.rds_configuration's 'binlog retention hours' (NULL by default:
+// purged as soon as possible). The runbook promises the relay reads it
+// ("NULL shows as 1 s, and OutboxRelayPurgeMarginCritical fires"). The
+// relay's user, created as deploy/mysql/grants.sql and the runbook's
+// Managed MySQL section say (REPLICATION SLAVE, REPLICATION CLIENT, SELECT
+// on the outbox table), has no SELECT on mysql.rds_configuration: the query
+// fails with 1142, which Retention takes as "not RDS", and it returns the
+// server variables (here 7 days) instead. The purge margin then says days
+// where RDS purges in minutes. Simulated on MariaDB with the table RDS has.
 func TestRetentionRDSTableUnreadableIsAnError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

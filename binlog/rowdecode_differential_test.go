@@ -479,13 +479,15 @@ func TestDecodeInsertRowsCompressedEventDecodesAlike(t *testing.T) {
 	t.Logf("go-mysql: %s", dump(want.rows))
 }
 
-// TestDecodeInsertRowsFollowsParseTime (latent: the reader does not set ParseTime
-// today). decodeInsertRows never looks at the event's own decode options:
-// it assumes ParseTime off and takes the TIMESTAMP zone as a parameter,
-// not from the event. With ParseTime on (a one-line config change in
-// reader.go), go-mysql gives time.Time for DATETIME(n) and TIMESTAMP(n),
-// the fast decoder still gives strings: the router's timestamp column, or
-// any consumer switching on the Go type, sees another value.
+// The fast decoder follows the event's ParseTime option as go-mysql does.
+// The failure guarded against: testDecodeInsertRowsFollowsParseTime
+// (latent: the reader does not set ParseTime today). decodeInsertRows never
+// looks at the event's own decode options: it assumes ParseTime off and
+// takes the TIMESTAMP zone as a parameter, not from the event. With
+// ParseTime on (a one-line config change in reader.go), go-mysql gives
+// time.Time for DATETIME(n) and TIMESTAMP(n), the fast decoder still gives
+// strings: the router's timestamp column, or any consumer switching on the
+// Go type, sees another value.
 func TestDecodeInsertRowsFollowsParseTime(t *testing.T) {
 	fde := synthFDE(t)
 	cols := []synthCol{{mysql.MYSQL_TYPE_LONGLONG, nil}, {mysql.MYSQL_TYPE_DATETIME2, []byte{3}}, {mysql.MYSQL_TYPE_TIMESTAMP2, []byte{0}}}
@@ -534,13 +536,15 @@ func TestDecodeInsertRowsFollowsParseTime(t *testing.T) {
 	}
 }
 
-// TestTimestampRenderedUniquelyAcrossDST (not a fast/go-mysql difference: both
-// paths render alike, as they should; this is the zone they share). The
-// reader renders TIMESTAMP columns in the relay process's local zone
-// (timestampLocation nil), as text without an offset, and the router
-// parses such text as UTC (router.timestamp). Under TZ=America/New_York
-// two instants an hour apart at the November DST change render to the
-// same text, and every TIMESTAMP is shifted by the zone's offset.
+// Two TIMESTAMP instants an hour apart at a DST change render to different
+// text, in the zone the router reads. The failure guarded against:
+// testTimestampRenderedUniquelyAcrossDST (not a fast/go-mysql difference:
+// both paths render alike, as they should; this is the zone they share).
+// The reader renders TIMESTAMP columns in the relay process's local zone
+// (timestampLocation nil), as text without an offset, and the router parses
+// such text as UTC (router.timestamp). Under TZ=America/New_York two
+// instants an hour apart at the November DST change render to the same
+// text, and every TIMESTAMP is shifted by the zone's offset.
 func TestTimestampRenderedUniquelyAcrossDST(t *testing.T) {
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {

@@ -36,17 +36,18 @@ func (h *binlogEventsServer) HandleQuery(q string) (*mysql.Result, error) {
 	return nil, mysql.NewError(1064, "unexpected "+q)
 }
 
-// MySQL 8.3+ names a GTID_TAGGED_LOG_EVENT "Gtid_tagged_log_event" in SHOW
-// BINLOG EVENTS (libs/mysql/binlog/event/binlog_event.cpp,
-// event_type_to_string). FindXAPrepare only recognises "Gtid", so on MySQL
-// 8.4 an XA transaction logged under a tagged GTID (SET gtid_next=
-// 'AUTOMATIC:billing') is attributed to the untagged group before it: the
-// prepare's GTID is wrong, and the tables of that earlier group (here the
-// outbox) are added to the XA's. unknownXA then stops the relay
-// (ErrUnknownXA, an exit the operator must act on) for an XA transaction
-// that never touched a captured table, and its advice names the wrong GTID
-// for `checkpoint set`. The double records tagged GTID events as "Gtid",
-// which hides this.
+// FindXAPrepare attributes an XA prepare logged under a tagged GTID (MySQL
+// 8.4) to that GTID. The failure guarded against: MySQL 8.3+ names a
+// GTID_TAGGED_LOG_EVENT "Gtid_tagged_log_event" in SHOW BINLOG EVENTS
+// (libs/mysql/binlog/event/binlog_event.cpp, event_type_to_string).
+// FindXAPrepare only recognises "Gtid", so on MySQL 8.4 an XA transaction
+// logged under a tagged GTID (SET gtid_next= 'AUTOMATIC:billing') is
+// attributed to the untagged group before it: the prepare's GTID is wrong,
+// and the tables of that earlier group (here the outbox) are added to the
+// XA's. unknownXA then stops the relay (ErrUnknownXA, an exit the operator
+// must act on) for an XA transaction that never touched a captured table,
+// and its advice names the wrong GTID for `checkpoint set`. The double
+// records tagged GTID events as "Gtid", which hides this.
 func TestFindXAPrepareReadsTaggedGTIDOnMySQL84(t *testing.T) {
 	u := "5a5a5a5a-0000-4000-8000-0000000000bb"
 	row := func(pos int, typ, info string) []any {

@@ -277,13 +277,15 @@ func TestWriteFencesBothLanes(t *testing.T) {
 	}
 }
 
-// Load decodes every record of the name, not only the newest: one record
-// in a newer format anywhere in the topic's (uncompacted) history makes
-// Load fail even after a checkpoint `set` or `reset` (tombstone) written
-// later by this build supersedes it. After a rollback from a newer
-// version, the documented way out (reset or set the checkpoint with the
-// older build) does not work until compaction removes the old record
-// (the active segment is never compacted: days with the defaults).
+// Load succeeds when a record in a newer format is superseded by a later
+// set or reset. The failure guarded against: load decodes every record of
+// the name, not only the newest: one record in a newer format anywhere in
+// the topic's (uncompacted) history makes Load fail even after a checkpoint
+// `set` or `reset` (tombstone) written later by this build supersedes it.
+// After a rollback from a newer version, the documented way out (reset or
+// set the checkpoint with the older build) does not work until compaction
+// removes the old record (the active segment is never compacted: days with
+// the defaults).
 func TestLoadNewerFormatSupersededByLaterRecord(t *testing.T) {
 	s, opts := newStore(t)
 	ctx := context.Background()
@@ -312,10 +314,12 @@ func TestLoadNewerFormatSupersededByLaterRecord(t *testing.T) {
 	}
 }
 
-// History trims with len(all) > 2*n+64: for a huge n (a script passing
-// "everything", -n 9223372036854775807) 2*n+64 overflows to 62, and with
-// more than 62 checkpoints stored the trim slices all[len(all)-n:] with a
-// negative index: a panic. History must return every record instead.
+// History with a huge count returns every record, without overflow or
+// panic. The failure guarded against: history trims with len(all) > 2*n+64:
+// for a huge n (a script passing "everything", -n 9223372036854775807)
+// 2*n+64 overflows to 62, and with more than 62 checkpoints stored the trim
+// slices all[len(all)-n:] with a negative index: a panic. History must
+// return every record instead.
 func TestHistoryHugeCount(t *testing.T) {
 	s, opts := newStore(t)
 	ctx := context.Background()

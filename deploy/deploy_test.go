@@ -263,16 +263,19 @@ func promtoolRun(t *testing.T, tests string) {
 	}
 }
 
-// Two pipelines scraped by one Prometheus (the layout alerts.yml is written
-// for: "pipeline-wide alerts aggregate by (job, pipeline)"). The only
-// instance of pipeline "orders" stops on a bad row (exit 65); systemd does
-// not restart it (RestartPreventExitStatus=65), so its target stays down.
+// A pipeline stopped for good beside another that streams has a critical
+// pipeline-level alert firing. The failure guarded against: two pipelines
+// scraped by one Prometheus (the layout alerts.yml is written for:
+// "pipeline-wide alerts aggregate by (job, pipeline)"). The only instance
+// of pipeline "orders" stops on a bad row (exit 65); systemd does not
+// restart it (RestartPreventExitStatus=65), so its target stays down.
 // Pipeline "alarms" keeps streaming. Thirty minutes later "orders" has
 // published nothing for half an hour: a critical, pipeline-level alert must
 // be firing. None is: OutboxRelayNotStreaming sums series that no longer
 // exist (empty, not 0), OutboxRelayAbsent sees alarms' build_info, and
 // OutboxRelayStoppedFatal resolved 15 minutes after the one scrape that saw
-// exit code 65. Only the per-instance OutboxRelayTargetDown (warning) is left.
+// exit code 65. Only the per-instance OutboxRelayTargetDown (warning) is
+// left.
 func TestAlertStoppedPipelineFiresCritical(t *testing.T) {
 	promtoolRun(t, `
 rule_files: [alerts.yml]

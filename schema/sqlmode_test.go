@@ -17,16 +17,18 @@ func signsUnder(t *testing.T, mode SQLMode, stmts ...string) string {
 	return signs(tr, "app.T")
 }
 
-// With sql_mode NO_BACKSLASH_ESCAPES (a session setting the binlog's query
-// event carries) a backslash in a string is a plain character: COMMENT
-// 'C:\' ends there. The tracker always reads \' as an escaped quote, so
-// the string swallows the rest of the statement: the MODIFY that makes a
-// column UNSIGNED is not seen (its values past 2^31 published negative),
-// or an UNSIGNED word inside the next string is read as an attribute (a
-// signed column's negative values published as large positive ones). No
-// error: the column list is unchanged, only the signedness is wrong.
-// Verified against the installed MariaDB (information_schema). Fixed: the
-// reader gives the tracker the event's sql_mode.
+// Under NO_BACKSLASH_ESCAPES the tracker keeps signedness right. The
+// failure guarded against: with sql_mode NO_BACKSLASH_ESCAPES (a session
+// setting the binlog's query event carries) a backslash in a string is a
+// plain character: COMMENT 'C:\' ends there. The tracker always reads \' as
+// an escaped quote, so the string swallows the rest of the statement: the
+// MODIFY that makes a column UNSIGNED is not seen (its values past 2^31
+// published negative), or an UNSIGNED word inside the next string is read
+// as an attribute (a signed column's negative values published as large
+// positive ones). No error: the column list is unchanged, only the
+// signedness is wrong. Verified against the installed MariaDB
+// (information_schema). Fixed: the reader gives the tracker the event's
+// sql_mode.
 func TestNoBackslashEscapesCommentKeepsSignedness(t *testing.T) {
 	base := "CREATE TABLE T (id INT, v INT)"
 	noEsc := SQLMode{NoBackslashEscapes: true}
@@ -71,17 +73,19 @@ func applyUnder(t *testing.T, mode SQLMode, base, q string) (error, string, stri
 	return err, layout(tr, "app.T"), signs(tr, "app.T")
 }
 
-// A "..." name is an identifier only under ANSI_QUOTES (sql_mode ANSI,
-// ORACLE), and a backslash in an identifier is a plain character in every
-// sql_mode; the tracker reads "..." as a name but with backslash escapes
-// (all that SQLMode can say is NO_BACKSLASH_ESCAPES), so "n\" swallows
-// the ALTER up to the quote in the later COMMENT '"'. The server (verified
-// on MariaDB 10.11, TestDDLUnderSessionSQLModesKeepsSign) adds the
-// column n\ and makes id UNSIGNED; the tracker adds one column named
-// `n" INT, MODIFY id INT UNSIGNED COMMENT '` and keeps id SIGNED, with no
-// error. Want: id UNSIGNED, or the layout given up (ErrUnparsed). Fixed:
-// the event's ANSI_QUOTES is read too; without the mode known the
-// statement reads two ways and is ErrUnparsed (below).
+// An ANSI-quoted name ending in a backslash does not hide an UNSIGNED. The
+// failure guarded against: a "..." name is an identifier only under
+// ANSI_QUOTES (sql_mode ANSI, ORACLE), and a backslash in an identifier is
+// a plain character in every sql_mode; the tracker reads "..." as a name
+// but with backslash escapes (all that SQLMode can say is
+// NO_BACKSLASH_ESCAPES), so "n\" swallows the ALTER up to the quote in the
+// later COMMENT '"'. The server (verified on MariaDB 10.11,
+// TestDDLUnderSessionSQLModesKeepsSign) adds the column n\ and makes id
+// UNSIGNED; the tracker adds one column named `n" INT, MODIFY id INT
+// UNSIGNED COMMENT '` and keeps id SIGNED, with no error. Want: id
+// UNSIGNED, or the layout given up (ErrUnparsed). Fixed: the event's
+// ANSI_QUOTES is read too; without the mode known the statement reads two
+// ways and is ErrUnparsed (below).
 func TestAnsiQuotedBackslashNameKeepsUnsigned(t *testing.T) {
 	err, cols, u := applyUnder(t, SQLMode{ANSIQuotes: true}, "CREATE TABLE T (id INT, v INT)",
 		`ALTER TABLE T ADD COLUMN "n\" INT, MODIFY id INT UNSIGNED COMMENT '"'`)
@@ -90,10 +94,11 @@ func TestAnsiQuotedBackslashNameKeepsUnsigned(t *testing.T) {
 	}
 }
 
-// MariaDB's SET STATEMENT var=value FOR ALTER TABLE ... is an ALTER TABLE
-// (the binlog logs the whole text). The tracker classifies it by its first
-// word, SET: "changes no table's columns" (ErrIgnored), and the UNSIGNED is
-// lost. Want: v UNSIGNED, or ErrUnparsed.
+// SET STATEMENT ... FOR ALTER TABLE is tracked as the ALTER. The failure
+// guarded against: MariaDB's SET STATEMENT var=value FOR ALTER TABLE ... is
+// an ALTER TABLE (the binlog logs the whole text). The tracker classifies
+// it by its first word, SET: "changes no table's columns" (ErrIgnored), and
+// the UNSIGNED is lost. Want: v UNSIGNED, or ErrUnparsed.
 func TestSetStatementForAlterTracked(t *testing.T) {
 	err, cols, u := applyUnder(t, SQLMode{}, "CREATE TABLE T (id INT, v INT)",
 		"SET STATEMENT lock_wait_timeout=5 FOR ALTER TABLE T MODIFY v INT UNSIGNED")

@@ -36,10 +36,12 @@ func TestReplayEnsureTopicsMissingWithoutCreate(t *testing.T) {
 	}
 }
 
-// Least privilege: with the topics created beforehand and a
-// principal allowed WRITE on them, the relay runs; topic creation is best
-// effort. `replay` still treats a refused CreateTopics as fatal, so
-// replaying an event under least privilege fails before publishing.
+// replay under least privilege (topics created beforehand, WRITE on them)
+// publishes: topic creation is best effort. The failure guarded against:
+// least privilege: with the topics created beforehand and a principal
+// allowed WRITE on them, the relay runs; topic creation is best effort.
+// `replay` still treats a refused CreateTopics as fatal, so replaying an
+// event under least privilege fails before publishing.
 func TestReplayUnderLeastPrivilegeTopicCreationBestEffort(t *testing.T) {
 	const topic = "outbox.event.Order"
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic), kfake.EnableACLs(), kfake.EnableSASL(),

@@ -84,12 +84,13 @@ func TestGrantsFromRoles(t *testing.T) {
 	}
 }
 
-// MariaDB 10.5+ has REPLICATION SLAVE ADMIN (START/STOP SLAVE, CHANGE
-// MASTER): it does not allow reading the binlog. MissingGrants matches the
-// substring "REPLICATION SLAVE" in SHOW GRANTS, so the privilege the relay
-// needs is taken as granted and never tried: check reports the grants as
-// fine, run passes its grant check, and the replication connection is
-// refused later.
+// REPLICATION SLAVE ADMIN is not taken for REPLICATION SLAVE. The failure
+// guarded against: MariaDB 10.5+ has REPLICATION SLAVE ADMIN (START/STOP
+// SLAVE, CHANGE MASTER): it does not allow reading the binlog.
+// MissingGrants matches the substring "REPLICATION SLAVE" in SHOW GRANTS,
+// so the privilege the relay needs is taken as granted and never tried:
+// check reports the grants as fine, run passes its grant check, and the
+// replication connection is refused later.
 func TestReplicationSlaveAdminIsNotReplicationSlave(t *testing.T) {
 	ctx := context.Background()
 	srv, err := devdb.Start(ctx, devdb.Options{Dir: t.TempDir()})

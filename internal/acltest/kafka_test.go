@@ -178,14 +178,16 @@ func names(r preflight.Report) []string {
 	return out
 }
 
-// A principal without WRITE on the transactional id gets
+// A principal without WRITE on the transactional id stops the relay with a
+// configuration error, never loops as fenced. The failure guarded against:
+// a principal without WRITE on the transactional id gets
 // TRANSACTIONAL_ID_AUTHORIZATION_FAILED. classify (sink.go) files it under
 // fencing (ErrFenced), and the election loop answers ErrFenced with "back
-// to standby" and a rejoin: the instance takes the lease again, is
-// refused again, forever, logging "another producer with the same name
-// took over" (no other producer exists). A missing ACL is a configuration
-// error the relay should stop on (exit 78/1, ErrRejected), as it does for
-// other *_AUTHORIZATION_FAILED errors.
+// to standby" and a rejoin: the instance takes the lease again, is refused
+// again, forever, logging "another producer with the same name took over"
+// (no other producer exists). A missing ACL is a configuration error the
+// relay should stop on (exit 78/1, ErrRejected), as it does for other
+// *_AUTHORIZATION_FAILED errors.
 func TestMissingTransactionalIDWriteStopsAsRejected(t *testing.T) {
 	all := func(rt kmsg.ACLResourceType) kfake.ACL {
 		return kfake.ACL{Resource: rt, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationAll, Allow: true}

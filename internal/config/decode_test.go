@@ -268,8 +268,9 @@ func TestPerTableInheritsEverySetting(t *testing.T) {
 	}
 }
 
-// yaml.v3 truncates a float into an integer setting: server_id 4242.9
-// becomes 4242, topic_partitions 2.5 becomes 2, silently.
+// A float in an integer setting is refused, never truncated. The failure
+// guarded against: yaml.v3 truncates a float into an integer setting:
+// server_id 4242.9 becomes 4242, topic_partitions 2.5 becomes 2, silently.
 func TestDecodeRefusesFloatForInteger(t *testing.T) {
 	raw := strings.Replace(atkBase, "server_id: 7", "server_id: 4242.9", 1) + "  topic_partitions: 2.5\n  batch:\n    max_records: 1.5\n"
 	cfg, err := Parse([]byte(raw), env(nil))
@@ -278,7 +279,8 @@ func TestDecodeRefusesFloatForInteger(t *testing.T) {
 	}
 }
 
-// A second YAML document in the file is silently ignored.
+// A second YAML document is refused, never ignored. The failure guarded
+// against: A second YAML document in the file is silently ignored.
 func TestDecodeRefusesSecondDocument(t *testing.T) {
 	raw := atkBase + "---\nrouter:\n  topic_prefix: prod.\n"
 	cfg, err := Parse([]byte(raw), env(nil))

@@ -75,7 +75,8 @@ func TestMergeKeyList(t *testing.T) {
 	}
 }
 
-// A per-table override that sets a string setting to "" (a legal value:
+// A per-table override to "" applies. The failure guarded against: a
+// per-table override that sets a string setting to "" (a legal value:
 // topic_prefix "" publishes to the aggregate type itself; timestamp_column
 // "" uses the commit time) is silently dropped by RouterConfig.For, which
 // copies only non-zero fields: the table keeps the router's value, so its
@@ -105,9 +106,11 @@ func TestPerTableEmptyOverrideApplies(t *testing.T) {
 	}
 }
 
-// A per-table override written as a YAML alias of another table's entry,
-// with a different preset: the columns the aliased mapping names are reset
-// to the preset's (routerTables looks for set keys only in a MappingNode).
+// A per-table override written as a YAML alias keeps the aliased mapping's
+// columns. The failure guarded against: a per-table override written as a
+// YAML alias of another table's entry, with a different preset: the columns
+// the aliased mapping names are reset to the preset's (routerTables looks
+// for set keys only in a MappingNode).
 func TestPerTableAliasKeepsColumns(t *testing.T) {
 	raw := strings.Replace(atkBase, "tables: [app.outbox, app.other]", "tables: [app.outbox, app.other, app.third]", 1) + `router:
   tables:
@@ -126,7 +129,8 @@ func TestPerTableAliasKeepsColumns(t *testing.T) {
 	}
 }
 
-// YAML merge keys, the usual way to share settings between per-table
+// YAML merge keys in per-table entries apply. The failure guarded against:
+// yAML merge keys, the usual way to share settings between per-table
 // entries, are refused as an unknown key "<<".
 func TestPerTableMergeKey(t *testing.T) {
 	raw := atkBase + `router:
@@ -146,9 +150,10 @@ func TestPerTableMergeKey(t *testing.T) {
 	}
 }
 
-// A problem in a per-table override names the line of "tables:" instead of
-// the offending key: findKey splits the path on every dot, and the table
-// name db.table has one.
+// A problem in a per-table override names the line of the offending key.
+// The failure guarded against: a problem in a per-table override names the
+// line of "tables:" instead of the offending key: findKey splits the path
+// on every dot, and the table name db.table has one.
 func TestPerTableProblemNamesItsLine(t *testing.T) {
 	raw := atkBase + `router:
   tables:
@@ -165,10 +170,11 @@ func TestPerTableProblemNamesItsLine(t *testing.T) {
 	}
 }
 
-// decodeStruct finds router.tables with IndexFunc over keys AND values: a
-// router value spelled "tables" before the key (a column, a prefix) is
-// found first, at an odd index, and every per-table override is then
-// dropped without a word.
+// A router value spelled "tables" does not hide the per-table overrides.
+// The failure guarded against: decodeStruct finds router.tables with
+// IndexFunc over keys AND values: a router value spelled "tables" before
+// the key (a column, a prefix) is found first, at an odd index, and every
+// per-table override is then dropped without a word.
 func TestPerTableValueNamedTablesKeepsOverrides(t *testing.T) {
 	raw := atkBase + `router:
   schema_version_column: tables

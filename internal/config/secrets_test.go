@@ -15,10 +15,12 @@ kafka:
   brokers: ["k1:9092"]
 `
 
-// source.password_file and kafka.sasl.password_file that do not exist are
-// refused by Load; kafka.sasl.token_file, secret_access_key_file and
-// session_token_file are not checked at all: a typo passes Load (and so
-// `run --print-config`) and only shows as failed authentications.
+// Every secret file setting that names a missing file is refused by Load.
+// The failure guarded against: source.password_file and
+// kafka.sasl.password_file that do not exist are refused by Load;
+// kafka.sasl.token_file, secret_access_key_file and session_token_file are
+// not checked at all: a typo passes Load (and so `run --print-config`) and
+// only shows as failed authentications.
 func TestLoadRefusesMissingSecretFiles(t *testing.T) {
 	for _, sasl := range []string{
 		"    mechanism: OAUTHBEARER\n    token_file: /nonexistent/token\n",
@@ -32,9 +34,10 @@ func TestLoadRefusesMissingSecretFiles(t *testing.T) {
 	}
 }
 
-// A DATABASE_URL-style variable put into source.hosts (a common 12-factor
-// habit) is echoed, password and all, in the error: Load's contract says
-// it never returns secrets inside errors.
+// An error about source.hosts never echoes credentials. The failure guarded
+// against: A DATABASE_URL-style variable put into source.hosts (a common
+// 12-factor habit) is echoed, password and all, in the error: Load's
+// contract says it never returns secrets inside errors.
 func TestHostErrorMasksCredentials(t *testing.T) {
 	raw := strings.Replace(atkBase, `hosts: ["db1:3306"]`, `hosts: ["${DB_URL}"]`, 1)
 	_, err := Parse([]byte(raw), env(map[string]string{"DB_URL": "relay:s3cretPW@db1:3306"}))

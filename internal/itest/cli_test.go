@@ -310,8 +310,10 @@ func TestCheckpointSetBehindOpenTransaction(t *testing.T) {
 	})
 }
 
-// deploy/systemd/outbox-relay.service runs `outbox-relay check`
-// as ExecStartPre. check FAILs "binlog retention" (exit 1) as soon as the
+// check passes a checkpoint older than the retention setting while nothing
+// after it is purged. The failure guarded against:
+// deploy/systemd/outbox-relay.service runs `outbox-relay check` as
+// ExecStartPre. check FAILs "binlog retention" (exit 1) as soon as the
 // checkpoint is older than the server's retention setting, whether or not
 // anything was purged (a server purges only at a rotation, and with GTIDs
 // nothing is lost while the binlogs after the checkpoint are there). Its

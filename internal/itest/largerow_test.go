@@ -83,16 +83,17 @@ func TestLargeRowIsABadRowWithinTheMemoryLimit(t *testing.T) {
 	}
 }
 
-// A row whose record the relay's own size check (loop.record, recordSize:
-// key+value+64+8 per header) lets through, but whose one-record batch is a
-// few bytes over franz-go's ProducerBatchMaxBytes (1,000,012): the batch
-// header is 61 bytes plus the 4-byte array length franz-go counts, and the
-// record's varints take 13 more. franz-go fails the record with
-// MESSAGE_TOO_LARGE, classify calls it ErrRejected (fatal), and the relay
-// stops for good with an error that names no event_id, although
-// router.on_error is dead-letter: the row should have gone to the
-// dead-letter topic as a record "Kafka would refuse", and the next row
-// published.
+// A record just over franz-go's batch limit is published or dead-lettered,
+// never a fatal stop. The failure guarded against: a row whose record the
+// relay's own size check (loop.record, recordSize: key+value+64+8 per
+// header) lets through, but whose one-record batch is a few bytes over
+// franz-go's ProducerBatchMaxBytes (1,000,012): the batch header is 61
+// bytes plus the 4-byte array length franz-go counts, and the record's
+// varints take 13 more. franz-go fails the record with MESSAGE_TOO_LARGE,
+// classify calls it ErrRejected (fatal), and the relay stops for good with
+// an error that names no event_id, although router.on_error is dead-letter:
+// the row should have gone to the dead-letter topic as a record "Kafka
+// would refuse", and the next row published.
 func TestRecordJustOverBatchLimitDoesNotStopRelay(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Router.OnError = "dead-letter"
@@ -120,14 +121,16 @@ func TestRecordJustOverBatchLimitDoesNotStopRelay(t *testing.T) {
 	}
 }
 
-// A topic whose max.message.bytes (100,000 here) is below franz-go's
+// Rows that each fit a topic whose max.message.bytes is below the producer
+// batch size are published. The failure guarded against: a topic whose
+// max.message.bytes (100,000 here) is below franz-go's
 // ProducerBatchMaxBytes (1,000,012, the relay never sets it): the relay
 // reads the topic's limit and checks each record against it (20 KB rows
-// pass), but franz-go packs a catch-up's records into batches of up to
-// 1 MB, the broker refuses each with MESSAGE_TOO_LARGE (franz-go does not
+// pass), but franz-go packs a catch-up's records into batches of up to 1
+// MB, the broker refuses each with MESSAGE_TOO_LARGE (franz-go does not
 // split a batch), classify calls it ErrRejected, and the relay stops for
-// good on rows that are each valid. Larger batches (the 20,000
-// default, the pipelined backlog) make full producer batches the norm.
+// good on rows that are each valid. Larger batches (the 20,000 default, the
+// pipelined backlog) make full producer batches the norm.
 func TestTopicMaxMessageBytesBelowProducerBatchPublishes(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	topic := cfg.Router.TopicPrefix + "alarm"

@@ -18,13 +18,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Two instances of one pipeline (same name, so the same
-// lock group outbox-relay.lock.<name>) whose ha.lock_topic differs (a
-// rolling update that renames it, a standby with another config file).
-// Each member subscribes to its own lock topic, the balancer gives each
-// the partition 0 of its topic, and both are active at once: in
-// at-least-once both publish and checkpoint, in exactly-once they fence
-// each other back and forth.
+// Two instances of one pipeline with different ha.lock_topic are never
+// active at once. The failure guarded against: two instances of one
+// pipeline (same name, so the same lock group outbox-relay.lock.<name>)
+// whose ha.lock_topic differs (a rolling update that renames it, a standby
+// with another config file). Each member subscribes to its own lock topic,
+// the balancer gives each the partition 0 of its topic, and both are active
+// at once: in at-least-once both publish and checkpoint, in exactly-once
+// they fence each other back and forth.
 func TestLockTopicMismatchNeverTwoActives(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Delivery = "at-least-once"
@@ -50,13 +51,15 @@ func TestLockTopicMismatchNeverTwoActives(t *testing.T) {
 	}
 }
 
-// A standby that has waited (it never ran an attempt in this
-// process) takes over during a rolling restart (SIGTERM of the active)
-// while the source is briefly unreachable (a replica restarting, a network
-// blip: here no server listens on its address). Run treats an error before
-// this process's first start as a start-up failure: the new active exits
-// (75) instead of retrying, and no instance is left. The pipeline is down
-// until a supervisor restarts it (Kubernetes: CrashLoopBackOff).
+// A standby taking over retries a transient source error instead of
+// exiting. The failure guarded against: a standby that has waited (it never
+// ran an attempt in this process) takes over during a rolling restart
+// (SIGTERM of the active) while the source is briefly unreachable (a
+// replica restarting, a network blip: here no server listens on its
+// address). Run treats an error before this process's first start as a
+// start-up failure: the new active exits (75) instead of retrying, and no
+// instance is left. The pipeline is down until a supervisor restarts it
+// (Kubernetes: CrashLoopBackOff).
 func TestStandbyRetriesTransientSourceErrorAtTakeover(t *testing.T) {
 	k, _, cfg := env.Pipeline(t)
 	p1 := RunRelay(t, cfg)
@@ -179,13 +182,14 @@ func TestLockTopicThreePartitionsOneActive(t *testing.T) {
 	requireAtLeastOnce(t, k, s, cfg.Router.TopicPrefix)
 }
 
-// The STANDBY crashes (kill -9, OOM) and its supervisor
-// restarts it at once (systemd RestartSec=100ms, a pod restart). The new
-// member's JoinGroup starts a rebalance that waits for the dead member
-// until its session expires; meanwhile the active instance's own JoinGroup
-// is not answered, its guard (session - 2 x heartbeat) runs out and it drops
-// the lease although nothing happened to it: a crash of the standby stops
-// the pipeline for seconds (a flap of the healthy active).
+// A standby's crash and immediate restart leave the active instance active.
+// The failure guarded against: the STANDBY crashes (kill -9, OOM) and its
+// supervisor restarts it at once (systemd RestartSec=100ms, a pod restart).
+// The new member's JoinGroup starts a rebalance that waits for the dead
+// member until its session expires; meanwhile the active instance's own
+// JoinGroup is not answered, its guard (session - 2 x heartbeat) runs out
+// and it drops the lease although nothing happened to it: a crash of the
+// standby stops the pipeline for seconds (a flap of the healthy active).
 func TestStandbyCrashRestartKeepsActive(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	cfg.HA = config.Default().HA
@@ -267,11 +271,12 @@ func TestBrokerRestartTwoInstancesOneActive(t *testing.T) {
 	}
 }
 
-// The same mismatch of ha.lock_topic, exactly-once: each
-// instance holds "its" lease, each InitProducerID fences the other, the
-// fenced one goes back to standby, leaves, rejoins, is given partition 0
-// of its own topic again at once and fences back: a flap for as long as
-// both run.
+// Different ha.lock_topic in exactly-once does not make the instances fence
+// each other back and forth. The failure guarded against: the same mismatch
+// of ha.lock_topic, exactly-once: each instance holds "its" lease, each
+// InitProducerID fences the other, the fenced one goes back to standby,
+// leaves, rejoins, is given partition 0 of its own topic again at once and
+// fences back: a flap for as long as both run.
 func TestLockTopicMismatchExactlyOnceNoFenceFlap(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	c1, c2 := cfg, cfg
@@ -373,15 +378,17 @@ func TestSameInstanceIDOnOneHostRefusesNewcomer(t *testing.T) {
 	}
 }
 
-// One misconfigured standby (another kafka.checkpoint_topic:
-// an old config file on the second host) sits in the lock group. Nothing
-// happens until the healthy active instance next acquires the lease: a
-// broker restart (the group is rebuilt) is enough. agree() then finds the
-// standby's fingerprint and the HEALTHY instance refuses the lease and
-// exits 78; the misconfigured one takes the lease, claim() refuses it
-// (the record names the good topic), and it exits 78 too. One bad standby
-// plus a broker restart stops the pipeline for good (RestartPreventExitStatus=78),
-// although the lock group's record says which instance is right.
+// A misconfigured standby does not take down the healthy active instance.
+// The failure guarded against: one misconfigured standby (another
+// kafka.checkpoint_topic: an old config file on the second host) sits in
+// the lock group. Nothing happens until the healthy active instance next
+// acquires the lease: a broker restart (the group is rebuilt) is enough.
+// agree() then finds the standby's fingerprint and the HEALTHY instance
+// refuses the lease and exits 78; the misconfigured one takes the lease,
+// claim() refuses it (the record names the good topic), and it exits 78
+// too. One bad standby plus a broker restart stops the pipeline for good
+// (RestartPreventExitStatus=78), although the lock group's record says
+// which instance is right.
 func TestMisconfiguredStandbyLeavesHealthyActive(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	p1 := RunRelay(t, cfg)

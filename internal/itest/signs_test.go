@@ -176,16 +176,18 @@ func TestUnknownSignednessStops(t *testing.T) {
 	}
 }
 
-// A relay upgraded with an XA transaction prepared (with outbox rows) and
-// its checkpoint from the version before (a layout, no `unsigned`) resumes
-// from the XA's Resume position with the XA layout, signedness unknown;
-// the prepared row holds a negative value in a signed column (neg INT =
-// -5), so it stops with ErrNoSignedness, as documented. The documented fix,
-// `checkpoint set --gtid <the checkpoint's set> --schema server`, writes
-// the server's signedness into the checkpoint but keeps the XA state as it
-// was (same position): the relay reads from the XA's Resume with the XA's
-// layout, signedness still unknown, and stops again, for good (the only
-// way on is a position that forgets the prepared transaction and its row).
+// checkpoint set --schema server applies also where the relay resumes at a
+// pending XA transaction. The failure guarded against: a relay upgraded
+// with an XA transaction prepared (with outbox rows) and its checkpoint
+// from the version before (a layout, no `unsigned`) resumes from the XA's
+// Resume position with the XA layout, signedness unknown; the prepared row
+// holds a negative value in a signed column (neg INT = -5), so it stops
+// with ErrNoSignedness, as documented. The documented fix, `checkpoint set
+// --gtid <the checkpoint's set> --schema server`, writes the server's
+// signedness into the checkpoint but keeps the XA state as it was (same
+// position): the relay reads from the XA's Resume with the XA's layout,
+// signedness still unknown, and stops again, for good (the only way on is a
+// position that forgets the prepared transaction and its row).
 func TestSchemaServerFixAppliesAtXAResume(t *testing.T) {
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	path := WriteConfig(t, cfg)

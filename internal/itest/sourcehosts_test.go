@@ -81,15 +81,16 @@ func waitApplied(t *testing.T, c *Cluster, r *devdb.Server) {
 	})
 }
 
-// A replica without log_slave_updates (MariaDB's default)
-// in source.hosts. Its binlog holds none of the primary's transactions
-// and never will; its gtid_slave_pos is exactly the checkpoint while the
-// relay is caught up (any quiet moment). The new gtid_slave_pos rule of
-// Relate ("it logs what comes next") calls it Contains, the server
+// A replica without log_slave_updates is not chosen as a source host. The
+// failure guarded against: a replica without log_slave_updates (MariaDB's
+// default) in source.hosts. Its binlog holds none of the primary's
+// transactions and never will; its gtid_slave_pos is exactly the checkpoint
+// while the relay is caught up (any quiet moment). The new gtid_slave_pos
+// rule of Relate ("it logs what comes next") calls it Contains, the server
 // accepts its own slave position, and when the preferred replica dies the
-// relay streams from b: ready, streaming, heartbeats committed, and not
-// one of the transactions committed since is ever published, even after
-// the preferred replica is back (the relay never moves back).
+// relay streams from b: ready, streaming, heartbeats committed, and not one
+// of the transactions committed since is ever published, even after the
+// preferred replica is back (the relay never moves back).
 func TestReplicaWithoutLogSlaveUpdatesNotChosen(t *testing.T) {
 	c := startMixedCluster(t, true, false)
 	a, b := c.Replicas[0], c.Replicas[1]
@@ -168,18 +169,20 @@ func TestReplicaWithoutLogSlaveUpdatesNotChosen(t *testing.T) {
 	requireExact(t, k, s, cfg.Router.TopicPrefix)
 }
 
-// RESET MASTER on the source the relay reads (a primary: a
-// DBA reclaiming disk, a restore from a backup whose binlogs were not
-// kept; the same happens when a crash with sync_binlog=0 loses the
-// binlog's tail). Sequence numbers of the host's own server_id start
-// again from 1. Relate calls the host "behind" (its highest sequence in
-// the domain is below the checkpoint's) although it can never be behind
-// on transactions it wrote itself (MySQL's rule, the host's own
-// server_uuid, has no MariaDB counterpart): the relay "waits for it to
-// catch up", and once the new history's sequence numbers pass the
-// checkpoint's, it resumes after the checkpoint's GTID, which now names a
-// different transaction: every event committed after the reset up to that
-// sequence number is skipped, silently.
+// RESET MASTER on the source stops the relay as diverged, naming its
+// server_id, never skipping the events after the reset. The failure guarded
+// against: RESET MASTER on the source the relay reads (a primary: a DBA
+// reclaiming disk, a restore from a backup whose binlogs were not kept; the
+// same happens when a crash with sync_binlog=0 loses the binlog's tail).
+// Sequence numbers of the host's own server_id start again from 1. Relate
+// calls the host "behind" (its highest sequence in the domain is below the
+// checkpoint's) although it can never be behind on transactions it wrote
+// itself (MySQL's rule, the host's own server_uuid, has no MariaDB
+// counterpart): the relay "waits for it to catch up", and once the new
+// history's sequence numbers pass the checkpoint's, it resumes after the
+// checkpoint's GTID, which now names a different transaction: every event
+// committed after the reset up to that sequence number is skipped,
+// silently.
 func TestResetMasterOnPrimaryStopsAsDiverged(t *testing.T) {
 	c := startMixedCluster(t)
 	k := StartKafka(t)
@@ -245,12 +248,14 @@ func TestResetMasterOnPrimaryStopsAsDiverged(t *testing.T) {
 	}
 }
 
-// `check` on two hosts at once (both units' ExecStartPre
-// after a power cut or a fleet-wide restart; docs/ha.md: instances on
-// different hosts share one configuration, so one source.server_id). Both
-// stream probes register with ProbeServerID(source.server_id), the same
-// id: the server drops the first probe's dump connection when the second
-// registers, and that check fails the host.
+// check on two hosts at once passes: their stream probes do not collide.
+// The failure guarded against: `check` on two hosts at once (both units'
+// ExecStartPre after a power cut or a fleet-wide restart; docs/ha.md:
+// instances on different hosts share one configuration, so one
+// source.server_id). Both stream probes register with
+// ProbeServerID(source.server_id), the same id: the server drops the first
+// probe's dump connection when the second registers, and that check fails
+// the host.
 func TestConcurrentChecksProbesDoNotCollide(t *testing.T) {
 	_, _, cfg := env.Pipeline(t)
 	p := RunRelay(t, cfg)
@@ -281,13 +286,14 @@ func TestConcurrentChecksProbesDoNotCollide(t *testing.T) {
 	}
 }
 
-// The replica the relay reads stops replicating (a
-// replication error, STOP SLAVE for a backup, an errant DBA statement
-// under gtid_strict_mode) while the other replica of source.hosts keeps
-// up. The host was judged once, before streaming; nothing judges it
-// again: the relay stays on it, ready and healthy (heartbeats), while
-// every event committed since waits on a host that does not replicate,
-// however long the other host has had them.
+// When the chosen replica stops replicating and another has the events, the
+// relay moves to it. The failure guarded against: the replica the relay
+// reads stops replicating (a replication error, STOP SLAVE for a backup, an
+// errant DBA statement under gtid_strict_mode) while the other replica of
+// source.hosts keeps up. The host was judged once, before streaming;
+// nothing judges it again: the relay stays on it, ready and healthy
+// (heartbeats), while every event committed since waits on a host that does
+// not replicate, however long the other host has had them.
 func TestChosenReplicaStopsReplicatingFailsOver(t *testing.T) {
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]
@@ -386,27 +392,30 @@ func gtidBelow(t testing.TB, have, want string) bool {
 	return !h.Contain(w)
 }
 
-// A replica whose binlog was reset (RESET MASTER) while it
-// kept replicating. Its gtid_binlog_state holds the primary's server_id
-// at a sequence number past the checkpoint, and its oldest binlog's
-// Gtid_list is empty: its variables say it has the checkpoint and nothing
-// is purged. But the transactions between the checkpoint and the reset
-// are not in its binlog any more; the server refuses the position as a
-// hole in its binlog (go-mysql asks for gtid strict mode on the dump
+// A replica whose binlog was reset is held against while another host has
+// the transactions: the relay waits and resumes there, losing nothing. The
+// failure guarded against: a replica whose binlog was reset (RESET MASTER)
+// while it kept replicating. Its gtid_binlog_state holds the primary's
+// server_id at a sequence number past the checkpoint, and its oldest
+// binlog's Gtid_list is empty: its variables say it has the checkpoint and
+// nothing is purged. But the transactions between the checkpoint and the
+// reset are not in its binlog any more; the server refuses the position as
+// a hole in its binlog (go-mysql asks for gtid strict mode on the dump
 // connection, so it does so even with the global OFF).
 //
 // The relay must not stop for good (it did: exit 65 "diverged") while
-// another host has the transactions: it holds the refusal against the
-// reset replica, waits while the preferred replica is down, and resumes
-// on it when it is back, losing nothing.
+// another host has the transactions: it holds the refusal against the reset
+// replica, waits while the preferred replica is down, and resumes on it
+// when it is back, losing nothing.
 func TestResetReplicaHeldWhileAnotherHostHasTransactions(t *testing.T) {
 	resetReplica(t, false)
 }
 
-// The same replica alone in source.hosts: `check` must not pass it (it
-// did, exit 0, so ExecStartPre let the unit start), and the relay stops
-// on it as purged (exit 66: its binlogs after the checkpoint are gone),
-// not as diverged.
+// A reset replica alone in source.hosts fails check and stops the relay as
+// purged. The failure guarded against: the same replica alone in
+// source.hosts: `check` must not pass it (it did, exit 0, so ExecStartPre
+// let the unit start), and the relay stops on it as purged (exit 66: its
+// binlogs after the checkpoint are gone), not as diverged.
 func TestResetReplicaAloneFailsCheckAndStopsAsPurged(t *testing.T) {
 	resetReplica(t, true)
 }
@@ -497,15 +506,17 @@ func resetReplica(t *testing.T, checkOnly bool) {
 	}
 }
 
-// MariaDB with two domains, one of them idle (a DBA session
-// with gtid_domain_id=1 once, another application's domain that went
-// quiet). Replica b's binlog has no transaction of domain 1: it was
-// provisioned from a backup, or its binlog was reset, after domain 1's last
-// write. The checkpoint holds 1-1-N (the relay started from a's
-// gtid_binlog_pos). When a dies, b has every transaction after the
-// checkpoint in every domain, yet Relate calls it "behind" (no transaction
-// of domain 1) and the relay waits for it forever: not ready, never
-// exiting, /healthz 200, while b will never log a domain-1 transaction.
+// Failover goes to a host that has every transaction after the checkpoint,
+// also when it never logged an idle domain. The failure guarded against:
+// MariaDB with two domains, one of them idle (a DBA session with
+// gtid_domain_id=1 once, another application's domain that went quiet).
+// Replica b's binlog has no transaction of domain 1: it was provisioned
+// from a backup, or its binlog was reset, after domain 1's last write. The
+// checkpoint holds 1-1-N (the relay started from a's gtid_binlog_pos). When
+// a dies, b has every transaction after the checkpoint in every domain, yet
+// Relate calls it "behind" (no transaction of domain 1) and the relay waits
+// for it forever: not ready, never exiting, /healthz 200, while b will
+// never log a domain-1 transaction.
 func TestFailoverToHostWithoutIdleDomain(t *testing.T) {
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]

@@ -28,8 +28,9 @@ func gaugeValue(t *testing.T, m *metrics.Metrics, name string) float64 {
 
 func relayState(m *metrics.Metrics) string { return string(m.State()) }
 
-// A Kafka outage is the outage during which the source keeps
-// purging binlogs while the checkpoint does not move (a source outage
+// The purge margin stays reported during a Kafka outage. The failure
+// guarded against: a Kafka outage is the outage during which the source
+// keeps purging binlogs while the checkpoint does not move (a source outage
 // purges nothing). The runbook's OutboxRelayPurgeMarginLow: "It falls when
 // the pipeline is stuck". But once Kafka stops answering the lock group,
 // the active instance drops to standby, and purge margin (and checkpoint
@@ -70,15 +71,16 @@ type errString string
 
 func (e errString) Error() string { return string(e) }
 
-// Outbox_relay_source_lag_seconds is "0 once a heartbeat arrived
+// Source lag is not 0 while a big transaction is read. The failure guarded
+// against: outbox_relay_source_lag_seconds is "0 once a heartbeat arrived
 // after the last transaction handled", and nothing clears that until the
 // NEXT COMMIT is handled. A bulk INSERT ... SELECT of outbox rows (one big
 // transaction, "any size" in the README) arriving at an idle relay is read
 // and published for as long as Kafka takes; all that time the relay is
 // behind (the transaction was committed long ago, more may follow) but the
 // lag reads 0, so OutboxRelayLagHigh cannot fire, and checkpoints with a
-// partial keep OutboxRelayCheckpointStalled quiet too. Kafka is slowed
-// down here (each produce answered after 300ms, batches of 20 records) to
+// partial keep OutboxRelayCheckpointStalled quiet too. Kafka is slowed down
+// here (each produce answered after 300ms, batches of 20 records) to
 // stretch a 3000-row transaction over a minute and more.
 func TestLagNotZeroWhileReadingBigTransaction(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
@@ -143,14 +145,15 @@ type (
 	kmsgResponse = kmsg.Response
 )
 
-// Outbox_relay_source_behind_bytes after a restart on a quiet
-// source. The server starts a GTID dump at the beginning of the binlog
-// file that holds the position, skips (does not send) the transactions the
-// relay has, then sends heartbeats. The reader's position moves only on
-// events it receives (heartbeats, which carry the server's position, are
-// ignored), so it stays at offset 4 of the file: behind_bytes reports the
-// size of the binlog file (up to max_binlog_size, 1 GiB) for a relay that
-// is at the head, until the next transaction.
+// behind_bytes is 0 after a restart at the head of a quiet source. The
+// failure guarded against: outbox_relay_source_behind_bytes after a restart
+// on a quiet source. The server starts a GTID dump at the beginning of the
+// binlog file that holds the position, skips (does not send) the
+// transactions the relay has, then sends heartbeats. The reader's position
+// moves only on events it receives (heartbeats, which carry the server's
+// position, are ignored), so it stays at offset 4 of the file: behind_bytes
+// reports the size of the binlog file (up to max_binlog_size, 1 GiB) for a
+// relay that is at the head, until the next transaction.
 func TestBehindBytesZeroAfterRestartOnQuietSource(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	p := RunRelay(t, cfg)

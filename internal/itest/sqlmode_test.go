@@ -96,11 +96,12 @@ func waitOrStopped(t *testing.T, r *InProcess, cfg config.Config, target string)
 const signsInsert = "INSERT INTO app.ev (event_id, aggregate_type, aggregate_id, event_type, payload, tiny, small, med, neg) " +
 	"VALUES (1, 'alarm', 1, 'X', '{}', 1, %s, 1, %s)"
 
-// An application (or a migration tool) whose session runs with sql_mode
-// NO_BACKSLASH_ESCAPES alters the outbox: a Windows path in a comment ends
-// in a backslash. The server reads COMMENT 'C:\' as a complete string and
-// makes neg UNSIGNED; the tracker reads \' as an escaped quote, never sees
-// the MODIFY neg, keeps neg SIGNED, and publishes 4000000000 as
+// An ALTER under NO_BACKSLASH_ESCAPES keeps the column's sign. The failure
+// guarded against: an application (or a migration tool) whose session runs
+// with sql_mode NO_BACKSLASH_ESCAPES alters the outbox: a Windows path in a
+// comment ends in a backslash. The server reads COMMENT 'C:\' as a complete
+// string and makes neg UNSIGNED; the tracker reads \' as an escaped quote,
+// never sees the MODIFY neg, keeps neg SIGNED, and publishes 4000000000 as
 // -294967296 (no error, no warning: the column list did not change).
 func TestNoBackslashEscapesAlterKeepsSign(t *testing.T) {
 	got := publishAfterDDL(t, []string{"SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
@@ -111,10 +112,12 @@ func TestNoBackslashEscapesAlterKeepsSign(t *testing.T) {
 	}
 }
 
-// The other direction: with NO_BACKSLASH_ESCAPES the tracker reads the
-// word UNSIGNED inside the next column's comment as an attribute of the
-// previous column. The server makes small SIGNED (it was UNSIGNED); the
-// tracker keeps it UNSIGNED and publishes -1 as 65535.
+// Under NO_BACKSLASH_ESCAPES the word UNSIGNED inside a comment is not
+// taken for an attribute. The failure guarded against: the other direction:
+// with NO_BACKSLASH_ESCAPES the tracker reads the word UNSIGNED inside the
+// next column's comment as an attribute of the previous column. The server
+// makes small SIGNED (it was UNSIGNED); the tracker keeps it UNSIGNED and
+// publishes -1 as 65535.
 func TestNoBackslashEscapesCommentInventsNoUnsigned(t *testing.T) {
 	got := publishAfterDDL(t, []string{"SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
 		`ALTER TABLE app.ev MODIFY small SMALLINT NOT NULL COMMENT 'x\', MODIFY neg INT NOT NULL COMMENT ' UNSIGNED'`},
@@ -138,15 +141,16 @@ func TestMySQLVersionedCommentIgnoredByMariaDBKeepsSign(t *testing.T) {
 	}
 }
 
-// MariaDB's SET STATEMENT var=value FOR <statement> runs one statement
-// with a session variable set for it; the binlog logs the whole text. A
-// migration that bounds its metadata-lock wait this way
-// (SET STATEMENT lock_wait_timeout=5 FOR ALTER TABLE ...) is valid DDL.
-// The framer took it for a statement-logged row change ("make the server
-// log rows", which it already did) and stopped, and the schema tracker
-// classified it by its SET; the fix the stop gave (`checkpoint skip` of
-// the DDL) then published 4000000000 as -294967296. Both must read the
-// statement after FOR.
+// SET STATEMENT ... FOR ALTER TABLE is followed as the ALTER it runs. The
+// failure guarded against: MariaDB's SET STATEMENT var=value FOR
+// <statement> runs one statement with a session variable set for it; the
+// binlog logs the whole text. A migration that bounds its metadata-lock
+// wait this way (SET STATEMENT lock_wait_timeout=5 FOR ALTER TABLE ...) is
+// valid DDL. The framer took it for a statement-logged row change ("make
+// the server log rows", which it already did) and stopped, and the schema
+// tracker classified it by its SET; the fix the stop gave (`checkpoint
+// skip` of the DDL) then published 4000000000 as -294967296. Both must read
+// the statement after FOR.
 func TestSetStatementForAlterFollowed(t *testing.T) {
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	r := RunRelay(t, cfg)
@@ -170,12 +174,14 @@ func TestSetStatementForAlterFollowed(t *testing.T) {
 	}
 }
 
-// A prepared statement is parsed with the sql_mode of PREPARE, but logged
-// with the session's sql_mode at EXECUTE. PREPARE under
-// NO_BACKSLASH_ESCAPES (COMMENT 'C:\' ends at its quote, the server makes
-// neg UNSIGNED), EXECUTE after going back to the default mode: the event
-// says "escapes on", the tracker reads \' as an escaped quote, the MODIFY
-// neg is swallowed by the string, neg stays SIGNED: -294967296.
+// DDL prepared under another sql_mode than it executes under keeps the
+// column's sign. The failure guarded against: a prepared statement is
+// parsed with the sql_mode of PREPARE, but logged with the session's
+// sql_mode at EXECUTE. PREPARE under NO_BACKSLASH_ESCAPES (COMMENT 'C:\'
+// ends at its quote, the server makes neg UNSIGNED), EXECUTE after going
+// back to the default mode: the event says "escapes on", the tracker reads
+// \' as an escaped quote, the MODIFY neg is swallowed by the string, neg
+// stays SIGNED: -294967296.
 func TestPreparedUnderOtherSQLModeKeepsSign(t *testing.T) {
 	// Fixed as far as it can be: read with the event's mode the statement
 	// ends inside a string, which no statement the server ran does, so the

@@ -13,12 +13,14 @@ import (
 	"time"
 )
 
-// A trigger that feeds the outbox (a common way) and a
-// session that logs statements (SET SESSION binlog_format='STATEMENT', or
-// a MIXED server): the binlog holds only `INSERT INTO alarm_record ...`;
-// the trigger's outbox row is committed but in no binlog event. The relay
-// only logs a warning and moves its checkpoint past it: the row is lost.
-// The contract says anything that could hide outbox rows stops the relay.
+// An outbox row written by a trigger under statement logging stops the
+// relay, never moves the checkpoint past it. The failure guarded against: a
+// trigger that feeds the outbox (a common way) and a session that logs
+// statements (SET SESSION binlog_format='STATEMENT', or a MIXED server):
+// the binlog holds only `INSERT INTO alarm_record ...`; the trigger's
+// outbox row is committed but in no binlog event. The relay only logs a
+// warning and moves its checkpoint past it: the row is lost. The contract
+// says anything that could hide outbox rows stops the relay.
 func TestTriggerUnderStatementLoggingStops(t *testing.T) {
 	r := env.NewShapeRun(t, Straight, ShapeOptions{})
 	c, st := r.Conn(), r.Conn()
@@ -37,11 +39,13 @@ func TestTriggerUnderStatementLoggingStops(t *testing.T) {
 	r.Finish() // fails: the trigger's row is missing
 }
 
-// DBA maintenance on the outbox table, logged by MariaDB as a standalone
-// statement in ROW format: the framer hands it to dmlTargets, whose TiDB
-// parser cannot read it, and the statement names the outbox, so the relay
-// stops with ErrStatementLogged ("changed ... with a statement"), fatal, for
-// a statement that changes no row.
+// DBA maintenance on the outbox table, logged as a statement, does not stop
+// the relay. The failure guarded against: DBA maintenance on the outbox
+// table, logged by MariaDB as a standalone statement in ROW format: the
+// framer hands it to dmlTargets, whose TiDB parser cannot read it, and the
+// statement names the outbox, so the relay stops with ErrStatementLogged
+// ("changed ... with a statement"), fatal, for a statement that changes no
+// row.
 func TestDBAMaintenanceStatementDoesNotStop(t *testing.T) {
 	for _, tc := range []struct{ name, q string }{
 		{"analyze-persistent", "ANALYZE TABLE %s PERSISTENT FOR ALL"},
@@ -65,11 +69,13 @@ func TestDBAMaintenanceStatementDoesNotStop(t *testing.T) {
 	}
 }
 
-// An XA transaction of another application (it touches no captured table)
-// is prepared when the relay first starts (start: now). Its XA COMMIT then
-// stops the relay: ErrUnknownXA, fatal, at every restart. Any XA workload
-// (a Java EE / Spring JTA application with XA data sources) has one in
-// flight at almost every instant.
+// The XA COMMIT of an unrelated XA transaction prepared before the first
+// start passes. The failure guarded against: an XA transaction of another
+// application (it touches no captured table) is prepared when the relay
+// first starts (start: now). Its XA COMMIT then stops the relay:
+// ErrUnknownXA, fatal, at every restart. Any XA workload (a Java EE /
+// Spring JTA application with XA data sources) has one in flight at almost
+// every instant.
 func TestUnrelatedXAPreparedBeforeFirstStartPasses(t *testing.T) {
 	a, err := env.DB.Root()
 	if err != nil {
@@ -99,7 +105,9 @@ func TestUnrelatedXAPreparedBeforeFirstStartPasses(t *testing.T) {
 	r.Finish()
 }
 
-// The operator's documented way past a statement-logged outbox change is
+// checkpoint skip gets past a statement-logged change while an XA
+// transaction with outbox rows is prepared. The failure guarded against:
+// the operator's documented way past a statement-logged outbox change is
 // `checkpoint skip --gtid G`. With an XA transaction with outbox rows
 // prepared (pending) at that moment, skip only adds G to gtid_set; the
 // restart reads from checkpoint.XA.Resume (before the prepare, before G),
@@ -151,13 +159,14 @@ func TestSkipPastStatementWhileXAPrepared(t *testing.T) {
 
 var _ = strings.Contains
 
-// A committed transaction whose rows filled a batch (kafka.batch.max_records
-// reached on its last row: a partial commit holding all of them) right
-// before a statement-logged outbox change: the relay stops at the second
-// without committing the first one's position (the commit waits for a
-// tick). The checkpoint is "previous + partial N of the first", so the
-// documented `checkpoint skip --gtid G` refuses G as "not the next"
-// transaction; only --force gets past.
+// checkpoint skip is accepted when a full batch ended right before the
+// stop. The failure guarded against: a committed transaction whose rows
+// filled a batch (kafka.batch.max_records reached on its last row: a
+// partial commit holding all of them) right before a statement-logged
+// outbox change: the relay stops at the second without committing the first
+// one's position (the commit waits for a tick). The checkpoint is "previous
+// + partial N of the first", so the documented `checkpoint skip --gtid G`
+// refuses G as "not the next" transaction; only --force gets past.
 func TestSkipAcceptedAfterFullBatchBeforeStop(t *testing.T) {
 	r := env.NewShapeRun(t, Straight, ShapeOptions{MaxRecords: 1})
 	c, st := r.Conn(), r.Conn()

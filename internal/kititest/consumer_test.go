@@ -157,9 +157,10 @@ func TestConsumerKilledBetweenDBCommitAndOffsetCommit(t *testing.T) {
 	}
 }
 
-// TestConsumerWaitsForTopicNotCreatedYet: the demo's and the docs'
-// consumer subscribes to outbox.event.<type>, which the relay creates on
-// the first event. A consumer started first should wait, not fail.
+// A consumer started before the relay created its topic waits. The failure
+// guarded against: the demo's and the docs' consumer subscribes to
+// outbox.event.<type>, which the relay creates on the first event. A
+// consumer started first should wait, not fail.
 func TestConsumerWaitsForTopicNotCreatedYet(t *testing.T) {
 	k := itest.StartKafka(t)
 	name := env.Unique("atk16nt")

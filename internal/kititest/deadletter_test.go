@@ -14,11 +14,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// TestDeadLetterReplaySharedTopicEachPipelineItsOwn: router.dead_letter_topic is a free
-// setting; two pipelines (two shards of one service, same schema) that set
-// the same topic each replay the other's dead letters: the event is
-// published twice, once by a pipeline whose database never had the row.
-// And a record from a pipeline with another table blocks every replay.
+// Pipelines sharing a dead-letter topic each replay only their own records.
+// The failure guarded against: router.dead_letter_topic is a free setting;
+// two pipelines (two shards of one service, same schema) that set the same
+// topic each replay the other's dead letters: the event is published twice,
+// once by a pipeline whose database never had the row. And a record from a
+// pipeline with another table blocks every replay.
 func TestDeadLetterReplaySharedTopicEachPipelineItsOwn(t *testing.T) {
 	ctx := context.Background()
 	k, s, cfg := env.Pipeline(t)
@@ -84,12 +85,12 @@ func TestDeadLetterReplaySharedTopicEachPipelineItsOwn(t *testing.T) {
 	}
 }
 
-// TestDeadLetterReplayConcurrentRunsPublishOnce: two dead-letter replays run at the
-// same time (a retried CI job, two operators) both read the same pending
-// records before either commits the replay group's offsets; the second
-// transaction fences the first only if they overlap at the producer, so
-// the record can be published twice although "a replayed record is not
-// pending any more".
+// Two dead-letter replays at once publish each record once. The failure
+// guarded against: two dead-letter replays run at the same time (a retried
+// CI job, two operators) both read the same pending records before either
+// commits the replay group's offsets; the second transaction fences the
+// first only if they overlap at the producer, so the record can be
+// published twice although "a replayed record is not pending any more".
 func TestDeadLetterReplayConcurrentRunsPublishOnce(t *testing.T) {
 	ctx := context.Background()
 	k, s, cfg := env.Pipeline(t)

@@ -56,12 +56,13 @@ func TestInboxRefusesInexactMarkerTable(t *testing.T) {
 	}
 }
 
-// TestInboxDistinctEventIDsAreNotDuplicates: the consumed_event
-// table of inbox.DDL has no collation of its own, so it takes the
-// database's (utf8mb4_general_ci / latin1_swedish_ci: case-insensitive,
-// PAD SPACE), and event_id is VARCHAR(64). Distinct event ids that the
-// relay publishes distinctly then collide on the marker's PRIMARY KEY and
-// the second event is skipped as "already done": it is never applied.
+// Distinct event ids are never taken for duplicates by the inbox marker.
+// The failure guarded against: the consumed_event table of inbox.DDL has no
+// collation of its own, so it takes the database's (utf8mb4_general_ci /
+// latin1_swedish_ci: case-insensitive, PAD SPACE), and event_id is
+// VARCHAR(64). Distinct event ids that the relay publishes distinctly then
+// collide on the marker's PRIMARY KEY and the second event is skipped as
+// "already done": it is never applied.
 func TestInboxDistinctEventIDsAreNotDuplicates(t *testing.T) {
 	name := env.Unique("atk16in")
 	if err := env.DB.Exec("CREATE DATABASE "+name, inbox.DDL(name+".consumed_event")); err != nil {

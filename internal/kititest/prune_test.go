@@ -159,13 +159,14 @@ func TestPruneCompositePrimaryKey(t *testing.T) {
 	}
 }
 
-// TestPruneKeepsTruncatedDeadLetterRow: a row too large for its
-// topic is dead-lettered; its dead-letter record is too large as well, so
-// the relay sends it without the columns ("truncated": "the row stays in
-// the outbox table; the headers say where"). The checkpoint is past it, so
-// prune deletes it: after the fix (a larger max.message.bytes) dead-letter
-// replay can no longer rebuild the event. It is lost, and the pending
-// record blocks every later dead-letter replay.
+// prune keeps a row whose dead-letter record was truncated. The failure
+// guarded against: a row too large for its topic is dead-lettered; its
+// dead-letter record is too large as well, so the relay sends it without
+// the columns ("truncated": "the row stays in the outbox table; the headers
+// say where"). The checkpoint is past it, so prune deletes it: after the
+// fix (a larger max.message.bytes) dead-letter replay can no longer rebuild
+// the event. It is lost, and the pending record blocks every later
+// dead-letter replay.
 func TestPruneKeepsTruncatedDeadLetterRow(t *testing.T) {
 	ctx := context.Background()
 	k, s, cfg := env.Pipeline(t)
@@ -215,10 +216,10 @@ func TestPruneKeepsTruncatedDeadLetterRow(t *testing.T) {
 	}
 }
 
-// TestPruneBatchAbovePlaceholderLimitDeletes: --batch is accepted up to
-// 100000, but the DELETE binds one placeholder per row and MySQL/MariaDB
-// take at most 65,535 in one prepared statement: a large batch fails
-// after the wait, deleting nothing.
+// prune with a batch above the placeholder limit deletes. The failure
+// guarded against: --batch is accepted up to 100000, but the DELETE binds
+// one placeholder per row and MySQL/MariaDB take at most 65,535 in one
+// prepared statement: a large batch fails after the wait, deleting nothing.
 func TestPruneBatchAbovePlaceholderLimitDeletes(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	if err := env.DB.Exec("INSERT INTO " + s.Table() + " (event_id, aggregate_type, aggregate_id, event_type, payload, created_at) " +
@@ -243,13 +244,14 @@ func TestPruneBatchAbovePlaceholderLimitDeletes(t *testing.T) {
 	}
 }
 
-// TestPruneSparesNewerRowWithSameEventID: prune selects candidates,
-// waits for the checkpoint to cover them, then DELETEs "WHERE event_id IN
-// (...)". On an outbox table whose event id is not unique (the outbox
-// package tells applications to re-send an event with its original id;
-// the article's and many existing tables have no unique key on it) the
-// DELETE also removes a newer row with that id that committed while prune
-// waited and that the relay has not published.
+// prune spares a newer row with the same event id. The failure guarded
+// against: prune selects candidates, waits for the checkpoint to cover
+// them, then DELETEs "WHERE event_id IN (...)". On an outbox table whose
+// event id is not unique (the outbox package tells applications to re-send
+// an event with its original id; the article's and many existing tables
+// have no unique key on it) the DELETE also removes a newer row with that
+// id that committed while prune waited and that the relay has not
+// published.
 func TestPruneSparesNewerRowWithSameEventID(t *testing.T) {
 	ctx := context.Background()
 	k, s, cfg := env.Pipeline(t)
@@ -309,9 +311,10 @@ func TestPruneSparesNewerRowWithSameEventID(t *testing.T) {
 	}
 }
 
-// TestPruneNullEventIDDoesNotSpin: a candidate whose event id is NULL
-// is read as "" and "DELETE ... IN (”)" deletes nothing; when a whole
-// batch is such rows the same batch is selected again, forever.
+// prune does not spin on rows whose event id is NULL. The failure guarded
+// against: a candidate whose event id is NULL is read as "" and "DELETE ...
+// IN (”)" deletes nothing; when a whole batch is such rows the same batch
+// is selected again, forever.
 func TestPruneNullEventIDDoesNotSpin(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	db := openDB(t, s.Name)

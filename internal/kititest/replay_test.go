@@ -156,12 +156,12 @@ func kgoClient(t testing.TB, brokers []string) *kgo.Client {
 	return cl
 }
 
-// TestReplayKeepsOneTransactionsEventOrder: replay orders by the
-// time column only. Two events of one aggregate written in one
-// transaction (one multi-row INSERT: the same created_at) on a
-// Debezium-layout table (primary key = event id, as `schema` prints for
-// preset debezium) are replayed in event-id order, not in the order they
-// were written and published.
+// Replay keeps the written order of one transaction's events. The failure
+// guarded against: replay orders by the time column only. Two events of one
+// aggregate written in one transaction (one multi-row INSERT: the same
+// created_at) on a Debezium-layout table (primary key = event id, as
+// `schema` prints for preset debezium) are replayed in event-id order, not
+// in the order they were written and published.
 func TestReplayKeepsOneTransactionsEventOrder(t *testing.T) {
 	ctx := context.Background()
 	k, s, cfg := env.Pipeline(t)

@@ -34,15 +34,16 @@ func insertTimeRows(t *testing.T, db string, rows [][3]string) {
 	}
 }
 
-// A row read again must route to the record the relay made of it (the
-// commit's own words: "a row read again must route to the same record").
-// With a time column copied into a header (router.additional_fields), the
-// relay renders TIMESTAMP(3)/DATETIME(3) from the binlog with the column's
-// 3 digits ("10:00:00.000", "10:00:00.120"); replay reads the row through
-// a prepared statement, whose binary result go-mysql renders with no
-// fraction when it is zero and with 6 digits otherwise ("10:00:00",
-// "10:00:00.120000"). The replayed record's headers differ from the
-// original's, although the session is now in UTC.
+// A replayed record's time-column header is the relay's. The failure
+// guarded against: a row read again must route to the record the relay made
+// of it (the commit's own words: "a row read again must route to the same
+// record"). With a time column copied into a header
+// (router.additional_fields), the relay renders TIMESTAMP(3)/DATETIME(3)
+// from the binlog with the column's 3 digits ("10:00:00.000",
+// "10:00:00.120"); replay reads the row through a prepared statement, whose
+// binary result go-mysql renders with no fraction when it is zero and with
+// 6 digits otherwise ("10:00:00", "10:00:00.120000"). The replayed record's
+// headers differ from the original's, although the session is now in UTC.
 func TestReplayTimeColumnHeaderMatchesRelay(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	db := openDB(t, s.Name)
@@ -148,11 +149,12 @@ func TestReplayRangesPerColumnTypeFractional(t *testing.T) {
 	}
 }
 
-// TestReplayRFC3339RangeOnNonUTCServer: replay turns an RFC 3339 time
-// into UTC text and compares it with the time column, which the table
-// default (CURRENT_TIMESTAMP) fills in the server's time zone. On a server
-// not in UTC an absolute --since/--until selects the wrong rows: here the
-// row written a moment ago is not found in [now-10m, now+10m).
+// An RFC 3339 --since/--until selects the right rows on a server not in
+// UTC. The failure guarded against: replay turns an RFC 3339 time into UTC
+// text and compares it with the time column, which the table default
+// (CURRENT_TIMESTAMP) fills in the server's time zone. On a server not in
+// UTC an absolute --since/--until selects the wrong rows: here the row
+// written a moment ago is not found in [now-10m, now+10m).
 func TestReplayRFC3339RangeOnNonUTCServer(t *testing.T) {
 	_, s, cfg := env.Pipeline(t)
 	if err := env.DB.Exec("SET GLOBAL time_zone = '+05:00'"); err != nil {

@@ -135,10 +135,11 @@ func TestWriterEndToEnd(t *testing.T) {
 	}
 }
 
-// TestWriterSplitsBatchWithManyExtraColumns: Write splits a batch
-// at 65535 / (columns + 8) rows, room for at most 8 Extra columns; with
-// more the INSERT exceeds MySQL's 65,535 placeholders and the documented
-// "split only past 65,535 placeholders" fails instead.
+// Write splits a batch within the placeholder limit whatever the number of
+// Extra columns. The failure guarded against: write splits a batch at 65535
+// / (columns + 8) rows, room for at most 8 Extra columns; with more the
+// INSERT exceeds MySQL's 65,535 placeholders and the documented "split only
+// past 65,535 placeholders" fails instead.
 func TestWriterSplitsBatchWithManyExtraColumns(t *testing.T) {
 	s := env.NewSchema(t)
 	db := openDB(t, s.Name)

@@ -330,15 +330,17 @@ func TestHealthzFailsWhileConnectingTooLong(t *testing.T) {
 	}
 }
 
-// A relay catching up: it reads (and checkpoints every 10s) transactions
+// The purge margin counts from the age of the binlog the checkpoint is in,
+// not from the checkpoint's write time. The failure guarded against: a
+// relay catching up: it reads (and checkpoints every 10s) transactions
 // committed 6 days ago, on a source that keeps binlogs 7 days. The binlogs
 // after its checkpoint are 6 days old: the source may purge them in about a
 // day (at the next rotation once the relay's dump thread lets go of them:
 // any restart, failover or deploy), and the relay then stops with exit 66.
 // This is the state loop.go produces: SourceRead(ev.Time) per transaction,
 // CheckpointTime = cp.Time = time.Now() (sink.go) per checkpoint.
-// outbox_relay_checkpoint_purge_margin_seconds must say about 1 day;
-// it says 7 days, so OutboxRelayPurgeMarginLow (< 1 day) never fires.
+// outbox_relay_checkpoint_purge_margin_seconds must say about 1 day; it
+// says 7 days, so OutboxRelayPurgeMarginLow (< 1 day) never fires.
 func TestPurgeMarginCountsAgeOfCheckpointedBinlog(t *testing.T) {
 	m := New("test")
 	m.SetState(StateStarting)

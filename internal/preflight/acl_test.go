@@ -13,13 +13,14 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
-// checkACLs lists the event topics as the existing topics that start with
-// the global router.topic_prefix: the topics of a table with its own
-// topic_prefix, or of topic_regex/topic_replacement, get no "acl topic"
-// item, so `check` cannot say their WRITE is missing (the relay then
-// fails at its first record there). With topic_prefix "" every topic the
-// principal sees counts as an event topic and needs WRITE, the lock topic
-// (READ only) among them.
+// check lists ACL items for the topics of per-table prefixes and regexes
+// too. The failure guarded against: checkACLs lists the event topics as the
+// existing topics that start with the global router.topic_prefix: the
+// topics of a table with its own topic_prefix, or of
+// topic_regex/topic_replacement, get no "acl topic" item, so `check` cannot
+// say their WRITE is missing (the relay then fails at its first record
+// there). With topic_prefix "" every topic the principal sees counts as an
+// event topic and needs WRITE, the lock topic (READ only) among them.
 func TestACLItemsFollowPerTableTopics(t *testing.T) {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {

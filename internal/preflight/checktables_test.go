@@ -12,10 +12,11 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 )
 
-// checkTables checks every captured table against the router's global
-// columns, not the table's own (router.tables.<t>): a table whose override
-// picks the debezium preset (or names its own columns) fails `check`
-// although the relay routes it, and a table whose override names a
+// checkTables checks each table against its own columns. The failure
+// guarded against: checkTables checks every captured table against the
+// router's global columns, not the table's own (router.tables.<t>): a table
+// whose override picks the debezium preset (or names its own columns) fails
+// `check` although the relay routes it, and a table whose override names a
 // column that does not exist passes.
 func TestCheckTablesUsesPerTableColumns(t *testing.T) {
 	ctx := context.Background()

@@ -43,14 +43,16 @@ func TestRetentionItemWarnsNeverFails(t *testing.T) {
 	}
 }
 
-// `check` (the systemd unit's ExecStartPre) judges retention
-// with its own reading of the settings, which disagrees with
-// binlog.Retention (the purge-margin metric's): MySQL 8.0.29+
-// binlog_expire_logs_auto_purge=OFF means never purged by age (docs/mysql.md,
-// binlog.NoExpiry), yet check FAILs the host once the checkpoint is older
-// than binlog_expire_logs_seconds. (binlog.Variables does not even read
-// binlog_expire_logs_auto_purge.) Under the unit, a relay that was down 31
-// days on such a server never starts again: exit 1, restarted every 10s.
+// check's retention item honours binlog_expire_logs_auto_purge=OFF as
+// binlog.Retention does. The failure guarded against: `check` (the systemd
+// unit's ExecStartPre) judges retention with its own reading of the
+// settings, which disagrees with binlog.Retention (the purge-margin
+// metric's): MySQL 8.0.29+ binlog_expire_logs_auto_purge=OFF means never
+// purged by age (docs/mysql.md, binlog.NoExpiry), yet check FAILs the host
+// once the checkpoint is older than binlog_expire_logs_seconds.
+// (binlog.Variables does not even read binlog_expire_logs_auto_purge.)
+// Under the unit, a relay that was down 31 days on such a server never
+// starts again: exit 1, restarted every 10s.
 func TestCheckRetentionHonoursAutoPurgeOff(t *testing.T) {
 	vars := map[string]string{"binlog_expire_logs_seconds": "2592000", "binlog_expire_logs_auto_purge": "OFF"}
 	var r Report

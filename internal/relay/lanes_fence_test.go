@@ -47,15 +47,18 @@ func untilEndedOrMoved(t *testing.T, h *harness, a *attempt, want string) {
 	}
 }
 
-// checkpoint set (Store.Write) fenced the second lane first, then opened its
-// own producer under the pipeline's name. A relay attempt that starts in
-// between (it was restarting: a back-off, a rejoin) initialises both ids
-// after the fence of `<name>#2` and before Write's `<name>`: Write then fences
-// only its first lane. The relay commits a batch on lane 1 before Write's
-// init, Write commits the operator's checkpoint and returns success, and the
-// relay's second lane (never fenced) commits the next batch after it: the
-// operator's checkpoint is silently replaced by the relay's position, and an
-// event is published after `checkpoint set` said the relay was fenced.
+// checkpoint set fences both lanes even when a relay attempt starts between
+// its fences, so the operator's checkpoint stays. The failure guarded
+// against: checkpoint set (Store.Write) fenced the second lane first, then
+// opened its own producer under the pipeline's name. A relay attempt that
+// starts in between (it was restarting: a back-off, a rejoin) initialises
+// both ids after the fence of `<name>#2` and before Write's `<name>`: Write
+// then fences only its first lane. The relay commits a batch on lane 1
+// before Write's init, Write commits the operator's checkpoint and returns
+// success, and the relay's second lane (never fenced) commits the next
+// batch after it: the operator's checkpoint is silently replaced by the
+// relay's position, and an event is published after `checkpoint set` said
+// the relay was fenced.
 //
 // Write's InitProducerID of `<name>` is held at the broker (a slow network,
 // a coordinator lookup) to open the window deterministically.
@@ -112,13 +115,15 @@ func TestLanesCheckpointSetRacingRestartFencesBothLanes(t *testing.T) {
 	}
 }
 
-// A producer that initialises only the pipeline's name and then reads the
-// checkpoint (how every instance and `checkpoint set|reset` before this
-// change takes a pipeline over: a rolling upgrade or downgrade, an older
-// CLI) fences only lane 1. The running relay's lane 2 still commits the
-// next batch after that producer has read the checkpoint: the taker-over
-// resumes from the older checkpoint and publishes that batch again
-// (duplicates), or the older CLI's checkpoint is overwritten.
+// A producer that fences only the pipeline's name also stops the running
+// relay's second lane. The failure guarded against: a producer that
+// initialises only the pipeline's name and then reads the checkpoint (how
+// every instance and `checkpoint set|reset` before this change takes a
+// pipeline over: a rolling upgrade or downgrade, an older CLI) fences only
+// lane 1. The running relay's lane 2 still commits the next batch after
+// that producer has read the checkpoint: the taker-over resumes from the
+// older checkpoint and publishes that batch again (duplicates), or the
+// older CLI's checkpoint is overwritten.
 func TestLanesFenceByNameAloneStopsLane2(t *testing.T) {
 	s := newScript("mariadb")
 	for range 5 {

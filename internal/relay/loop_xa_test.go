@@ -15,8 +15,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
-// Two XA transactions with outbox rows prepared one after the other, the
-// first committed first (the usual FIFO order of any XA workload), the relay
+// An XA COMMIT read again after a restart, already published, is recognised
+// as replayed, not stopped as unknown. The failure guarded against: two XA
+// transactions with outbox rows prepared one after the other, the first
+// committed first (the usual FIFO order of any XA workload), the relay
 // restarted while the second is still prepared. The checkpoint's Resume is
 // now before the second prepare, which is before the first one's XA COMMIT:
 // the restart reads that XA COMMIT again, finds no entry for its xid (its
@@ -51,10 +53,12 @@ func TestLoopXACommittedInPrepareOrderThenRestart(t *testing.T) {
 	})
 }
 
-// The same xid used again after its first XA transaction was committed
-// (MySQL and MariaDB allow it; transaction managers whose counters restart,
-// or applications using fixed xids, do it), while an older XA transaction
-// with outbox rows is still prepared (an in-doubt transaction: the relay's
+// An xid used again after its first XA transaction committed keeps its
+// incarnations apart across a restart. The failure guarded against: the
+// same xid used again after its first XA transaction was committed (MySQL
+// and MariaDB allow it; transaction managers whose counters restart, or
+// applications using fixed xids, do it), while an older XA transaction with
+// outbox rows is still prepared (an in-doubt transaction: the relay's
 // Resume stays before it). After a restart the loop reads again from before
 // the older prepare; the first incarnation's rows are added to the entry
 // loaded from the checkpoint for the second one, and its XA COMMIT finds a

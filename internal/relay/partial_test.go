@@ -271,22 +271,24 @@ func TestPartialKeptWhenAnotherTransactionComesFirst(t *testing.T) {
 	}
 }
 
-// A source transaction that fits in a batch (2 rows, max_records 4) read
-// right after ended transactions that are not committed yet (3 rows, one
-// hand-off: the reader has not caught up at their commit) is split anyway:
-// batchFull counts the open batch and pending together, so at its first
-// row flushPending moves it into the batch and startCommit commits it with
-// a partial. Nothing forces that: pending is kept apart precisely so that
-// the ended transactions can be committed without it. The consequences:
-// (i) a read_committed consumer sees a transaction that is not larger than
-// kafka.batch.max_records in two Kafka transactions (README: only a
-// transaction larger than max_records is committed in parts), which in a
-// catch-up happens at nearly every batch boundary; (ii) a stop at a bad row
-// in it (here its 2nd row) publishes part of the transaction it stops on
-// ("nothing after the transaction is published"; the operator's `checkpoint
-// skip --gtid` must then drop a partial and the rows after it are to be
-// published by hand), although the commit of what ended before it could
-// have left it whole.
+// A source transaction that fits in a batch is not split because ended,
+// uncommitted transactions fill the batch: they are committed without it.
+// The failure guarded against: a source transaction that fits in a batch (2
+// rows, max_records 4) read right after ended transactions that are not
+// committed yet (3 rows, one hand-off: the reader has not caught up at
+// their commit) is split anyway: batchFull counts the open batch and
+// pending together, so at its first row flushPending moves it into the
+// batch and startCommit commits it with a partial. Nothing forces that:
+// pending is kept apart precisely so that the ended transactions can be
+// committed without it. The consequences: (i) a read_committed consumer
+// sees a transaction that is not larger than kafka.batch.max_records in two
+// Kafka transactions (README: only a transaction larger than max_records is
+// committed in parts), which in a catch-up happens at nearly every batch
+// boundary; (ii) a stop at a bad row in it (here its 2nd row) publishes
+// part of the transaction it stops on ("nothing after the transaction is
+// published"; the operator's `checkpoint skip --gtid` must then drop a
+// partial and the rows after it are to be published by hand), although the
+// commit of what ended before it could have left it whole.
 func TestPartialSmallTransactionNotSplitAtBatchBoundary(t *testing.T) {
 	for _, bad := range []bool{false, true} {
 		t.Run(map[bool]string{false: "ends", true: "bad-row-stops"}[bad], func(t *testing.T) {
@@ -426,17 +428,19 @@ func TestPartialStopInSplitTransactionWhileXAPrepared(t *testing.T) {
 	})
 }
 
-// The same split at a batch boundary publishes a row of a transaction that
-// then rolls back. MySQL logs a transaction that changed a non-transactional
-// (MyISAM) table as it ran, outbox rows first; a ROLLBACK at its end makes
-// the reader stop with ErrRolledBackRows (README: "outbox rows rolled back
-// inside a logged transaction", the rows "were undone"). Pending is what
-// keeps such rows out of Kafka until the reader has seen the end. Here the
-// ended tx 1 (3 rows, not yet committed: one hand-off) and the undone row
-// reach max_records 4 together: the row is flushed and committed as a part
-// before the ROLLBACK is read. A read_committed consumer sees an event of
-// a rolled-back transaction (an invented event), and the checkpoint's
-// partial counts it.
+// A row of a transaction that then rolls back is never published, also when
+// it reaches the batch bound together with ended transactions. The failure
+// guarded against: the same split at a batch boundary publishes a row of a
+// transaction that then rolls back. MySQL logs a transaction that changed a
+// non-transactional (MyISAM) table as it ran, outbox rows first; a ROLLBACK
+// at its end makes the reader stop with ErrRolledBackRows (README: "outbox
+// rows rolled back inside a logged transaction", the rows "were undone").
+// Pending is what keeps such rows out of Kafka until the reader has seen
+// the end. Here the ended tx 1 (3 rows, not yet committed: one hand-off)
+// and the undone row reach max_records 4 together: the row is flushed and
+// committed as a part before the ROLLBACK is read. A read_committed
+// consumer sees an event of a rolled-back transaction (an invented event),
+// and the checkpoint's partial counts it.
 func TestPartialRolledBackRowNotPublishedAtBatchBoundary(t *testing.T) {
 	s := newScript("mysql")
 	s.tx(s.insert("order", "1", 3))

@@ -19,25 +19,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// A fatal stop on a transaction whose rows the loop has already read
-// (statement-logged DML after a row-logged outbox INSERT in the same
-// transaction: a session with binlog_format=MIXED; an event the relay
-// cannot open after outbox rows), or a fatal stop the loop itself decides
-// at a source transaction boundary (XA COMMIT of an XA transaction
-// prepared before the relay's start, whose documented recovery is also
-// `checkpoint skip --gtid`), leaves the transactions that ENDED before it
-// uncommitted: the commit-before-the-stop in consume only runs for reader
-// stops, and only when curGTID == "". The checkpoint then stays two (or more) transactions
-// behind the GTID the error names, and for good: a restart reads tx 2
-// and the stopped transaction in one hand-off (not caught up at tx 2's
-// commit), so tx 2 is again in the open batch when the stop comes.
-// `checkpoint skip --gtid G3` refuses (G3 is not the next after the
-// checkpoint); with --force on MariaDB the domain's position jumps to G3
-// and tx 2, committed on the source, is never published (lost).
+// A fatal stop inside a transaction, or at a transaction boundary, first
+// commits the transactions that ended before it, so the checkpoint is just
+// before the stopped one. The failure guarded against: a fatal stop on a
+// transaction whose rows the loop has already read (statement-logged DML
+// after a row-logged outbox INSERT in the same transaction: a session with
+// binlog_format=MIXED; an event the relay cannot open after outbox rows),
+// or a fatal stop the loop itself decides at a source transaction boundary
+// (XA COMMIT of an XA transaction prepared before the relay's start, whose
+// documented recovery is also `checkpoint skip --gtid`), leaves the
+// transactions that ENDED before it uncommitted: the commit-before-the-stop
+// in consume only runs for reader stops, and only when curGTID == "". The
+// checkpoint then stays two (or more) transactions behind the GTID the
+// error names, and for good: a restart reads tx 2 and the stopped
+// transaction in one hand-off (not caught up at tx 2's commit), so tx 2 is
+// again in the open batch when the stop comes. `checkpoint skip --gtid G3`
+// refuses (G3 is not the next after the checkpoint); with --force on
+// MariaDB the domain's position jumps to G3 and tx 2, committed on the
+// source, is never published (lost).
 //
-// The pipelined shape: tx 2 ended where the reader had caught up, with
-// tx 1's commit in flight it is only held (wantCommit); the stop that
-// follows must commit it, not drop it.
+// The pipelined shape: tx 2 ended where the reader had caught up, with tx
+// 1's commit in flight it is only held (wantCommit); the stop that follows
+// must commit it, not drop it.
 func TestPipelineFatalStopCommitsEndedTransactions(t *testing.T) {
 	type shape struct {
 		name string

@@ -63,17 +63,19 @@ func sizedRecord(t *testing.T, topic string, n int) *kgo.Record {
 	return nil
 }
 
-// (a)+(b): loop.record lets a record through when recordSize(rec) <=
-// max.message.bytes, and the producer's batch limit for the topic is that
-// same max.message.bytes. But recordSize counts the batch as 61 bytes + 1
-// byte of length prefix, while franz-go counts 65 (4-byte array length)
-// before it knows the broker's produce version, and 61 + a uvarint (2 bytes
-// from 128, 3 from 16,384) after. A record within 1-3 bytes of the limit
-// (as recordSize counts it: Kafka itself, which measures 61 + records, would
-// take it) is failed locally by franz-go with MESSAGE_TOO_LARGE, which
-// classify calls ErrRejected: a fatal stop, every restart again, instead of
-// publishing the row (or, if it were too large, sending it to the
-// dead-letter topic / ErrBadRow naming it).
+// A record loop.record lets through is never failed locally by franz-go's
+// batch overhead. The failure guarded against: loop.record lets a record
+// through when recordSize(rec) <= max.message.bytes, and the producer's
+// batch limit for the topic is that same max.message.bytes. But recordSize
+// counts the batch as 61 bytes + 1 byte of length prefix, while franz-go
+// counts 65 (4-byte array length) before it knows the broker's produce
+// version, and 61 + a uvarint (2 bytes from 128, 3 from 16,384) after. A
+// record within 1-3 bytes of the limit (as recordSize counts it: Kafka
+// itself, which measures 61 + records, would take it) is failed locally by
+// franz-go with MESSAGE_TOO_LARGE, which classify calls ErrRejected: a
+// fatal stop, every restart again, instead of publishing the row (or, if it
+// were too large, sending it to the dead-letter topic / ErrBadRow naming
+// it).
 func TestRecordSizeCountsFranzBatchOverhead(t *testing.T) {
 	const topic = "t17c"
 	for _, tc := range []struct {
@@ -116,15 +118,17 @@ func TestRecordSizeCountsFranzBatchOverhead(t *testing.T) {
 	}
 }
 
-// (b): topicLimits.set clamps franz-go's batch limit to at least 512 (the
-// lowest franz-go accepts) while loop.record checks each record against the
-// topic's real max.message.bytes. On a topic with max.message.bytes 300,
-// two records of ~200 bytes each pass loop.record, franz-go packs both
-// into one batch of ~340 bytes (< 512), the broker refuses it with
-// MESSAGE_TOO_LARGE, classify calls it ErrRejected: fatal stop, again on
-// every restart, on rows that each fit. (Relay's linger is 0, but a
-// backlog packs records behind an in-flight request the same way; linger
-// makes it deterministic here.)
+// Records that each fit a topic whose max.message.bytes is below 512 are
+// never packed into a batch the broker refuses. The failure guarded
+// against: topicLimits.set clamps franz-go's batch limit to at least 512
+// (the lowest franz-go accepts) while loop.record checks each record
+// against the topic's real max.message.bytes. On a topic with
+// max.message.bytes 300, two records of ~200 bytes each pass loop.record,
+// franz-go packs both into one batch of ~340 bytes (< 512), the broker
+// refuses it with MESSAGE_TOO_LARGE, classify calls it ErrRejected: fatal
+// stop, again on every restart, on rows that each fit. (Relay's linger is
+// 0, but a backlog packs records behind an in-flight request the same way;
+// linger makes it deterministic here.)
 func TestRecordSizeTopicLimitBelow512NoRefusedBatch(t *testing.T) {
 	const topic, limit = "t17c-small", 300
 	c := limitCluster(t, topic, itoa(limit))
@@ -158,15 +162,17 @@ func itoa(n int) string {
 	return s
 }
 
-// End to end through the loop and sink: a row whose record recordSize
-// counts at exactly the topic's max.message.bytes (Kafka measures it one
-// byte smaller and takes it) is the first record of an attempt, so the
-// attempt's fresh client does not know the produce version yet and counts
-// the batch 3 bytes larger than recordSize: franz-go fails it locally with
-// MESSAGE_TOO_LARGE, the loop stops with ErrRejected (fatal), and every
-// restart is again an attempt whose first record is this row: the relay
-// stops for good on a row that fits (on_error: dead_letter does not help:
-// the row never reaches the dead-letter check).
+// A row at exactly the topic's limit is published also as the first record
+// of an attempt. The failure guarded against, end to end through the loop
+// and sink: a row whose record recordSize counts at exactly the topic's
+// max.message.bytes (Kafka measures it one byte smaller and takes it) is
+// the first record of an attempt, so the attempt's fresh client does not
+// know the produce version yet and counts the batch 3 bytes larger than
+// recordSize: franz-go fails it locally with MESSAGE_TOO_LARGE, the loop
+// stops with ErrRejected (fatal), and every restart is again an attempt
+// whose first record is this row: the relay stops for good on a row that
+// fits (on_error: dead_letter does not help: the row never reaches the
+// dead-letter check).
 func TestRecordSizeRowAtLimitFirstOfAttemptPublished(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1)) // e1
@@ -218,12 +224,14 @@ func TestRecordSizeRowAtLimitFirstOfAttemptPublished(t *testing.T) {
 	}
 }
 
-// End to end: the event topic's max.message.bytes is 250, below the 512
-// that topicLimits.set clamps franz-go's batch limit to. Each row's record
-// (~100 bytes) passes loop.record's check against 250, but franz-go packs
-// the transaction's rows into batches of up to 512 bytes, the broker
-// refuses them with MESSAGE_TOO_LARGE, and the loop stops with ErrRejected
-// (fatal) on every restart: nothing of the topic is ever published.
+// Rows on a topic whose max.message.bytes is below 512 are published. The
+// failure guarded against, end to end: the event topic's max.message.bytes
+// is 250, below the 512 that topicLimits.set clamps franz-go's batch limit
+// to. Each row's record (~100 bytes) passes loop.record's check against
+// 250, but franz-go packs the transaction's rows into batches of up to 512
+// bytes, the broker refuses them with MESSAGE_TOO_LARGE, and the loop stops
+// with ErrRejected (fatal) on every restart: nothing of the topic is ever
+// published.
 func TestRecordSizeTopicBelow512Publishes(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 30))
@@ -255,8 +263,10 @@ func TestRecordSizeTopicBelow512Publishes(t *testing.T) {
 	}
 }
 
-// (b): the topic's max.message.bytes is lowered while the relay runs (an
-// operator tightening it). The sink learned the old limit at the
+// A row above a limit lowered while the relay runs is dead-lettered (the
+// attempt re-learns the limit), never a fatal stop. The failure guarded
+// against: the topic's max.message.bytes is lowered while the relay runs
+// (an operator tightening it). The sink learned the old limit at the
 // attempt's first record to the topic and never again: a row above the new
 // limit passes loop.record, the broker refuses it with MESSAGE_TOO_LARGE,
 // and with on_error: dead-letter configured the relay does not send it to
@@ -325,8 +335,10 @@ func TestRecordSizeLimitLoweredWhileRunningDeadLetters(t *testing.T) {
 	}
 }
 
-// The checkpoint topic's records are not bounded at all: store.EnsureTopic
-// does not go through sink.ensureTopic, so neither loop.record's check nor
+// A checkpoint too large for its topic stops the relay naming the pending
+// XA transactions that make it large. The failure guarded against: the
+// checkpoint topic's records are not bounded at all: store.EnsureTopic does
+// not go through sink.ensureTopic, so neither loop.record's check nor
 // topicLimits covers it, and the checkpoint grows with the pending XA
 // transactions (and the captured schema). Past franz-go's 1,000,012 bytes
 // (or the checkpoint topic's max.message.bytes) every checkpoint write
@@ -350,12 +362,14 @@ func TestRecordSizeCheckpointTooLargeNamesPendingXA(t *testing.T) {
 	}
 }
 
-// The converse: the operator raises the topic's max.message.bytes (to let
-// a large row through) while the relay runs. The sink keeps the limit it
-// learned at the attempt's first record to the topic, so the row that now
-// fits is still sent to the dead-letter topic (on_error: dead-letter;
-// with fail it stops with ErrBadRow, exit "data"), and never reaches its
-// own topic: an event its consumers never see.
+// A row that fits a limit raised while the relay runs reaches its own
+// topic. The failure guarded against: the converse: the operator raises the
+// topic's max.message.bytes (to let a large row through) while the relay
+// runs. The sink keeps the limit it learned at the attempt's first record
+// to the topic, so the row that now fits is still sent to the dead-letter
+// topic (on_error: dead-letter; with fail it stops with ErrBadRow, exit
+// "data"), and never reaches its own topic: an event its consumers never
+// see.
 func TestRecordSizeLimitRaisedWhileRunningPublishes(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
@@ -442,7 +456,8 @@ func TestRecordSizeTopicAboveDefaultLimitPublishes(t *testing.T) {
 	}
 }
 
-// The two record-size findings against Apache Kafka (RELAY_TEST_KAFKA):
+// The two record-size facts the relay's checks rely on, against Apache
+// Kafka (RELAY_TEST_KAFKA):
 // Kafka takes a record of recordSize == max.message.bytes (it measures 61 +
 // records), the relay's producer refuses it as the first record of a
 // client; and Kafka refuses two records of recordSize 200 packed into one
@@ -508,12 +523,14 @@ func TestRecordSizeApacheKafkaLimits(t *testing.T) {
 	}
 }
 
-// The dead-letter topic with a small max.message.bytes (250): a bad row's
-// dead-letter record is truncated (value dropped) when too large, but the
-// truncated record (key, the error, table, GTID, id and truncated headers,
-// ~300 bytes) is not checked again: it goes to Kafka, which refuses it,
-// and the relay stops with ErrRejected (exit 78, "kafka rejected the
-// batch") instead of ErrBadRow naming the row.
+// A truncated dead-letter record still too large for its topic is a bad row
+// (ErrBadRow naming it), never a Kafka rejection. The failure guarded
+// against: The dead-letter topic with a small max.message.bytes (250): a
+// bad row's dead-letter record is truncated (value dropped) when too large,
+// but the truncated record (key, the error, table, GTID, id and truncated
+// headers, ~300 bytes) is not checked again: it goes to Kafka, which
+// refuses it, and the relay stops with ErrRejected (exit 78, "kafka
+// rejected the batch") instead of ErrBadRow naming the row.
 func TestRecordSizeDeadLetterTruncatedStillTooLargeIsBadRow(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
