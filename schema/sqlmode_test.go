@@ -27,7 +27,7 @@ func signsUnder(t *testing.T, mode SQLMode, stmts ...string) string {
 // as an attribute (a signed column's negative values published as large
 // positive ones). No error: the column list is unchanged, only the
 // signedness is wrong. Verified against the installed MariaDB
-// (information_schema). Fixed: the reader gives the tracker the event's
+// (information_schema). The reader gives the tracker the event's
 // sql_mode.
 func TestNoBackslashEscapesCommentKeepsSignedness(t *testing.T) {
 	base := "CREATE TABLE T (id INT, v INT)"
@@ -83,7 +83,7 @@ func applyUnder(t *testing.T, mode SQLMode, base, q string) (error, string, stri
 // TestDDLUnderSessionSQLModesKeepsSign) adds the column n\ and makes id
 // UNSIGNED; the tracker adds one column named `n" INT, MODIFY id INT
 // UNSIGNED COMMENT '` and keeps id SIGNED, with no error. Want: id
-// UNSIGNED, or the layout given up (ErrUnparsed). Fixed: the event's
+// UNSIGNED, or the layout given up (ErrUnparsed). The event's
 // ANSI_QUOTES is read too; without the mode known the statement reads two
 // ways and is ErrUnparsed (below).
 func TestAnsiQuotedBackslashNameKeepsUnsigned(t *testing.T) {

@@ -90,7 +90,7 @@ func TestStandbyRetriesTransientSourceErrorAtTakeover(t *testing.T) {
 }
 
 // The lock topic is deleted by a tool while two instances run.
-// Wanted: never two actives, and one active again within 20 s.
+// Must hold: never two actives, and one active again within 20 s.
 func TestLockTopicDeletedOneActiveAgain(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Delivery = "at-least-once"
@@ -136,7 +136,7 @@ func TestLockTopicDeletedOneActiveAgain(t *testing.T) {
 }
 
 // The lock topic was created by a tool with 3 partitions.
-// Wanted: one active, a clean hand-over on SIGTERM, never two actives.
+// Must hold: one active, a clean hand-over on SIGTERM, never two actives.
 func TestLockTopicThreePartitionsOneActive(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	cfg.Kafka.Delivery = "at-least-once"
@@ -226,7 +226,7 @@ func TestStandbyCrashRestartKeepsActive(t *testing.T) {
 }
 
 // The broker restarts while two instances run (the group
-// state is lost: every member loses its membership). Wanted: never two
+// state is lost: every member loses its membership). Must hold: never two
 // actives, one active again, every event published, both still running.
 func TestBrokerRestartTwoInstancesOneActive(t *testing.T) {
 	for _, mode := range []string{"exactly-once", "at-least-once"} {
@@ -323,7 +323,7 @@ func TestStandbyWithOtherCheckpointTopicRefusesLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait()
-	// Fixed: the standby refuses the lease (configuration error) instead of
+	// The standby refuses the lease (configuration error) instead of
 	// publishing from another position; nothing it could have skipped or
 	// repeated reaches Kafka.
 	err := p2.StoppedWith(t)
@@ -339,7 +339,7 @@ func TestStandbyWithOtherCheckpointTopicRefusesLease(t *testing.T) {
 // ha.instance_id (the same settings, or a copy of the service run by
 // hand). Joining with the id of a member takes its place: the second one
 // would evict the first while it is active (two actives for a moment in
-// at-least-once, then the first exits). Fixed: the newcomer waits for the
+// at-least-once, then the first exits). The newcomer waits for the
 // member with its id to leave, as it does for its own dead process, and
 // refuses to start (exit 78) when the member is still there after a
 // session timeout; the incumbent is untouched and alone active.

@@ -85,7 +85,7 @@ func waitApplied(t *testing.T, c *Cluster, r *devdb.Server) {
 // failure guarded against: a replica without log_slave_updates (MariaDB's
 // default) in source.hosts. Its binlog holds none of the primary's
 // transactions and never will; its gtid_slave_pos is exactly the checkpoint
-// while the relay is caught up (any quiet moment). The new gtid_slave_pos
+// while the relay is caught up (any quiet moment). The gtid_slave_pos
 // rule of Relate ("it logs what comes next") calls it Contains, the server
 // accepts its own slave position, and when the preferred replica dies the
 // relay streams from b: ready, streaming, heartbeats committed, and not one
@@ -118,7 +118,7 @@ func TestReplicaWithoutLogSlaveUpdatesNotChosen(t *testing.T) {
 	rows, _ := b.Query("SELECT @@GLOBAL.gtid_binlog_state, @@GLOBAL.gtid_slave_pos, @@GLOBAL.log_slave_updates")
 	t.Logf("checkpoint %s; b binlog state / slave pos / log_slave_updates %v", cp.GTIDSet, rows)
 	a.Kill() // the preferred replica dies while the relay is caught up (a quiet moment)
-	// Fixed: b's binlog lacks what it applies; the relay does not stream
+	// B's binlog lacks what it applies; the relay does not stream
 	// from it (it waits for a).
 	waitHostState(t, p, b.Addr, "purged")
 	// check, as ExecStartPre of a restarted unit would run it now.
@@ -235,7 +235,7 @@ func TestResetMasterOnPrimaryStopsAsDiverged(t *testing.T) {
 		t.Fatal(err)
 	}
 	second = append(second, more...)
-	// Fixed: the host lost transactions it wrote itself: diverged, a
+	// The host lost transactions it wrote itself: diverged, a
 	// stop for an operator (exit 65), and nothing after the reset is
 	// published from a position that names another transaction.
 	err = p.StoppedWith(t)
@@ -311,7 +311,7 @@ func TestChosenReplicaStopsReplicatingFailsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitReplicated(t, time.Minute, b)
-	// Fixed: the relay notices a's head standing still while b has more
+	// The relay notices a's head standing still while b has more
 	// (stale.go: two samples 10 s apart) and moves to b.
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) && published(p, cfg) < float64(len(second)) {
@@ -403,7 +403,7 @@ func gtidBelow(t testing.TB, have, want string) bool {
 // a hole in its binlog (go-mysql asks for gtid strict mode on the dump
 // connection, so it does so even with the global OFF).
 //
-// The relay must not stop for good (it did: exit 65 "diverged") while
+// The relay must not stop for good while
 // another host has the transactions: it holds the refusal against the reset
 // replica, waits while the preferred replica is down, and resumes on it
 // when it is back, losing nothing.
@@ -413,8 +413,8 @@ func TestResetReplicaHeldWhileAnotherHostHasTransactions(t *testing.T) {
 
 // A reset replica alone in source.hosts fails check and stops the relay as
 // purged. The failure guarded against: the same replica alone in
-// source.hosts: `check` must not pass it (it did, exit 0, so ExecStartPre
-// let the unit start), and the relay stops on it as purged (exit 66: its
+// source.hosts: `check` must not pass it (passing it would let ExecStartPre
+// start the unit), and the relay stops on it as purged (exit 66: its
 // binlogs after the checkpoint are gone), not as diverged.
 func TestResetReplicaAloneFailsCheckAndStopsAsPurged(t *testing.T) {
 	resetReplica(t, true)
