@@ -267,3 +267,65 @@ func TestPerTableInheritsEverySetting(t *testing.T) {
 		t.Fatalf("a table without overrides: %+v", got)
 	}
 }
+
+// A float in an integer setting is refused, never truncated. The failure
+// guarded against: yaml.v3 truncates a float into an integer setting:
+// server_id 4242.9 becomes 4242, topic_partitions 2.5 becomes 2, silently.
+func TestDecodeRefusesFloatForInteger(t *testing.T) {
+	raw := strings.Replace(atkBase, "server_id: 7", "server_id: 4242.9", 1) + "  topic_partitions: 2.5\n  batch:\n    max_records: 1.5\n"
+	cfg, err := Parse([]byte(raw), env(nil))
+	if err == nil {
+		t.Errorf("accepted: server_id=%d topic_partitions=%d max_records=%d", cfg.Source.ServerID, cfg.Kafka.TopicPartitions, cfg.Kafka.Batch.MaxRecords)
+	}
+}
+
+// A second YAML document is refused, never ignored. The failure guarded
+// against: A second YAML document in the file is silently ignored.
+func TestDecodeRefusesSecondDocument(t *testing.T) {
+	raw := atkBase + "---\nrouter:\n  topic_prefix: prod.\n"
+	cfg, err := Parse([]byte(raw), env(nil))
+	if err == nil {
+		t.Errorf("second document ignored silently (topic_prefix %q)", cfg.Router.TopicPrefix)
+	}
+}
+
+// ${VAR} is expanded after parsing, so in the unquoted flow list
+// `brokers: [${KAFKA_BROKERS}]` "{" is a flow indicator: such a file is a
+// YAML syntax error. It is refused with the right line (yaml.v3 reports
+// parser errors 0-based) and the advice to quote ${VAR} inside [ ] and { }.
+func TestUnquotedVarInFlowListNamesLineAndFix(t *testing.T) {
+	for _, tc := range []struct{ from, to string }{
+		{`brokers: ["k1:9092"]`, `brokers: [${KAFKA_BROKER}]`},
+		{`brokers: ["k1:9092"]`, `brokers: ["k0:9092", ${KAFKA_BROKER}]`},
+		{`brokers: ["k1:9092"]`, "brokers: [\n    ${KAFKA_BROKER}\n  ]"},
+	} {
+		raw := strings.Replace(atkBase, tc.from, tc.to, 1)
+		_, err := Parse([]byte(raw), env(map[string]string{"KAFKA_BROKER": "k1:9092"}))
+		if err == nil {
+			t.Fatalf("%s: accepted", tc.to)
+		}
+		want := "line 8: "
+		if strings.Contains(tc.to, "\n") {
+			want = "line 9: "
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), `quote ${VAR} inside [ ] and { }`) {
+			t.Errorf("%s: want %q and the quoting hint:\n%v", tc.to, want, err)
+		}
+	}
+	raw := strings.Replace(atkBase, `brokers: ["k1:9092"]`, `brokers: ["${KAFKA_BROKER}"]`, 1)
+	cfg, err := Parse([]byte(raw), env(map[string]string{"KAFKA_BROKER": "k1:9092"}))
+	if err != nil {
+		t.Fatalf("quoted: %v", err)
+	}
+	if len(cfg.Kafka.Brokers) != 1 || cfg.Kafka.Brokers[0] != "k1:9092" {
+		t.Fatalf("brokers %q", cfg.Kafka.Brokers)
+	}
+}
+
+// The second document's error names the line of its "---".
+func TestSecondDocumentLine(t *testing.T) {
+	_, err := Parse([]byte(atkBase+"---\nrouter:\n  topic_prefix: prod.\n"), env(nil))
+	if err == nil || !strings.Contains(err.Error(), "line 9: a second YAML document") {
+		t.Fatalf("%v", err)
+	}
+}

@@ -12,13 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func requireItem(t *testing.T, r preflight.Report, name string, want preflight.Status, detail string) {
@@ -309,4 +308,48 @@ func TestCheckpointSetBehindOpenTransaction(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// check passes a checkpoint older than the retention setting while nothing
+// after it is purged. The failure guarded against:
+// deploy/systemd/outbox-relay.service runs `outbox-relay check` as
+// ExecStartPre. check FAILs "binlog retention" (exit 1) as soon as the
+// checkpoint is older than the server's retention setting, whether or not
+// anything was purged (a server purges only at a rotation, and with GTIDs
+// nothing is lost while the binlogs after the checkpoint are there). Its
+// own fix says "start the relay now", but under the unit that is
+// impossible: ExecStartPre fails, Restart=on-failure (exit 1 is not in
+// RestartPreventExitStatus) retries every 10s forever, `run` never starts,
+// no /metrics is ever served (so OutboxRelayStoppedFatal never fires). Here
+// `run` streams fine from the same checkpoint.
+func TestCheckPassesCheckpointOlderThanRetentionWhileNothingPurged(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	if _, err := s.Write(t.Context(), WriteOptions{Writers: 1, Transactions: 3, Devices: 2}); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The relay was down longer than retention (here: retention ~9s).
+	if err := env.DB.Exec("SET GLOBAL expire_logs_days = 0.0001"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.DB.Exec("SET GLOBAL expire_logs_days = 0") }()
+	time.Sleep(12 * time.Second)
+	path := WriteConfig(t, cfg)
+	out, _, code := env.CLI(t, "check", "--config", path)
+	t.Logf("ExecStartPre `check`: exit %d\n%s", code, out)
+	p2 := RunRelay(t, cfg)
+	p2.WaitReady(t)
+	if _, err := s.Write(t.Context(), WriteOptions{Writers: 1, Transactions: 2, Devices: 2, Tag: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	t.Logf("`run` from the same checkpoint streams and checkpoints the new transactions")
+	if code != 0 {
+		t.Fatalf("the unit's ExecStartPre exits %d (restarted every 10s forever) for a checkpoint `run` resumes from fine", code)
+	}
 }

@@ -3,13 +3,18 @@
 package itest
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // One outbox row of LARGE_ROW_MB (60) MB, larger than any topic takes (the
@@ -76,4 +81,92 @@ func TestLargeRowIsABadRowWithinTheMemoryLimit(t *testing.T) {
 	if limit := int64(256 << 20); peak > limit*3/4 {
 		t.Errorf("peak RSS %d MB for a %d MB row, over three quarters of the Kubernetes limit of %d MB", peak>>20, mb, limit>>20)
 	}
+}
+
+// A record just over franz-go's batch limit is published or dead-lettered,
+// never a fatal stop. The failure guarded against: a row whose record the
+// relay's own size check (loop.record, recordSize: key+value+64+8 per
+// header) lets through, but whose one-record batch is a few bytes over
+// franz-go's ProducerBatchMaxBytes (1,000,012): the batch header is 61
+// bytes plus the 4-byte array length franz-go counts, and the record's
+// varints take 13 more. franz-go fails the record with MESSAGE_TOO_LARGE,
+// classify calls it ErrRejected (fatal), and the relay stops for good with
+// an error that names no event_id, although router.on_error is dead-letter:
+// the row should have gone to the dead-letter topic as a record "Kafka
+// would refuse", and the next row published.
+func TestRecordJustOverBatchLimitDoesNotStopRelay(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	cfg.Router.OnError = "dead-letter"
+	cfg.Router.DeadLetterTopic = cfg.Router.TopicPrefix + "dead-letter"
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	// One header (id; event_type '' adds none), key "d" (K=1), event_id
+	// "e-big" (E=5), value V: recordSize = K+V+64 + (2+E+8) = V+80;
+	// franz-go's one-record batch = 65 + 3 + (1+1+1+1+K+3+V+1+1+2+1+E) = V+86.
+	const limit = 1_000_012
+	v := limit - 80 // recordSize == limit: passes the check; franz-go needs V+86 <= limit
+	payload := `"` + strings.Repeat("x", v-2) + `"`
+	if err := env.DB.Exec(fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('e-big', 'alarm', 'd', '', '%s')`, s.Table(), payload),
+		fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('e-after', 'alarm', 'd', 'X', '{}')`, s.Table())); err != nil {
+		t.Fatal(err)
+	}
+	awaitCoveredRunning(t, r, cfg, Head(t, env.DB), "relay stopped for good on a row it should have dead-lettered")
+	recs := Consume(t, k.Brokers, cfg.Router.TopicPrefix)
+	var got []string
+	for _, rec := range recs {
+		got = append(got, rec.Topic+"/"+rec.ID)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("records %v, want e-big (published or dead-lettered) and e-after\n%s", got, tailLines(r.Logs(), 20))
+	}
+}
+
+// Rows that each fit a topic whose max.message.bytes is below the producer
+// batch size are published. The failure guarded against: a topic whose
+// max.message.bytes (100,000 here) is below franz-go's
+// ProducerBatchMaxBytes (1,000,012, the relay never sets it): the relay
+// reads the topic's limit and checks each record against it (20 KB rows
+// pass), but franz-go packs a catch-up's records into batches of up to 1
+// MB, the broker refuses each with MESSAGE_TOO_LARGE (franz-go does not
+// split a batch), classify calls it ErrRejected, and the relay stops for
+// good on rows that are each valid. Larger batches (the 20,000 default, the
+// pipelined backlog) make full producer batches the norm.
+func TestTopicMaxMessageBytesBelowProducerBatchPublishes(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	topic := cfg.Router.TopicPrefix + "alarm"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	limit := "100000"
+	resp, err := kadm.NewClient(cl).CreateTopic(context.Background(), 3, 1, map[string]*string{"max.message.bytes": &limit}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	// 200 rows of 20 KB of random hex (snappy gains little on it), one key,
+	// in one source transaction.
+	stmts := []string{"BEGIN"}
+	for b := 0; b < 4; b++ {
+		var vals []string
+		for i := 0; i < 50; i++ {
+			buf := make([]byte, 10000)
+			for j := range buf {
+				buf[j] = byte(rand.IntN(256))
+			}
+			vals = append(vals, fmt.Sprintf(`('m-%d', 'alarm', 'dev-1', 'X', '"%x"')`, b*50+i, buf))
+		}
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES %s`, s.Table(), strings.Join(vals, ",")))
+	}
+	stmts = append(stmts, "COMMIT")
+	if err := env.DB.Exec(stmts...); err != nil {
+		t.Fatal(err)
+	}
+	awaitCoveredRunning(t, r, cfg, Head(t, env.DB), "relay stopped for good on rows each within the topic's max.message.bytes")
+	requireExact(t, k, s, cfg.Router.TopicPrefix)
 }

@@ -175,3 +175,208 @@ func TestUnknownSignednessStops(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// checkpoint set --schema server applies also where the relay resumes at a
+// pending XA transaction. The failure guarded against: a relay upgraded
+// with an XA transaction prepared (with outbox rows) and its checkpoint
+// from the version before (a layout, no `unsigned`) resumes from the XA's
+// Resume position with the XA layout, signedness unknown; the prepared row
+// holds a negative value in a signed column (neg INT = -5), so it stops
+// with ErrNoSignedness, as documented. The documented fix, `checkpoint set
+// --gtid <the checkpoint's set> --schema server`, writes the server's
+// signedness into the checkpoint but keeps the XA state as it was (same
+// position): the relay reads from the XA's Resume with the XA's layout,
+// signedness still unknown, and stops again, for good (the only way on is a
+// position that forgets the prepared transaction and its row).
+func TestSchemaServerFixAppliesAtXAResume(t *testing.T) {
+	k, db, cfg := signsPipeline(t, "NO_LOG")
+	path := WriteConfig(t, cfg)
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	xid := "a24s"
+	if err := db.Exec("XA START '"+xid+"'", fmt.Sprintf(signsInsert, "1", "-5"), "XA END '"+xid+"'", "XA PREPARE '"+xid+"'"); err != nil {
+		t.Fatal(err)
+	}
+	insertSigned(t, db, "2", "2", "1", "1", "1", "7")
+	cp := WaitCheckpoint(t, cfg, Head(t, db), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !cp.Replays() {
+		t.Fatalf("setup: the checkpoint does not resume before the prepared XA: %+v", cp.XA)
+	}
+	// The checkpoint as the version before this change wrote it.
+	cp.Unsigned, cp.XA.Unsigned = nil, nil
+	ctx := context.Background()
+	if err := Store(t, cfg).Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("XA COMMIT '" + xid + "'"); err != nil {
+		t.Fatal(err)
+	}
+	r = RunRelay(t, cfg)
+	_ = r.StoppedWith(t)
+	if !errors.Is(r.Err(), binlog.ErrNoSignedness) {
+		t.Fatalf("setup: the upgraded relay stopped with %v, want ErrNoSignedness", r.Err())
+	}
+	// The fix the error message gives.
+	_, errOut, code := env.CLI(t, "checkpoint", "set", "--gtid", cp.GTIDSet, "--schema", "server", "--force", "--yes", "--config", path)
+	if code != 0 {
+		t.Fatalf("checkpoint set: exit %d: %s", code, errOut)
+	}
+	r = RunRelay(t, cfg)
+	defer r.Stop()
+	waitOrStopped(t, r, cfg, Head(t, db))
+	got := recordHeaders(t, k, cfg)
+	if got["1"] != "neg=-5 small=1" || got["2"] != "neg=7 small=1" {
+		t.Fatalf("published %v, want 1: neg=-5, 2: neg=7", got)
+	}
+}
+
+// The server switches binlog_row_metadata at runtime (SET GLOBAL)
+// from FULL (the tracker learns signedness from the table maps) to NO_LOG
+// after a signedness-only ALTER made under FULL, across a restart, and
+// back: every value keeps its sign.
+func TestRowMetadataSwitchedAtRuntimeKeepsSigns(t *testing.T) {
+	k, db, cfg := signsPipeline(t, "FULL")
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	insertSigned(t, db, "1", "4000000000", "1", "65535", "1", "-5")
+	waitOrStopped(t, r, cfg, Head(t, db))
+	if err := db.Exec("DELETE FROM app.ev", "ALTER TABLE app.ev MODIFY neg INT UNSIGNED NOT NULL, MODIFY small SMALLINT NOT NULL",
+		"SET GLOBAL binlog_row_metadata=NO_LOG"); err != nil {
+		t.Fatal(err)
+	}
+	insertSigned(t, db, "2", "4000000001", "1", "-1", "1", "4000000000")
+	waitOrStopped(t, r, cfg, Head(t, db))
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	insertSigned(t, db, "3", "4000000002", "1", "-2", "1", "3000000000")
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	waitOrStopped(t, r, cfg, Head(t, db))
+	if err := db.Exec("SET GLOBAL binlog_row_metadata=FULL", "DELETE FROM app.ev", "ALTER TABLE app.ev MODIFY neg INT NOT NULL",
+		"SET GLOBAL binlog_row_metadata=NO_LOG"); err != nil {
+		t.Fatal(err)
+	}
+	insertSigned(t, db, "4", "4000000003", "1", "-3", "1", "-7")
+	waitOrStopped(t, r, cfg, Head(t, db))
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := recordHeaders(t, k, cfg)
+	want := map[string]string{"1": "neg=-5 small=65535", "2": "neg=4000000000 small=-1", "3": "neg=3000000000 small=-2", "4": "neg=-7 small=-3"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("published %v\nwant %v", got, want)
+	}
+}
+
+// The same row under binlog_row_metadata NO_LOG and MINIMAL must give the
+// same records. timestamp_column names an UNSIGNED integer column (epoch
+// seconds shape): the row is bad either way and goes to the dead-letter
+// topic, whose "error" header names the value's Go type: a non-negative
+// value of a known-UNSIGNED column is unsigned under NO_LOG too (uint16
+// under both, never int16 under NO_LOG).
+func TestDeadLetterErrorHeaderSameUnderNoLogAndMinimal(t *testing.T) {
+	got := map[string]string{}
+	for _, md := range []string{"NO_LOG", "MINIMAL"} {
+		k, db, cfg := signsPipeline(t, md)
+		cfg.Router.TimestampColumn = "small"
+		cfg.Router.OnError = "dead-letter"
+		cfg.Router.DeadLetterTopic = cfg.Router.TopicPrefix + "dead-letter"
+		r := RunRelay(t, cfg)
+		r.WaitReady(t)
+		insertSigned(t, db, "1", "7", "1", "2", "3", "4")
+		WaitCheckpoint(t, cfg, Head(t, db), time.Minute)
+		for _, rec := range Consume(t, k.Brokers, cfg.Router.TopicPrefix) {
+			if rec.Topic == cfg.Router.DeadLetterTopic {
+				e := rec.Headers["error"]
+				if i := strings.Index(e, "): "); i >= 0 {
+					e = e[i+3:] // past the gtid
+				}
+				got[md] = e + " | value " + string(rec.Value)
+			}
+		}
+		if err := r.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got[md] == "" {
+			t.Fatalf("%s: no dead-letter record", md)
+		}
+	}
+	if got["NO_LOG"] != got["MINIMAL"] {
+		t.Fatalf("dead-letter record of the same row differs:\n NO_LOG:  %s\n MINIMAL: %s", got["NO_LOG"], got["MINIMAL"])
+	}
+}
+
+// DELETE (negative value in a column of unknown signedness: not published)
+// then INSERT in one transaction: the INSERT with a negative value must
+// still stop the relay, and one with non-negative values publish exactly.
+// Covered by TestUnknownSignednessStops for the stop; here the mixed
+// transaction under a known layout publishes the server's values.
+func TestDeleteThenInsertKnownLayoutPublishesServerValues(t *testing.T) {
+	k, db, cfg := signsPipeline(t, "NO_LOG")
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	insertSigned(t, db, "5", "5", "250", "65000", "16000000", "-9")
+	if err := db.Exec("BEGIN",
+		"DELETE FROM app.ev WHERE event_id = 5",
+		"INSERT INTO app.ev (event_id, aggregate_type, aggregate_id, event_type, payload, tiny, small, med, neg) VALUES (6, 'alarm', 4294967295, 'X', '{}', 255, 7, 8388608, -1)",
+		"UPDATE app.ev SET tiny = 200 WHERE event_id = 6",
+		"COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, db), time.Minute)
+	requireSigned(t, k, cfg, []signedRecord{
+		{"5", "5", "250", "65000", "16000000", "-9"},
+		{"6", "4294967295", "255", "7", "8388608", "-1"},
+	})
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Unknown signedness (checkpoint layout without it): in one transaction an
+// INSERT, an UPDATE of it to a negative value, its DELETE, and a second
+// INSERT with non-negative values publish both inserts as inserted; a later
+// INSERT with a negative value (a large UNSIGNED one) stops the relay and
+// publishes nothing of it.
+func TestUnknownSignednessMixedTransaction(t *testing.T) {
+	k, db, cfg := signsPipeline(t, "NO_LOG")
+	ctx := context.Background()
+	src, err := relay.SourceConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, _, err := binlog.CurrentColumns(ctx, src, db.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: Head(t, db), Flavor: "mariadb", Time: time.Now().UTC(), Schema: layout}
+	if err := Store(t, cfg).EnsureTopic(ctx, kadmFor(t, k), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Store(t, cfg).Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp); err != nil {
+		t.Fatal(err)
+	}
+	ins := "INSERT INTO app.ev (event_id, aggregate_type, aggregate_id, event_type, payload, tiny, small, med, neg) VALUES "
+	if err := db.Exec("BEGIN",
+		ins+"(1, 'alarm', 7, 'X', '{}', 1, 2, 3, 4)",
+		"UPDATE app.ev SET neg = -1, aggregate_id = 4000000000 WHERE event_id = 1",
+		"DELETE FROM app.ev WHERE event_id = 1",
+		ins+"(2, 'alarm', 8, 'X', '{}', 1, 2, 3, 5)",
+		"COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("BEGIN", ins+"(3, 'alarm', 9, 'X', '{}', 1, 2, 3, 6)", "DELETE FROM app.ev WHERE event_id = 2",
+		ins+"(4, 'alarm', 4000000000, 'X', '{}', 1, 2, 3, 6)", "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	r := RunRelay(t, cfg)
+	_ = r.StoppedWith(t)
+	if !errors.Is(r.Err(), binlog.ErrNoSignedness) {
+		t.Fatalf("error %v, want ErrNoSignedness", r.Err())
+	}
+	requireSigned(t, k, cfg, []signedRecord{{"1", "7", "1", "2", "3", "4"}, {"2", "8", "1", "2", "3", "5"}})
+}

@@ -14,11 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The consumer helper: this test binary re-executed with helperEnv set runs
@@ -155,5 +154,29 @@ func TestConsumerKilledBetweenDBCommitAndOffsetCommit(t *testing.T) {
 		if got := count(t, db, "SELECT COUNT(*) FROM notification WHERE event_id = ?", fmt.Sprintf("e%d", i)); got != 1 {
 			t.Errorf("e%d applied %d times, want exactly once", i, got)
 		}
+	}
+}
+
+// A consumer started before the relay created its topic waits. The failure
+// guarded against: the demo's and the docs' consumer subscribes to
+// outbox.event.<type>, which the relay creates on the first event. A
+// consumer started first should wait, not fail.
+func TestConsumerWaitsForTopicNotCreatedYet(t *testing.T) {
+	k := itest.StartKafka(t)
+	name := env.Unique("atk16nt")
+	if err := env.DB.Exec("CREATE DATABASE "+name, inbox.DDL(name+".consumed_event")); err != nil {
+		t.Fatal(err)
+	}
+	db := openDB(t, name)
+	c, err := inbox.NewConsumer(&inbox.Store{DB: db, Name: "n"}, name, []string{"outbox.event." + name}, kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = c.Run(ctx, func(context.Context, *sql.Tx, *kgo.Record) error { return nil })
+	if err != nil {
+		t.Errorf("consumer of a topic not created yet stopped for good within 20s: %v", err)
 	}
 }

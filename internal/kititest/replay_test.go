@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestReplayAndDeadLetter: replay publishes chosen rows again with their
@@ -155,4 +154,53 @@ func kgoClient(t testing.TB, brokers []string) *kgo.Client {
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// Replay keeps the written order of one transaction's events. The failure
+// guarded against: replay orders by the time column only. Two events of one
+// aggregate written in one transaction (one multi-row INSERT: the same
+// created_at) on a Debezium-layout table (primary key = event id, as
+// `schema` prints for preset debezium) are replayed in event-id order, not
+// in the order they were written and published.
+func TestReplayKeepsOneTransactionsEventOrder(t *testing.T) {
+	ctx := context.Background()
+	k, s, cfg := env.Pipeline(t)
+	ddl, err := outbox.CreateTable(outbox.MariaDB, outbox.TableSpec{Table: s.Name + ".outboxevent", Columns: outbox.DebeziumColumns, Debezium: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.DB.Exec(strings.TrimSuffix(strings.TrimSpace(ddl[strings.Index(ddl, "CREATE"):]), ";")); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Source.Tables = []string{s.Name + ".outboxevent"}
+	cfg.Router.Preset = "debezium"
+	cfg.Router.EventIDColumn, cfg.Router.AggregateTypeColumn, cfg.Router.AggregateIDColumn, cfg.Router.EventTypeColumn, cfg.Router.PayloadColumn = "id", "aggregatetype", "aggregateid", "type", "payload"
+	path := itest.WriteConfig(t, cfg)
+	db := openDB(t, s.Name)
+	w, err := outbox.New(s.Name+".outboxevent", outbox.WithColumns(outbox.DebeziumColumns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, _ := db.BeginTx(ctx, nil)
+	// Random (v4) ids, as Debezium users have: the second sorts first.
+	if _, err := w.Write(ctx, tx,
+		outbox.Event{ID: "f3a1c9e0-0000-4000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", Type: "OrderCreated", Payload: []byte(`{"step":1}`)},
+		outbox.Event{ID: "0b7d2a44-0000-4000-8000-000000000002", AggregateType: "order", AggregateID: "o-1", Type: "OrderCancelled", Payload: []byte(`{"step":2}`)},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI(t, nil, "replay", "--config", path, "--aggregate-type", "order", "--aggregate-id", "o-1", "--yes")
+	if code != 0 {
+		t.Fatalf("replay: exit %d: %s", code, out)
+	}
+	var got []string
+	for _, r := range itest.Consume(t, k.Brokers, cfg.Router.TopicPrefix+"order") {
+		got = append(got, string(r.Value))
+	}
+	if len(got) != 2 || got[0] != `{"step":1}` {
+		t.Errorf("replayed order of aggregate o-1: %v; written (and published by the relay) as step 1 then step 2", got)
+	}
 }

@@ -134,3 +134,38 @@ func TestWriterEndToEnd(t *testing.T) {
 		t.Errorf("not published: %v", slices.Sorted(maps.Keys(want)))
 	}
 }
+
+// Write splits a batch within the placeholder limit whatever the number of
+// Extra columns. The failure guarded against: write splits a batch at 65535
+// / (columns + 8) rows, room for at most 8 Extra columns; with more the
+// INSERT exceeds MySQL's 65,535 placeholders and the documented "split only
+// past 65,535 placeholders" fails instead.
+func TestWriterSplitsBatchWithManyExtraColumns(t *testing.T) {
+	s := env.NewSchema(t)
+	db := openDB(t, s.Name)
+	extra := map[string]any{}
+	for i := range 12 {
+		c := fmt.Sprintf("x%d", i)
+		if _, err := db.Exec("ALTER TABLE outbox ADD COLUMN " + c + " VARCHAR(16) NULL"); err != nil {
+			t.Fatal(err)
+		}
+		extra[c] = "v"
+	}
+	w, err := outbox.New(s.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := make([]outbox.Event, 5041)
+	for i := range evs {
+		evs[i] = outbox.Event{AggregateType: "alarm", AggregateID: "d", Type: "X", Payload: []byte(`{}`), Extra: extra}
+	}
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if _, err := w.Write(ctx, tx, evs...); err != nil {
+		t.Errorf("write %d events with %d Extra columns: %v", len(evs), len(extra), err)
+	}
+}

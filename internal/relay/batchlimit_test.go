@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kerr"
-
-	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 func TestBatchLimitHalvesOnAckTimeoutAndRecovers(t *testing.T) {
@@ -103,4 +103,40 @@ func TestSettleVerdict(t *testing.T) {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
+}
+
+// Batches bound by kafka.batch.max_bytes (large payloads: 20,000 rows of
+// 50 KB never make a 20,000-record batch, 8 MB holds 160 of them) on a
+// broker too slow for one such batch per request_timeout. ackTimedOut
+// halves the batch that timed out (its record count), not the records
+// bound (l.maxRecords, 20,000): halving the bound above the bytes-bound
+// count would change nothing and need log2(20,000/160) = 7 failed
+// attempts, each a request_timeout and a resent full batch, before one
+// commit goes through (here: ~170 records per 3,000-byte batch). The
+// relay must get through within 5 attempts.
+func TestBatchLimitHalvesBytesBoundBatches(t *testing.T) {
+	s := newScript("mariadb")
+	for i := 0; i < 40; i++ {
+		s.tx(s.insert("order", strconv.Itoa(i%6), 50))
+	}
+	h := newHarness(t, s, func(c *config.Config) {
+		c.Kafka.RequestTimeout = time.Second
+		c.Kafka.Batch.MaxBytes = 3000 // key+value ~17 bytes a record: ~170 records a batch
+	})
+	h.batch = 0
+	throttleProduce(h, 2500)
+	var last error
+	for i := 0; i < 5; i++ {
+		a := h.start()
+		a.feedAll()
+		if last = a.term(); last == nil {
+			break
+		}
+		cp := h.load()
+		t.Logf("attempt %d: bound then %d, checkpoint events %d: %v", i+1, h.relay.batchLimit(), cp.Events, last)
+	}
+	if last != nil {
+		t.Fatalf("five attempts failed on the same bytes-bound batch; the records bound was halved to %d, which no batch reaches", h.relay.batchLimit())
+	}
+	h.verify()
 }

@@ -6,13 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // Two lanes (the default): Kafka transactions alternate between the
@@ -180,4 +179,63 @@ func TestCommittedAsOurs(t *testing.T) {
 			t.Errorf("%s: ours(%+v) = %v, want %v", tc.name, tc.state, got, tc.want)
 		}
 	}
+}
+
+// A DescribeTransactions of the name that gets no answer in time (the
+// coordinator loading after it moved: COORDINATOR_LOAD_IN_PROGRESS, retried
+// by franz-go; or no answer at all) lets the second lane's commit go on
+// after checkMax (lanes.go): the question has a client of its own, so an
+// unanswered one never holds the EndTxn behind it on the same connection
+// until the commit's time runs out.
+func TestLanesSlowQuestionLetsCommitGoOn(t *testing.T) {
+	for _, mode := range []string{"loading", "hang"} {
+		t.Run(mode, func(t *testing.T) { slowQuestion(t, mode) })
+	}
+}
+
+func slowQuestion(t *testing.T, mode string) {
+	s := newScript("mariadb")
+	for range 4 {
+		s.tx(s.insert("order", "1", 1))
+	}
+	h := newHarness(t, s, nil)
+	name := h.cfg.Name
+	var loadingUntil atomic.Int64
+	var asked atomic.Int32
+	h.kafka.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kafka.KeepControl()
+		r := req.(*kmsg.DescribeTransactionsRequest)
+		if len(r.TransactionalIDs) == 1 && r.TransactionalIDs[0] == name && time.Now().UnixNano() < loadingUntil.Load() {
+			asked.Add(1)
+			if mode == "hang" {
+				h.kafka.SleepControl(func() { time.Sleep(time.Until(time.Unix(0, loadingUntil.Load()))) })
+				return nil, nil, false
+			}
+			return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+				st.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+			}), nil, true
+		}
+		return nil, nil, false
+	})
+	a := h.start()
+	a.feed(s.through(2)) // initial checkpoint on lane 1, tx 1 on lane 2, tx 2 on lane 1
+	h.waitCheckpoint("at 2", func(cp *checkpoint.Checkpoint) bool { return cp.GTIDSet == s.set(2) })
+
+	// The name's coordinator is loading for a while (a move, a broker
+	// restart); the second lane's own coordinator answers.
+	loadingUntil.Store(time.Now().Add(h.cfg.Kafka.RequestTimeout + time.Second).UnixNano())
+	began := time.Now()
+	a.feed(s.through(3)) // lane 2
+	eventually(t, "the second lane commits or the attempt ends", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cp, err := h.relay.store.WithStableWait(10*time.Millisecond).Load(ctx, name)
+		return !a.running() || err == nil && cp.GTIDSet == s.set(3)
+	})
+	t.Logf("after %s: %d DescribeTransactions of the name (%s)", time.Since(began).Round(time.Millisecond), asked.Load(), mode)
+	if !a.running() {
+		err := a.wait()
+		t.Errorf("(%s) the second lane's question got no answer in time, which is documented to let the commit go on (after checkMax); the commit failed instead and ended the attempt: %v", mode, err)
+	}
+	dropControlAndFinish(h, a)
 }

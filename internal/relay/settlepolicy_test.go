@@ -4,17 +4,18 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // A batch cut by its size bound (catch-up) is committed without asking the
@@ -253,5 +254,191 @@ func TestCatchUpCommitsAtBounds(t *testing.T) {
 			}
 			t.Logf("%d Kafka transactions", n)
 		})
+	}
+}
+
+// The settle wait stays on after one DescribeTransactions answer that
+// carries an error and was not a time-out, e.g. a transient
+// UNKNOWN_SERVER_ERROR or a failed connection (franz-go does not retry dial
+// errors) while a broker restarts. Turned off (settleOff) for the rest of
+// the attempt, which lasts until the next failure (days), every transaction
+// would pay the 20 ms CONCURRENT_TRANSACTIONS back-off again, silently.
+func TestSettleStaysOnAfterOneTransientError(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var failed atomic.Int32
+	c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if failed.Add(1) > 1 {
+			return nil, nil, false // once only (the control is dropped)
+		}
+		return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+			st.ErrorCode = kerr.UnknownServerError.Code
+		}), nil, true
+	})
+	s, ctx := txnSink(t, c)
+	for i := 1; i <= 5; i++ {
+		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.commit(ctx, cpAt("0-1-"+string(rune('0'+i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.settleOff {
+		t.Errorf("one transient DescribeTransactions error (of %d asked) turned the settle wait off for the rest of the attempt (%d waits in 5 commits)",
+			failed.Load(), s.settleWaits.Load())
+	}
+}
+
+// A coordinator that never answers DescribeTransactions (here: always
+// UNKNOWN_SERVER_ERROR) is not asked for settlePause after settleGiveUp
+// failed waits in a row; one that refuses it (authorization) is never asked
+// again after the first.
+func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
+	for _, tc := range []struct {
+		code  int16
+		after int
+	}{{kerr.UnknownServerError.Code, settleGiveUp}, {kerr.TransactionalIDAuthorizationFailed.Code, 1}} {
+		t.Run(kerr.ErrorForCode(tc.code).Error(), func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			var asked atomic.Int32
+			c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				asked.Add(1)
+				return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+					st.ErrorCode = tc.code
+				}), nil, true
+			})
+			s, ctx := txnSink(t, c)
+			for i := 1; i <= settleGiveUp+3; i++ {
+				if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {
+					t.Fatal(err)
+				}
+				stopped := s.settleOff || time.Now().Before(s.settlePaused)
+				if want := i > tc.after; i <= tc.after+1 && stopped != want {
+					t.Fatalf("after commit %d: not asking %v, want %v", i, stopped, want)
+				}
+			}
+			if int(asked.Load()) != tc.after {
+				t.Errorf("asked %d times in %d commits, want %d", asked.Load(), settleGiveUp+3, tc.after)
+			}
+			if refusal := tc.after == 1; s.settleOff != refusal {
+				t.Errorf("settle off for the attempt %v, want %v (paused until %s)", s.settleOff, refusal, s.settlePaused.Format(time.TimeOnly))
+			}
+		})
+	}
+}
+
+// A coordinator that answers DescribeTransactions, but slower than
+// settleMax (a loaded broker; one whose transaction log partition moved
+// further away): every settle wait runs out of time. The sink must give
+// up asking as it does for failures; a wait that runs out must not count
+// as "done" and reset settleFails, or every transaction waits the full
+// 50 ms before its first produce (2.5x the 20 ms broker back-off the wait
+// exists to avoid) for the whole attempt, firing up to 100
+// DescribeTransactions per commit at a coordinator that is already slow.
+// Here: 20 one-record commits, DescribeTransactions answered in 80 ms.
+func TestSettleGivesUpOnSlowDescribeTransactions(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var asked atomic.Int32
+	c.ControlKey(int16(kmsg.DescribeTransactions), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		asked.Add(1)
+		c.SleepControl(func() { time.Sleep(80 * time.Millisecond) })
+		return nil, nil, false
+	})
+	s, ctx := txnSink(t, c)
+	const n = 20
+	var waited time.Duration
+	for i := 1; i <= n; i++ {
+		began := time.Now()
+		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		waited += time.Since(began)
+		if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d commits: first produces waited %s in all (%s each), %d DescribeTransactions, settle off %v",
+		n, waited, waited/n, asked.Load(), s.settleOff)
+	if !s.settleOff && waited > n*settleMax*3/4 {
+		t.Errorf("a coordinator slower than settleMax is asked forever: each transaction waited %s before its first produce (the broker's back-off is 20 ms)", waited/n)
+	}
+}
+
+// A coordinator briefly unavailable (COORDINATOR_LOAD_IN_PROGRESS
+// for settleGiveUp questions in a row) does not turn the settle wait off:
+// kadm retries the retriable answer within the 50 ms wait.
+func TestSettleSurvivesBriefCoordinatorUnavailability(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var failed atomic.Int32
+	c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if failed.Add(1) > settleGiveUp {
+			return nil, nil, false
+		}
+		return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
+			st.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		}), nil, true
+	})
+	s, ctx := txnSink(t, c)
+	for i := 1; i <= settleGiveUp+20; i++ {
+		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("asked %d, waits %d, fails %d, off %v", failed.Load(), s.settleWaits.Load(), s.settleFails, s.settleOff)
+	if s.settleOff {
+		t.Errorf("%d retriable COORDINATOR_LOAD_IN_PROGRESS answers in a row turned the settle wait off for the rest of the attempt; the coordinator answered normally for the next 20 commits and was never asked again (%d waits)",
+			settleGiveUp, s.settleWaits.Load())
+	}
+}
+
+// Live traffic at the head whose transactions fill a batch exactly
+// (rows == kafka.batch.max_records, or the halved limit after ack
+// time-outs, or large rows reaching max_bytes): the reader is caught up
+// after every transaction, so the batch asks the coordinator even when
+// full; otherwise every next transaction meets the broker's 20 ms
+// CONCURRENT_TRANSACTIONS back-off.
+func TestSettleAtHeadWhenBatchFull(t *testing.T) {
+	s := newScript("mariadb")
+	for i := range 10 {
+		s.tx(s.insert("order", fmt.Sprint(i), 10)) // exactly max_records rows
+	}
+	h := newHarness(t, s, maxRecords(10))
+	h.batch = 0
+	asked := countDescribeTxn(h)
+	a := h.start()
+	for i := 1; i <= 10; i++ {
+		a.feed(s.through(i))
+		want := int64(10 * i)
+		h.waitCheckpoint(fmt.Sprint(want, " events"), func(cp *checkpoint.Checkpoint) bool { return cp.Events >= want })
+	}
+	a.finish()
+	h.verify()
+	if n := asked.Load(); n < 10 {
+		t.Fatalf("reader caught up after each of 10 transactions, but DescribeTransactions asked only %d times: no settle at the head", n)
 	}
 }
