@@ -269,6 +269,7 @@ func TestErrorDecisionsFollowTheClass(t *testing.T) {
 		{"host refused, diverged", wrap(fmt.Errorf("%w: h: %v", errHostRefused, binlog.ErrPositionDiverged)), false, false, ExitTransient, "source_position"},
 		{"commit failed after a stop", fmt.Errorf("commit before the stop: %w (stop: %v)", ErrKafkaUnreachable, ErrBadRow), false, false, ExitTransient, "kafka_unreachable"},
 		{"joined: fenced over a data stop", errors.Join(ErrBadRow, ErrFenced), true, false, ExitError, "fenced"},
+		{"joined: fenced over a refused record", errors.Join(fmt.Errorf("%w: %w", ErrRejected, ErrRecordRefused), ErrFenced), true, false, ExitError, "fenced"},
 		{"joined: a stop over a transient", errors.Join(ErrTxnTimedOut, binlog.ErrStatementLogged), true, true, ExitData, "transaction_shape"},
 		{"joined: refused over a data stop", errors.Join(ErrInvalidOp, ErrRejected), true, false, ExitConfig, "rejected"},
 	} {
