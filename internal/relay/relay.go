@@ -6,6 +6,12 @@
 //
 // One goroutine (the one that called Run) owns all pipeline state; the
 // binlog reader goroutine only feeds it events.
+//
+// The error policy lives in errclass.go: every sentinel has one Class, and
+// whether an error is fatal, stops at a source transaction, which exit code
+// `run` returns and which kind label metrics and logs give it all derive
+// from that class. A new sentinel gets a class there (this package's are
+// made with newError); errclass_test.go fails on one without.
 package relay
 
 import (
