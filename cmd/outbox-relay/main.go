@@ -64,18 +64,18 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	usageMistakes(root) // after SetOut: the completion command keeps the writer it is made with
 	cmd, err := root.ExecuteC()
 	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return 0
+		return relay.ExitOK
 	}
 	fmt.Fprintln(stderr, "outbox-relay:", strings.TrimPrefix(err.Error(), "usage: "))
 	if errors.Is(err, errUsage) {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
-		return 2
+		return relay.ExitUsage
 	}
 	if cmd.Name() == "run" && cmd.Parent() == root {
 		// Supervisors act on these (README "Exit codes").
 		return relay.ExitCode(err)
 	}
-	return 1
+	return relay.ExitError
 }
 
 func newRootCmd() *cobra.Command {

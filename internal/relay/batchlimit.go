@@ -23,7 +23,7 @@ import (
 // errAckTimeout: Kafka did not acknowledge a batch within
 // kafka.request_timeout; the attempt ends and the next one uses smaller
 // batches.
-var errAckTimeout = errors.New("kafka did not acknowledge the batch within kafka.request_timeout")
+var errAckTimeout = newError(Transient, "kafka", "kafka did not acknowledge the batch within kafka.request_timeout")
 
 // batchRecovery is how long commits must stay fast before the bound doubles.
 const batchRecovery = time.Minute

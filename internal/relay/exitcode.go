@@ -1,14 +1,5 @@
 package relay
 
-import (
-	"errors"
-
-	"github.com/outbox-relay/outbox-relay/binlog"
-	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/schema"
-)
-
 // Exit codes of `run`, for supervisors (README "Exit codes"; systemd's
 // RestartPreventExitStatus= lists the fatal ones). The values follow
 // sysexits(3) where one fits.
@@ -42,37 +33,3 @@ const (
 	// not restart before it is fixed.
 	ExitConfig = 78
 )
-
-// ExitCode is the exit status of `run` for err (nil: ExitOK).
-func ExitCode(err error) int {
-	is := func(targets ...error) bool {
-		for _, t := range targets {
-			if errors.Is(err, t) {
-				return true
-			}
-		}
-		return false
-	}
-	switch {
-	case err == nil:
-		return ExitOK
-	case is(ErrRecordRefused):
-		// Also ErrRejected: a record's content, not the configuration.
-		return ExitData
-	case is(config.ErrInvalid, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
-		binlog.ErrNoColumnNames, binlog.ErrBadPosition, binlog.ErrDuplicateServerID, binlog.ErrPacketTooLarge,
-		binlog.ErrPacketBound, binlog.ErrInsecureLogin,
-		ErrFlavorMismatch, ErrRejected, ErrPartitionsChanged, checkpoint.ErrTopicLayout, checkpoint.ErrTablesChanged):
-		return ExitConfig
-	case is(binlog.ErrPurged):
-		return ExitPurged
-	case is(ErrBadRow, ErrInvalidOp, ErrUnknownXA, binlog.ErrStatementLogged, binlog.ErrUnframed,
-		binlog.ErrRolledBackRows, binlog.ErrPositionDiverged, binlog.ErrSchemaMismatch, binlog.ErrNoSignedness, schema.ErrUnparsed,
-		checkpoint.ErrCorrupt, checkpoint.ErrLost):
-		return ExitData
-	case fatal(err):
-		return ExitError
-	default:
-		return ExitTransient
-	}
-}

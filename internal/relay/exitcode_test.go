@@ -9,7 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 func TestExitCode(t *testing.T) {
@@ -39,6 +41,28 @@ func TestExitCode(t *testing.T) {
 		{wrap(classify(kerr.InvalidTimestamp)), ExitData},
 		{wrap(classify(kerr.MessageTooLarge)), ExitData},
 		{wrap(classify(kerr.TopicAuthorizationFailed)), ExitConfig},
+		// The rest of each exit code's sentinels.
+		{wrap(binlog.ErrAccessDenied), ExitConfig},
+		{wrap(binlog.ErrServerConfig), ExitConfig},
+		{wrap(binlog.ErrNoColumnNames), ExitConfig},
+		{wrap(binlog.ErrBadPosition), ExitConfig},
+		{wrap(binlog.ErrDuplicateServerID), ExitConfig},
+		{wrap(binlog.ErrPacketTooLarge), ExitConfig},
+		{wrap(binlog.ErrPacketBound), ExitConfig},
+		{wrap(binlog.ErrInsecureLogin), ExitConfig},
+		{wrap(ErrRejected), ExitConfig},
+		{wrap(ErrPartitionsChanged), ExitConfig},
+		{wrap(checkpoint.ErrTopicLayout), ExitConfig},
+		{wrap(checkpoint.ErrTablesChanged), ExitConfig},
+		{wrap(ErrInvalidOp), ExitData},
+		{wrap(binlog.ErrSchemaMismatch), ExitData},
+		{wrap(binlog.ErrNoSignedness), ExitData},
+		{wrap(schema.ErrUnparsed), ExitData},
+		{wrap(checkpoint.ErrCorrupt), ExitData},
+		{wrap(checkpoint.ErrLost), ExitData},
+		{wrap(binlog.ErrPositionAhead), ExitTransient},
+		{wrap(ErrTxnTimedOut), ExitTransient},
+		{wrap(checkpoint.ErrCheckpointHeldBack), ExitTransient},
 	} {
 		if got := ExitCode(c.err); got != c.want {
 			t.Errorf("ExitCode(%v) = %d, want %d", c.err, got, c.want)

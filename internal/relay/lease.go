@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,11 +13,11 @@ import (
 // group request was answered for long enough that it may have ended) and
 // stopped publishing at once, without a final commit. Not fatal: the
 // instance goes back to standby.
-var ErrLeaseLost = errors.New("lease lost")
+var ErrLeaseLost = newError(Transient, "lease_lost", "lease lost")
 
 // errRevoked: the lease was handed over cleanly (a rebalance moved it); the
 // attempt committed what it held. The instance goes back to standby.
-var errRevoked = errors.New("lease revoked")
+var errRevoked = newError(Transient, "lease_revoked", "lease revoked")
 
 // lease is one term as the active instance: partition 0 of the lock topic
 // assigned to this member.

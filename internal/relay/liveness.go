@@ -36,7 +36,7 @@ func (m LiveMember) String() string {
 
 // ErrRelayLive is wrapped by LiveRelays' verdict (see RefuseLive) when a
 // relay of the pipeline is a member of its lock group.
-var ErrRelayLive = errors.New("a relay of the pipeline is running")
+var ErrRelayLive = newError(Transient, "relay_live", "a relay of the pipeline is running")
 
 // LiveRelays returns the members of cfg's lock group (GroupID): every
 // running relay of the pipeline is one, whether it holds the lease or

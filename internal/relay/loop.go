@@ -230,15 +230,6 @@ func (l *loop) dropPending() {
 	l.pending, l.pendingBytes = l.pending[:0], 0
 }
 
-// stopsAtTransaction reports whether err stops the relay at a source
-// transaction it cannot publish (a bad row, a shape it does not handle):
-// the transactions that ended before it are committed first, so that the
-// checkpoint is just before the one named (which `checkpoint skip` needs).
-// Kafka's refusals and fences are not: nothing more may be committed.
-func stopsAtTransaction(err error) bool {
-	return fatal(err) && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrRejected)
-}
-
 // stop ends the attempt with err. Before a stop at a source transaction it
 // commits what ended before it (the stopped transaction's own records are
 // dropped); when that commit fails, the attempt ends with it instead (not

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -33,7 +32,7 @@ import (
 // ErrPartitionsChanged: an output topic's partition count is not the one
 // the checkpoint recorded and kafka.on_partitions_added does not allow
 // going on (a configuration stop, exit 78).
-var ErrPartitionsChanged = errors.New("output topic partition count changed")
+var ErrPartitionsChanged = newError(ConfigStop, "partitions_changed", "output topic partition count changed")
 
 // placements holds, for one attempt, the partition count each output
 // topic's keys are placed by. The loop's goroutine learns topics (learn);

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -35,7 +34,7 @@ import (
 // timestamp, its form) although the relay's checks passed it. It also wraps
 // ErrRejected (fatal). A data stop: the operator looks at the row or the
 // topic's settings (README "Record timestamps").
-var ErrRecordRefused = errors.New("kafka refused a record")
+var ErrRecordRefused = newError(RecordRefused, "record_refused", "kafka refused a record")
 
 // recordRefusal reports a non-retriable Kafka error that refuses a record
 // for its content, as opposed to the broker, the topic or the transaction.

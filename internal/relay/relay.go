@@ -6,6 +6,12 @@
 //
 // One goroutine (the one that called Run) owns all pipeline state; the
 // binlog reader goroutine only feeds it events.
+//
+// The error policy lives in errclass.go: every sentinel has one Class, and
+// whether an error is fatal, stops at a source transaction, which exit code
+// `run` returns and which kind label metrics and logs give it all derive
+// from that class. A new sentinel gets a class there (this package's are
+// made with newError); errclass_test.go fails on one without.
 package relay
 
 import (
@@ -34,13 +40,13 @@ import (
 // Sentinels callers branch on.
 var (
 	// ErrKafkaUnreachable: no broker answered.
-	ErrKafkaUnreachable = errors.New("kafka unreachable")
+	ErrKafkaUnreachable = newError(Transient, "kafka_unreachable", "kafka unreachable")
 	// ErrFlavorMismatch: the checkpoint was written for another flavor.
-	ErrFlavorMismatch = errors.New("checkpoint flavor mismatch")
+	ErrFlavorMismatch = newError(ConfigStop, "source_config", "checkpoint flavor mismatch")
 	// ErrBadRow wraps router.ErrBadRow with table, event id and GTID.
 	ErrBadRow = router.ErrBadRow
 	// ErrInvalidOp: an UPDATE or DELETE on an outbox table with invalid_op fatal.
-	ErrInvalidOp = errors.New("invalid operation on an outbox table")
+	ErrInvalidOp = newError(DataStop, "invalid_op", "invalid operation on an outbox table")
 )
 
 // Relay is one pipeline.
@@ -283,68 +289,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	return r.elect(ctx)
 }
 
-// fatal errors need an operator; retrying cannot fix them.
-func fatal(err error) bool {
-	for _, e := range []error{ErrFenced, ErrRejected, ErrBadRow, ErrPartitionsChanged, ErrInvalidOp, ErrFlavorMismatch, ErrUnknownXA,
-		binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, binlog.ErrDuplicateServerID,
-		binlog.ErrPacketTooLarge, binlog.ErrPacketBound, binlog.ErrInsecureLogin, binlog.ErrPositionDiverged, config.ErrInvalid, checkpoint.ErrCorrupt,
-		checkpoint.ErrTopicLayout, checkpoint.ErrLost, checkpoint.ErrTablesChanged, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants,
-		binlog.ErrPurged, binlog.ErrBadPosition, binlog.ErrNoColumnNames, binlog.ErrSchemaMismatch, binlog.ErrNoSignedness, schema.ErrUnparsed} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
-// kind names an error for metrics and logs.
-func kind(err error) string {
-	switch {
-	case errors.Is(err, ErrFenced):
-		return "fenced"
-	case errors.Is(err, ErrBadRow):
-		return "bad_row"
-	case errors.Is(err, ErrRecordRefused):
-		return "record_refused"
-	case errors.Is(err, ErrPartitionsChanged):
-		return "partitions_changed"
-	case errors.Is(err, ErrRejected):
-		return "rejected"
-	case errors.Is(err, ErrInvalidOp):
-		return "invalid_op"
-	case errors.Is(err, binlog.ErrStatementLogged), errors.Is(err, binlog.ErrUnframed), errors.Is(err, binlog.ErrRolledBackRows),
-		errors.Is(err, ErrUnknownXA):
-		return "transaction_shape"
-	case errors.Is(err, binlog.ErrPurged):
-		return "purged"
-	case errors.Is(err, binlog.ErrUnreachable):
-		return "source_unreachable"
-	case errors.Is(err, binlog.ErrDuplicateServerID), errors.Is(err, binlog.ErrPacketTooLarge), errors.Is(err, binlog.ErrPacketBound),
-		errors.Is(err, binlog.ErrInsecureLogin):
-		return "source_config"
-	case errors.Is(err, binlog.ErrPositionAhead), errors.Is(err, binlog.ErrPositionDiverged), errors.Is(err, errHostRefused):
-		return "source_position"
-	case errors.Is(err, ErrTxnTimedOut):
-		return "kafka_txn_timeout"
-	case errors.Is(err, checkpoint.ErrCheckpointHeldBack):
-		return "checkpoint_held_back"
-	case errors.Is(err, binlog.ErrAccessDenied), errors.Is(err, binlog.ErrServerConfig), errors.Is(err, binlog.ErrGrants),
-		errors.Is(err, binlog.ErrNoColumnNames), errors.Is(err, binlog.ErrBadPosition), errors.Is(err, ErrFlavorMismatch):
-		return "source_config"
-	case errors.Is(err, binlog.ErrSchemaMismatch), errors.Is(err, binlog.ErrNoSignedness), errors.Is(err, schema.ErrUnparsed):
-		return "schema"
-	case errors.Is(err, errSourceStream):
-		return "binlog"
-	case errors.Is(err, ErrKafkaUnreachable):
-		return "kafka_unreachable"
-	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrTopicLayout), errors.Is(err, checkpoint.ErrLost), errors.Is(err, checkpoint.ErrTablesChanged):
-		return "checkpoint"
-	default:
-		return "kafka"
-	}
-}
-
-var errSourceStream = errors.New("binlog stream ended")
+var errSourceStream = newError(Transient, "binlog", "binlog stream ended")
 
 // minExactlyOnceLinger is the least producer linger of an exactly-once
 // relay. Every batch ends with a flush (its commit), so a record never

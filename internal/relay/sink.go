@@ -21,14 +21,14 @@ import (
 
 // ErrFenced: another instance with the same name took over. Fatal: the
 // fenced instance must never commit again.
-var ErrFenced = errors.New("producer fenced by another instance with the same name")
+var ErrFenced = newError(Fenced, "fenced", "producer fenced by another instance with the same name")
 
 // ErrTxnTimedOut: the broker aborted the open Kafka transaction because it
 // stayed open for kafka.transaction_timeout, and bumped the producer epoch,
 // so the producer's next request was refused as if another instance had
 // fenced it. Nothing of the transaction is visible. Not fatal: the relay
 // resumes from the committed checkpoint. It does not wrap ErrFenced.
-var ErrTxnTimedOut = errors.New("kafka transaction timed out")
+var ErrTxnTimedOut = newError(Transient, "kafka_txn_timeout", "kafka transaction timed out")
 
 // sink writes batches to Kafka. Exactly-once: each batch is one Kafka
 // transaction ending with its checkpoint record. At-least-once: a batch's
@@ -652,7 +652,7 @@ func (s *sink) classify(err error) error {
 
 // ErrRejected: Kafka refuses a record or topic for good (too large, invalid,
 // not authorised); retrying the same batch cannot succeed.
-var ErrRejected = errors.New("kafka rejected the batch")
+var ErrRejected = newError(Refused, "rejected", "kafka rejected the batch")
 
 // classify sorts a Kafka error by franz-go's kerr properties. Retriable
 // errors, and errors that are not Kafka's (a connection, a timeout), are

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -24,7 +23,7 @@ import (
 
 // errHostStale: the source host in use stopped receiving transactions that
 // another host has.
-var errHostStale = errors.New("source host in use stopped receiving transactions")
+var errHostStale = newError(Transient, "source_position", "source host in use stopped receiving transactions")
 
 var (
 	staleEvery  = 10 * time.Second

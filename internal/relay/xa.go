@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,7 +16,7 @@ import (
 // ErrUnknownXA: XA COMMIT of a transaction whose XA PREPARE the relay has
 // not read (it precedes the relay's first start position), so its outbox
 // rows, if any, cannot be published. Fatal.
-var ErrUnknownXA = errors.New("xa commit of a transaction prepared before the relay's start")
+var ErrUnknownXA = newError(DataStop, "transaction_shape", "xa commit of a transaction prepared before the relay's start")
 
 // xaTx is an XA transaction the loop has seen rows or a prepare of and
 // not yet seen end.

@@ -1,0 +1,319 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/router"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// policyPackages are the packages whose errors the relay can end with:
+// directory (from internal/relay) and the name their errors are known by
+// in sentinelValues and errorTypeValues.
+var policyPackages = map[string]string{
+	"../../binlog":     "binlog",
+	"../../checkpoint": "checkpoint",
+	"../../schema":     "schema",
+	"../config":        "config",
+	"../../router":     "router",
+	".":                "relay",
+}
+
+// sentinelValues are the sentinels of policyPackages by name: the exported
+// ones of every package, and this package's own.
+func sentinelValues() map[string]error {
+	return map[string]error{
+		"binlog.ErrRDSRetentionDenied":     binlog.ErrRDSRetentionDenied,
+		"binlog.ErrNotInBinlogs":           binlog.ErrNotInBinlogs,
+		"binlog.ErrInsecureLogin":          binlog.ErrInsecureLogin,
+		"binlog.ErrPacketBound":            binlog.ErrPacketBound,
+		"binlog.ErrStatementLogged":        binlog.ErrStatementLogged,
+		"binlog.ErrUnframed":               binlog.ErrUnframed,
+		"binlog.ErrRolledBackRows":         binlog.ErrRolledBackRows,
+		"binlog.ErrNoColumnNames":          binlog.ErrNoColumnNames,
+		"binlog.ErrSchemaMismatch":         binlog.ErrSchemaMismatch,
+		"binlog.ErrDuplicateServerID":      binlog.ErrDuplicateServerID,
+		"binlog.ErrPacketTooLarge":         binlog.ErrPacketTooLarge,
+		"binlog.ErrPositionAhead":          binlog.ErrPositionAhead,
+		"binlog.ErrPositionDiverged":       binlog.ErrPositionDiverged,
+		"binlog.ErrNoSignedness":           binlog.ErrNoSignedness,
+		"binlog.ErrUnreachable":            binlog.ErrUnreachable,
+		"binlog.ErrAccessDenied":           binlog.ErrAccessDenied,
+		"binlog.ErrServerConfig":           binlog.ErrServerConfig,
+		"binlog.ErrGrants":                 binlog.ErrGrants,
+		"binlog.ErrPurged":                 binlog.ErrPurged,
+		"binlog.ErrBadPosition":            binlog.ErrBadPosition,
+		"checkpoint.ErrNotTransactional":   checkpoint.ErrNotTransactional,
+		"checkpoint.ErrTopicLayout":        checkpoint.ErrTopicLayout,
+		"checkpoint.ErrCheckpointHeldBack": checkpoint.ErrCheckpointHeldBack,
+		"checkpoint.ErrNotVisible":         checkpoint.ErrNotVisible,
+		"checkpoint.ErrLost":               checkpoint.ErrLost,
+		"checkpoint.ErrTablesChanged":      checkpoint.ErrTablesChanged,
+		"checkpoint.ErrCorrupt":            checkpoint.ErrCorrupt,
+		"checkpoint.ErrNewerFormat":        checkpoint.ErrNewerFormat,
+		"schema.ErrUnparsed":               schema.ErrUnparsed,
+		"schema.ErrIgnored":                schema.ErrIgnored,
+		"schema.ErrProvisional":            schema.ErrProvisional,
+		"config.ErrInvalid":                config.ErrInvalid,
+		"router.ErrBadRow":                 router.ErrBadRow,
+		"relay.ErrBadRow":                  ErrBadRow,
+		"relay.ErrKafkaUnreachable":        ErrKafkaUnreachable,
+		"relay.ErrFlavorMismatch":          ErrFlavorMismatch,
+		"relay.ErrInvalidOp":               ErrInvalidOp,
+		"relay.ErrLeaseLost":               ErrLeaseLost,
+		"relay.ErrUnknownXA":               ErrUnknownXA,
+		"relay.ErrPartitionsChanged":       ErrPartitionsChanged,
+		"relay.ErrRecordRefused":           ErrRecordRefused,
+		"relay.ErrFenced":                  ErrFenced,
+		"relay.ErrTxnTimedOut":             ErrTxnTimedOut,
+		"relay.ErrRejected":                ErrRejected,
+		"relay.ErrRelayLive":               ErrRelayLive,
+		"relay.errRevoked":                 errRevoked,
+		"relay.errAckTimeout":              errAckTimeout,
+		"relay.errHostRefused":             errHostRefused,
+		"relay.errHostStale":               errHostStale,
+		"relay.errSourceStream":            errSourceStream,
+	}
+}
+
+// errorTypeValues are a value of each exported error type of
+// policyPackages, by name.
+func errorTypeValues() map[string]error {
+	return map[string]error{
+		"binlog.NoAnswerError":             &binlog.NoAnswerError{Phase: "connect to", Addr: "db:3306"},
+		"checkpoint.NotTransactionalError": &checkpoint.NotTransactionalError{Name: "p"},
+		"checkpoint.HeldBackError":         &checkpoint.HeldBackError{Topic: "t"},
+		"config.ValidationError":           &config.ValidationError{Problems: []string{"name: required"}},
+	}
+}
+
+// declaredErrors parses the non-test Go files of policyPackages and returns
+// their sentinels (package-level variables named Err..., and in this
+// package also err... made by errors.New or newError) and exported error
+// types (a type with an Error() string method), as "pkg.Name".
+func declaredErrors(t *testing.T) (sentinels, types []string) {
+	t.Helper()
+	for dir, pkg := range policyPackages {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("list %s: %v (%d files)", dir, err, len(files))
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			file, err := parser.ParseFile(token.NewFileSet(), f, src, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatalf("parse %s: %v", f, err)
+			}
+			for _, d := range file.Decls {
+				switch d := d.(type) {
+				case *ast.GenDecl:
+					if d.Tok != token.VAR {
+						continue
+					}
+					for _, s := range d.Specs {
+						vs := s.(*ast.ValueSpec)
+						for i, n := range vs.Names {
+							own := pkg == "relay" && strings.HasPrefix(n.Name, "err") && i < len(vs.Values) && madeAsError(vs.Values[i])
+							if strings.HasPrefix(n.Name, "Err") || own {
+								sentinels = append(sentinels, pkg+"."+n.Name)
+							}
+						}
+					}
+				case *ast.FuncDecl:
+					if d.Recv == nil || d.Name.Name != "Error" || d.Type.Params.NumFields() != 0 || d.Type.Results.NumFields() != 1 {
+						continue
+					}
+					recv := d.Recv.List[0].Type
+					if st, ok := recv.(*ast.StarExpr); ok {
+						recv = st.X
+					}
+					if id, ok := recv.(*ast.Ident); ok && id.IsExported() {
+						types = append(types, pkg+"."+id.Name)
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(sentinels)
+	sort.Strings(types)
+	return sentinels, types
+}
+
+// madeAsError reports whether e is a call of errors.New or newError.
+func madeAsError(e ast.Expr) bool {
+	call, ok := e.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	switch fn := call.Fun.(type) {
+	case *ast.Ident:
+		return fn.Name == "newError"
+	case *ast.SelectorExpr:
+		x, ok := fn.X.(*ast.Ident)
+		return ok && x.Name == "errors" && fn.Sel.Name == "New"
+	}
+	return false
+}
+
+// TestEverySentinelHasAClass fails on a sentinel or error type of the
+// packages the relay can stop with that the error policy does not
+// classify: such an error would be retried forever, counted as "kafka"
+// and exit 75, whatever it means.
+func TestEverySentinelHasAClass(t *testing.T) {
+	sentinels, types := declaredErrors(t)
+	if len(sentinels) < 40 || len(types) < 4 {
+		t.Fatalf("parsed %d sentinels and %d error types: the parse misses declarations", len(sentinels), len(types))
+	}
+	check := func(what string, declared []string, values map[string]error) {
+		for _, name := range declared {
+			v, ok := values[name]
+			if !ok {
+				t.Errorf("%s %s is not in this test's list: add it, and classify it in errclass.go", what, name)
+				continue
+			}
+			delete(values, name)
+			c, k, ok := classOf(fmt.Errorf("wrapped: %w", v))
+			if !ok || c == Unclassified || k == "" {
+				t.Errorf("%s %s has no class in errclass.go (got %d %q)", what, name, c, k)
+			}
+			// This package's sentinels carry their class (newError).
+			var own *classified
+			if strings.HasPrefix(name, "relay.") && v != router.ErrBadRow && !errors.As(v, &own) {
+				t.Errorf("%s %s: make it with newError, so that it carries its class", what, name)
+			}
+		}
+		for name := range values {
+			t.Errorf("%s %s is in this test's list but not declared any more: remove it", what, name)
+		}
+	}
+	check("sentinel", sentinels, sentinelValues())
+	check("error type", types, errorTypeValues())
+}
+
+// TestClassDecisions is the policy each class stands for.
+func TestClassDecisions(t *testing.T) {
+	for _, c := range []struct {
+		class Class
+		fatal bool
+		stop  bool // at the source transaction
+		exit  int
+	}{
+		{Unclassified, false, false, ExitTransient},
+		{Transient, false, false, ExitTransient},
+		{DataStop, true, true, ExitData},
+		{Purged, true, true, ExitPurged},
+		{ConfigStop, true, true, ExitConfig},
+		{Refused, true, false, ExitConfig},
+		{RecordRefused, true, false, ExitData},
+		{Fenced, true, false, ExitError},
+	} {
+		if got := c.class.Fatal(); got != c.fatal {
+			t.Errorf("class %d: Fatal() = %v, want %v", c.class, got, c.fatal)
+		}
+		if got := c.class.StopsAtTransaction(); got != c.stop {
+			t.Errorf("class %d: StopsAtTransaction() = %v, want %v", c.class, got, c.stop)
+		}
+		if got := c.class.ExitCode(); got != c.exit {
+			t.Errorf("class %d: ExitCode() = %d, want %d", c.class, got, c.exit)
+		}
+	}
+}
+
+// TestErrorDecisionsFollowTheClass checks the relay's decisions about an
+// error (fatal, stop at the transaction, exit code, kind) for a sentinel of
+// each class, wrapped as the relay wraps them, and for errors that wrap
+// several sentinels: the highest class decides all four.
+func TestErrorDecisionsFollowTheClass(t *testing.T) {
+	wrap := func(e error) error { return fmt.Errorf("attempt: %w", e) }
+	for _, c := range []struct {
+		name  string
+		err   error
+		fatal bool
+		stop  bool
+		exit  int
+		kind  string
+	}{
+		{"unknown", errors.New("connection reset"), false, false, ExitTransient, "kafka"},
+		{"deadline", wrap(context.DeadlineExceeded), false, false, ExitTransient, "kafka"},
+		{"kafka unreachable", wrap(ErrKafkaUnreachable), false, false, ExitTransient, "kafka_unreachable"},
+		{"source unreachable", wrap(binlog.ErrUnreachable), false, false, ExitTransient, "source_unreachable"},
+		{"held back", wrap(&checkpoint.HeldBackError{Topic: "t"}), false, false, ExitTransient, "checkpoint_held_back"},
+		{"bad row", wrap(ErrBadRow), true, true, ExitData, "bad_row"},
+		{"schema", wrap(fmt.Errorf("%w: %w", binlog.ErrSchemaMismatch, schema.ErrProvisional)), true, true, ExitData, "schema"},
+		{"not transactional", wrap(&checkpoint.NotTransactionalError{Name: "p"}), true, true, ExitData, "checkpoint"},
+		{"purged", wrap(binlog.ErrPurged), true, true, ExitPurged, "purged"},
+		{"invalid config", wrap(&config.ValidationError{Problems: []string{"x"}}), true, true, ExitConfig, "config"},
+		{"grants", wrap(binlog.ErrGrants), true, true, ExitConfig, "source_config"},
+		{"rejected", wrap(ErrRejected), true, false, ExitConfig, "rejected"},
+		{"record refused", wrap(fmt.Errorf("%w: %w: x", ErrRejected, ErrRecordRefused)), true, false, ExitData, "record_refused"},
+		{"fenced", wrap(ErrFenced), true, false, ExitError, "fenced"},
+		{"host refused, diverged", wrap(fmt.Errorf("%w: h: %v", errHostRefused, binlog.ErrPositionDiverged)), false, false, ExitTransient, "source_position"},
+		{"commit failed after a stop", fmt.Errorf("commit before the stop: %w (stop: %v)", ErrKafkaUnreachable, ErrBadRow), false, false, ExitTransient, "kafka_unreachable"},
+		{"joined: fenced over a data stop", errors.Join(ErrBadRow, ErrFenced), true, false, ExitError, "fenced"},
+		{"joined: fenced over a refused record", errors.Join(fmt.Errorf("%w: %w", ErrRejected, ErrRecordRefused), ErrFenced), true, false, ExitError, "fenced"},
+		{"joined: a stop over a transient", errors.Join(ErrTxnTimedOut, binlog.ErrStatementLogged), true, true, ExitData, "transaction_shape"},
+		{"joined: refused over a data stop", errors.Join(ErrInvalidOp, ErrRejected), true, false, ExitConfig, "rejected"},
+	} {
+		if got := fatal(c.err); got != c.fatal {
+			t.Errorf("%s: fatal = %v, want %v", c.name, got, c.fatal)
+		}
+		if got := stopsAtTransaction(c.err); got != c.stop {
+			t.Errorf("%s: stopsAtTransaction = %v, want %v", c.name, got, c.stop)
+		}
+		if got := ExitCode(c.err); got != c.exit {
+			t.Errorf("%s: ExitCode = %d, want %d", c.name, got, c.exit)
+		}
+		if got := kind(c.err); got != c.kind {
+			t.Errorf("%s: kind = %q, want %q", c.name, got, c.kind)
+		}
+	}
+}
+
+// TestErrorKindsKeepTheirLabels: the kind labels of relay_errors_total and
+// relay_restarts_total that dashboards and alerts select on.
+func TestErrorKindsKeepTheirLabels(t *testing.T) {
+	for want, errs := range map[string][]error{
+		"fenced":               {ErrFenced},
+		"bad_row":              {ErrBadRow},
+		"partitions_changed":   {ErrPartitionsChanged},
+		"rejected":             {ErrRejected},
+		"invalid_op":           {ErrInvalidOp},
+		"transaction_shape":    {binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, ErrUnknownXA},
+		"purged":               {binlog.ErrPurged},
+		"source_unreachable":   {binlog.ErrUnreachable},
+		"source_config":        {binlog.ErrDuplicateServerID, binlog.ErrPacketTooLarge, binlog.ErrPacketBound, binlog.ErrInsecureLogin, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants, binlog.ErrNoColumnNames, binlog.ErrBadPosition, ErrFlavorMismatch},
+		"source_position":      {binlog.ErrPositionAhead, binlog.ErrPositionDiverged, errHostRefused},
+		"kafka_txn_timeout":    {ErrTxnTimedOut},
+		"checkpoint_held_back": {checkpoint.ErrCheckpointHeldBack},
+		"schema":               {binlog.ErrSchemaMismatch, binlog.ErrNoSignedness, schema.ErrUnparsed},
+		"binlog":               {errSourceStream},
+		"kafka_unreachable":    {ErrKafkaUnreachable},
+		"checkpoint":           {checkpoint.ErrCorrupt, checkpoint.ErrTopicLayout, checkpoint.ErrLost, checkpoint.ErrTablesChanged},
+		"kafka":                {errAckTimeout, errors.New("x")},
+	} {
+		for _, e := range errs {
+			if got := kind(fmt.Errorf("x: %w", e)); got != want {
+				t.Errorf("kind(%v) = %q, want %q", e, got, want)
+			}
+		}
+	}
+}
