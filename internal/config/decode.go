@@ -28,7 +28,7 @@ type decoder struct {
 	// an unset one expands to "" there.
 	optional func(path string) bool
 	errs     []string
-	paths  []string // of errs
+	paths    []string // of errs
 	// expanded lists the values that came from environment variables, so
 	// that no error shows one (a secret in the wrong key would be printed
 	// as the bad value): each is shown as written, ${VAR}.
