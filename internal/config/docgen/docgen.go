@@ -159,7 +159,7 @@ func Files(dir string) (map[string][]byte, error) {
 		return nil, err
 	}
 	return map[string][]byte{
-		filepath.Join(dir, "docs_gen.go"):                               gen,
+		filepath.Join(dir, "docs_gen.go"):                          gen,
 		filepath.Join(dir, "..", "..", "docs", "configuration.md"): []byte(config.ReferenceMarkdown(d)),
 	}, nil
 }
