@@ -122,6 +122,12 @@ func property(k Key, t reflect.Type, byPath map[string]Key) map[string]any {
 	default:
 		s = map[string]any{"type": "string"}
 	}
+	// "key:" with nothing (null) keeps the default, as Load reads it
+	if typ, ok := s["type"].(string); ok {
+		s["type"] = []any{typ, "null"}
+	} else if alts, ok := s["anyOf"].([]any); ok {
+		s["anyOf"] = append(alts, map[string]any{"type": "null"})
+	}
 	if k.Doc != "" {
 		s["description"] = k.Doc
 	}

@@ -228,7 +228,7 @@ var goNameRef = regexp.MustCompile(`\b[A-Z][a-z]+(?:[A-Z][a-z]*)+\b`)
 // of fields it mentions become their keys (PasswordFile: password_file).
 func goNames(doc, field, key string) string {
 	if rest, ok := strings.CutPrefix(doc, field+" "); ok {
-		doc = key + " " + rest
+		doc = "`" + key + "` " + rest
 	}
 	return goNameRef.ReplaceAllStringFunc(doc, func(n string) string {
 		if k, ok := yamlNames()[n]; ok {
