@@ -12,6 +12,12 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
 
+# docs regenerates docs/configuration.md (and internal/config/docs_gen.go)
+# from the configuration's definitions; a test fails when they are stale.
+.PHONY: docs
+docs:
+	$(GO) generate ./internal/config/
+
 # deps installs what the tests need from Debian's packages when it is
 # missing: MariaDB, and promtool (package prometheus) for the alert rules.
 deps:

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -29,12 +28,16 @@ MariaDB 10.6+ (source.flavor; auto prints both). Nothing is connected to.
 	path := configFlag(cmd)
 	flavor := cmd.Flags().String("flavor", "", "mysql | mariadb (default: source.flavor; auto prints both)")
 	consumed := cmd.Flags().Bool("consumed-event", false, "also print the consumed_event table of the idempotent consumer")
-	cmd.RunE = func(*cobra.Command, []string) error {
-		cfg, err := loadConfigFile(*path)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *path == "" {
+			return usageErr("--config FILE is required")
+		}
+		// nothing is connected to: the password's variable need not be set
+		cfg, err := config.LoadOffline(*path)
 		if err != nil {
 			return err
 		}
-		return printSchema(os.Stdout, cfg, *flavor, *consumed)
+		return printSchema(cmd.OutOrStdout(), cfg, *flavor, *consumed)
 	}
 	return cmd
 }

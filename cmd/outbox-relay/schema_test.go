@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -41,5 +43,32 @@ router:
 	}
 	if err := printSchema(&out, cfg, "oracle", false); err == nil {
 		t.Error("flavor oracle accepted")
+	}
+}
+
+// TestSchemaRunsWithoutSecrets: `schema` connects to nothing, so a
+// password variable that is not set (a workstation) and a password file
+// that is not there do not stop it.
+func TestSchemaRunsWithoutSecrets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(path, []byte(`name: alarms
+source:
+  hosts: ["db:3306"]
+  user: relay
+  password: ${RELAY_TEST_SCHEMA_NEVER_SET}
+  tables: ["app.outbox"]
+  server_id: 7
+kafka:
+  brokers: ["k:9092"]
+  sasl: {mechanism: PLAIN, user: relay, password_file: /nonexistent/kafka-password}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := execute([]string{"schema", "--config", path, "--flavor", "mariadb"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "CREATE TABLE `app`.`outbox`") {
+		t.Fatalf("no CREATE TABLE in:\n%s", stdout.String())
 	}
 }

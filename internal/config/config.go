@@ -355,6 +355,13 @@ func Load(path string) (Config, error) {
 
 // Parse is Load on bytes, with lookup standing in for the environment.
 func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
+	return parse(raw, lookup, nil)
+}
+
+// parse is Parse; a non-nil only limits the problems reported to the keys
+// it accepts (unset variables elsewhere expand to "") and skips reading
+// secret files (LoadOffline).
+func parse(raw []byte, lookup func(string) (string, bool), only func(key string) bool) (Config, error) {
 	doc, err := parseYAML(raw)
 	if err != nil {
 		return Config{}, err
@@ -363,12 +370,20 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, fmt.Errorf("%w: the file is empty: write at least name, source (hosts, user, server_id, tables) and kafka.brokers", ErrInvalid)
 	}
 	cfg := defaults()
-	d := &decoder{lookup: lookup}
+	d := &decoder{lookup: lookup, optional: func(key string) bool { return only != nil && !only(key) }}
 	d.decode("", doc.Content[0], reflect.ValueOf(&cfg).Elem())
 	cfg.Router.applyPreset()
 	// a key that failed to decode keeps its default: validation still
 	// reports every other problem
 	problems := d.errs
+	if only != nil {
+		problems = nil
+		for i, p := range d.errs {
+			if only(d.paths[i]) || !d.fromVariable(d.paths[i]) {
+				problems = append(problems, p)
+			}
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		ve, ok := err.(*ValidationError)
 		if !ok {
@@ -376,7 +391,7 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 		}
 		var left []string
 		for _, p := range ve.Problems {
-			if !d.failed(problemKey(p)) {
+			if !d.failed(problemKey(p)) && (only == nil || only(problemKey(p))) {
 				left = append(left, p)
 			}
 		}
@@ -387,6 +402,9 @@ func Parse(raw []byte, lookup func(string) (string, bool)) (Config, error) {
 	}
 	if len(problems) > 0 {
 		return Config{}, &ValidationError{Problems: problems}
+	}
+	if only != nil {
+		return cfg, nil
 	}
 	if err := cfg.readSecrets(); err != nil {
 		return Config{}, err

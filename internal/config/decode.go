@@ -13,9 +13,10 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// varRef matches ${VAR}: environment variable names are upper case, so
-// ${routedByValue} in router.topic_replacement is left alone; $${ escapes.
-var varRef = regexp.MustCompile(`\$?\$\{([A-Z_][A-Z0-9_]*)\}`)
+// varRef matches ${VAR} and ${VAR:-default}: environment variable names
+// are upper case, so ${routedByValue} in router.topic_replacement is left
+// alone; $${ escapes.
+var varRef = regexp.MustCompile(`\$?\$\{([A-Z_][A-Z0-9_]*)(:-[^}]*)?\}`)
 
 // decoder walks a parsed YAML document alongside the Config struct. It
 // expands ${VAR} inside each scalar value after parsing (so a value arrives
@@ -23,8 +24,11 @@ var varRef = regexp.MustCompile(`\$?\$\{([A-Z_][A-Z0-9_]*)\}`)
 // collects every problem with its key path and line.
 type decoder struct {
 	lookup func(string) (string, bool)
-	errs   []string
-	paths  []string // of errs
+	// optional reports the keys whose variables may be unset (LoadOffline):
+	// an unset one expands to "" there.
+	optional func(path string) bool
+	errs     []string
+	paths    []string // of errs
 	// expanded lists the values that came from environment variables, so
 	// that no error shows one (a secret in the wrong key would be printed
 	// as the bad value): each is shown as written, ${VAR}.
@@ -61,13 +65,24 @@ func (d *decoder) failed(key string) bool {
 	return false
 }
 
+// fromVariable reports whether key's value referred to a variable.
+func (d *decoder) fromVariable(key string) bool {
+	for _, e := range d.expanded {
+		if e.path == key {
+			return true
+		}
+	}
+	return false
+}
+
 func (d *decoder) fail(path string, n *yaml.Node, format string, a ...any) {
 	d.paths = append(d.paths, path)
 	d.errs = append(d.errs, fmt.Sprintf("%s (line %d): %s", path, n.Line, fmt.Sprintf(format, a...)))
 }
 
-// expand replaces ${VAR} in one scalar value; ok reports whether a
-// variable was referenced.
+// expand replaces ${VAR} and ${VAR:-default} in one scalar value; ok
+// reports whether a variable was referenced. As in sh, the default is used
+// when VAR is unset or empty.
 func (d *decoder) expand(path string, n *yaml.Node) (string, bool) {
 	used := false
 	out := varRef.ReplaceAllStringFunc(n.Value, func(m string) string {
@@ -75,9 +90,13 @@ func (d *decoder) expand(path string, n *yaml.Node) (string, bool) {
 			return m[1:] // $${X} is the literal ${X}
 		}
 		used = true
-		name := varRef.FindStringSubmatch(m)[1]
+		sub := varRef.FindStringSubmatch(m)
+		name, def := sub[1], sub[2]
 		v, ok := d.lookup(name)
-		if !ok {
+		switch {
+		case def != "" && v == "":
+			return def[len(":-"):]
+		case !ok && (d.optional == nil || !d.optional(path)):
 			d.fail(path, n, "environment variable %s is not set: export it, or write $${%s} for a literal ${%s}", name, name, name)
 		}
 		return v
@@ -143,6 +162,10 @@ func (d *decoder) decode(path string, n *yaml.Node, out reflect.Value) {
 			out.Set(reflect.Zero(t))
 			return
 		}
+		if n.Kind == yaml.ScalarNode && t.Elem().Kind() == reflect.String && d.refersToVariable(n.Value) {
+			d.list(path, n, out)
+			return
+		}
 		if n.Kind != yaml.SequenceNode {
 			d.fail(path, n, "got %s: %s", kindName(n), hint(t))
 			return
@@ -172,6 +195,39 @@ func (d *decoder) decode(path string, n *yaml.Node, out reflect.Value) {
 	default:
 		d.scalar(path, n, out)
 	}
+}
+
+// refersToVariable reports whether v holds a ${VAR} reference ($${VAR} is
+// a literal).
+func (d *decoder) refersToVariable(v string) bool {
+	for _, m := range varRef.FindAllString(v, -1) {
+		if !strings.HasPrefix(m, "$$") {
+			return true
+		}
+	}
+	return false
+}
+
+// list decodes a list of strings written as one value that refers to
+// variables, such as brokers: ${KAFKA_BROKERS} holding "a:9092,b:9092":
+// the expanded text, split at commas, each element trimmed; an empty text
+// is an empty list. An element's error shows the value as written.
+func (d *decoder) list(path string, n *yaml.Node, out reflect.Value) {
+	v, _ := d.expand(path, n)
+	d.expanded = append(d.expanded, expandedValue{path: path, value: v, raw: n.Value})
+	var elems []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			elems = append(elems, e)
+		}
+	}
+	s := reflect.MakeSlice(out.Type(), len(elems), len(elems))
+	for i, e := range elems {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		d.expanded = append(d.expanded, expandedValue{path: p, value: e, raw: n.Value})
+		s.Index(i).SetString(e)
+	}
+	out.Set(s)
 }
 
 // scalar decodes one value: a referenced variable's text arrives exactly in
