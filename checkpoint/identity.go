@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -84,15 +85,47 @@ func IDString(id kadm.TopicID) string {
 // than retention.ms would lose its position). A policy the principal may not
 // describe is not checked (least privilege: DESCRIBE_CONFIGS is not among
 // the relay's grants).
+//
+// A topic just created (EnsureTopic) may be unknown to the broker asked for
+// a moment (Apache Kafka propagates the metadata after it answered the
+// creation): Describe asks again while the answer is a retriable Kafka
+// error, for at most DescribeWait, then returns that error.
 func (s *Store) Describe(ctx context.Context, adm *kadm.Client) (TopicState, error) {
+	wait := s.describeWait
+	if wait == 0 {
+		wait = DescribeWait
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		st, err := s.describe(ctx, adm)
+		var ke *kerr.Error
+		if err == nil || !errors.As(err, &ke) || !ke.Retriable || !time.Now().Before(deadline) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// DescribeWait is how long Describe asks again while the checkpoint topic
+// is not yet known to the broker it asks.
+const DescribeWait = 15 * time.Second
+
+func (s *Store) describe(ctx context.Context, adm *kadm.Client) (TopicState, error) {
 	var st TopicState
 	details, err := adm.ListTopics(ctx, s.topic)
 	if err != nil {
 		return st, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, err)
 	}
 	d, ok := details[s.topic]
-	if !ok || d.Err != nil {
-		return st, fmt.Errorf("describe checkpoint topic %s: %v", s.topic, d.Err)
+	if !ok {
+		return st, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, kerr.UnknownTopicOrPartition)
+	}
+	if d.Err != nil {
+		return st, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, d.Err)
 	}
 	st.ID = d.ID
 	if n := len(d.Partitions); n != 1 {

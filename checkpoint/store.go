@@ -21,6 +21,9 @@ type Store struct {
 	// txnOnly: Load accepts only a checkpoint written in a transaction
 	// (see TransactionalOnly).
 	txnOnly bool
+	// describeWait bounds Describe's wait for a topic just created; 0:
+	// DescribeWait.
+	describeWait time.Duration
 }
 
 // NewStore returns a store for topic; opts carry the connection settings.

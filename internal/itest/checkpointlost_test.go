@@ -169,9 +169,11 @@ func TestCheckpointTopicRecreatedStopsAtRestart(t *testing.T) {
 }
 
 // The checkpoint topic is deleted and created again with other settings
-// while the relay runs: not compacted (the broker would delete checkpoints
-// by age), or with more than one partition. The relay stops naming the
-// topic and the setting, never starting over.
+// while the relay is stopped: not compacted (the broker would delete
+// checkpoints by age), or with more than one partition. The next start
+// stops naming the topic and the setting, never starting over. (Deleted
+// while the relay runs, the relay's next attempt may create the topic
+// again before anyone else: TestCheckpointTopicDeletedStopsWithoutFallback.)
 func TestCheckpointTopicRecreatedWithOtherSettingsStops(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -191,11 +193,15 @@ func TestCheckpointTopicRecreatedWithOtherSettingsStops(t *testing.T) {
 				t.Fatal(err)
 			}
 			WaitCheckpoint(t, cfg, Head(t, s.DB), time.Minute)
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
 			deleteTopic(t, k, cfg.Kafka.CheckpointTopic)
 			createTopic(t, k, cfg.Kafka.CheckpointTopic, tc.partitions, map[string]*string{"cleanup.policy": kadm.StringPtr(tc.policy)})
 			if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 5, Tag: "b"}); err != nil {
 				t.Fatal(err)
 			}
+			r = RunRelay(t, cfg)
 			err := r.StoppedWith(t)
 			t.Logf("the relay stopped: %v", err)
 			if !errors.Is(err, checkpoint.ErrTopicLayout) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), cfg.Kafka.CheckpointTopic) {
