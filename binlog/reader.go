@@ -281,13 +281,17 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	// Runs before syncer.Close: go-mysql's Close waits for its reading
 	// goroutine, which may wait on the read-ahead bound (conn.go).
 	defer r.ahead.release()
-	stopWatch := watch.start(3 * r.cfg.HeartbeatPeriod)
-	defer stopWatch()
 	stream, err := syncer.StartSyncGTID(set)
 	if err != nil {
 		return guard.or(mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, phaseErr(&repl, err))))
 	}
 	setPhase(&repl, phaseStream)
+	// The silence bound watches the stream only: until it starts, each
+	// wait has its phase's bound (deadline.go), which names the phase and
+	// the host (the watchdog, shorter by default, would cut a hung
+	// registration short as a bare closed connection).
+	stopWatch := watch.start(3 * r.cfg.HeartbeatPeriod)
+	defer stopWatch()
 	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
 	for {
 		r.ahead.waiting(true)

@@ -30,7 +30,13 @@ const (
 	// HangAtFirstQuery passes the login and hangs the first command (the
 	// first client packet with sequence number 0).
 	HangAtFirstQuery
+	// HangAtRegister passes everything but a replica's registration
+	// (COM_REGISTER_SLAVE): the server answers the relay's queries, and
+	// never starts a binlog stream.
+	HangAtRegister
 )
+
+const comRegisterSlave = 0x15
 
 // HungSource is the proxy; Addr is where clients connect.
 type HungSource struct {
@@ -155,6 +161,8 @@ func (p *HungSource) pass(dst io.Writer, src io.Reader, frozen chan struct{}, fr
 		case p.at == HangAtLogin && (!fromServer || n > 0):
 			hang = true // the greeting passes, nothing after it
 		case p.at == HangAtFirstQuery && !fromServer && hdr[3] == 0:
+			hang = true
+		case p.at == HangAtRegister && !fromServer && hdr[3] == 0 && size > 0 && buf[4] == comRegisterSlave:
 			hang = true
 		}
 		select {

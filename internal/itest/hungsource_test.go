@@ -32,6 +32,9 @@ var hangPoints = []struct {
 	{"logs in and never answers the first query", HangAtFirstQuery, "query on"},
 }
 
+// phaseRegister is the phase of a replication connection's registration.
+const phaseRegister = "start the binlog stream on"
+
 // hungTimings are short source bounds, so that the tests wait little.
 func hungTimings(cfg *config.Config) {
 	cfg.Source.ConnectTimeout = time.Second
@@ -41,10 +44,21 @@ func hungTimings(cfg *config.Config) {
 // noAnswer is what the relay says of hung at phase.
 func noAnswer(phase string, hung *HungSource, cfg config.Config) string {
 	limit := cfg.Source.ConnectTimeout
-	if phase == "query on" {
+	if phase == "query on" || phase == phaseRegister {
 		limit = cfg.Source.QueryTimeout
 	}
 	return fmt.Sprintf("%s %s: no answer within %s", phase, hung.Addr, limit)
+}
+
+// grepLines returns the last n lines of logs that contain want.
+func grepLines(logs, want string, n int) string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, want) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-n):], "\n")
 }
 
 // warnings counts the warn-level log lines that contain want.
@@ -80,6 +94,51 @@ func TestRunFailsOverFromASourceHostThatDoesNotAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 			WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+			if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); !rep.OK() || rep.Received == 0 {
+				t.Fatal(rep)
+			}
+		})
+	}
+}
+
+// With source.hosts [host, good] where host answers every query but never
+// starts a binlog stream (its registration as a replica hangs), the relay
+// gives the host up within source.query_timeout, says so naming the host
+// and the phase, and streams from the next one instead of choosing the
+// same host again and again: every row is published once. Whether the
+// stream's silence bound (3 x source.heartbeat_period, 15s by default) is
+// shorter than source.query_timeout (30s by default) or not.
+func TestRunFailsOverFromASourceHostThatNeverStartsTheBinlogStream(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		heartbeat time.Duration
+	}{
+		{"silence bound past the query bound", 5 * time.Second},
+		{"silence bound within the query bound", 250 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, s, cfg := env.Pipeline(t)
+			hungTimings(&cfg)
+			cfg.Source.HeartbeatPeriod = tc.heartbeat
+			hung := StartHungSource(t, env.DB.Addr, HangAtRegister)
+			cfg.Source.Hosts = []string{hung.Addr, env.DB.Addr}
+			p := RunRelay(t, cfg)
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("the relay's warnings:\n%s", grepLines(p.Logs(), `"level":"warn"`, 20))
+				}
+			})
+			p.WaitReady(t) // the start position is pinned: the rows below come after it
+			if _, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20}); err != nil {
+				t.Fatal(err)
+			}
+			began := time.Now()
+			WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+			t.Logf("published through the second host %s after the writes", time.Since(began).Round(time.Millisecond))
+			want := noAnswer(phaseRegister, hung, cfg)
+			if warnings(p.Logs(), want) == 0 {
+				t.Fatalf("no warning %q", want)
+			}
 			if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); !rep.OK() || rep.Received == 0 {
 				t.Fatal(rep)
 			}
