@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,7 +150,15 @@ type Reader struct {
 	// file and pos: the end of the last event read (see ReadPosition).
 	file atomic.Pointer[string]
 	pos  atomic.Uint32
+	// streaming is closed at the first event of the stream (see Streaming).
+	streaming     chan struct{}
+	streamingOnce sync.Once
 }
+
+// Streaming is closed once Run has received the first event of its binlog
+// stream: the server has logged the relay in, registered it as a replica
+// and started sending its binlog. Until then the reader only connects.
+func (r *Reader) Streaming() <-chan struct{} { return r.streaming }
 
 // ReadPosition is the binlog file and offset after the last event the
 // reader has read ("" before the server named its file). Safe to call while
@@ -198,7 +207,7 @@ func NewReader(cfg Config, srv *Server, tracker *schema.Tracker, logger *slog.Lo
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Reader{cfg: cfg, srv: srv, tables: tables, logger: logger, tracker: tracker,
-		ahead: newReadAhead(readAheadBytes)}
+		ahead: newReadAhead(readAheadBytes), streaming: make(chan struct{})}
 }
 
 func (r *Reader) captured(schema, table []byte) bool {
@@ -306,6 +315,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			}
 			return guard.or(mapStreamErr(fmt.Errorf("read binlog: %w", err)))
 		}
+		r.streamingOnce.Do(func() { close(r.streaming) })
 		// Take everything already decoded along with it: one hand-off per
 		// burst, not per event, and no waiting for more when there is none.
 		more := stream.DumpEvents()

@@ -270,6 +270,43 @@ func TestRelayWithAFrozenSourceHostSaysSoAndStops(t *testing.T) {
 	}
 }
 
+// A single source host that answers every query but never starts a binlog
+// stream (its registration as a replica hangs): the relay is never ready
+// (it streams nothing), /healthz fails once it has been connecting past
+// http.stall_timeout, naming the host and the phase, and SIGTERM ends it
+// at once.
+func TestRelayWhoseSourceNeverStartsTheBinlogStreamIsNeitherReadyNorHealthy(t *testing.T) {
+	_, _, cfg := env.Pipeline(t)
+	hungTimings(&cfg)
+	cfg.Kafka.RequestTimeout = 3 * time.Second
+	cfg.HTTP.StallTimeout = 5 * time.Second
+	cfg.HTTP.Listen = freeAddr(t)
+	hung := StartHungSource(t, env.DB.Addr, HangAtRegister)
+	cfg.Source.Hosts = []string{hung.Addr}
+	p := env.StartProc(t, WriteConfig(t, cfg))
+	began := time.Now()
+	want := noAnswer(phaseRegister, hung, cfg)
+	Eventually(t, time.Minute, func() error {
+		if p.Exited() {
+			t.Fatalf("relay exited: %s", p.Output())
+		}
+		if code, body := httpGet(t, "http://"+cfg.HTTP.Listen+"/readyz"); code == http.StatusOK {
+			t.Fatalf("/readyz %d %q %s after the start: ready without a binlog stream", code, body, time.Since(began).Round(time.Millisecond))
+		}
+		code, body := httpGet(t, "http://"+cfg.HTTP.Listen+"/healthz")
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "connecting for") || !strings.Contains(body, want) {
+			return fmt.Errorf("/healthz %d %q", code, body)
+		}
+		return nil
+	})
+	t.Logf("/healthz 503 %s after the start", time.Since(began).Round(time.Millisecond))
+	stopped := time.Now()
+	code, err := p.Terminate(10 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("SIGTERM: exit %d (%v) after %s", code, err, time.Since(stopped))
+	}
+}
+
 // `check` against a hung host says what it checks as it goes and fails
 // within the bounds, naming the host and the phase.
 func TestCheckNamesASourceHostThatDoesNotAnswer(t *testing.T) {
