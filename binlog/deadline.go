@@ -237,6 +237,15 @@ func Broken(conn *client.Conn, err error) bool {
 	return err != nil && (noAnswer(conn) != nil || errors.Is(err, mysql.ErrBadConn))
 }
 
+// connContext is the context whose end closes conn (Connect's), for the
+// connections a query on conn leads to; Background when conn has none.
+func connContext(conn *client.Conn) context.Context {
+	if c := sourceConnOf(conn); c != nil {
+		return c.ctx
+	}
+	return context.Background()
+}
+
 // sourceConnOf finds the sourceConn under conn, under its TLS layer and
 // login guards too.
 func sourceConnOf(conn *client.Conn) *sourceConn {

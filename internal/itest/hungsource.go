@@ -51,6 +51,7 @@ type HungSource struct {
 	closed   bool
 	conns    []net.Conn
 	accepted int
+	held     int // registrations held (HangAtRegister)
 }
 
 // StartHungSource starts a proxy to target that hangs at at.
@@ -84,6 +85,13 @@ func (p *HungSource) Thaw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.frozen = make(chan struct{})
+}
+
+// Registrations is how many replica registrations HangAtRegister holds.
+func (p *HungSource) Registrations() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 // Accepted is how many connections the proxy has accepted.
@@ -164,6 +172,9 @@ func (p *HungSource) pass(dst io.Writer, src io.Reader, frozen chan struct{}, fr
 			hang = true
 		case p.at == HangAtRegister && !fromServer && hdr[3] == 0 && size > 0 && buf[4] == comRegisterSlave:
 			hang = true
+			p.mu.Lock()
+			p.held++
+			p.mu.Unlock()
 		}
 		select {
 		case <-frozen:

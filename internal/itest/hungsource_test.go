@@ -202,6 +202,37 @@ func TestSIGTERMEndsARelayWaitingOnASourceHostThatDoesNotAnswer(t *testing.T) {
 	}
 }
 
+// SIGTERM while the relay tries a replication connection to learn whether
+// the server grants REPLICATION SLAVE (the grants do not show it) and the
+// host never starts that stream (bounds far away): the process ends at
+// once, cleanly.
+func TestSIGTERMEndsARelayWhosePrivilegeTryWaitsOnTheSource(t *testing.T) {
+	db := startServer(t, nil)
+	k := StartKafka(t)
+	cfg := env.RelayConfig(k, "app.outbox")
+	cfg.Source.User, cfg.Source.Password = "weak", "weak-pw" // SELECT only: the relay tries the replication connection
+	cfg.Source.ConnectTimeout = 5 * time.Minute
+	cfg.Source.QueryTimeout = 5 * time.Minute
+	hung := StartHungSource(t, db.Addr, HangAtRegister)
+	cfg.Source.Hosts = []string{hung.Addr}
+	p := env.StartProc(t, WriteConfig(t, cfg))
+	Eventually(t, time.Minute, func() error {
+		if p.Exited() {
+			t.Fatalf("relay exited: %s", p.Output())
+		}
+		if hung.Registrations() == 0 {
+			return errors.New("the relay has not tried a replication connection yet")
+		}
+		return nil
+	})
+	began := time.Now()
+	code, err := p.Terminate(10 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("SIGTERM: exit %d (%v) after %s:\n%s", code, err, time.Since(began), p.Output())
+	}
+	t.Logf("exited 0 %s after SIGTERM", time.Since(began).Round(time.Millisecond))
+}
+
 // A single source host that freezes mid-stream (a SIGSTOPped mysqld: the
 // kernel still accepts connections, nothing answers): the silent stream is
 // dropped, each reconnect gives up within source.connect_timeout with a
