@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
 // Deadlines on every connection to the source. A host that accepts TCP and
@@ -225,6 +226,24 @@ func noAnswer(conn *client.Conn) error {
 		return fmt.Errorf("%s: %w", c.addr, context.Cause(c.ctx))
 	}
 	return nil
+}
+
+// Broken reports whether err, from a query on conn, leaves conn unusable:
+// a bound expired on it or its caller ended (every later wait fails the
+// same way), or the connection failed (go-mysql's ErrBadConn: closed,
+// killed by the server, reset). An error the server answered with leaves
+// it usable.
+func Broken(conn *client.Conn, err error) bool {
+	return err != nil && (noAnswer(conn) != nil || errors.Is(err, mysql.ErrBadConn))
+}
+
+// connContext is the context whose end closes conn (Connect's), for the
+// connections a query on conn leads to; Background when conn has none.
+func connContext(conn *client.Conn) context.Context {
+	if c := sourceConnOf(conn); c != nil {
+		return c.ctx
+	}
+	return context.Background()
 }
 
 // sourceConnOf finds the sourceConn under conn, under its TLS layer and

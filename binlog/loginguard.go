@@ -121,6 +121,34 @@ func (lg *loginGuard) or(err error) error {
 	return err
 }
 
+// orGrown is or, except that a packet over a bound derived from the
+// server's max_allowed_packet, when the server's max_allowed_packet has
+// grown since (SET GLOBAL while the relay runs), is an error that passes:
+// a new connection derives the larger bound (a configuration stop would
+// wait for an operator although a new connection reads the packet).
+func (lg *loginGuard) orGrown(ctx context.Context, err error) error {
+	err = lg.or(err)
+	var ge *guardError
+	if !errors.As(err, &ge) || ge.derived <= 0 || !errors.Is(ge, ErrPacketBound) {
+		return err
+	}
+	conn, cerr := Connect(ctx, lg.cfg, lg.addr)
+	if cerr != nil {
+		return err
+	}
+	defer conn.Close()
+	rows, qerr := Query(conn, "SELECT @@GLOBAL.max_allowed_packet")
+	var n int64
+	if qerr != nil || len(rows) != 1 || len(rows[0]) != 1 {
+		return err
+	}
+	if _, serr := fmt.Sscan(rows[0][0], &n); serr != nil || n <= ge.derived {
+		return err
+	}
+	return fmt.Errorf("the server's max_allowed_packet grew from %d to %d since the connection to %s derived its bound from it: "+
+		"reading again with the new bound (%v)", ge.derived, n, lg.addr, ge)
+}
+
 // bound learns the bound of c's packets (cfg.MaxPacketBytes, else from the
 // server's max_allowed_packet) and applies it; on a TLS connection it puts
 // a guard on top of the TLS layer. Call it right after the login, before
@@ -141,6 +169,7 @@ func (lg *loginGuard) bound(c *client.Conn) error {
 		lg.mu.Unlock()
 	}
 	limit, how := lg.cfg.MaxPacketBytes, "source.max_packet_bytes"
+	var derived int64
 	if limit <= 0 {
 		limit, how = maxPacketCap, "the relay's cap: the server's max_allowed_packet could not be read"
 		rows, err := Query(c, "SELECT @@max_allowed_packet")
@@ -150,12 +179,13 @@ func (lg *loginGuard) bound(c *client.Conn) error {
 		var n int64
 		if err == nil && len(rows) == 1 && len(rows[0]) == 1 {
 			if _, err := fmt.Sscan(rows[0][0], &n); err == nil && n > 0 {
-				limit = min(2*n+packetHeadroom, maxPacketCap)
+				limit, derived = min(2*n+packetHeadroom, maxPacketCap), n
 				how = fmt.Sprintf("source.max_packet_bytes unset: twice the server's max_allowed_packet %d plus %d", n, packetHeadroom)
 			}
 		}
 	}
 	g.st.setLimit(limit, how)
+	g.st.derived.Store(derived)
 	return nil
 }
 
@@ -170,7 +200,12 @@ func findGuard(nc net.Conn) (g *guardConn, secure bool) {
 }
 
 // guardError is a refusal of the guard; it wraps a sentinel above.
-type guardError struct{ err error }
+// derived is the server's max_allowed_packet the refused bound came from
+// (0: source.max_packet_bytes, the cap, or a login packet).
+type guardError struct {
+	err     error
+	derived int64
+}
 
 func (e *guardError) Error() string { return e.err.Error() }
 func (e *guardError) Unwrap() error { return e.err }
@@ -188,10 +223,11 @@ type guardState struct {
 	addr string
 	cfg  Config
 
-	limit atomic.Int64
-	mu    sync.Mutex
-	how   string // where limit comes from, for the error
-	err   atomic.Pointer[guardError]
+	limit   atomic.Int64
+	derived atomic.Int64 // the max_allowed_packet limit came from, 0 if none
+	mu      sync.Mutex
+	how     string // where limit comes from, for the error
+	err     atomic.Pointer[guardError]
 
 	mode int
 
@@ -260,7 +296,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 
 // refuse records err, closes the connection and returns the refusal.
 func (g *guardConn) refuse(err error) error {
-	g.st.err.CompareAndSwap(nil, &guardError{err: err})
+	g.st.err.CompareAndSwap(nil, &guardError{err: err, derived: g.st.derived.Load()})
 	_ = g.Conn.Close()
 	return g.st.err.Load()
 }

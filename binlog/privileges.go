@@ -110,7 +110,8 @@ func CheckPrivileges(conn *client.Conn, cfg Config, addr, flavor string) (Privil
 		case "REPLICATION CLIENT":
 			ok, err = tryShowBinaryLogs(conn)
 		case "REPLICATION SLAVE":
-			ok, err = TryReplicationConnection(cfg, addr, flavor)
+			// Ends with conn's caller (a stop), as the queries on conn do.
+			ok, err = tryReplicationConnection(connContext(conn), cfg, addr, flavor)
 		}
 		if err != nil {
 			return p, fmt.Errorf("try %s: %w", miss, err)
@@ -169,6 +170,11 @@ func tryShowBinaryLogs(conn *client.Conn) (bool, error) {
 // (from an empty GTID set, reading no event), which needs REPLICATION
 // SLAVE: (false, nil) when the server refuses the privilege.
 func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
+	return tryReplicationConnection(context.Background(), cfg, addr, flavor)
+}
+
+// tryReplicationConnection is TryReplicationConnection until ctx ends.
+func tryReplicationConnection(ctx context.Context, cfg Config, addr, flavor string) (bool, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false, fmt.Errorf("address %q: %w", addr, err)
@@ -187,7 +193,7 @@ func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
 		ServerID: ProbeServerID(), Flavor: flavor, Host: host, Port: uint16(port),
 		User: cfg.User, Password: cfg.Password, TLSConfig: tlsFor(cfg.TLS, addr),
 		DisableRetrySync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Dialer:              guard.dial(syncerDialer(context.Background(), cfg, func(c *sourceConn) { repl.Store(c) })),
+		Dialer:              guard.dial(syncerDialer(ctx, cfg, func(c *sourceConn) { repl.Store(c) })),
 		Option:              func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
 		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
 	})

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,7 +150,15 @@ type Reader struct {
 	// file and pos: the end of the last event read (see ReadPosition).
 	file atomic.Pointer[string]
 	pos  atomic.Uint32
+	// streaming is closed at the first event of the stream (see Streaming).
+	streaming     chan struct{}
+	streamingOnce sync.Once
 }
+
+// Streaming is closed once Run has received the first event of its binlog
+// stream: the server has logged the relay in, registered it as a replica
+// and started sending its binlog. Until then the reader only connects.
+func (r *Reader) Streaming() <-chan struct{} { return r.streaming }
 
 // ReadPosition is the binlog file and offset after the last event the
 // reader has read ("" before the server named its file). Safe to call while
@@ -198,7 +207,7 @@ func NewReader(cfg Config, srv *Server, tracker *schema.Tracker, logger *slog.Lo
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Reader{cfg: cfg, srv: srv, tables: tables, logger: logger, tracker: tracker,
-		ahead: newReadAhead(readAheadBytes)}
+		ahead: newReadAhead(readAheadBytes), streaming: make(chan struct{})}
 }
 
 func (r *Reader) captured(schema, table []byte) bool {
@@ -281,13 +290,17 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	// Runs before syncer.Close: go-mysql's Close waits for its reading
 	// goroutine, which may wait on the read-ahead bound (conn.go).
 	defer r.ahead.release()
-	stopWatch := watch.start(3 * r.cfg.HeartbeatPeriod)
-	defer stopWatch()
 	stream, err := syncer.StartSyncGTID(set)
 	if err != nil {
 		return guard.or(mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, phaseErr(&repl, err))))
 	}
 	setPhase(&repl, phaseStream)
+	// The silence bound watches the stream only: until it starts, each
+	// wait has its phase's bound (deadline.go), which names the phase and
+	// the host (the watchdog, shorter by default, would cut a hung
+	// registration short as a bare closed connection).
+	stopWatch := watch.start(3 * r.cfg.HeartbeatPeriod)
+	defer stopWatch()
 	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
 	for {
 		r.ahead.waiting(true)
@@ -300,8 +313,9 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			if watch.fired.Load() {
 				err = fmt.Errorf("%w (no data, not even a heartbeat, for %s)", err, 3*r.cfg.HeartbeatPeriod)
 			}
-			return guard.or(mapStreamErr(fmt.Errorf("read binlog: %w", err)))
+			return guard.orGrown(ctx, mapStreamErr(fmt.Errorf("read binlog: %w", err)))
 		}
+		r.streamingOnce.Do(func() { close(r.streaming) })
 		// Take everything already decoded along with it: one hand-off per
 		// burst, not per event, and no waiting for more when there is none.
 		more := stream.DumpEvents()

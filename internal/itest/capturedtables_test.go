@@ -162,3 +162,49 @@ func TestMissingCapturedTableWarns(t *testing.T) {
 		return nil
 	})
 }
+
+// The relay samples the source on a connection of its own (binlog
+// retention, captured tables that do not exist). When that connection
+// drops while the relay is caught up (a DBA's KILL, a proxy, a query past
+// source.query_timeout), the next sample connects again: a table created
+// afterwards is seen, not reported missing for good.
+func TestMissingCapturedTableSeenCreatedAfterTheSampleConnectionDrops(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	typo := s.Name + ".outbx"
+	cfg.Source.Tables = append(cfg.Source.Tables, typo)
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	Eventually(t, 30*time.Second, func() error {
+		if v := tableMissing(t, r.Metrics, typo); v != 1 {
+			return fmt.Errorf("outbox_relay_captured_table_missing{table=%q} = %v", typo, v)
+		}
+		return nil
+	})
+	// Every connection of the relay's user but the binlog stream's: the
+	// sample connection.
+	killed := 0
+	rows, err := env.DB.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = '" + cfg.Source.User + "' AND COMMAND <> 'Binlog Dump'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		if err := env.DB.Exec("KILL CONNECTION " + row[0]); err == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatal("no sample connection to kill")
+	}
+	if err := env.DB.Exec("CREATE TABLE " + typo + " LIKE " + s.Table()); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, func() error {
+		if v := tableMissing(t, r.Metrics, typo); v != 0 {
+			return fmt.Errorf("outbox_relay_captured_table_missing{table=%q} = %v once created", typo, v)
+		}
+		if !strings.Contains(r.Logs(), "captured table exists now") {
+			return fmt.Errorf("no line says %s exists now", typo)
+		}
+		return nil
+	})
+}

@@ -30,7 +30,13 @@ const (
 	// HangAtFirstQuery passes the login and hangs the first command (the
 	// first client packet with sequence number 0).
 	HangAtFirstQuery
+	// HangAtRegister passes everything but a replica's registration
+	// (COM_REGISTER_SLAVE): the server answers the relay's queries, and
+	// never starts a binlog stream.
+	HangAtRegister
 )
+
+const comRegisterSlave = 0x15
 
 // HungSource is the proxy; Addr is where clients connect.
 type HungSource struct {
@@ -45,6 +51,7 @@ type HungSource struct {
 	closed   bool
 	conns    []net.Conn
 	accepted int
+	held     int // registrations held (HangAtRegister)
 }
 
 // StartHungSource starts a proxy to target that hangs at at.
@@ -78,6 +85,13 @@ func (p *HungSource) Thaw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.frozen = make(chan struct{})
+}
+
+// Registrations is how many replica registrations HangAtRegister holds.
+func (p *HungSource) Registrations() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 // Accepted is how many connections the proxy has accepted.
@@ -156,6 +170,11 @@ func (p *HungSource) pass(dst io.Writer, src io.Reader, frozen chan struct{}, fr
 			hang = true // the greeting passes, nothing after it
 		case p.at == HangAtFirstQuery && !fromServer && hdr[3] == 0:
 			hang = true
+		case p.at == HangAtRegister && !fromServer && hdr[3] == 0 && size > 0 && buf[4] == comRegisterSlave:
+			hang = true
+			p.mu.Lock()
+			p.held++
+			p.mu.Unlock()
 		}
 		select {
 		case <-frozen:

@@ -32,6 +32,9 @@ var hangPoints = []struct {
 	{"logs in and never answers the first query", HangAtFirstQuery, "query on"},
 }
 
+// phaseRegister is the phase of a replication connection's registration.
+const phaseRegister = "start the binlog stream on"
+
 // hungTimings are short source bounds, so that the tests wait little.
 func hungTimings(cfg *config.Config) {
 	cfg.Source.ConnectTimeout = time.Second
@@ -41,10 +44,21 @@ func hungTimings(cfg *config.Config) {
 // noAnswer is what the relay says of hung at phase.
 func noAnswer(phase string, hung *HungSource, cfg config.Config) string {
 	limit := cfg.Source.ConnectTimeout
-	if phase == "query on" {
+	if phase == "query on" || phase == phaseRegister {
 		limit = cfg.Source.QueryTimeout
 	}
 	return fmt.Sprintf("%s %s: no answer within %s", phase, hung.Addr, limit)
+}
+
+// grepLines returns the last n lines of logs that contain want.
+func grepLines(logs, want string, n int) string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, want) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-n):], "\n")
 }
 
 // warnings counts the warn-level log lines that contain want.
@@ -80,6 +94,51 @@ func TestRunFailsOverFromASourceHostThatDoesNotAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 			WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+			if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); !rep.OK() || rep.Received == 0 {
+				t.Fatal(rep)
+			}
+		})
+	}
+}
+
+// With source.hosts [host, good] where host answers every query but never
+// starts a binlog stream (its registration as a replica hangs), the relay
+// gives the host up within source.query_timeout, says so naming the host
+// and the phase, and streams from the next one instead of choosing the
+// same host again and again: every row is published once. Whether the
+// stream's silence bound (3 x source.heartbeat_period, 15s by default) is
+// shorter than source.query_timeout (30s by default) or not.
+func TestRunFailsOverFromASourceHostThatNeverStartsTheBinlogStream(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		heartbeat time.Duration
+	}{
+		{"silence bound past the query bound", 5 * time.Second},
+		{"silence bound within the query bound", 250 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, s, cfg := env.Pipeline(t)
+			hungTimings(&cfg)
+			cfg.Source.HeartbeatPeriod = tc.heartbeat
+			hung := StartHungSource(t, env.DB.Addr, HangAtRegister)
+			cfg.Source.Hosts = []string{hung.Addr, env.DB.Addr}
+			p := RunRelay(t, cfg)
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("the relay's warnings:\n%s", grepLines(p.Logs(), `"level":"warn"`, 20))
+				}
+			})
+			p.WaitReady(t) // the start position is pinned: the rows below come after it
+			if _, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20}); err != nil {
+				t.Fatal(err)
+			}
+			began := time.Now()
+			WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+			t.Logf("published through the second host %s after the writes", time.Since(began).Round(time.Millisecond))
+			want := noAnswer(phaseRegister, hung, cfg)
+			if warnings(p.Logs(), want) == 0 {
+				t.Fatalf("no warning %q", want)
+			}
 			if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); !rep.OK() || rep.Received == 0 {
 				t.Fatal(rep)
 			}
@@ -141,6 +200,37 @@ func TestSIGTERMEndsARelayWaitingOnASourceHostThatDoesNotAnswer(t *testing.T) {
 			t.Logf("exited 0 %s after SIGTERM", time.Since(began).Round(time.Millisecond))
 		})
 	}
+}
+
+// SIGTERM while the relay tries a replication connection to learn whether
+// the server grants REPLICATION SLAVE (the grants do not show it) and the
+// host never starts that stream (bounds far away): the process ends at
+// once, cleanly.
+func TestSIGTERMEndsARelayWhosePrivilegeTryWaitsOnTheSource(t *testing.T) {
+	db := startServer(t, nil)
+	k := StartKafka(t)
+	cfg := env.RelayConfig(k, "app.outbox")
+	cfg.Source.User, cfg.Source.Password = "weak", "weak-pw" // SELECT only: the relay tries the replication connection
+	cfg.Source.ConnectTimeout = 5 * time.Minute
+	cfg.Source.QueryTimeout = 5 * time.Minute
+	hung := StartHungSource(t, db.Addr, HangAtRegister)
+	cfg.Source.Hosts = []string{hung.Addr}
+	p := env.StartProc(t, WriteConfig(t, cfg))
+	Eventually(t, time.Minute, func() error {
+		if p.Exited() {
+			t.Fatalf("relay exited: %s", p.Output())
+		}
+		if hung.Registrations() == 0 {
+			return errors.New("the relay has not tried a replication connection yet")
+		}
+		return nil
+	})
+	began := time.Now()
+	code, err := p.Terminate(10 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("SIGTERM: exit %d (%v) after %s:\n%s", code, err, time.Since(began), p.Output())
+	}
+	t.Logf("exited 0 %s after SIGTERM", time.Since(began).Round(time.Millisecond))
 }
 
 // A single source host that freezes mid-stream (a SIGSTOPped mysqld: the
@@ -208,6 +298,43 @@ func TestRelayWithAFrozenSourceHostSaysSoAndStops(t *testing.T) {
 	}
 	if _, err := p.Terminate(time.Minute); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A single source host that answers every query but never starts a binlog
+// stream (its registration as a replica hangs): the relay is never ready
+// (it streams nothing), /healthz fails once it has been connecting past
+// http.stall_timeout, naming the host and the phase, and SIGTERM ends it
+// at once.
+func TestRelayWhoseSourceNeverStartsTheBinlogStreamIsNeitherReadyNorHealthy(t *testing.T) {
+	_, _, cfg := env.Pipeline(t)
+	hungTimings(&cfg)
+	cfg.Kafka.RequestTimeout = 3 * time.Second
+	cfg.HTTP.StallTimeout = 5 * time.Second
+	cfg.HTTP.Listen = freeAddr(t)
+	hung := StartHungSource(t, env.DB.Addr, HangAtRegister)
+	cfg.Source.Hosts = []string{hung.Addr}
+	p := env.StartProc(t, WriteConfig(t, cfg))
+	began := time.Now()
+	want := noAnswer(phaseRegister, hung, cfg)
+	Eventually(t, time.Minute, func() error {
+		if p.Exited() {
+			t.Fatalf("relay exited: %s", p.Output())
+		}
+		if code, body := httpGet(t, "http://"+cfg.HTTP.Listen+"/readyz"); code == http.StatusOK {
+			t.Fatalf("/readyz %d %q %s after the start: ready without a binlog stream", code, body, time.Since(began).Round(time.Millisecond))
+		}
+		code, body := httpGet(t, "http://"+cfg.HTTP.Listen+"/healthz")
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "connecting for") || !strings.Contains(body, want) {
+			return fmt.Errorf("/healthz %d %q", code, body)
+		}
+		return nil
+	})
+	t.Logf("/healthz 503 %s after the start", time.Since(began).Round(time.Millisecond))
+	stopped := time.Now()
+	code, err := p.Terminate(10 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("SIGTERM: exit %d (%v) after %s", code, err, time.Since(stopped))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -169,4 +170,50 @@ func TestTopicMaxMessageBytesBelowProducerBatchPublishes(t *testing.T) {
 	}
 	awaitCoveredRunning(t, r, cfg, Head(t, env.DB), "relay stopped for good on rows each within the topic's max.message.bytes")
 	requireExact(t, k, s, cfg.Router.TopicPrefix)
+}
+
+// The packet bound derived from the server's max_allowed_packet (no
+// source.max_packet_bytes) follows the server when a DBA raises
+// max_allowed_packet while the relay runs (SET GLOBAL, the everyday fix
+// for an application's "packet too big"): a larger event the server then
+// logs, here in a table the relay does not capture, is read again with the
+// new bound, not a configuration stop (exit 78, which a restart policy
+// leaves down although a restart alone would read it).
+func TestPacketBoundFollowsMaxAllowedPacketRaisedWhileRunning(t *testing.T) {
+	db := startServer(t, map[string]string{"max-allowed-packet": "1M"})
+	k := StartKafka(t)
+	cfg := env.RelayConfig(k, "app.outbox")
+	cfg.Source.Hosts = []string{db.Addr}
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	if err := db.Exec("SET GLOBAL max_allowed_packet = 16777216", "CREATE TABLE app.files (b LONGBLOB)"); err != nil {
+		t.Fatal(err)
+	}
+	// A new session has the new max_allowed_packet: a 4 MiB row, over the
+	// bound of the relay's connection (twice 1 MiB plus 1 MiB).
+	if err := db.Exec("INSERT INTO app.files VALUES (REPEAT('x', 4194304))",
+		"INSERT INTO app.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('after', 'alarm', 'd', 'X', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	head := Head(t, db)
+	Eventually(t, 2*time.Minute, func() error {
+		select {
+		case <-p.Done():
+			t.Fatalf("relay stopped: %v (exit %d)", p.Err(), relay.ExitCode(p.Err()))
+		default:
+		}
+		if cp := loadCheckpoint(t, cfg); cp == nil || !Covers(cp, head) {
+			return fmt.Errorf("checkpoint does not cover %s yet", head)
+		}
+		return nil
+	})
+	after := 0
+	for _, r := range Consume(t, k.Brokers, cfg.Router.TopicPrefix) {
+		if r.ID == "after" {
+			after++
+		}
+	}
+	if after != 1 {
+		t.Fatalf("%d records of the row after the large one; want 1", after)
+	}
 }

@@ -47,12 +47,23 @@ func (r *Relay) sampleSource(ctx context.Context, srv *binlog.Server, reader *bi
 			}
 			conn, n = c, 0
 		}
-		r.watchTables(&tables, conn, srv.Addr)
+		// A connection that failed (killed, reset, a query past its bound)
+		// answers nothing more: the next sample connects again.
+		if err := r.watchTables(&tables, conn, srv.Addr); binlog.Broken(conn, err) {
+			conn.Close()
+			conn = nil
+			continue
+		}
 		if n%12 == 0 { // at the start, then every minute: a DBA may change it
 			ret, err := binlog.Retention(conn)
 			if err != nil {
 				r.log.Warn().Err(err).Msg("sample the source: binlog retention unknown, outbox_relay_checkpoint_purge_margin_seconds is NaN")
 				r.metrics.SetRetention(0)
+				if binlog.Broken(conn, err) {
+					conn.Close()
+					conn = nil
+					continue
+				}
 			} else {
 				r.metrics.SetRetention(ret)
 			}

@@ -496,16 +496,33 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	go r.sampleSource(runCtx, srv, reader) // behind bytes, binlog retention
 	var stale atomic.Pointer[error]
 	go r.watchStale(runCtx, srv, &stale, stopReading)
+	readyDone := make(chan struct{})
+	go func() {
+		// Ready once the source streams: a host that logs in and never
+		// starts the binlog stream is connecting, not streaming.
+		defer close(readyDone)
+		select {
+		case <-reader.Streaming():
+			r.metrics.Ready.Store(true)
+		case <-runCtx.Done():
+		}
+	}()
 	defer func() {
 		cancel()
 		<-readerDone
+		<-readyDone
 	}()
 
 	r.log.Info().Str("source", srv.Addr).Str("flavor", srv.Flavor).Str("server_version", srv.Version).
 		Str("from", from).Bool("checkpoint", cp != nil).Str("delivery", string(r.cfg.Kafka.Delivery)).Msg("relay started")
 	*started = true
-	r.metrics.Ready.Store(true)
-	defer r.metrics.Connecting() // streamed: connecting again counts from its end
+	defer func() {
+		select {
+		case <-reader.Streaming(): // streamed: connecting again counts from its end
+			r.metrics.Connecting()
+		default: // never streamed: still connecting since before
+		}
+	}()
 	err = l.run(ctx, events, readErr)
 	r.ackTimedOut(err, l.lastBatch)
 	err = r.sizeRefused(err)

@@ -171,10 +171,13 @@ type hostRefusal struct {
 	err    error     // why (wraps binlog.ErrPurged, ErrPositionDiverged or ErrPositionAhead)
 	until  time.Time // held until then once the position has moved on
 	sticky bool      // held at the same position for good
+	held   string    // why it is held, for the error; "" for a refused position
 }
 
 // judgeStream passes the error that ended streaming from srv at from,
-// recording it when the server refused the position (see hostRefusal). With
+// recording it when the server refused the position (see hostRefusal), or,
+// with other hosts to choose from, did not answer the reader's connection
+// before its stream started (a *binlog.NoAnswerError). With
 // other hosts to try it returns errHostRefused, which the retry loop
 // retries: the next attempt's chooseSource holds the refusal against srv
 // and decides from every host's verdict (NoneUsable). With one host the
@@ -192,6 +195,12 @@ func (r *Relay) judgeStream(srv *binlog.Server, from string, err error) error {
 		ref = hostRefusal{from: from, err: err, until: now.Add(refusedHold), sticky: true}
 	case errors.Is(err, binlog.ErrPositionAhead):
 		ref = hostRefusal{from: from, err: err, until: now.Add(behindHold)}
+	case errors.As(err, new(*binlog.NoAnswerError)) && len(r.source.Hosts) > 1:
+		// The host answered Choose's queries, then not the reader's login
+		// or registration as a replica (the reader has no bound once it
+		// streams): choosing it again would wait on it again, for good.
+		ref = hostRefusal{from: from, err: fmt.Errorf("%w: %w", binlog.ErrUnreachable, err), until: now.Add(behindHold),
+			held: "it did not start a binlog stream; passed over since"}
 	default:
 		return err
 	}
@@ -199,8 +208,12 @@ func (r *Relay) judgeStream(srv *binlog.Server, from string, err error) error {
 		r.refused = map[string]hostRefusal{}
 	}
 	r.refused[srv.Addr] = ref
-	r.setHostState(srv.Addr, string(binlog.StatusOf(err)))
-	r.log.Warn().Err(err).Str("host", srv.Addr).Str("from", from).Msg("source host refused the position; choosing again among source.hosts")
+	r.setHostState(srv.Addr, string(binlog.StatusOf(ref.err)))
+	msg := "source host refused the position; choosing again among source.hosts"
+	if ref.held != "" {
+		msg = "source host did not start a binlog stream; choosing again among source.hosts"
+	}
+	r.log.Warn().Err(err).Str("host", srv.Addr).Str("from", from).Msg(msg)
 	if len(r.source.Hosts) < 2 && ref.sticky {
 		return err
 	}
@@ -214,6 +227,9 @@ func (r *Relay) refusedBy(host, from string) error {
 		return nil
 	}
 	if (ref.sticky && ref.from == from) || time.Now().Before(ref.until) {
+		if ref.held != "" {
+			return fmt.Errorf("%w (%s)", ref.err, ref.held)
+		}
 		return fmt.Errorf("%w (its binlog stream refused %q; held against it since)", ref.err, ref.from)
 	}
 	delete(r.refused, host)

@@ -31,14 +31,15 @@ const tablesEvery = time.Minute
 // tables exist: at the attempt's start, then at every sample while one is
 // missing and every tablesEvery otherwise. A table found missing is logged
 // at warn level (once until it exists), one that appears at info level.
-func (r *Relay) watchTables(w *tableWatch, conn *client.Conn, host string) {
+// It returns the error of a check that failed (logged at debug level).
+func (r *Relay) watchTables(w *tableWatch, conn *client.Conn, host string) error {
 	if w.missing != nil && time.Since(w.checked) < tablesEvery {
 		gone := false
 		for _, m := range w.missing {
 			gone = gone || m
 		}
 		if !gone {
-			return
+			return nil
 		}
 	}
 	now := make(map[string]bool, len(r.cfg.Source.Tables))
@@ -47,7 +48,7 @@ func (r *Relay) watchTables(w *tableWatch, conn *client.Conn, host string) {
 		cols, err := binlog.TableColumns(conn, db, tbl)
 		if err != nil {
 			r.log.Debug().Err(err).Str("table", t).Msg("sample the source: captured table not checked")
-			return
+			return err
 		}
 		now[t] = len(cols) == 0
 	}
@@ -63,4 +64,5 @@ func (r *Relay) watchTables(w *tableWatch, conn *client.Conn, host string) {
 		r.metrics.TableMissing(t, now[t])
 	}
 	w.missing, w.checked = now, time.Now()
+	return nil
 }
