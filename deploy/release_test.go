@@ -91,8 +91,10 @@ func TestReleaseArtifacts(t *testing.T) {
 		}
 		var bom struct {
 			BomFormat, SpecVersion string
-			Metadata               struct{ Component struct{ Name, Version string } }
-			Components             []struct{ Name, Version, Purl string }
+			Metadata               struct {
+				Component struct{ Name, Version string }
+			}
+			Components []struct{ Name, Version, Purl string }
 		}
 		if err := json.Unmarshal(raw, &bom); err != nil {
 			t.Fatalf("SBOM: %v", err)

@@ -54,10 +54,10 @@ func (b binaries) Set(v string) error {
 }
 
 type options struct {
-	binaries                                  binaries
+	binaries                                 binaries
 	caBundle, version, revision, source, out string
-	license                                   string
-	created                                   time.Time
+	license                                  string
+	created                                  time.Time
 }
 
 func main() {
