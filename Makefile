@@ -17,11 +17,13 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
 
 # deps installs what the tests need from Debian's packages when it is
-# missing: MariaDB, and promtool (package prometheus) for the alert rules.
+# missing: MariaDB, promtool (package prometheus) for the alert rules, and
+# the CA bundle (ca-certificates) that make image ships.
 deps:
 	@need=""; \
 	{ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || need="$$need mariadb-server mariadb-client"; \
 	command -v promtool >/dev/null 2>&1 || need="$$need prometheus"; \
+	[ -s /etc/ssl/certs/ca-certificates.crt ] || need="$$need ca-certificates"; \
 	if [ -n "$$need" ]; then \
 		echo "installing from apt:$$need"; \
 		$(SUDO) apt-get update -q && \
@@ -33,9 +35,10 @@ vet:
 	$(GO) vet -tags integration ./...
 
 # Unit tests of the pure packages (no database, no broker) and the checks of
-# deploy/ (promtool required).
+# deploy/ (promtool required; deploy/release_test.go builds the release and
+# the image into a temporary directory, minutes on a cold build cache).
 test-unit: deps
-	OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./...
+	OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -timeout 20m ./...
 
 # Integration tests: the harness starts MariaDB in a scratch directory on its
 # own port and an embedded Kafka broker per test (RELAY_TEST_KAFKA=host:port
