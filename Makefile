@@ -2,10 +2,14 @@
 GO        ?= go
 BIN       := bin/outbox-relay
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X main.version=$(VERSION)
+# The commit and its committer date (reproducible, unlike the build time)
+# are stamped with the version: `outbox-relay version` prints all three.
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps test test-unit test-integration test-kafka fuzz demo bench bench-kafka bench-debezium vet clean release image
+.PHONY: all build deps test test-unit test-integration test-kafka fuzz demo bench bench-kafka bench-debezium vet clean release image image-docker
 
 all: build
 
@@ -19,11 +23,13 @@ docs:
 	$(GO) generate ./internal/config/
 
 # deps installs what the tests need from Debian's packages when it is
-# missing: MariaDB, and promtool (package prometheus) for the alert rules.
+# missing: MariaDB, promtool (package prometheus) for the alert rules, and
+# the CA bundle (ca-certificates) that make image ships.
 deps:
 	@need=""; \
 	{ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || need="$$need mariadb-server mariadb-client"; \
 	command -v promtool >/dev/null 2>&1 || need="$$need prometheus"; \
+	[ -s /etc/ssl/certs/ca-certificates.crt ] || need="$$need ca-certificates"; \
 	if [ -n "$$need" ]; then \
 		echo "installing from apt:$$need"; \
 		$(SUDO) apt-get update -q && \
@@ -40,9 +46,10 @@ vet:
 	$(GO) vet -tags failpoint ./internal/relay/
 
 # Unit tests of the pure packages (no database, no broker) and the checks of
-# deploy/ (promtool required).
+# deploy/ (promtool required; deploy/release_test.go builds the release and
+# the image into a temporary directory, minutes on a cold build cache).
 test-unit: deps
-	OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./...
+	OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -tags failpoint -run Failpoint ./internal/relay/
 
 # Integration tests: the harness starts MariaDB in a scratch directory on its
@@ -110,36 +117,70 @@ bench-debezium: deps
 	deploy/dev/debezium.sh fetch
 	$(GO) run ./bench -n $(BENCH_DEBEZIUM_N) -rounds $(BENCH_ROUNDS) -latency-seconds $(BENCH_LATENCY_SECONDS) $(if $(BENCH_KAFKA),-kafka $(BENCH_KAFKA)) -brokers kafka -sections debezium
 
-# image builds the container image of deploy/compose/Dockerfile (static
-# binary on distroless nonroot, uid 65532), the one the Kubernetes manifest
-# runs: make image IMAGE=registry.example.com/outbox-relay:v0.1.0, then push it.
-IMAGE ?= outbox-relay:$(VERSION)
+# image builds the multi-arch container image without a Docker daemon
+# (tools/ociimage, go-containerregistry): static binaries for
+# IMAGE_PLATFORMS, each on an empty base with only Debian's CA bundle
+# (CA_BUNDLE, package ca-certificates), /etc/passwd with the nonroot user
+# 65532 and /tmp; no shell; OCI labels (source, version, revision, created,
+# licenses). It leaves $(DIST)/outbox-relay-$(VERSION)-oci.tar, an OCI
+# archive: `skopeo copy oci-archive:FILE docker://REGISTRY/outbox-relay:VERSION`
+# pushes it (docs/releasing.md).
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_SOURCE ?= https://github.com/outbox-relay/outbox-relay
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 image:
+	@mkdir -p $(DIST)/image; bins=""; \
+	for p in $(IMAGE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		$(RELEASE_BUILD) -o $(DIST)/image/$$os-$$arch/outbox-relay ./cmd/outbox-relay || exit 1; \
+		bins="$$bins -binary $$p=$(DIST)/image/$$os-$$arch/outbox-relay"; \
+	done; \
+	$(GO) run ./tools/ociimage $$bins -ca-bundle $(CA_BUNDLE) -version $(VERSION) -revision $(COMMIT) \
+		-created $(DATE) -source $(IMAGE_SOURCE) -out $(DIST)/outbox-relay-$(VERSION)-oci.tar && \
+	rm -rf $(DIST)/image
+
+# image-docker builds the container image of deploy/compose/Dockerfile with
+# a Docker daemon (static binary on distroless nonroot, uid 65532):
+# make image-docker IMAGE=registry.example.com/outbox-relay:v0.1.0.
+IMAGE ?= outbox-relay:$(VERSION)
+image-docker:
 	docker build -f deploy/compose/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 demo: deps build
 	$(GO) run ./examples/demo --relay $(BIN) $(DEMO_ARGS)
 
-# release cross-builds static binaries (CGO off, -trimpath, the version
-# stamped in) for linux/amd64, linux/arm64, darwin/amd64 and darwin/arm64
-# into dist/, one .tar.gz each with LICENSE, README.md and CHANGELOG.md,
-# and dist/SHA256SUMS. Nothing is fetched beyond Go modules.
-# VERSION=v1.2.3 make release (default: git describe). -buildvcs=auto
-# records the commit (`outbox-relay version` prints it) even under
-# GOFLAGS=-buildvcs=false.
+# release cross-builds static binaries (CGO off, -trimpath, version, commit
+# and commit date stamped in) for linux/amd64, linux/arm64, darwin/amd64 and
+# darwin/arm64 into DIST, one .tar.gz each with LICENSE, README.md and
+# CHANGELOG.md, a CycloneDX SBOM (JSON) beside each of the modules built
+# into its binary (cyclonedx-gomod bin: read from the binary's build
+# information, so it lists what was linked; pinned, from the Go module
+# proxy, installed into bin/tools), and SHA256SUMS of
+# them all. Nothing is fetched beyond Go modules. docs/releasing.md: how a
+# release is cut. VERSION=v1.2.3 make release (default: git describe).
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
-release:
-	@rm -rf dist && mkdir -p dist; \
+DIST ?= dist
+CYCLONEDX_GOMOD ?= github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
+TOOLS := $(abspath bin/tools)
+RELEASE_BUILD = CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)"
+
+$(TOOLS)/cyclonedx-gomod:
+	GOBIN=$(TOOLS) $(GO) install $(CYCLONEDX_GOMOD)
+
+release: $(TOOLS)/cyclonedx-gomod
+	@rm -rf $(DIST) && mkdir -p $(DIST); \
 	for p in $(RELEASE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; name=outbox-relay-$(VERSION)-$$os-$$arch; \
-		mkdir -p dist/$$name && \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=auto -ldflags "-s -w $(LDFLAGS)" -o dist/$$name/outbox-relay ./cmd/outbox-relay && \
-		cp LICENSE README.md CHANGELOG.md dist/$$name/ && \
-		tar -C dist -czf dist/$$name.tar.gz --owner=0 --group=0 --mtime='1970-01-01' $$name && \
-		rm -rf dist/$$name || exit 1; \
-		echo "built dist/$$name.tar.gz"; \
+		mkdir -p $(DIST)/$$name && \
+		$(RELEASE_BUILD) -o $(DIST)/$$name/outbox-relay ./cmd/outbox-relay && \
+		$(TOOLS)/cyclonedx-gomod bin -json -std -version $(VERSION) \
+			-output $(DIST)/$$name.cdx.json $(DIST)/$$name/outbox-relay && \
+		cp LICENSE README.md CHANGELOG.md $(DIST)/$$name/ && \
+		tar -C $(DIST) -czf $(DIST)/$$name.tar.gz --owner=0 --group=0 --mtime='1970-01-01' $$name && \
+		rm -rf $(DIST)/$$name || exit 1; \
+		echo "built $(DIST)/$$name.tar.gz $(DIST)/$$name.cdx.json"; \
 	done; \
-	cd dist && sha256sum *.tar.gz > SHA256SUMS && cat SHA256SUMS
+	cd $(DIST) && sha256sum *.tar.gz *.cdx.json > SHA256SUMS && cat SHA256SUMS
 
 clean:
 	rm -rf bin dist

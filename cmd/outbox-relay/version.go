@@ -14,6 +14,12 @@ import (
 // module version recorded by `go install ...@v1.2.3` is used instead.
 var version = "dev"
 
+// commit and date are set with -X main.commit=... -X main.date=... by make
+// (git's commit and its committer date, RFC 3339): the toolchain records
+// no VCS information where the checkout is a git worktree or a source
+// tarball. The toolchain's vcs.revision and vcs.time win where present.
+var commit, date string
+
 // buildInfo is what `version` prints.
 type buildInfo struct {
 	Version, Commit, Time, Go string
@@ -26,7 +32,7 @@ var keyDeps = []string{"github.com/go-mysql-org/go-mysql", "github.com/twmb/fran
 
 // readBuildInfo combines the -X version with debug.ReadBuildInfo.
 func readBuildInfo(read func() (*debug.BuildInfo, bool)) buildInfo {
-	b := buildInfo{Version: version, Go: runtime.Version(), Deps: map[string]string{}}
+	b := buildInfo{Version: version, Commit: commit, Time: date, Go: runtime.Version(), Deps: map[string]string{}}
 	bi, ok := read()
 	if !ok {
 		return b

@@ -1,0 +1,297 @@
+//go:build !integration
+
+package deploy
+
+// make test-unit runs this file; the integration run of ./deploy/... (tag
+// integration) leaves it out, so the release is built once per `make test`.
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+)
+
+const releaseTestVersion = "v0.0.0-releasetest"
+
+// TestReleaseArtifacts runs `make release image` into a temporary directory
+// the way a maintainer cuts a release (docs/releasing.md), with one archive
+// platform (linux/amd64: the darwin cross-builds add minutes and test
+// nothing more) and both image platforms, and checks what a user gets: the
+// checksums verify, the SBOM is CycloneDX JSON listing the protocol
+// libraries, the binary prints the version, commit and commit date, and the
+// OCI image tarball holds both platforms with entrypoint, user and labels
+// set, no shell, and a binary that answers `version`.
+func TestReleaseArtifacts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the release and the image (-short)")
+	}
+	commit, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skip("not a git checkout: make release stamps git's commit")
+	}
+	dateOut, err := exec.Command("git", "log", "-1", "--format=%cI").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := stamp{version: releaseTestVersion, commit: strings.TrimSpace(string(commit)), date: strings.TrimSpace(string(dateOut))}
+	dist := t.TempDir()
+	cmd := exec.Command("make", "-C", "..", "release", "image", "VERSION="+releaseTestVersion,
+		"RELEASE_PLATFORMS=linux/amd64", "IMAGE_PLATFORMS=linux/amd64 linux/arm64", "DIST="+dist)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make release image: %v\n%s", err, out)
+	}
+	name := "outbox-relay-" + releaseTestVersion + "-linux-amd64"
+
+	t.Run("checksums verify", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			sum, file, ok := strings.Cut(line, "  ")
+			if !ok {
+				t.Fatalf("SHA256SUMS line %q: not `sha256sum` output", line)
+			}
+			data, err := os.ReadFile(filepath.Join(dist, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := sha256.Sum256(data); hex.EncodeToString(h[:]) != sum {
+				t.Errorf("%s: sha256 %x, SHA256SUMS says %s", file, h, sum)
+			}
+			listed[file] = true
+		}
+		for _, f := range []string{name + ".tar.gz", name + ".cdx.json"} {
+			if !listed[f] {
+				t.Errorf("%s is not in SHA256SUMS: %v", f, listed)
+			}
+		}
+	})
+
+	t.Run("SBOM is CycloneDX listing franz-go and go-mysql", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(dist, name+".cdx.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bom struct {
+			BomFormat, SpecVersion string
+			Metadata               struct {
+				Component struct{ Name, Version string }
+			}
+			Components []struct{ Name, Version, Purl string }
+		}
+		if err := json.Unmarshal(raw, &bom); err != nil {
+			t.Fatalf("SBOM: %v", err)
+		}
+		if bom.BomFormat != "CycloneDX" || bom.SpecVersion == "" {
+			t.Errorf("bomFormat %q specVersion %q: not a CycloneDX BOM", bom.BomFormat, bom.SpecVersion)
+		}
+		if bom.Metadata.Component.Version != releaseTestVersion {
+			t.Errorf("the SBOM describes %s %s, want version %s", bom.Metadata.Component.Name, bom.Metadata.Component.Version, releaseTestVersion)
+		}
+		for _, mod := range []string{"github.com/twmb/franz-go", "github.com/go-mysql-org/go-mysql"} {
+			if !slices.ContainsFunc(bom.Components, func(c struct{ Name, Version, Purl string }) bool {
+				return c.Name == mod && c.Version != "" && strings.HasPrefix(c.Purl, "pkg:golang/"+mod+"@")
+			}) {
+				t.Errorf("the SBOM does not list %s with a version and purl", mod)
+			}
+		}
+	})
+
+	t.Run("archive binary prints version commit and date", func(t *testing.T) {
+		files := untarGz(t, filepath.Join(dist, name+".tar.gz"))
+		for _, f := range []string{"LICENSE", "README.md", "CHANGELOG.md", "outbox-relay"} {
+			if _, ok := files[name+"/"+f]; !ok {
+				t.Errorf("the archive has no %s/%s", name, f)
+			}
+		}
+		runVersion(t, files[name+"/outbox-relay"], want)
+	})
+
+	t.Run("image tarball", func(t *testing.T) {
+		checkImage(t, filepath.Join(dist, "outbox-relay-"+releaseTestVersion+"-oci.tar"), want)
+	})
+}
+
+type stamp struct{ version, commit, date string }
+
+func untarGz(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return untar(t, zr)
+}
+
+func untar(t *testing.T, r io.Reader) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimPrefix(h.Name, "/")] = data
+	}
+}
+
+// runVersion runs the linux/amd64 binary's `version` and checks the stamp.
+func runVersion(t *testing.T, bin []byte, want stamp) {
+	t.Helper()
+	if len(bin) == 0 {
+		t.Fatal("no binary")
+	}
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skipf("a linux/amd64 binary does not run on %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	path := filepath.Join(t.TempDir(), "outbox-relay")
+	if err := os.WriteFile(path, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(path, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("outbox-relay version: %v\n%s", err, out)
+	}
+	for _, s := range []string{"outbox-relay " + want.version + "\n", want.commit, want.date, "github.com/twmb/franz-go", "github.com/go-mysql-org/go-mysql"} {
+		if !strings.Contains(string(out), s) {
+			t.Errorf("outbox-relay version does not print %q:\n%s", s, out)
+		}
+	}
+}
+
+// checkImage opens the OCI archive as a registry client would.
+func checkImage(t *testing.T, archive string, want stamp) {
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dir := t.TempDir()
+	for name, data := range untar(t, f) {
+		if strings.HasSuffix(name, "/") {
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	top, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		t.Fatalf("not an OCI image layout: %v", err)
+	}
+	topm, err := top.IndexManifest()
+	if err != nil || len(topm.Manifests) != 1 {
+		t.Fatalf("index.json: %v, %d entries, want one image index", err, len(topm.Manifests))
+	}
+	if ref := topm.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; ref != want.version {
+		t.Errorf("index.json ref.name %q, want %q", ref, want.version)
+	}
+	idx, err := top.ImageIndex(topm.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var platforms []string
+	for _, d := range im.Manifests {
+		if d.Platform == nil {
+			t.Fatalf("manifest %s has no platform", d.Digest)
+		}
+		p := d.Platform.OS + "/" + d.Platform.Architecture
+		platforms = append(platforms, p)
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPlatformImage(t, p, img, want)
+	}
+	slices.Sort(platforms)
+	if !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
+		t.Errorf("platforms %v, want linux/amd64 and linux/arm64", platforms)
+	}
+}
+
+func checkPlatformImage(t *testing.T, platform string, img v1.Image, want stamp) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cf.OS + "/" + cf.Architecture; got != platform {
+		t.Errorf("%s: config says %s", platform, got)
+	}
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/usr/local/bin/outbox-relay"}) {
+		t.Errorf("%s: entrypoint %v", platform, cf.Config.Entrypoint)
+	}
+	if cf.Config.User != "65532:65532" {
+		t.Errorf("%s: user %q, want the nonroot user 65532:65532", platform, cf.Config.User)
+	}
+	for k, v := range map[string]string{
+		"org.opencontainers.image.version":  want.version,
+		"org.opencontainers.image.revision": want.commit,
+		"org.opencontainers.image.licenses": "Apache-2.0",
+		"org.opencontainers.image.source":   "https://github.com/outbox-relay/outbox-relay",
+	} {
+		if got := cf.Config.Labels[k]; got != v {
+			t.Errorf("%s: label %s=%q, want %q", platform, k, got, v)
+		}
+	}
+	created, err1 := time.Parse(time.RFC3339, cf.Config.Labels["org.opencontainers.image.created"])
+	commitDate, err2 := time.Parse(time.RFC3339, want.date)
+	if err1 != nil || err2 != nil || !created.Equal(commitDate) || !cf.Created.Equal(commitDate) {
+		t.Errorf("%s: created label %q, config created %v: want the commit's date %s (%v, %v)",
+			platform, cf.Config.Labels["org.opencontainers.image.created"], cf.Created, want.date, err1, err2)
+	}
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	files := untar(t, rc)
+	for name := range files {
+		if base := filepath.Base(name); base == "sh" || base == "bash" || base == "busybox" {
+			t.Errorf("%s: the image has a shell: %s", platform, name)
+		}
+	}
+	if !strings.Contains(string(files["etc/passwd"]), "nonroot:x:65532:65532:") {
+		t.Errorf("%s: /etc/passwd has no nonroot user 65532:\n%s", platform, files["etc/passwd"])
+	}
+	if !strings.Contains(string(files["etc/ssl/certs/ca-certificates.crt"]), "BEGIN CERTIFICATE") {
+		t.Errorf("%s: no CA certificates bundle", platform)
+	}
+	if platform == "linux/amd64" {
+		runVersion(t, files["usr/local/bin/outbox-relay"], want)
+	}
+}
