@@ -1,0 +1,158 @@
+package preflight
+
+// The Kafka half of check: the cluster, the checkpoint topic and its
+// committed checkpoint, the target topics and the principal's rights.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+// checkKafka checks the cluster and returns the committed checkpoint, if any.
+func checkKafka(ctx context.Context, cfg config.Config, kopts []kgo.Opt, c collector) *checkpoint.Checkpoint {
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		c.add("connect", Fail, err.Error(), "check kafka.brokers")
+		return nil
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, cfg.Kafka.RequestTimeout)
+	defer cancel()
+	if err := cl.Ping(pctx); err != nil {
+		c.add("connect", Fail, fmt.Sprintf("%v: %v", cfg.Kafka.Brokers, err), "check kafka.brokers and that the cluster runs")
+		return nil
+	}
+	c.add("connect", Pass, strings.Join(cfg.Kafka.Brokers, ","), "")
+	adm := kadm.NewClient(cl)
+	versions, err := adm.ApiVersions(pctx)
+	txns := err == nil
+	if err == nil {
+		versions.Each(func(v kadm.BrokerApiVersions) {
+			if v.Err != nil {
+				txns = false
+				return
+			}
+			if _, ok := v.KeyMaxVersion(26); !ok { // EndTxn
+				txns = false
+			}
+		})
+	}
+	switch {
+	case txns:
+		c.add("transactions", Pass, "brokers support transactions", "")
+	case cfg.Kafka.Delivery == config.AtLeastOnce:
+		c.add("transactions", Pass, "not needed: kafka.delivery is at-least-once", "")
+	default:
+		c.add("transactions", Fail, "the brokers do not support transactions", "upgrade the brokers or set kafka.delivery: at-least-once")
+	}
+	var cp *checkpoint.Checkpoint
+	topics, err := adm.ListTopics(pctx)
+	if err != nil {
+		c.add("topics", Fail, err.Error(), "")
+		return nil
+	}
+	if d, ok := topics[cfg.Kafka.CheckpointTopic]; !ok {
+		c.add("checkpoint topic", Pass, cfg.Kafka.CheckpointTopic+" does not exist yet: the relay creates it compacted with 1 partition", "")
+	} else {
+		checkCheckpointTopic(pctx, adm, cfg, d, c)
+		store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...)
+		if cfg.Kafka.Delivery == config.ExactlyOnce {
+			store = store.TransactionalOnly()
+		}
+		cp, err = store.Load(pctx, cfg.Name)
+		if err != nil {
+			c.add("checkpoint", Fail, err.Error(), "")
+		}
+	}
+	checkTargetTopics(pctx, adm, cfg, topics, c)
+	checkACLs(pctx, cl, cfg, topics, c)
+	return cp
+}
+
+func checkCheckpointTopic(ctx context.Context, adm *kadm.Client, cfg config.Config, d kadm.TopicDetail, c collector) {
+	name := "checkpoint topic"
+	if n := len(d.Partitions); n != 1 {
+		c.add(name, Fail, fmt.Sprintf("%s has %d partitions", d.Topic, n), "use a topic with exactly one partition (kafka.checkpoint_topic)")
+		return
+	}
+	rc, err := adm.DescribeTopicConfigs(ctx, d.Topic)
+	if err == nil {
+		_, err = rc.On(d.Topic, nil)
+	}
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		c.add(name, Warn, d.Topic+": 1 partition; cleanup.policy unknown: the principal may not describe its configuration (optional)",
+			"make sure "+d.Topic+" has cleanup.policy=compact")
+		return
+	}
+	if err != nil {
+		c.add(name, Fail, err.Error(), "")
+		return
+	}
+	policy := ""
+	if cfgs, err := rc.On(d.Topic, nil); err == nil {
+		for _, e := range cfgs.Configs {
+			if e.Key == "cleanup.policy" {
+				policy = e.MaybeValue()
+			}
+		}
+	}
+	if !strings.Contains(policy, "compact") {
+		c.add(name, Fail, fmt.Sprintf("%s has cleanup.policy=%s", d.Topic, orUnset(policy)),
+			"kafka-configs --alter --entity-type topics --entity-name "+d.Topic+" --add-config cleanup.policy=compact")
+		return
+	}
+	c.add(name, Pass, d.Topic+": 1 partition, compacted", "")
+}
+
+func checkTargetTopics(ctx context.Context, adm *kadm.Client, cfg config.Config, topics kadm.TopicDetails, c collector) {
+	names := eventTopics(cfg, topics)
+	if len(names) == 0 {
+		c.add("target topics", Pass, "none yet: the relay creates them with kafka.topic_partitions and kafka.replication_factor", "")
+		return
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		rcs, err = nil, nil // least privilege: no DESCRIBE_CONFIGS; min.insync.replicas unknown
+	}
+	if err != nil {
+		c.add("target topics", Fail, err.Error(), "")
+		return
+	}
+	for _, name := range names {
+		d := topics[name]
+		rf := 0
+		for _, p := range d.Partitions {
+			rf = len(p.Replicas)
+		}
+		minISR := 1
+		if rc, err := rcs.On(name, nil); err == nil {
+			for _, e := range rc.Configs {
+				if e.Key == "min.insync.replicas" {
+					if v, err := strconv.Atoi(e.MaybeValue()); err == nil {
+						minISR = v
+					}
+				}
+			}
+		}
+		detail := fmt.Sprintf("replication factor %d, min.insync.replicas %d", rf, minISR)
+		switch {
+		case minISR > rf:
+			c.add("topic "+name, Fail, detail+": acks=all writes fail", "lower min.insync.replicas or add replicas")
+		case rf < 3 || minISR < 2:
+			c.add("topic "+name, Warn, detail+": a broker failure can lose or block records",
+				"for production use replication factor 3 and min.insync.replicas 2")
+		default:
+			c.add("topic "+name, Pass, detail, "")
+		}
+	}
+}
