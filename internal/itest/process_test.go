@@ -127,12 +127,20 @@ func TestSIGTERMWritesFinalCheckpoint(t *testing.T) {
 	cfg.Kafka.CheckpointInterval = time.Hour // only the final checkpoint can cover business-only transactions
 	p := env.StartProc(t, WriteConfig(t, cfg))
 	waitStarted(t, p, cfg)
+	// Ready comes once the binlog stream delivers, which may be a moment
+	// after "relay started": poll it rather than read it once.
 	for _, path := range []string{"/healthz", "/readyz"} {
-		resp, err := http.Get("http://" + cfg.HTTP.Listen + path)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET %s: %v %v", path, resp, err)
-		}
-		resp.Body.Close()
+		Eventually(t, 30*time.Second, func() error {
+			resp, err := http.Get("http://" + cfg.HTTP.Listen + path)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("GET %s: %s", path, resp.Status)
+			}
+			return nil
+		})
 	}
 	committed, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 100})
 	if err != nil {
