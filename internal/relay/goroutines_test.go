@@ -27,7 +27,15 @@ func TestMain(m *testing.M) {
 		// glog (imported by Vitess, which the MySQL double encodes its
 		// binlog events with) starts its flush daemon in its package init,
 		// for the life of the process.
-		goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"))
+		goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+		// kfake's Cluster.Close does not wait for the goroutines that run
+		// control functions: a test's SleepControl wake-up (a broker slowed
+		// down on purpose) sleeps on after its cluster closed, and a control
+		// goroutine that returns after the close waits on the closed
+		// cluster's lock for good. Both are the fake broker's, not the
+		// relay's.
+		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*Cluster).SleepControl.func1"),
+		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*Cluster).runControl.func1"))
 }
 
 // An attempt joins every goroutine it started before it returns: the
