@@ -31,8 +31,8 @@ func (g *goroutines) start(f func()) bool {
 	return true
 }
 
-// wait starts nothing more and waits for every goroutine started to return.
-// The caller ends their context first.
+// wait starts nothing more and waits for every goroutine started to return;
+// a second call returns at once. The caller ends their context first.
 func (g *goroutines) wait() {
 	g.mu.Lock()
 	g.closed = true

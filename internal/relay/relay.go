@@ -430,10 +430,14 @@ func (r *Relay) secondLane(ctx context.Context, limits *topicLimits, place *plac
 // attempt runs one pipeline from the committed checkpoint.
 func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
 	// Every goroutine of the attempt starts through group and is joined
-	// before attempt returns (see the deferred wait below).
+	// before attempt returns: here on an early return, once streaming
+	// before the clean-up below (the deferred wait after the reader starts).
 	group := &goroutines{}
+	defer func() {
+		cancel()
+		group.wait()
+	}()
 	limits := &topicLimits{}
 	place := newPlacements(r.cfg.Kafka.OnPartitionsAdded, r.log)
 	opts := producerOpts(r.cfg, limits, place, r.kopts)
