@@ -143,10 +143,13 @@ func (w *watchdog) dial(ctx context.Context, network, addr string) (net.Conn, er
 // start checks every silence/3 and closes the connection after silence
 // without a read. Only a read waiting on the socket counts: go-mysql not
 // reading (its buffer full, or a read held by the read-ahead bound) is the
-// relay being busy, not the server being silent. The returned func stops it.
+// relay being busy, not the server being silent. The returned func stops it
+// and waits for it to return.
 func (w *watchdog) start(silence time.Duration) func() {
 	stop := make(chan struct{})
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		tick := time.NewTicker(silence / 3)
 		defer tick.Stop()
 		last, quiet := w.reads.Load(), time.Duration(0)
@@ -169,7 +172,7 @@ func (w *watchdog) start(silence time.Duration) func() {
 			}
 		}
 	}()
-	return func() { close(stop) }
+	return func() { close(stop); <-exited }
 }
 
 type countingConn struct {

@@ -94,7 +94,8 @@ type sourceConn struct {
 	timedOut atomic.Pointer[NoAnswerError] // the bound that expired, if any
 	ctx      context.Context
 	canceled atomic.Bool
-	stop     func() bool // stops closing on ctx's end
+	stop     func() bool   // stops closing on ctx's end
+	closed   chan struct{} // closed once ctx's end has closed the socket
 }
 
 // dialSource dials addr within cfg's connect bound (or dctx's end) and
@@ -114,8 +115,9 @@ func dialSource(ctx, dctx context.Context, cfg Config, network, addr string) (*s
 		}
 		return nil, err
 	}
-	sc := &sourceConn{Conn: c, addr: addr, login: limit, answer: cfg.queryLimit(), phase: phaseLogin, ctx: ctx}
+	sc := &sourceConn{Conn: c, addr: addr, login: limit, answer: cfg.queryLimit(), phase: phaseLogin, ctx: ctx, closed: make(chan struct{})}
 	sc.stop = context.AfterFunc(ctx, func() {
+		defer close(sc.closed)
 		sc.canceled.Store(true)
 		_ = c.Close()
 	})
@@ -206,8 +208,12 @@ func (c *sourceConn) why(err error) error {
 	return err
 }
 
+// Close closes the socket; when ctx's end is closing it, it waits for that
+// goroutine, so that none outlives the connection's owner.
 func (c *sourceConn) Close() error {
-	c.stop()
+	if !c.stop() && c.canceled.Load() {
+		<-c.closed
+	}
 	return c.Conn.Close()
 }
 

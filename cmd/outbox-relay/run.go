@@ -150,7 +150,9 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 			return fmt.Errorf("listen http %s: %w", cfg.HTTP.Listen, err)
 		}
 		srv, ln := newHTTPServer(ln, m.Handler(), defaultHTTPLimits)
+		served := make(chan struct{})
 		go func() {
+			defer close(served)
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				log.Error().Err(err).Msg("http server stopped: /metrics, /healthz and /readyz no longer answer")
 			}
@@ -159,6 +161,7 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
+			<-served // Serve returns as soon as Shutdown has closed the listener
 		}()
 		log.Info().Str("listen", ln.Addr().String()).Msg("serving /metrics /healthz /readyz")
 	}

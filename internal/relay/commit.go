@@ -209,10 +209,10 @@ func (l *loop) startCommit(ctx context.Context) error {
 		job.flushed = make(chan struct{})
 	}
 	l.inflight = job
-	go func() {
+	job.lane.group.start(func() {
 		written, err := job.lane.commitBatch(ctx, cp, settle, job.flushed)
 		job.done <- commitResult{written, err, time.Since(now)}
-	}()
+	})
 	// The commit starts now, not when the loop next waits: a new goroutine
 	// is queued behind the one that started it (the loop, busy routing), and
 	// with the reader busy on the other processor it could wait for the

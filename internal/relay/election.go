@@ -56,6 +56,8 @@ type elector struct {
 	// waited (only acquire's goroutine uses it).
 	waited bool
 	cur    *lease // the current term; nil in standby
+	// watching is the current term's watch goroutine: end joins it.
+	watching sync.WaitGroup
 	// recordedID is the checkpoint topic id the lock group's record holds
 	// (claim; "" when none); read and written on Run's goroutine only.
 	recordedID string
@@ -358,7 +360,7 @@ func (e *elector) acquire(ctx context.Context) (*lease, error) {
 		e.cur = l
 		e.mu.Unlock()
 		e.r.metrics.LeaseEvents.WithLabelValues("acquired").Inc()
-		go e.watch(l)
+		e.watching.Go(func() { e.watch(l) })
 		return l, nil
 	}
 }
@@ -404,6 +406,7 @@ func (e *elector) end(l *lease) {
 	e.mu.Unlock()
 	close(l.done)
 	l.cancel()
+	e.watching.Wait()
 }
 
 // Run relays while this instance holds the lease, and waits as a standby

@@ -375,7 +375,14 @@ func (r *Relay) secondLane(ctx context.Context, limits *topicLimits, place *plac
 // attempt runs one pipeline from the committed checkpoint.
 func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
+	// Every goroutine of the attempt starts through group and is joined
+	// before attempt returns: here on an early return, once streaming
+	// before the clean-up below (the deferred wait after the reader starts).
+	group := &goroutines{}
+	defer func() {
+		cancel()
+		group.wait()
+	}()
 	limits := &topicLimits{}
 	place := newPlacements(r.cfg.Kafka.OnPartitionsAdded, r.log)
 	opts := producerOpts(r.cfg, limits, place, r.kopts)
@@ -441,7 +448,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	sopts := sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place}
+		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group}
 	lanes := []*sink{newSink(runCtx, cl, r.store, sopts)}
 	if laneCl != nil {
 		lanes = append(lanes, newSink(runCtx, laneCl, r.store, sopts))
@@ -480,7 +487,6 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 
 	events := make(chan []binlog.Event, 2) // with the reader's batch size, bounds rows in memory
 	readErr := make(chan error, 1)         // the loop takes the reader's error from here
-	readerDone := make(chan struct{})
 	reader := binlog.NewReader(r.source, srv, tracker, MySQLLogger(r.log))
 	if l.done != nil {
 		reader.Published(l.done)
@@ -489,28 +495,22 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	// never the sink's work in hand.
 	readCtx, stopReading := context.WithCancel(runCtx)
 	defer stopReading()
-	go func() {
-		defer close(readerDone)
-		readErr <- reader.Run(readCtx, from, events)
-	}()
-	go r.sampleSource(runCtx, srv, reader) // behind bytes, binlog retention
+	group.start(func() { readErr <- reader.Run(readCtx, from, events) })
+	group.start(func() { r.sampleSource(runCtx, srv, reader) }) // behind bytes, binlog retention
 	var stale atomic.Pointer[error]
-	go r.watchStale(runCtx, srv, &stale, stopReading)
-	readyDone := make(chan struct{})
-	go func() {
+	group.start(func() { r.watchStale(runCtx, srv, &stale, stopReading) })
+	group.start(func() {
 		// Ready once the source streams: a host that logs in and never
 		// starts the binlog stream is connecting, not streaming.
-		defer close(readyDone)
 		select {
 		case <-reader.Streaming():
 			r.metrics.Ready.Store(true)
 		case <-runCtx.Done():
 		}
-	}()
+	})
 	defer func() {
 		cancel()
-		<-readerDone
-		<-readyDone
+		group.wait() // the reader, sampler, watcher, readiness, commit, settle wait and abort of this attempt
 	}()
 
 	r.log.Info().Str("source", srv.Addr).Str("flavor", srv.Flavor).Str("server_version", srv.Version).

@@ -120,6 +120,7 @@ type sinkOptions struct {
 	log             zerolog.Logger // notes of topics the broker refused to create
 	limits          *topicLimits   // franz-go's per-topic batch limit; nil: its default for every topic
 	place           *placements    // partition counts keys are placed by (placement.go); nil: the topics' own
+	group           *goroutines    // the attempt's: starts the sink's goroutines (goroutines.go)
 }
 
 // aloBatch is an at-least-once batch: its records not yet acknowledged and,
@@ -164,11 +165,12 @@ func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts 
 		s.lease.onLost(func() {
 			// Fail what is buffered and not yet sent, now, from another
 			// goroutine (safe alongside a Flush); the loop stops too.
-			go func() {
+			// Not once the attempt is over: its client is closed.
+			opts.group.start(func() {
 				actx, cancel := context.WithTimeout(context.Background(), opts.timeout)
 				defer cancel()
 				_ = cl.AbortBufferedRecords(actx)
-			}()
+			})
 		})
 	}
 	return s

@@ -84,7 +84,7 @@ func (s *sink) settleAfterCommit() {
 	}
 	done := make(chan settleAnswer, 1)
 	s.settled = done
-	go func() {
+	started := s.group.start(func() {
 		ctx, cancel := context.WithTimeout(s.pctx, settleMax)
 		defer cancel()
 		for {
@@ -118,7 +118,10 @@ func (s *sink) settleAfterCommit() {
 			case <-time.After(settlePoll):
 			}
 		}
-	}()
+	})
+	if !started {
+		s.settled = nil // the attempt is over: nothing to wait for
+	}
 }
 
 // settleVerdict classifies a failed question: by property (authorization,
