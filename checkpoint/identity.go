@@ -37,6 +37,9 @@ type Loaded struct {
 	Reset bool
 	// ResetBy is the Operator of a reset marker; nil for a tombstone.
 	ResetBy *Operator
+	// Partitions are the partition counts a reset marker carries over
+	// from the checkpoint it replaced (see ResetMarker); nil otherwise.
+	Partitions map[string]int32
 }
 
 // LoadState is Load, also reporting whether the name's newest record is a
@@ -55,8 +58,11 @@ func (s *Store) LoadState(ctx context.Context, name string) (Loaded, error) {
 	if s.txnOnly && last.found && !last.txn {
 		return Loaded{}, notTransactional(name, last) // one it cannot decode: that error
 	}
-	cp, by, err := last.decodeReset()
-	return Loaded{Checkpoint: cp, Reset: by != nil || (last.found && last.value == nil), ResetBy: by}, err
+	cp, err := last.decode()
+	if cp != nil && cp.IsReset() {
+		return Loaded{Reset: true, ResetBy: cp.Operator, Partitions: cp.Partitions}, nil
+	}
+	return Loaded{Checkpoint: cp, Reset: last.found && last.value == nil}, err
 }
 
 // TopicState is what identifies the checkpoint topic and its history.

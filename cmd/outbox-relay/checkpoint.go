@@ -571,11 +571,10 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs, Operator: operatorMark("set", prev)}
 	cp.Provisional = keptProvisional(cur, layout)
 	cp.Tables = checkpoint.TablesOf(cfg.Source.Tables) // set records the configuration's tables
-	if cur != nil {
-		// Keys stay placed by the recorded partition counts: a set never
-		// moves an aggregate to another partition (kafka.on_partitions_added).
-		cp.Partitions = cur.Partitions
-	}
+	// Keys stay placed by the recorded partition counts (also those a reset
+	// marker carries): a set never moves an aggregate to another partition
+	// (kafka.on_partitions_added).
+	cp.Partitions = placedBy(ctx, store, cfg.Name, cur)
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
 			cp.XA = cur.XA // same position: the prepared XA transactions are still pending

@@ -68,11 +68,30 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 	}
 	// A reset marker, not a tombstone: the relay tells the operator's reset
 	// (start at source.start) from a checkpoint that vanished (stop).
-	if err := writeCheckpoint(cfg, store, checkpoint.ResetMarker(cfg.Name, *operatorMark(checkpoint.CommandReset, prev)), log); err != nil {
+	// It carries the partition counts keys are placed by, as set does.
+	marker := checkpoint.ResetMarker(cfg.Name, *operatorMark(checkpoint.CommandReset, prev), placedBy(ctx, store, cfg.Name, cur))
+	if err := writeCheckpoint(cfg, store, marker, log); err != nil {
 		return err
 	}
 	log.Info().Str("name", cfg.Name).Str("from", from).Msg("checkpoint reset")
 	fmt.Printf("checkpoint of %s: %s -> (none)\n", cfg.Name, from)
 	fmt.Printf("the relay starts at source.start (%s), and logs the reset; a running relay was fenced (its open transaction aborted) and starts there too\n", cfg.Source.Start)
 	return nil
+}
+
+// placedBy is the partition counts the pipeline places keys by, which a
+// command replacing its checkpoint keeps (kafka.on_partitions_added): cur's,
+// or without a checkpoint those a reset marker carries (a reset moves the
+// position, not the keys; a reset or set after it keeps them too). Nil when
+// there are none or they cannot be read (a newer or forged record replaced
+// with --force, an open transaction holding the topic back).
+func placedBy(ctx context.Context, store *checkpoint.Store, name string, cur *checkpoint.Checkpoint) map[string]int32 {
+	if cur != nil {
+		return cur.Partitions
+	}
+	loaded, err := store.LoadState(ctx, name)
+	if err != nil {
+		return nil
+	}
+	return loaded.Partitions
 }

@@ -471,14 +471,15 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 			defer checkCl.Close()
 		}
 	}
-	cp, cpTopic, err := r.loadCheckpoint(ctx, adm)
+	cp, placed, cpTopic, err := r.loadCheckpoint(ctx, adm)
 	if err != nil {
 		return err
 	}
 	if cp != nil {
 		r.metrics.CheckpointKnown(cp.Time, cp.CommitTime) // purge margin and age from the start, whatever comes next
-		place.load(cp.Partitions)
 	}
+	place.load(placed) // after a reset too: it moved the position, not the keys
+
 	// The first of source.hosts that has every published transaction; waits
 	// while the usable ones are only behind (source.go).
 	srv, err := r.chooseSource(ctx, cp)
