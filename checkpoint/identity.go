@@ -117,15 +117,21 @@ func (s *Store) Describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 			err = rc.Err
 		}
 		if err == nil {
+			values := map[string]string{}
 			for _, c := range rc.Configs {
-				if c.Key != "cleanup.policy" || c.Value == nil {
-					continue
+				if c.Value != nil {
+					values[c.Key] = *c.Value
 				}
-				if !slices.Contains(strings.Split(strings.ReplaceAll(*c.Value, " ", ""), ","), "compact") {
-					return st, fmt.Errorf("%w: topic %s has cleanup.policy=%s: the broker deletes checkpoints by age (a pipeline stopped longer than "+
-						"retention.ms loses its position); set it compacted: kafka-configs.sh --alter --entity-type topics --entity-name %s "+
-						"--add-config cleanup.policy=compact", ErrTopicLayout, s.topic, *c.Value, s.topic)
-				}
+			}
+			if policy, ok := values["cleanup.policy"]; ok && !slices.Contains(policies(policy), "compact") {
+				return st, fmt.Errorf("%w: topic %s has cleanup.policy=%s: the broker deletes checkpoints by age (a pipeline stopped longer than "+
+					"retention.ms loses its position); set it compacted: kafka-configs.sh --alter --entity-type topics --entity-name %s "+
+					"--add-config cleanup.policy=compact", ErrTopicLayout, s.topic, policy, s.topic)
+			}
+			if why := DeletesByAge(values); why != "" {
+				return st, fmt.Errorf("%w: topic %s has %s: the broker deletes checkpoints by age or size besides compacting them (a pipeline "+
+					"stopped or idle that long loses its position); make it compacted only: kafka-configs.sh --alter --entity-type topics "+
+					"--entity-name %s --add-config cleanup.policy=compact", ErrTopicLayout, s.topic, why, s.topic)
 			}
 			return st, nil
 		}
@@ -134,6 +140,33 @@ func (s *Store) Describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 		return st, nil
 	}
 	return st, fmt.Errorf("describe the settings of checkpoint topic %s: %w", s.topic, err)
+}
+
+func policies(policy string) []string {
+	return strings.Split(strings.ReplaceAll(policy, " ", ""), ",")
+}
+
+// DeletesByAge says how a checkpoint topic with these settings (config
+// name -> value, as DescribeConfigs reports them) loses records besides
+// compaction: cleanup.policy with delete (compact,delete) and a finite
+// retention.ms (absent: Kafka's default, 7 days) or retention.bytes. ""
+// when it never does (compact alone, or delete with both -1).
+func DeletesByAge(configs map[string]string) string {
+	policy := configs["cleanup.policy"]
+	if !slices.Contains(policies(policy), "delete") {
+		return ""
+	}
+	ms, ok := configs["retention.ms"]
+	if !ok {
+		ms = "604800000"
+	}
+	if ms != "-1" {
+		return fmt.Sprintf("cleanup.policy=%s with retention.ms=%s", policy, ms)
+	}
+	if b, ok := configs["retention.bytes"]; ok && b != "-1" {
+		return fmt.Sprintf("cleanup.policy=%s with retention.bytes=%s", policy, b)
+	}
+	return ""
 }
 
 // TablesOf returns tables sorted, without duplicates, as a checkpoint
