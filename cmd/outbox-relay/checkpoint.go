@@ -601,6 +601,9 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 func writeCheckpoint(cfg config.Config, store *checkpoint.Store, cp *checkpoint.Checkpoint, log zerolog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
+	if err := ensureCheckpointTopic(ctx, cfg, store); err != nil {
+		return err
+	}
 	err := store.Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp)
 	if errors.Is(err, checkpoint.ErrNotVisible) {
 		log.Warn().Err(err).Str("topic", store.Topic()).

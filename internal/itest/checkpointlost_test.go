@@ -249,3 +249,54 @@ func TestCheckpointTopicDeletingByAgeStops(t *testing.T) {
 		})
 	}
 }
+
+// The operator restores a pipeline whose checkpoint topic is gone (deleted
+// while every instance was stopped, or a new kafka.checkpoint_topic, such
+// as a topic of its own) before any relay ran again: `checkpoint set` or
+// `checkpoint reset` creates the topic compacted with one partition, as
+// the relay does, instead of failing on an unknown topic (or leaving one a
+// broker auto-created with its defaults, which the relay then refuses).
+// The relay then resumes exactly at the set position, or starts at
+// source.start saying so.
+func TestCheckpointCommandsCreateMissingCheckpointTopic(t *testing.T) {
+	for _, cmd := range []string{"set", "reset"} {
+		t.Run(cmd, func(t *testing.T) {
+			k, s, cfg := env.Pipeline(t)
+			cfg.Kafka.RequestTimeout = 10 * time.Second
+			ctx := context.Background()
+			r := RunRelay(t, cfg)
+			r.WaitReady(t)
+			if _, err := s.Write(ctx, WriteOptions{Writers: 1, Transactions: 10, Tag: "before"}); err != nil {
+				t.Fatal(err)
+			}
+			before := WaitCheckpoint(t, cfg, Head(t, s.DB), time.Minute)
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			deleteTopic(t, k, cfg.Kafka.CheckpointTopic)
+			args := []string{"checkpoint", "reset"}
+			if cmd == "set" {
+				args = []string{"checkpoint", "set", "--gtid", before.GTIDSet}
+			}
+			path := WriteConfig(t, cfg)
+			if out, errOut, code := env.CLI(t, append(args, "--yes", "--config", path)...); code != 0 {
+				t.Fatalf("%v on a missing checkpoint topic: exit %d\n%s%s", args, code, out, errOut)
+			}
+			r = RunRelay(t, cfg)
+			r.WaitReady(t)
+			if _, err := s.Write(ctx, WriteOptions{Writers: 1, Transactions: 5, Tag: "after"}); err != nil {
+				t.Fatal(err)
+			}
+			WaitCheckpoint(t, cfg, Head(t, s.DB), time.Minute)
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			if cmd == "reset" && !strings.Contains(r.Logs(), "checkpoint reset by the operator") {
+				t.Fatalf("the relay did not log the reset:\n%s", tailLines(r.Logs(), 20))
+			}
+			if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); !rep.OK() {
+				t.Fatalf("after %s: %s", cmd, rep)
+			}
+		})
+	}
+}
