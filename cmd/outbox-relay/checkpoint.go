@@ -555,6 +555,11 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if err := w.overNewer(err); err != nil {
 		return err
 	}
+	// Read before the confirmation, whose wait does not count against ctx's.
+	placed, err := placedBy(ctx, store, cfg.Name, cur)
+	if err != nil {
+		return err
+	}
 	from, prev := "(none)", ""
 	var events int64
 	if cur != nil {
@@ -574,7 +579,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	// Keys stay placed by the recorded partition counts (also those a reset
 	// marker carries): a set never moves an aggregate to another partition
 	// (kafka.on_partitions_added).
-	cp.Partitions = placedBy(ctx, store, cfg.Name, cur)
+	cp.Partitions = placed
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
 			cp.XA = cur.XA // same position: the prepared XA transactions are still pending

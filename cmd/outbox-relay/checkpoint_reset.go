@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -58,6 +60,10 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 		// checkpoint it had is gone (checkpoint.ErrLost).
 		from = "(none)"
 	}
+	placed, err := placedBy(ctx, store, cfg.Name, cur) // before the confirmation's wait
+	if err != nil {
+		return err
+	}
 	if err := w.guard(cfg, fmt.Sprintf("delete the checkpoint of %s (at %s); the relay then starts at source.start (%s)", cfg.Name, strconv.Quote(from), cfg.Source.Start)); err != nil {
 		return err
 	}
@@ -69,7 +75,7 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 	// A reset marker, not a tombstone: the relay tells the operator's reset
 	// (start at source.start) from a checkpoint that vanished (stop).
 	// It carries the partition counts keys are placed by, as set does.
-	marker := checkpoint.ResetMarker(cfg.Name, *operatorMark(checkpoint.CommandReset, prev), placedBy(ctx, store, cfg.Name, cur))
+	marker := checkpoint.ResetMarker(cfg.Name, *operatorMark(checkpoint.CommandReset, prev), placed)
 	if err := writeCheckpoint(cfg, store, marker, log); err != nil {
 		return err
 	}
@@ -82,16 +88,22 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 // placedBy is the partition counts the pipeline places keys by, which a
 // command replacing its checkpoint keeps (kafka.on_partitions_added): cur's,
 // or without a checkpoint those a reset marker carries (a reset moves the
-// position, not the keys; a reset or set after it keeps them too). Nil when
-// there are none or they cannot be read (a newer or forged record replaced
-// with --force, an open transaction holding the topic back).
-func placedBy(ctx context.Context, store *checkpoint.Store, name string, cur *checkpoint.Checkpoint) map[string]int32 {
+// position, not the keys; a reset or set after it keeps them too). Where
+// the newest record cannot be trusted or read (a newer or non-transactional
+// one replaced with --force, an open transaction holding the topic back) it
+// warns that none are kept; another error is returned.
+func placedBy(ctx context.Context, store *checkpoint.Store, name string, cur *checkpoint.Checkpoint) (map[string]int32, error) {
 	if cur != nil {
-		return cur.Partitions
+		return cur.Partitions, nil
 	}
 	loaded, err := store.LoadState(ctx, name)
-	if err != nil {
-		return nil
+	switch {
+	case err == nil:
+		return loaded.Partitions, nil
+	case errors.Is(err, checkpoint.ErrNotTransactional), errors.Is(err, checkpoint.ErrNewerFormat), errors.Is(err, checkpoint.ErrCheckpointHeldBack):
+		fmt.Fprintf(os.Stderr, "warning: no recorded partition counts kept (%v): the relay places keys by each output topic's count when it first writes to it\n", err)
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("read the recorded partition counts: %w", err)
 	}
-	return loaded.Partitions
 }
