@@ -556,7 +556,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 		return err
 	}
 	// Read before the confirmation, whose wait does not count against ctx's.
-	placed, err := placedBy(ctx, store, cfg.Name, cur)
+	placed, _, err := carried(ctx, store, cfg.Name, cur)
 	if err != nil {
 		return err
 	}

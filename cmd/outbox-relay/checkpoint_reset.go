@@ -60,15 +60,18 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 		// checkpoint it had is gone (checkpoint.ErrLost).
 		from = "(none)"
 	}
-	placed, err := placedBy(ctx, store, cfg.Name, cur) // before the confirmation's wait
+	placed, resetFrom, err := carried(ctx, store, cfg.Name, cur) // before the confirmation's wait
 	if err != nil {
 		return err
+	}
+	if cur == nil && resetFrom != "" {
+		from = resetFrom // reset again: the position the first reset replaced
 	}
 	if err := w.guard(cfg, fmt.Sprintf("delete the checkpoint of %s (at %s); the relay then starts at source.start (%s)", cfg.Name, strconv.Quote(from), cfg.Source.Start)); err != nil {
 		return err
 	}
 	log := newLogger(cfg.Log, nil)
-	prev := ""
+	prev := resetFrom
 	if cur != nil {
 		prev = cur.GTIDSet
 	}
@@ -85,25 +88,30 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 	return nil
 }
 
-// placedBy is the partition counts the pipeline places keys by, which a
-// command replacing its checkpoint keeps (kafka.on_partitions_added): cur's,
-// or without a checkpoint those a reset marker carries (a reset moves the
-// position, not the keys; a reset or set after it keeps them too). Where
-// the newest record cannot be trusted or read (a newer or non-transactional
-// one replaced with --force, an open transaction holding the topic back) it
-// warns that none are kept; another error is returned.
-func placedBy(ctx context.Context, store *checkpoint.Store, name string, cur *checkpoint.Checkpoint) (map[string]int32, error) {
+// carried is what a command replacing the checkpoint keeps of the
+// pipeline's state: the partition counts it places keys by
+// (kafka.on_partitions_added), cur's or, without a checkpoint, those a reset
+// marker carries (a reset moves the position, not the keys; a reset or set
+// after it keeps them too); and, after a reset, the position that reset
+// replaced (resetFrom), which a second reset keeps naming. Where the newest
+// record cannot be trusted or read (a newer or non-transactional one
+// replaced with --force, an open transaction holding the topic back) it
+// warns that nothing is kept; another error is returned.
+func carried(ctx context.Context, store *checkpoint.Store, name string, cur *checkpoint.Checkpoint) (placed map[string]int32, resetFrom string, err error) {
 	if cur != nil {
-		return cur.Partitions, nil
+		return cur.Partitions, "", nil
 	}
 	loaded, err := store.LoadState(ctx, name)
 	switch {
 	case err == nil:
-		return loaded.Partitions, nil
+		if loaded.ResetBy != nil {
+			resetFrom = loaded.ResetBy.From
+		}
+		return loaded.Partitions, resetFrom, nil
 	case errors.Is(err, checkpoint.ErrNotTransactional), errors.Is(err, checkpoint.ErrNewerFormat), errors.Is(err, checkpoint.ErrCheckpointHeldBack):
 		fmt.Fprintf(os.Stderr, "warning: no recorded partition counts kept (%v): the relay places keys by each output topic's count when it first writes to it\n", err)
-		return nil, nil
+		return nil, "", nil
 	default:
-		return nil, fmt.Errorf("read the recorded partition counts: %w", err)
+		return nil, "", fmt.Errorf("read the recorded partition counts: %w", err)
 	}
 }

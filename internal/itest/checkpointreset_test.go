@@ -203,3 +203,38 @@ func TestAtLeastOnceRelayStartsAtSourceStartAfterReset(t *testing.T) {
 	}
 	requireAtLeastOnce(t, k, s, cfg.Router.TopicPrefix)
 }
+
+// A second `checkpoint reset` (a retried script, a second operator) keeps
+// the position the first one replaced: `checkpoint show` and the relay's
+// log still name it, the one the operator needs to undo the reset with
+// `checkpoint set --gtid`.
+func TestCheckpointResetTwiceKeepsReplacedPosition(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	path := WriteConfig(t, cfg)
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 4, Tag: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	before := WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if out, errOut, code := env.CLI(t, "checkpoint", "reset", "--yes", "--config", path); code != 0 {
+			t.Fatalf("reset %d: exit %d\n%s%s", i+1, code, out, errOut)
+		}
+	}
+	out, _, code := env.CLI(t, "checkpoint", "show", "--config", path)
+	if code != 0 || !strings.Contains(out, "(it was at "+before.GTIDSet+")") {
+		t.Fatalf("show after two resets: exit %d, want the replaced position %s named\n%s", code, before.GTIDSet, out)
+	}
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	if line := lineWith(r.Logs(), "checkpoint reset by the operator"); !strings.Contains(line, `"reset_from":"`+before.GTIDSet+`"`) {
+		t.Fatalf("the reset's log line does not name %s:\n%s", before.GTIDSet, line)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
