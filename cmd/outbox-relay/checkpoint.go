@@ -600,7 +600,9 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 }
 
 // writeCheckpoint commits cp (nil: a tombstone) with a deadline of its own,
-// so that the time a user took to confirm does not count against it. A
+// so that the time a user took to confirm does not count against it:
+// exactly-once in a transaction that fences the relay, at-least-once
+// without one, as its relay writes (no transactional id needed). A
 // checkpoint committed but held back from readers by an older open
 // transaction is a warning: it is written, and visible once that ends.
 func writeCheckpoint(cfg config.Config, store *checkpoint.Store, cp *checkpoint.Checkpoint, log zerolog.Logger) error {
@@ -609,7 +611,13 @@ func writeCheckpoint(cfg config.Config, store *checkpoint.Store, cp *checkpoint.
 	if err := ensureCheckpointTopic(ctx, cfg, store); err != nil {
 		return err
 	}
-	err := store.Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp)
+	var err error
+	if cfg.Kafka.Delivery == config.ExactlyOnce {
+		err = store.Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp)
+	} else {
+		// as its relay writes them: no transactional id needed, none fenced
+		err = store.WritePlain(ctx, cfg.Name, cp)
+	}
 	if errors.Is(err, checkpoint.ErrNotVisible) {
 		log.Warn().Err(err).Str("topic", store.Topic()).
 			Msg("checkpoint committed; readers see it once the older open transaction on the topic ends (at most the producers' transaction timeout)")
