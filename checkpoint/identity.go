@@ -98,7 +98,7 @@ func (s *Store) Describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 	}
 	d, ok := details[s.topic]
 	if !ok || d.Err != nil {
-		return st, fmt.Errorf("describe checkpoint topic %s: %v", s.topic, d.Err)
+		return st, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, topicErr(ok, d.Err))
 	}
 	st.ID = d.ID
 	if n := len(d.Partitions); n != 1 {
@@ -140,6 +140,16 @@ func (s *Store) Describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 		return st, nil
 	}
 	return st, fmt.Errorf("describe the settings of checkpoint topic %s: %w", s.topic, err)
+}
+
+// topicErr is the error of a topic the brokers did not describe (ok false:
+// not listed at all), kept as Kafka's so that callers can tell a refusal
+// (not authorised) from a topic that is missing for a moment.
+func topicErr(ok bool, err error) error {
+	if !ok || err == nil {
+		return kerr.UnknownTopicOrPartition
+	}
+	return err
 }
 
 func policies(policy string) []string {

@@ -242,3 +242,38 @@ func TestAtLeastOnceCheckpointCommandsNeedNoTransactions(t *testing.T) {
 		t.Fatalf("%d records in %s*, want 13 (resumed at %s)", n, cfg.Router.TopicPrefix, before.GTIDSet)
 	}
 }
+
+// TestCheckpointTopicNotAuthorizedIsConfigError: a principal not allowed
+// the checkpoint topic (an ACL forgotten, or a kafka.checkpoint_topic of
+// another pipeline) stops the relay as a configuration error (exit 78,
+// naming the topic), not as a transient one a supervisor restarts forever.
+func TestCheckpointTopicNotAuthorizedIsConfigError(t *testing.T) {
+	adm, _, sasl := aclKafka(t)
+	ctx := context.Background()
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(&itest.Kafka{Brokers: []string{sasl}}, s.Table())
+	user, pass := cfg.Name, "scram-"+cfg.Name
+	scramUser(t, adm, user, pass)
+	cfg.Kafka.SASL = config.SASL{Mechanism: config.SASLScramSHA512, User: user, Password: pass}
+	cfg.HA.LockTopic = "outbox-relay.lock." + cfg.Name
+	event := cfg.Router.TopicPrefix + "alarm"
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, cfg.Kafka.CheckpointTopic); err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range []string{cfg.HA.LockTopic, event} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	principal := "User:" + user
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.HA.LockTopic).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(relay.GroupID(cfg.Name)).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
+	allow(t, adm, kadm.NewACLs().Allow(principal).TransactionalIDs(checkpoint.TransactionalIDs(cfg.Name)...).Operations(kadm.OpWrite))
+
+	r := itest.RunRelay(t, cfg)
+	err := r.StoppedWith(t)
+	if code := relay.ExitCode(err); code != relay.ExitConfig || !strings.Contains(err.Error(), cfg.Kafka.CheckpointTopic) {
+		t.Fatalf("stopped with %v (exit %d); want exit %d naming %s", err, code, relay.ExitConfig, cfg.Kafka.CheckpointTopic)
+	}
+}

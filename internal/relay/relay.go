@@ -452,7 +452,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	adm := kadm.NewClient(cl)
 	if err := r.store.EnsureTopic(ctx, adm, r.cfg.Kafka.ReplicationFactor); err != nil {
-		return err
+		return classify(err) // not authorised for the checkpoint topic: a configuration stop
 	}
 	if exactlyOnce {
 		// Initialising the producer id fences any older instance and aborts its
@@ -473,7 +473,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	cp, placed, cpTopic, err := r.loadCheckpoint(ctx, adm)
 	if err != nil {
-		return err
+		return classify(err)
 	}
 	if cp != nil {
 		r.metrics.CheckpointKnown(cp.Time, cp.CommitTime) // purge margin and age from the start, whatever comes next
