@@ -67,14 +67,22 @@ func checkpointStore(cfg config.Config) (*checkpoint.Store, error) {
 // goes on with a warning. Held back by another pipeline, the visible one may
 // be stale: strict commands fail, the others go on with a warning.
 func currentCheckpoint(ctx context.Context, cfg config.Config, strict bool) (*checkpoint.Store, *checkpoint.Checkpoint, error) {
-	store, err := checkpointStore(cfg)
+	store, loaded, _, err := currentState(ctx, cfg, strict)
+	return store, loaded.Checkpoint, err
+}
+
+// currentState is currentCheckpoint with all that was loaded (a reset
+// marker's operator and partition counts, checkpoint.Loaded); known is
+// false when only the part visible past an open transaction was read.
+func currentState(ctx context.Context, cfg config.Config, strict bool) (store *checkpoint.Store, loaded checkpoint.Loaded, known bool, err error) {
+	store, err = checkpointStore(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, loaded, false, err
 	}
-	cp, err := store.Load(ctx, cfg.Name)
+	loaded, err = store.LoadState(ctx, cfg.Name)
 	var held *checkpoint.HeldBackError
 	if !errors.As(err, &held) {
-		return store, cp, err
+		return store, loaded, err == nil, err
 	}
 	own := len(held.Holders) > 0
 	for _, h := range held.Holders {
@@ -84,11 +92,11 @@ func currentCheckpoint(ctx context.Context, cfg config.Config, strict bool) (*ch
 	case own:
 		fmt.Fprintf(os.Stderr, "warning: %s's own open transaction (a relay stopped between flush and commit) is aborted by this write\n", cfg.Name)
 	case strict:
-		return nil, nil, err
+		return nil, checkpoint.Loaded{}, false, err
 	default:
 		fmt.Fprintf(os.Stderr, "warning: %v\nthe previous checkpoint shown below may not be the newest\n", err)
 	}
-	return store, held.Visible, nil
+	return store, checkpoint.Loaded{Checkpoint: held.Visible}, false, nil
 }
 
 // checkpointShow prints the committed checkpoint. While a transaction open
@@ -551,15 +559,12 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 			return err
 		}
 	}
-	store, cur, err := currentCheckpoint(ctx, cfg, false)
+	store, loaded, known, err := currentState(ctx, cfg, false)
 	if err := w.overNewer(err); err != nil {
 		return err
 	}
-	// Read before the confirmation, whose wait does not count against ctx's.
-	placed, _, err := carried(ctx, store, cfg.Name, cur)
-	if err != nil {
-		return err
-	}
+	cur := loaded.Checkpoint
+	placed, _ := carried(loaded, known)
 	from, prev := "(none)", ""
 	var events int64
 	if cur != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -45,11 +44,12 @@ transaction is aborted) and starts there too.`,
 func checkpointReset(cfg config.Config, w writeFlags) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	store, cur, err := currentCheckpoint(ctx, cfg, false)
+	store, loaded, known, err := currentState(ctx, cfg, false)
 	newer := err != nil
 	if err := w.overNewer(err); err != nil {
 		return err
 	}
+	cur := loaded.Checkpoint
 	from := "(a newer format)"
 	switch {
 	case cur != nil:
@@ -60,10 +60,7 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 		// checkpoint it had is gone (checkpoint.ErrLost).
 		from = "(none)"
 	}
-	placed, resetFrom, err := carried(ctx, store, cfg.Name, cur) // before the confirmation's wait
-	if err != nil {
-		return err
-	}
+	placed, resetFrom := carried(loaded, known)
 	if cur == nil && resetFrom != "" {
 		from = resetFrom // reset again: the position the first reset replaced
 	}
@@ -89,29 +86,24 @@ func checkpointReset(cfg config.Config, w writeFlags) error {
 }
 
 // carried is what a command replacing the checkpoint keeps of the
-// pipeline's state: the partition counts it places keys by
-// (kafka.on_partitions_added), cur's or, without a checkpoint, those a reset
-// marker carries (a reset moves the position, not the keys; a reset or set
-// after it keeps them too); and, after a reset, the position that reset
-// replaced (resetFrom), which a second reset keeps naming. Where the newest
-// record cannot be trusted or read (a newer or non-transactional one
-// replaced with --force, an open transaction holding the topic back) it
-// warns that nothing is kept; another error is returned.
-func carried(ctx context.Context, store *checkpoint.Store, name string, cur *checkpoint.Checkpoint) (placed map[string]int32, resetFrom string, err error) {
-	if cur != nil {
-		return cur.Partitions, "", nil
+// pipeline's state, from what currentState loaded: the partition counts it
+// places keys by (kafka.on_partitions_added), the checkpoint's or, without
+// one, those a reset marker carries (a reset moves the position, not the
+// keys; a reset or set after it keeps them too); and, after a reset, the
+// position that reset replaced (resetFrom), which a second reset keeps
+// naming. When the newest record was not read (a newer or non-transactional
+// one replaced with --force, an open transaction holding the topic back)
+// it warns that no partition counts are kept.
+func carried(loaded checkpoint.Loaded, known bool) (placed map[string]int32, resetFrom string) {
+	if cp := loaded.Checkpoint; cp != nil {
+		return cp.Partitions, ""
 	}
-	loaded, err := store.LoadState(ctx, name)
-	switch {
-	case err == nil:
-		if loaded.ResetBy != nil {
-			resetFrom = loaded.ResetBy.From
-		}
-		return loaded.Partitions, resetFrom, nil
-	case errors.Is(err, checkpoint.ErrNotTransactional), errors.Is(err, checkpoint.ErrNewerFormat), errors.Is(err, checkpoint.ErrCheckpointHeldBack):
-		fmt.Fprintf(os.Stderr, "warning: no recorded partition counts kept (%v): the relay places keys by each output topic's count when it first writes to it\n", err)
-		return nil, "", nil
-	default:
-		return nil, "", fmt.Errorf("read the recorded partition counts: %w", err)
+	if !known {
+		fmt.Fprintln(os.Stderr, "warning: the newest record was not read: no recorded partition counts kept; the relay places keys by each output topic's count when it first writes to it")
+		return nil, ""
 	}
+	if loaded.ResetBy != nil {
+		resetFrom = loaded.ResetBy.From
+	}
+	return loaded.Partitions, resetFrom
 }
