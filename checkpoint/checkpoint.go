@@ -102,10 +102,14 @@ const CommandReset = "reset"
 // can tell a reset from a checkpoint that vanished.
 func (c *Checkpoint) IsReset() bool { return c.Operator != nil && c.Operator.Command == CommandReset }
 
-// ResetMarker is the record `checkpoint reset` writes for name.
-func ResetMarker(name string, op Operator) *Checkpoint {
+// ResetMarker is the record `checkpoint reset` writes for name. It carries
+// partitions, the counts the replaced checkpoint placed keys by
+// (Checkpoint.Partitions; nil when there were none): a reset moves the
+// position, never an aggregate to another partition, so the relay started
+// from it places keys as before (Loaded.Partitions).
+func ResetMarker(name string, op Operator, partitions map[string]int32) *Checkpoint {
 	op.Command = CommandReset
-	return &Checkpoint{Name: name, Time: op.Time, Operator: &op}
+	return &Checkpoint{Name: name, Time: op.Time, Operator: &op, Partitions: partitions}
 }
 
 // resetFormat is the format of reset markers: newer than builds before

@@ -38,6 +38,9 @@ type Loaded struct {
 	Reset bool
 	// ResetBy is the Operator of a reset marker; nil for a tombstone.
 	ResetBy *Operator
+	// Partitions are the partition counts a reset marker carries over
+	// from the checkpoint it replaced (see ResetMarker); nil otherwise.
+	Partitions map[string]int32
 }
 
 // LoadState is Load, also reporting whether the name's newest record is a
@@ -56,8 +59,11 @@ func (s *Store) LoadState(ctx context.Context, name string) (Loaded, error) {
 	if s.txnOnly && last.found && !last.txn {
 		return Loaded{}, notTransactional(name, last) // one it cannot decode: that error
 	}
-	cp, by, err := last.decodeReset()
-	return Loaded{Checkpoint: cp, Reset: by != nil || (last.found && last.value == nil), ResetBy: by}, err
+	cp, err := last.decode()
+	if cp != nil && cp.IsReset() {
+		return Loaded{Reset: true, ResetBy: cp.Operator, Partitions: cp.Partitions}, nil
+	}
+	return Loaded{Checkpoint: cp, Reset: last.found && last.value == nil}, err
 }
 
 // TopicState is what identifies the checkpoint topic and its history.
@@ -121,11 +127,8 @@ func (s *Store) describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 		return st, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, err)
 	}
 	d, ok := details[s.topic]
-	if !ok {
-		return st, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, kerr.UnknownTopicOrPartition)
-	}
-	if d.Err != nil {
-		return st, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, d.Err)
+	if !ok || d.Err != nil {
+		return st, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, topicErr(ok, d.Err))
 	}
 	st.ID = d.ID
 	if n := len(d.Partitions); n != 1 {
@@ -144,15 +147,21 @@ func (s *Store) describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 			err = rc.Err
 		}
 		if err == nil {
+			values := map[string]string{}
 			for _, c := range rc.Configs {
-				if c.Key != "cleanup.policy" || c.Value == nil {
-					continue
+				if c.Value != nil {
+					values[c.Key] = *c.Value
 				}
-				if !slices.Contains(strings.Split(strings.ReplaceAll(*c.Value, " ", ""), ","), "compact") {
-					return st, fmt.Errorf("%w: topic %s has cleanup.policy=%s: the broker deletes checkpoints by age (a pipeline stopped longer than "+
-						"retention.ms loses its position); set it compacted: kafka-configs.sh --alter --entity-type topics --entity-name %s "+
-						"--add-config cleanup.policy=compact", ErrTopicLayout, s.topic, *c.Value, s.topic)
-				}
+			}
+			if policy, ok := values["cleanup.policy"]; ok && !slices.Contains(policies(policy), "compact") {
+				return st, fmt.Errorf("%w: topic %s has cleanup.policy=%s: the broker deletes checkpoints by age (a pipeline stopped longer than "+
+					"retention.ms loses its position); set it compacted: kafka-configs.sh --alter --entity-type topics --entity-name %s "+
+					"--add-config cleanup.policy=compact", ErrTopicLayout, s.topic, policy, s.topic)
+			}
+			if why := DeletesByAge(values); why != "" {
+				return st, fmt.Errorf("%w: topic %s has %s: the broker deletes checkpoints by age or size besides compacting them (a pipeline "+
+					"stopped or idle that long loses its position); make it compacted only: kafka-configs.sh --alter --entity-type topics "+
+					"--entity-name %s --add-config cleanup.policy=compact", ErrTopicLayout, s.topic, why, s.topic)
 			}
 			return st, nil
 		}
@@ -161,6 +170,43 @@ func (s *Store) describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 		return st, nil
 	}
 	return st, fmt.Errorf("describe the settings of checkpoint topic %s: %w", s.topic, err)
+}
+
+// topicErr is the error of a topic the brokers did not describe (ok false:
+// not listed at all), kept as Kafka's so that callers can tell a refusal
+// (not authorised) from a topic that is missing for a moment.
+func topicErr(ok bool, err error) error {
+	if !ok || err == nil {
+		return kerr.UnknownTopicOrPartition
+	}
+	return err
+}
+
+func policies(policy string) []string {
+	return strings.Split(strings.ReplaceAll(policy, " ", ""), ",")
+}
+
+// DeletesByAge says how a checkpoint topic with these settings (config
+// name -> value, as DescribeConfigs reports them) loses records besides
+// compaction: cleanup.policy with delete (compact,delete) and a finite
+// retention.ms (absent: Kafka's default, 7 days) or retention.bytes. ""
+// when it never does (compact alone, or delete with both -1).
+func DeletesByAge(configs map[string]string) string {
+	policy := configs["cleanup.policy"]
+	if !slices.Contains(policies(policy), "delete") {
+		return ""
+	}
+	ms, ok := configs["retention.ms"]
+	if !ok {
+		ms = "604800000"
+	}
+	if ms != "-1" {
+		return fmt.Sprintf("cleanup.policy=%s with retention.ms=%s", policy, ms)
+	}
+	if b, ok := configs["retention.bytes"]; ok && b != "-1" {
+		return fmt.Sprintf("cleanup.policy=%s with retention.bytes=%s", policy, b)
+	}
+	return ""
 }
 
 // TablesOf returns tables sorted, without duplicates, as a checkpoint

@@ -12,13 +12,13 @@ import (
 // rather than read as an empty GTID set.
 func TestResetMarkerIsNoPositionAndRefusedByOlderReaders(t *testing.T) {
 	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
-	m := ResetMarker("alarms", Operator{Time: at, User: "ops@host", From: "0-1-100"})
+	m := ResetMarker("alarms", Operator{Time: at, User: "ops@host", From: "0-1-100"}, map[string]int32{"outbox.alarm": 3})
 	b := m.Encode()
 	if !strings.HasPrefix(string(b), `{"format":2,`) {
 		t.Fatalf("marker encoded as %s, want format 2", b)
 	}
 	got, err := Decode(b)
-	if err != nil || !got.IsReset() || got.Operator.From != "0-1-100" || !got.Operator.Time.Equal(at) || got.GTIDSet != "" {
+	if err != nil || !got.IsReset() || got.Operator.From != "0-1-100" || !got.Operator.Time.Equal(at) || got.GTIDSet != "" || got.Partitions["outbox.alarm"] != 3 {
 		t.Fatalf("decoded %+v, %v", got, err)
 	}
 	// A format 2 record that is not a marker is still a newer format.

@@ -79,7 +79,7 @@ func (s *Store) EnsureTopic(ctx context.Context, adm *kadm.Client, replication i
 			ErrTopicLayout, s.topic, err)
 	}
 	if !ok || d.Err != nil {
-		return fmt.Errorf("describe checkpoint topic %s: %v", s.topic, d.Err)
+		return fmt.Errorf("describe checkpoint topic %s: %w", s.topic, topicErr(ok, d.Err))
 	}
 	if n := len(d.Partitions); n != 1 {
 		return fmt.Errorf("%w: topic %s has %d partitions, need exactly 1", ErrTopicLayout, s.topic, n)

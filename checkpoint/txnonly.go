@@ -1,8 +1,12 @@
 package checkpoint
 
 import (
+	"context"
 	"errors"
 	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Every writer of checkpoints in exactly-once delivery writes them in a
@@ -61,4 +65,29 @@ func (s *Store) TransactionalOnly() *Store {
 	c := *s
 	c.txnOnly = true
 	return &c
+}
+
+// WritePlain commits cp for name (nil writes a tombstone) without a Kafka
+// transaction, as a relay with kafka.delivery at-least-once writes its
+// checkpoints: the checkpoint commands' write for such a pipeline, whose
+// principal may be allowed no transactional id and whose brokers may
+// support no transactions (what at-least-once is for). It fences nothing
+// (an at-least-once relay writes no transactions): the caller makes sure no
+// relay of name runs. It returns once the record is visible to
+// read_committed readers (AwaitVisible).
+func (s *Store) WritePlain(ctx context.Context, name string, cp *Checkpoint) error {
+	cl, err := kgo.NewClient(s.opts...)
+	if err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	defer cl.Close()
+	rec := s.Tombstone(name)
+	if cp != nil {
+		rec = s.Record(cp)
+	}
+	written, err := cl.ProduceSync(ctx, rec).First()
+	if err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	return s.AwaitVisible(ctx, kadm.NewClient(cl), written.Offset)
 }

@@ -67,14 +67,22 @@ func checkpointStore(cfg config.Config) (*checkpoint.Store, error) {
 // goes on with a warning. Held back by another pipeline, the visible one may
 // be stale: strict commands fail, the others go on with a warning.
 func currentCheckpoint(ctx context.Context, cfg config.Config, strict bool) (*checkpoint.Store, *checkpoint.Checkpoint, error) {
-	store, err := checkpointStore(cfg)
+	store, loaded, _, err := currentState(ctx, cfg, strict)
+	return store, loaded.Checkpoint, err
+}
+
+// currentState is currentCheckpoint with all that was loaded (a reset
+// marker's operator and partition counts, checkpoint.Loaded); known is
+// false when only the part visible past an open transaction was read.
+func currentState(ctx context.Context, cfg config.Config, strict bool) (store *checkpoint.Store, loaded checkpoint.Loaded, known bool, err error) {
+	store, err = checkpointStore(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, loaded, false, err
 	}
-	cp, err := store.Load(ctx, cfg.Name)
+	loaded, err = store.LoadState(ctx, cfg.Name)
 	var held *checkpoint.HeldBackError
 	if !errors.As(err, &held) {
-		return store, cp, err
+		return store, loaded, err == nil, err
 	}
 	own := len(held.Holders) > 0
 	for _, h := range held.Holders {
@@ -84,11 +92,11 @@ func currentCheckpoint(ctx context.Context, cfg config.Config, strict bool) (*ch
 	case own:
 		fmt.Fprintf(os.Stderr, "warning: %s's own open transaction (a relay stopped between flush and commit) is aborted by this write\n", cfg.Name)
 	case strict:
-		return nil, nil, err
+		return nil, checkpoint.Loaded{}, false, err
 	default:
 		fmt.Fprintf(os.Stderr, "warning: %v\nthe previous checkpoint shown below may not be the newest\n", err)
 	}
-	return store, held.Visible, nil
+	return store, checkpoint.Loaded{Checkpoint: held.Visible}, false, nil
 }
 
 // checkpointShow prints the committed checkpoint. While a transaction open
@@ -551,10 +559,12 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 			return err
 		}
 	}
-	store, cur, err := currentCheckpoint(ctx, cfg, false)
+	store, loaded, known, err := currentState(ctx, cfg, false)
 	if err := w.overNewer(err); err != nil {
 		return err
 	}
+	cur := loaded.Checkpoint
+	placed, _ := carried(loaded, known)
 	from, prev := "(none)", ""
 	var events int64
 	if cur != nil {
@@ -571,11 +581,10 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs, Operator: operatorMark("set", prev)}
 	cp.Provisional = keptProvisional(cur, layout)
 	cp.Tables = checkpoint.TablesOf(cfg.Source.Tables) // set records the configuration's tables
-	if cur != nil {
-		// Keys stay placed by the recorded partition counts: a set never
-		// moves an aggregate to another partition (kafka.on_partitions_added).
-		cp.Partitions = cur.Partitions
-	}
+	// Keys stay placed by the recorded partition counts (also those a reset
+	// marker carries): a set never moves an aggregate to another partition
+	// (kafka.on_partitions_added).
+	cp.Partitions = placed
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
 			cp.XA = cur.XA // same position: the prepared XA transactions are still pending
@@ -596,13 +605,24 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 }
 
 // writeCheckpoint commits cp (nil: a tombstone) with a deadline of its own,
-// so that the time a user took to confirm does not count against it. A
+// so that the time a user took to confirm does not count against it:
+// exactly-once in a transaction that fences the relay, at-least-once
+// without one, as its relay writes (no transactional id needed). A
 // checkpoint committed but held back from readers by an older open
 // transaction is a warning: it is written, and visible once that ends.
 func writeCheckpoint(cfg config.Config, store *checkpoint.Store, cp *checkpoint.Checkpoint, log zerolog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	err := store.Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp)
+	if err := ensureCheckpointTopic(ctx, cfg, store); err != nil {
+		return err
+	}
+	var err error
+	if cfg.Kafka.Delivery == config.ExactlyOnce {
+		err = store.Write(ctx, cfg.Name, cfg.Kafka.TransactionLanes, cp)
+	} else {
+		// as its relay writes them: no transactional id needed, none fenced
+		err = store.WritePlain(ctx, cfg.Name, cp)
+	}
 	if errors.Is(err, checkpoint.ErrNotVisible) {
 		log.Warn().Err(err).Str("topic", store.Topic()).
 			Msg("checkpoint committed; readers see it once the older open transaction on the topic ends (at most the producers' transaction timeout)")

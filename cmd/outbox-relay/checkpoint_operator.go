@@ -7,6 +7,9 @@ import (
 	"os/user"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -68,4 +71,22 @@ func skipReached(ctx context.Context, cfg config.Config, pos string, force bool)
 		return nil
 	}
 	return reachedBy(srv, "skip", pos, force)
+}
+
+// ensureCheckpointTopic creates the checkpoint topic, compacted with one
+// partition, when it is missing, as the relay does: an operator may restore
+// a pipeline whose topic is gone (or moved to a new one) before any relay
+// ran, and a produce to it would fail on the unknown topic, or leave one a
+// broker auto-created with its defaults (not compacted: the relay refuses it).
+func ensureCheckpointTopic(ctx context.Context, cfg config.Config, store *checkpoint.Store) error {
+	opts, err := relay.KafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	defer cl.Close()
+	return store.EnsureTopic(ctx, kadm.NewClient(cl), cfg.Kafka.ReplicationFactor)
 }

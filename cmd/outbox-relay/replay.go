@@ -621,12 +621,16 @@ func checkpointPartitioner(ctx context.Context, cfg config.Config) (kgo.Partitio
 	if err != nil {
 		return nil, err
 	}
-	cp, err := store.Load(ctx, cfg.Name)
+	loaded, err := store.LoadState(ctx, cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoint (its partition counts): %w", err)
 	}
-	if cp == nil {
+	placed := loaded.Partitions // after a reset: the counts its marker carries
+	if loaded.Checkpoint != nil {
+		placed = loaded.Checkpoint.Partitions
+	}
+	if placed == nil {
 		return relay.Partitioner(), nil
 	}
-	return relay.PartitionerFor(cp.Partitions), nil
+	return relay.PartitionerFor(placed), nil
 }

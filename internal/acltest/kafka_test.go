@@ -240,3 +240,104 @@ func TestMissingTransactionalIDWriteStopsAsRejected(t *testing.T) {
 		t.Errorf("still running after 30s without WRITE on its transactional id; %d 'fenced ... back to standby' cycles; e.g.:\n%s", n, first)
 	}
 }
+
+// TestAtLeastOnceCheckpointCommandsNeedNoTransactions: an at-least-once
+// pipeline's principal has the ACLs of the table above except the
+// transactional ids (it writes no transactions; brokers without
+// transactions are what at-least-once is for). `checkpoint set` and
+// `checkpoint reset` still write (without a transaction, as its relay
+// does), and the relay then starts from what they wrote.
+func TestAtLeastOnceCheckpointCommandsNeedNoTransactions(t *testing.T) {
+	adm, plain, sasl := aclKafka(t)
+	ctx := context.Background()
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(&itest.Kafka{Brokers: []string{sasl}}, s.Table())
+	cfg.Kafka.Delivery = config.AtLeastOnce
+	user, pass := cfg.Name, "scram-"+cfg.Name
+	scramUser(t, adm, user, pass)
+	cfg.Kafka.SASL = config.SASL{Mechanism: config.SASLScramSHA512, User: user, Password: pass}
+	cfg.HA.LockTopic = "outbox-relay.lock." + cfg.Name
+	event := cfg.Router.TopicPrefix + "alarm"
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, cfg.Kafka.CheckpointTopic); err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range []string{cfg.HA.LockTopic, event} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	principal := "User:" + user
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.Kafka.CheckpointTopic).Operations(kadm.OpRead, kadm.OpWrite))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.HA.LockTopic).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(relay.GroupID(cfg.Name)).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
+
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	if _, err := s.Write(ctx, itest.WriteOptions{Writers: 1, Transactions: 5, Tag: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	before := itest.WaitCheckpoint(t, cfg, itest.Head(t, env.DB), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatalf("relay stopped with %v\n%s", err, r.Logs())
+	}
+	path := itest.WriteConfig(t, cfg)
+	if out, errOut, code := env.CLI(t, "checkpoint", "reset", "--yes", "--config", path); code != 0 {
+		t.Fatalf("checkpoint reset without transactional ids: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := env.CLI(t, "checkpoint", "set", "--gtid", before.GTIDSet, "--yes", "--config", path); code != 0 {
+		t.Fatalf("checkpoint set without transactional ids: exit %d\n%s%s", code, out, errOut)
+	}
+	// Rows written while it is stopped are published: it resumes at the
+	// set position, not at source.start (now).
+	if _, err := s.Write(ctx, itest.WriteOptions{Writers: 1, Transactions: 3, Tag: "gap"}); err != nil {
+		t.Fatal(err)
+	}
+	r = itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	if _, err := s.Write(ctx, itest.WriteOptions{Writers: 1, Transactions: 5, Tag: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	itest.WaitCheckpoint(t, cfg, itest.Head(t, env.DB), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatalf("relay stopped with %v\n%s", err, r.Logs())
+	}
+	if n := itest.CountAll(t, []string{plain}, cfg.Router.TopicPrefix); n != 13 {
+		t.Fatalf("%d records in %s*, want 13 (resumed at %s)", n, cfg.Router.TopicPrefix, before.GTIDSet)
+	}
+}
+
+// TestCheckpointTopicNotAuthorizedIsConfigError: a principal not allowed
+// the checkpoint topic (an ACL forgotten, or a kafka.checkpoint_topic of
+// another pipeline) stops the relay as a configuration error (exit 78,
+// naming the topic), not as a transient one a supervisor restarts forever.
+func TestCheckpointTopicNotAuthorizedIsConfigError(t *testing.T) {
+	adm, _, sasl := aclKafka(t)
+	ctx := context.Background()
+	s := env.NewSchema(t)
+	cfg := env.RelayConfig(&itest.Kafka{Brokers: []string{sasl}}, s.Table())
+	user, pass := cfg.Name, "scram-"+cfg.Name
+	scramUser(t, adm, user, pass)
+	cfg.Kafka.SASL = config.SASL{Mechanism: config.SASLScramSHA512, User: user, Password: pass}
+	cfg.HA.LockTopic = "outbox-relay.lock." + cfg.Name
+	event := cfg.Router.TopicPrefix + "alarm"
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, cfg.Kafka.CheckpointTopic); err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range []string{cfg.HA.LockTopic, event} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	principal := "User:" + user
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.HA.LockTopic).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(relay.GroupID(cfg.Name)).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
+	allow(t, adm, kadm.NewACLs().Allow(principal).TransactionalIDs(checkpoint.TransactionalIDs(cfg.Name)...).Operations(kadm.OpWrite))
+
+	r := itest.RunRelay(t, cfg)
+	err := r.StoppedWith(t)
+	if code := relay.ExitCode(err); code != relay.ExitConfig || !strings.Contains(err.Error(), cfg.Kafka.CheckpointTopic) {
+		t.Fatalf("stopped with %v (exit %d); want exit %d naming %s", err, code, relay.ExitConfig, cfg.Kafka.CheckpointTopic)
+	}
+}

@@ -213,3 +213,96 @@ func TestCheckpointTopicRecreatedWithOtherSettingsStops(t *testing.T) {
 		})
 	}
 }
+
+// A checkpoint topic compacted and also deleted by age (cleanup.policy
+// compact,delete with a finite retention.ms, Kafka's default 7 days)
+// loses a pipeline's checkpoint once it is stopped or idle longer than
+// that, like one not compacted at all: the relay refuses it (exit 78),
+// naming the topic, the policy and the fix. With retention.ms -1 (and no
+// retention.bytes) nothing is deleted by age, and the relay runs.
+func TestCheckpointTopicDeletingByAgeStops(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		configs map[string]*string
+		want    string // "" : runs
+	}{
+		{"compact,delete with the default retention", map[string]*string{"cleanup.policy": kadm.StringPtr("compact,delete")}, "retention.ms=604800000"},
+		{"compact,delete with a retention by size", map[string]*string{"cleanup.policy": kadm.StringPtr("compact,delete"),
+			"retention.ms": kadm.StringPtr("-1"), "retention.bytes": kadm.StringPtr("1048576")}, "retention.bytes=1048576"},
+		{"compact,delete kept forever", map[string]*string{"cleanup.policy": kadm.StringPtr("compact,delete"), "retention.ms": kadm.StringPtr("-1")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, s, cfg := env.Pipeline(t)
+			createTopic(t, k, cfg.Kafka.CheckpointTopic, 1, tc.configs)
+			r := RunRelay(t, cfg)
+			if tc.want == "" {
+				r.WaitReady(t)
+				if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 3, Tag: "a"}); err != nil {
+					t.Fatal(err)
+				}
+				WaitCheckpoint(t, cfg, Head(t, s.DB), time.Minute)
+				if err := r.Stop(); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			err := r.StoppedWith(t)
+			if !errors.Is(err, checkpoint.ErrTopicLayout) || relay.ExitCode(err) != relay.ExitConfig ||
+				!strings.Contains(err.Error(), cfg.Kafka.CheckpointTopic) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("the relay stopped with %v (exit %d); want checkpoint.ErrTopicLayout (exit %d) naming %s and %q",
+					err, relay.ExitCode(err), relay.ExitConfig, cfg.Kafka.CheckpointTopic, tc.want)
+			}
+		})
+	}
+}
+
+// The operator restores a pipeline whose checkpoint topic is gone (deleted
+// while every instance was stopped, or a new kafka.checkpoint_topic, such
+// as a topic of its own) before any relay ran again: `checkpoint set` or
+// `checkpoint reset` creates the topic compacted with one partition, as
+// the relay does, instead of failing on an unknown topic (or leaving one a
+// broker auto-created with its defaults, which the relay then refuses).
+// The relay then resumes exactly at the set position, or starts at
+// source.start saying so.
+func TestCheckpointCommandsCreateMissingCheckpointTopic(t *testing.T) {
+	for _, cmd := range []string{"set", "reset"} {
+		t.Run(cmd, func(t *testing.T) {
+			k, s, cfg := env.Pipeline(t)
+			cfg.Kafka.RequestTimeout = 10 * time.Second
+			ctx := context.Background()
+			r := RunRelay(t, cfg)
+			r.WaitReady(t)
+			if _, err := s.Write(ctx, WriteOptions{Writers: 1, Transactions: 10, Tag: "before"}); err != nil {
+				t.Fatal(err)
+			}
+			before := WaitCheckpoint(t, cfg, Head(t, s.DB), time.Minute)
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			deleteTopic(t, k, cfg.Kafka.CheckpointTopic)
+			args := []string{"checkpoint", "reset"}
+			if cmd == "set" {
+				args = []string{"checkpoint", "set", "--gtid", before.GTIDSet}
+			}
+			path := WriteConfig(t, cfg)
+			if out, errOut, code := env.CLI(t, append(args, "--yes", "--config", path)...); code != 0 {
+				t.Fatalf("%v on a missing checkpoint topic: exit %d\n%s%s", args, code, out, errOut)
+			}
+			r = RunRelay(t, cfg)
+			r.WaitReady(t)
+			if _, err := s.Write(ctx, WriteOptions{Writers: 1, Transactions: 5, Tag: "after"}); err != nil {
+				t.Fatal(err)
+			}
+			WaitCheckpoint(t, cfg, Head(t, s.DB), time.Minute)
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			if cmd == "reset" && !strings.Contains(r.Logs(), "checkpoint reset by the operator") {
+				t.Fatalf("the relay did not log the reset:\n%s", tailLines(r.Logs(), 20))
+			}
+			if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); !rep.OK() {
+				t.Fatalf("after %s: %s", cmd, rep)
+			}
+		})
+	}
+}

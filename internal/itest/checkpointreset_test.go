@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // `checkpoint reset --force` on a running relay fences it (its open
@@ -143,4 +145,96 @@ func lineWith(out, s string) string {
 		}
 	}
 	return ""
+}
+
+// With kafka.delivery at-least-once (checkpoints written without a
+// transaction) the reset marker, written in one, is read as the operator's
+// word too: the relay starts at source.start saying so, twice in a row when
+// it is killed before its first checkpoint replaced the marker, and a
+// restart from its own checkpoint after that is neither a reset nor a lost
+// checkpoint.
+func TestAtLeastOnceRelayStartsAtSourceStartAfterReset(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	cfg.Kafka.Delivery = config.AtLeastOnce
+	path := WriteConfig(t, cfg)
+	ctx := context.Background()
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if _, err := s.Write(ctx, WriteOptions{Writers: 1, Transactions: 4, Tag: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := env.CLI(t, "checkpoint", "reset", "--yes", "--config", path); code != 0 {
+		t.Fatalf("reset: exit %d\n%s%s", code, out, errOut)
+	}
+	// Killed before its first checkpoint: the marker is still the newest.
+	p := env.StartProc(t, path, "OUTBOX_RELAY_FAILPOINT=after-flush:1")
+	Eventually(t, time.Minute, func() error {
+		if !p.Exited() {
+			return fmt.Errorf("not killed yet")
+		}
+		return nil
+	})
+	if !strings.Contains(p.Output(), "checkpoint reset by the operator") {
+		t.Fatalf("the relay killed before its first checkpoint did not log the reset:\n%s", p.Output())
+	}
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	if !strings.Contains(r.Logs(), "checkpoint reset by the operator") {
+		t.Fatalf("the restart did not start from the reset:\n%s", tailLines(r.Logs(), 20))
+	}
+	if _, err := s.Write(ctx, WriteOptions{Writers: 1, Transactions: 4, Tag: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	if strings.Contains(r.Logs(), "checkpoint reset") {
+		t.Fatalf("a restart from the relay's own checkpoint logged a reset:\n%s", lineWith(r.Logs(), "checkpoint reset"))
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	requireAtLeastOnce(t, k, s, cfg.Router.TopicPrefix)
+}
+
+// A second `checkpoint reset` (a retried script, a second operator) keeps
+// the position the first one replaced: `checkpoint show` and the relay's
+// log still name it, the one the operator needs to undo the reset with
+// `checkpoint set --gtid`.
+func TestCheckpointResetTwiceKeepsReplacedPosition(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	path := WriteConfig(t, cfg)
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 4, Tag: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	before := WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if out, errOut, code := env.CLI(t, "checkpoint", "reset", "--yes", "--config", path); code != 0 {
+			t.Fatalf("reset %d: exit %d\n%s%s", i+1, code, out, errOut)
+		}
+	}
+	out, _, code := env.CLI(t, "checkpoint", "show", "--config", path)
+	if code != 0 || !strings.Contains(out, "(it was at "+before.GTIDSet+")") {
+		t.Fatalf("show after two resets: exit %d, want the replaced position %s named\n%s", code, before.GTIDSet, out)
+	}
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	if line := lineWith(r.Logs(), "checkpoint reset by the operator"); !strings.Contains(line, `"reset_from":"`+before.GTIDSet+`"`) {
+		t.Fatalf("the reset's log line does not name %s:\n%s", before.GTIDSet, line)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -233,3 +233,49 @@ func TestPartitionsAddedStopOrAdopt(t *testing.T) {
 		t.Fatalf("records differ from the outbox: %s", rep)
 	}
 }
+
+// The partition counts a checkpoint places keys by outlive the operator's
+// commands that replace the position: after `checkpoint reset` (the relay
+// starts at source.start), after a second reset, and after a reset then
+// `checkpoint set`, an aggregate whose topic gained partitions stays in the
+// partition of its earlier records (kafka.on_partitions_added keep), and
+// the count is still recorded.
+func TestPartitionsAddedKeptAcrossCheckpointReset(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cmds [][]string
+	}{
+		{"reset", [][]string{{"reset"}}},
+		{"reset twice", [][]string{{"reset"}, {"reset"}}},
+		{"reset then set", [][]string{{"reset"}, {"set", "--to", "now"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, s, cfg := env.Pipeline(t)
+			topic := cfg.Router.TopicPrefix + "alarm"
+			path := WriteConfig(t, cfg)
+			r := RunRelay(t, cfg)
+			r.WaitReady(t)
+			writeAlarms(t, s, cfg, 64, "a")
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			addPartitions(t, k.Brokers, topic, 8)
+			for _, c := range tc.cmds {
+				args := append(append([]string{"checkpoint"}, c...), "--yes", "--config", path)
+				if out, errOut, code := env.CLI(t, args...); code != 0 {
+					t.Fatalf("%v: exit %d\n%s%s", c, code, out, errOut)
+				}
+			}
+			r = RunRelay(t, cfg)
+			r.WaitReady(t)
+			writeAlarms(t, s, cfg, 64, "b")
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			checkAggregatesWhole(t, s, k.Brokers, cfg.Router.TopicPrefix, topic)
+			if cp := loadCheckpoint(t, cfg); cp.Partitions[topic] != 3 {
+				t.Fatalf("checkpoint records %v partitions for %s, want 3", cp.Partitions, topic)
+			}
+		})
+	}
+}

@@ -99,8 +99,12 @@ func checkCheckpointTopic(ctx context.Context, adm *kadm.Client, cfg config.Conf
 		return
 	}
 	policy := ""
+	values := map[string]string{}
 	if cfgs, err := rc.On(d.Topic, nil); err == nil {
 		for _, e := range cfgs.Configs {
+			if e.Value != nil {
+				values[e.Key] = *e.Value
+			}
 			if e.Key == "cleanup.policy" {
 				policy = e.MaybeValue()
 			}
@@ -108,6 +112,11 @@ func checkCheckpointTopic(ctx context.Context, adm *kadm.Client, cfg config.Conf
 	}
 	if !strings.Contains(policy, "compact") {
 		c.add(name, Fail, fmt.Sprintf("%s has cleanup.policy=%s", d.Topic, orUnset(policy)),
+			"kafka-configs --alter --entity-type topics --entity-name "+d.Topic+" --add-config cleanup.policy=compact")
+		return
+	}
+	if why := checkpoint.DeletesByAge(values); why != "" {
+		c.add(name, Fail, fmt.Sprintf("%s has %s: the broker deletes checkpoints by age or size besides compacting them", d.Topic, why),
 			"kafka-configs --alter --entity-type topics --entity-name "+d.Topic+" --add-config cleanup.policy=compact")
 		return
 	}

@@ -52,26 +52,27 @@ func (r *Relay) noteCheckpoint(cp *checkpoint.Checkpoint, topicID string) {
 // loadCheckpoint loads the committed checkpoint after checking the
 // checkpoint topic (settings, identity), and refuses one of other captured
 // tables. Without one it decides whether the pipeline may start at
-// source.start (judgeMissing).
-func (r *Relay) loadCheckpoint(ctx context.Context, adm *kadm.Client) (*checkpoint.Checkpoint, checkpoint.TopicState, error) {
-	st, err := r.store.Describe(ctx, adm)
+// source.start (judgeMissing). placed are the partition counts keys are
+// placed by: the checkpoint's, or those a reset marker carried over.
+func (r *Relay) loadCheckpoint(ctx context.Context, adm *kadm.Client) (cp *checkpoint.Checkpoint, placed map[string]int32, st checkpoint.TopicState, err error) {
+	st, err = r.store.Describe(ctx, adm)
 	if err != nil {
-		return nil, st, err
+		return nil, nil, st, err
 	}
 	loaded, err := r.store.LoadState(ctx, r.cfg.Name)
 	if err != nil {
-		return nil, st, err
+		return nil, nil, st, err
 	}
-	cp := loaded.Checkpoint
+	cp = loaded.Checkpoint
 	if cp == nil {
-		return nil, st, r.judgeMissing(st, loaded)
+		return nil, loaded.Partitions, st, r.judgeMissing(st, loaded)
 	}
 	if err := checkpoint.CheckTables(cp, r.cfg.Source.Tables); err != nil {
-		return nil, st, err
+		return nil, nil, st, err
 	}
 	r.noteCheckpoint(cp, checkpoint.IDString(st.ID))
 	r.markCheckpoint(ctx, st)
-	return cp, st, nil
+	return cp, cp.Partitions, st, nil
 }
 
 // judgeMissing decides, when the checkpoint topic holds no checkpoint of

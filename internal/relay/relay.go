@@ -404,7 +404,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	adm := kadm.NewClient(cl)
 	if err := r.store.EnsureTopic(ctx, adm, r.cfg.Kafka.ReplicationFactor); err != nil {
-		return err
+		return classify(err) // not authorised for the checkpoint topic: a configuration stop
 	}
 	if exactlyOnce {
 		// Initialising the producer id fences any older instance and aborts its
@@ -423,14 +423,15 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 			defer checkCl.Close()
 		}
 	}
-	cp, cpTopic, err := r.loadCheckpoint(ctx, adm)
+	cp, placed, cpTopic, err := r.loadCheckpoint(ctx, adm)
 	if err != nil {
-		return err
+		return classify(err)
 	}
 	if cp != nil {
 		r.metrics.CheckpointKnown(cp.Time, cp.CommitTime) // purge margin and age from the start, whatever comes next
-		place.load(cp.Partitions)
 	}
+	place.load(placed) // after a reset too: it moved the position, not the keys
+
 	// The first of source.hosts that has every published transaction; waits
 	// while the usable ones are only behind (source.go).
 	srv, err := r.chooseSource(ctx, cp)
