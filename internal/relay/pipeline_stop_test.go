@@ -42,6 +42,7 @@ import (
 // 1's commit in flight it is only held (wantCommit); the stop that follows
 // must commit it, not drop it.
 func TestPipelineFatalStopCommitsEndedTransactions(t *testing.T) {
+	realTime(t)
 	type shape struct {
 		name string
 		// stop builds the third transaction and returns how many of the
