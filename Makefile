@@ -46,10 +46,13 @@ vet:
 	$(GO) vet -tags failpoint ./internal/relay/
 
 # Unit tests of the pure packages (no database, no broker) and the checks of
-# deploy/ (promtool required; deploy/release_test.go builds the release and
-# the image into a temporary directory, minutes on a cold build cache).
-test-unit: deps
-	OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -timeout 20m ./...
+# deploy/; installs nothing. Tests that need promtool skip without it (the
+# integration target requires it); tests driven by real time (session
+# timeouts, throttled brokers) and the shipped-binary build check run under
+# -tags integration only. deploy/release_test.go builds the release and the
+# image into a temporary directory (minutes on a cold build cache).
+test-unit:
+	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -tags failpoint -run Failpoint ./internal/relay/
 
 # Integration tests: the harness starts MariaDB in a scratch directory on its
@@ -58,9 +61,9 @@ test-unit: deps
 # processes at once (internal/itest/shards.sh, each with its own MariaDB),
 # beside the other integration packages.
 ITEST_SHARDS ?= 3
-INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/ ./internal/devdb/
+INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/ ./internal/devdb/ ./internal/relay/ ./cmd/outbox-relay/
 test-integration: deps
-	@$(GO) test -count=1 -tags integration -timeout 30m $(INTEGRATION_PKGS) & others=$$!; \
+	@OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -tags integration -timeout 30m $(INTEGRATION_PKGS) & others=$$!; \
 	SHARDS=$(ITEST_SHARDS) internal/itest/shards.sh; rc=$$?; \
 	wait $$others || rc=1; exit $$rc
 

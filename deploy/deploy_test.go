@@ -174,7 +174,7 @@ func TestAlertRulesLoadInPromtool(t *testing.T) {
 		if os.Getenv("OUTBOX_RELAY_REQUIRE_PROMTOOL") != "" {
 			t.Fatal("promtool is not installed (make test installs it: apt-get install prometheus)")
 		}
-		t.Skip("promtool not installed; make test installs it")
+		t.Skip("promtool not installed; make test-integration requires it")
 	}
 	out, err := exec.Command(promtool, "check", "rules", "prometheus/alerts.yml").CombinedOutput()
 	if err != nil {
@@ -245,7 +245,10 @@ func promtoolRun(t *testing.T, tests string) {
 	t.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool not installed")
+		if os.Getenv("OUTBOX_RELAY_REQUIRE_PROMTOOL") != "" {
+			t.Fatal("promtool is not installed (make deps installs it: apt-get install prometheus)")
+		}
+		t.Skip("promtool not installed; make test-integration requires it")
 	}
 	dir := t.TempDir()
 	rules, err := os.ReadFile("prometheus/alerts.yml")

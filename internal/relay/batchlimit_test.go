@@ -115,6 +115,7 @@ func TestSettleVerdict(t *testing.T) {
 // commit goes through (here: ~170 records per 3,000-byte batch). The
 // relay must get through within 5 attempts.
 func TestBatchLimitHalvesBytesBoundBatches(t *testing.T) {
+	realTime(t)
 	s := newScript("mariadb")
 	for i := 0; i < 40; i++ {
 		s.tx(s.insert("order", strconv.Itoa(i%6), 50))

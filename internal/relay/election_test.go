@@ -107,6 +107,7 @@ func acquireAsync(ctx context.Context, e *elector) <-chan acquired {
 }
 
 func TestElectionOneActiveAndCleanHandOver(t *testing.T) {
+	realTime(t)
 	ec := newElectionCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -155,6 +156,7 @@ func TestElectionOneActiveAndCleanHandOver(t *testing.T) {
 // past that (no lease guard) fails because the new active one's
 // InitProducerID fenced the old producer.
 func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
+	realTime(t)
 	ec := newElectionCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -299,6 +301,7 @@ func TestElectionRefusedSessionTimeout(t *testing.T) {
 // start with a configuration error naming the setting when the member is
 // still there after a session timeout. The incumbent keeps its lease.
 func TestElectionSameInstanceIDRefused(t *testing.T) {
+	realTime(t)
 	ec := newElectionCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -332,6 +335,7 @@ func TestElectionSameInstanceIDRefused(t *testing.T) {
 // in the group: it waits for that member's session to end, then joins,
 // and the member that is active meanwhile keeps its lease.
 func TestElectionRestartWaitsForOwnDeadMember(t *testing.T) {
+	realTime(t)
 	ec := newElectionCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

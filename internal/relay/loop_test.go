@@ -381,6 +381,7 @@ func TestLoopHeartbeatWhileIdle(t *testing.T) {
 // Kafka transaction is open through it) until that transaction ends, and
 // everything is published exactly once.
 func TestLoopCommitsPartOfLongTransaction(t *testing.T) {
+	realTime(t)
 	flavors(t, func(t *testing.T, flavor string) {
 		s := newScript(flavor)
 		s.tx(s.insert("order", "1", 1))
@@ -541,6 +542,7 @@ func TestLoopXAPreparedAtEmptyPosition(t *testing.T) {
 // must look often enough to commit before half the timeout has become the
 // whole.
 func TestLoopCommitsPartOfLongTransactionCoarseTick(t *testing.T) {
+	realTime(t)
 	flavors(t, func(t *testing.T, flavor string) {
 		s := newScript(flavor)
 		s.tx(s.insert("order", "1", 1))

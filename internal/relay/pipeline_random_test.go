@@ -76,6 +76,7 @@ func randomScript(rng *rand.Rand, flavor string, n int) *script {
 // fences it while it holds records. What a read_committed consumer sees
 // must be every committed row once, per aggregate in commit order.
 func TestPipelineRandomisedChains(t *testing.T) {
+	realTime(t)
 	randomChains(t, 16, false)
 }
 
@@ -85,6 +86,7 @@ func TestPipelineRandomisedChains(t *testing.T) {
 // committed in part by the tick), and pauses of up to 700 ms between
 // hand-offs, often in the middle of a source transaction.
 func TestPipelineRandomisedChainsTimed(t *testing.T) {
+	realTime(t)
 	randomChains(t, 6, true)
 }
 

@@ -42,6 +42,7 @@ import (
 // 1's commit in flight it is only held (wantCommit); the stop that follows
 // must commit it, not drop it.
 func TestPipelineFatalStopCommitsEndedTransactions(t *testing.T) {
+	realTime(t)
 	type shape struct {
 		name string
 		// stop builds the third transaction and returns how many of the
@@ -136,6 +137,7 @@ func TestPipelineFatalStopCommitsEndedTransactions(t *testing.T) {
 // pages of 10,000 events, each page re-read from the file's start by the
 // server).
 func TestPipelineXALookupLongerThanTransactionTimeoutGetsPast(t *testing.T) {
+	realTime(t)
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 2))
 	s.xaCommit("other-app,,1") // prepared before the relay's start, by another application
@@ -364,6 +366,7 @@ func TestPipelineAtLeastOnceStops(t *testing.T) {
 // the checkpoint just before the stopped transaction with a partial that
 // counts what read_committed consumers see of it.
 func TestPipelineStopWhileCommitInFlight(t *testing.T) {
+	realTime(t)
 	for _, shape := range []string{"ended-held", "partial-in-flight"} {
 		t.Run(shape, func(t *testing.T) {
 			t.Parallel()

@@ -155,6 +155,7 @@ var throttledRecords atomic.Int64
 // progress (5,000 records flush in ~1.2 s), never restart on the same
 // first batch for good.
 func TestPipelineBigBatchOnSlowBrokerMakesProgress(t *testing.T) {
+	realTime(t)
 	build := func() *script {
 		s := newScript("mariadb")
 		for i := 0; i < 150; i++ {
@@ -267,6 +268,7 @@ func TestPipelineFenceDuringInFlightCommitWithHeldRecords(t *testing.T) {
 // from the failed batch's size (not the held one's), and the restart
 // publishes everything once in smaller batches.
 func TestPipelineAckTimeoutHalvesWhileHolding(t *testing.T) {
+	realTime(t)
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 8)) // one full batch: committed at once
 	s.tx(s.insert("order", "1", 3)) // held while its flush times out
