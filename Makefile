@@ -9,7 +9,7 @@ DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps test test-unit test-integration test-kafka fuzz demo bench bench-kafka bench-debezium vet clean release image image-docker
+.PHONY: all build deps deps-demo test test-unit test-integration test-kafka fuzz demo bench bench-kafka bench-debezium vet clean release image image-docker
 
 all: build
 
@@ -24,10 +24,10 @@ docs:
 
 # deps installs what the tests need from Debian's packages when it is
 # missing: MariaDB, promtool (package prometheus) for the alert rules, and
-# the CA bundle (ca-certificates) that make image ships.
-deps:
+# the CA bundle (ca-certificates) that make image ships. deps-demo installs
+# only what the demo needs: MariaDB.
+deps: deps-demo
 	@need=""; \
-	{ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || need="$$need mariadb-server mariadb-client"; \
 	command -v promtool >/dev/null 2>&1 || need="$$need prometheus"; \
 	[ -s /etc/ssl/certs/ca-certificates.crt ] || need="$$need ca-certificates"; \
 	if [ -n "$$need" ]; then \
@@ -35,6 +35,12 @@ deps:
 		$(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$need; \
 	fi
+
+deps-demo:
+	@{ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || { \
+		echo "installing from apt: mariadb-server mariadb-client"; \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends mariadb-server mariadb-client; }
 
 # The failpoints (internal/relay/failpoint.go) exist only under -tags
 # failpoint, the build the integration harness runs; vet and test-unit check
@@ -149,8 +155,12 @@ IMAGE ?= outbox-relay:$(VERSION)
 image-docker:
 	docker build -f deploy/compose/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-demo: deps build
-	$(GO) run ./examples/demo --relay $(BIN) $(DEMO_ARGS)
+# demo runs a built binary, not `go run` (which exits 1 on Ctrl-C whatever
+# the demo returns, and make then reports an error). It picks free ports;
+# DEMO_ARGS="--db-port 3307 --kafka 127.0.0.1:19092" chooses them.
+demo: deps-demo build
+	$(GO) build -o bin/demo ./examples/demo
+	bin/demo --relay $(BIN) $(DEMO_ARGS)
 
 # release cross-builds static binaries (CGO off, -trimpath, version, commit
 # and commit date stamped in) for linux/amd64, linux/arm64, darwin/amd64 and

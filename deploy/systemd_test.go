@@ -91,3 +91,50 @@ func TestSystemdUnit(t *testing.T) {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
 }
+
+// A configuration error (a typo in relay.yaml) makes the unit's pre-start
+// check exit with a status RestartPreventExitStatus= lists: otherwise
+// systemd restarts the unit every RestartSec, forever, on a mistake only an
+// operator can fix.
+func TestSystemdPreStartCheckStopsRestartsOnConfigError(t *testing.T) {
+	pre := unitValues(t, "ExecStartPre")
+	if len(pre) != 1 {
+		t.Fatalf("ExecStartPre: %v", pre)
+	}
+	args := strings.Fields(pre[0])
+	if len(args) < 2 || filepath.Base(args[0]) != "outbox-relay" || args[1] != "check" {
+		t.Fatalf("ExecStartPre=%s: want outbox-relay check", pre[0])
+	}
+	bin := filepath.Join(t.TempDir(), "outbox-relay")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/outbox-relay").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	prevent := strings.Fields(unitValues(t, "RestartPreventExitStatus")[0])
+	dir := t.TempDir()
+	for name, yaml := range map[string]string{
+		"yaml syntax":   "name: [a\n",
+		"unknown key":   "name: a\nsoruce: {}\n",
+		"missing value": "name: a\n",
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".yaml")
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a := slices.Clone(args[1:])
+		for i := range a {
+			if a[i] == "--config" && i+1 < len(a) {
+				a[i+1] = path
+			}
+		}
+		out, err := exec.Command(bin, a...).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(prevent, strconv.Itoa(code)) {
+			t.Errorf("%s: pre-start check exits %d, not in RestartPreventExitStatus %v: systemd restarts the unit forever\n%s", name, code, prevent, out)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -24,13 +23,14 @@ func newCheckCmd() *cobra.Command {
 item, PASS, WARN or FAIL with the fix: server settings, grants, the captured
 tables and columns, the checkpoint's binlogs, Kafka transactions, topics and
 ACLs. It exits 0 when nothing general or Kafka-side fails and at least one
-source host is usable, 1 otherwise.`,
+source host is usable, 1 otherwise, and 78 when the configuration file is
+unreadable or invalid (systemd's RestartPreventExitStatus stops there).`,
 		Example: `  outbox-relay check --config relay.yaml
   outbox-relay check --config relay.yaml --json | jq '.[] | select(.status != "PASS")'`,
 		Args: noArgs,
 	}
 	path := configFlag(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print the items as a JSON array of objects (target, name, status, detail, fix)")
+	asJSON := cmd.Flags().Bool("json", false, "print the items as a JSON array of objects (target, name, status, detail, fix) on one line")
 	cmd.RunE = func(*cobra.Command, []string) error { return check(*path, *asJSON) }
 	return cmd
 }
@@ -45,7 +45,7 @@ func check(path string, asJSON bool) error {
 	// What it checks goes to stderr as it starts (stdout is the report).
 	report := preflight.RunTo(ctx, cfg, os.Stderr)
 	if asJSON {
-		if err := json.NewEncoder(os.Stdout).Encode(report); err != nil {
+		if err := writeJSON(os.Stdout, report); err != nil {
 			return err
 		}
 	} else {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -119,7 +118,7 @@ checkpoint, marked not final).`,
 		Args: noArgs,
 	}
 	path := configFlag(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print a JSON object (gtid_set, flavor, partial, xa, time, events, ...)")
+	asJSON := cmd.Flags().Bool("json", false, "print a JSON object (gtid_set, flavor, partial, xa, time, events, ...) on one line")
 	wait := cmd.Flags().Duration("wait", checkpoint.DefaultStableWait, "how long to wait for transactions open on the checkpoint topic to end")
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if *wait < 0 {
@@ -165,9 +164,7 @@ func checkpointShow(cfg config.Config, asJSON *bool, wait *time.Duration) error 
 		if cp == nil {
 			return fmt.Errorf("no checkpoint for %s in %s", cfg.Name, cfg.Kafka.CheckpointTopic)
 		}
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(cp)
+		return writeJSON(os.Stdout, cp)
 	}
 	if cp == nil && reset != nil {
 		fmt.Printf("no checkpoint for %s in %s: reset by %s at %s (it was at %s): the relay starts at source.start (%s)\n", cfg.Name,
@@ -217,7 +214,7 @@ checkpoint topic kept them.`,
 	}
 	path := configFlag(cmd)
 	n := cmd.Flags().IntP("limit", "n", 20, "how many of the newest checkpoints (1 or more)")
-	asJSON := cmd.Flags().Bool("json", false, "print a JSON array")
+	asJSON := cmd.Flags().Bool("json", false, "print a JSON array of checkpoints on one line")
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if *n < 1 {
 			return usageErr("-n %d: want a count of 1 or more", *n)
@@ -246,7 +243,7 @@ func checkpointHistory(cfg config.Config, n *int, asJSON *bool) error {
 		if list == nil {
 			list = []*checkpoint.Checkpoint{}
 		}
-		return json.NewEncoder(os.Stdout).Encode(list)
+		return writeJSON(os.Stdout, list)
 	}
 	if len(list) == 0 {
 		fmt.Printf("no checkpoints for %s in %s\n", cfg.Name, cfg.Kafka.CheckpointTopic)

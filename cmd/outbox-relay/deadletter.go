@@ -76,7 +76,7 @@ first's Kafka transaction and re-reads what is already replayed.`,
   outbox-relay dead-letter list --config relay.yaml --all --json | jq .error`}
 	listPath := configFlag(list)
 	all := list.Flags().Bool("all", false, "also list records already replayed")
-	asJSON := list.Flags().Bool("json", false, "one JSON object per line")
+	asJSON := list.Flags().Bool("json", false, "print a JSON array of the records (topic, partition, offset, time, event_id, table, gtid, error, replayed) on one line")
 	list.RunE = func(*cobra.Command, []string) error { return deadLetterList(*listPath, *all, *asJSON) }
 	rp := &cobra.Command{Use: "replay --config FILE [--dry-run] [--yes] [--skip EVENT_ID] [--from-record]", Short: "publish the pending dead-lettered rows to their routed topics", Args: noArgs,
 		Example: `  outbox-relay dead-letter replay --config relay.yaml --dry-run
@@ -154,7 +154,7 @@ func deadLetterList(path string, all, asJSON bool) error {
 	}
 	committed, recs := d.committed, d.recs
 	n := 0
-	enc := json.NewEncoder(os.Stdout)
+	out := []dlRecord{}
 	for _, r := range recs {
 		d := dlRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Time: r.Timestamp,
 			EventID: headerValue(r, "id"), Table: headerValue(r, "source.table"), GTID: headerValue(r, "source.gtid"),
@@ -164,9 +164,7 @@ func deadLetterList(path string, all, asJSON bool) error {
 		}
 		n++
 		if asJSON {
-			if err := enc.Encode(d); err != nil {
-				return err
-			}
+			out = append(out, d)
 			continue
 		}
 		state := "pending"
@@ -176,9 +174,10 @@ func deadLetterList(path string, all, asJSON bool) error {
 		fmt.Printf("%s  %s[%d]@%d  %s  event_id=%s table=%s gtid=%s\n    error: %s\n", state, printable(d.Topic), d.Partition, d.Offset,
 			d.Time.UTC().Format(time.RFC3339), printable(d.EventID), printable(d.Table), printable(d.GTID), printable(d.Error))
 	}
-	if !asJSON {
-		fmt.Printf("dead-letter: %d records listed\n", n)
+	if asJSON {
+		return writeJSON(os.Stdout, out)
 	}
+	fmt.Printf("dead-letter: %d records listed\n", n)
 	return nil
 }
 

@@ -5,7 +5,8 @@
 // --help with descriptions and examples on every command, generated shell
 // completion). Exit codes: 0 success or help, 1 an error, 2 a command-line
 // mistake (unknown command or flag, a bad flag value, an extra argument),
-// and `run` adds relay.ExitCode's codes.
+// 78 a configuration error (the file invalid or unreadable) in every
+// command, and `run` adds relay.ExitCode's codes.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
@@ -75,6 +77,11 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		// Supervisors act on these (README "Exit codes").
 		return relay.ExitCode(err)
 	}
+	if errors.Is(err, config.ErrInvalid) {
+		// The same in every command: `check` as systemd's ExecStartPre
+		// then stops the restart loop (RestartPreventExitStatus=78).
+		return relay.ExitConfig
+	}
 	return relay.ExitError
 }
 
@@ -86,8 +93,9 @@ func newRootCmd() *cobra.Command {
 position, turns each committed INSERT into a captured outbox table into a Kafka
 record, and stores its position in Kafka: exactly once by default.
 
-Exit codes: 0 success (and help), 1 an error, 2 a command-line mistake;
-run adds 65, 66, 75 and 78 (see README "Exit codes").`,
+Exit codes: 0 success (and help), 1 an error, 2 a command-line mistake,
+78 a configuration error (every command); run adds 65, 66 and 75 (see
+README "Exit codes").`,
 		Example: `  outbox-relay check --config relay.yaml
   outbox-relay run --config relay.yaml
   outbox-relay checkpoint show --config relay.yaml --json`,
@@ -162,8 +170,13 @@ func groupRun(cmd *cobra.Command, args []string) error {
 	return usageErr("unknown command %q for %q (want one of: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))
 }
 
-// flagError marks flag parsing errors as usage errors.
-func flagError(_ *cobra.Command, err error) error {
+// flagError marks flag parsing errors as usage errors. In a command that
+// groups subcommands, an unknown subcommand comes before the flags that
+// follow it (`chekc --config x` names "chekc", not --config).
+func flagError(cmd *cobra.Command, err error) error {
+	if cmd.HasSubCommands() && len(cmd.Flags().Args()) > 0 {
+		return groupRun(cmd, cmd.Flags().Args())
+	}
 	return fmt.Errorf("%w: %w", errUsage, err)
 }
 

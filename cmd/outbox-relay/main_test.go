@@ -19,7 +19,8 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 // TestExitCodes pins the README's exit codes: 0 for success and help, 2
-// for every command-line mistake, on stdout for help and stderr for errors.
+// for every command-line mistake, 78 for a configuration error in every
+// command, on stdout for help and stderr for errors.
 func TestExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "relay.yaml")
@@ -28,6 +29,10 @@ func TestExitCodes(t *testing.T) {
 	}
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("name: a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	syntax := filepath.Join(dir, "syntax.yaml")
+	if err := os.WriteFile(syntax, []byte("name: [a\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -45,6 +50,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"version"}, 0, "github.com/twmb/franz-go", ""},
 		{[]string{"version", "extra"}, 2, "", `takes no arguments, got "extra"`},
 		{[]string{"bogus"}, 2, "", `unknown command "bogus" for "outbox-relay"`},
+		{[]string{"chekc", "--config", good}, 2, "", `unknown command "chekc" for "outbox-relay"`},
+		{[]string{"checkpoint", "shwo", "--config", good, "-n", "3"}, 2, "", `unknown command "shwo" for "outbox-relay checkpoint"`},
 		{[]string{"--bogus"}, 2, "", "unknown flag: --bogus"},
 		{[]string{"run", "--bogus"}, 2, "", "unknown flag: --bogus"},
 		{[]string{"run"}, 2, "", "--config FILE is required"},
@@ -55,7 +62,14 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"run", "--config", filepath.Join(dir, "missing.yaml")}, 78, "", "no such file"},
 		{[]string{"run", "--config", good, "--print-config"}, 0, "name: a", ""},
 		{[]string{"run", "--print-config", "--config", good}, 0, "name: a", ""},
-		{[]string{"check", "--config", bad}, 1, "", "invalid configuration"},
+		{[]string{"check", "--config", bad}, 78, "", "invalid configuration"},
+		{[]string{"check", "--config", syntax}, 78, "", "fix the YAML syntax"},
+		{[]string{"check", "--config", filepath.Join(dir, "missing.yaml")}, 78, "", "no such file"},
+		{[]string{"checkpoint", "show", "--config", syntax}, 78, "", "fix the YAML syntax"},
+		{[]string{"schema", "--config", filepath.Join(dir, "missing.yaml")}, 78, "", "no such file"},
+		{[]string{"replay", "--config", syntax, "--event-id", "x"}, 78, "", "fix the YAML syntax"},
+		{[]string{"prune", "--config", bad, "--older-than", "7d"}, 78, "", "invalid configuration"},
+		{[]string{"dead-letter", "list", "--config", bad}, 78, "", "invalid configuration"},
 		{[]string{"check", "--help"}, 0, "--json", ""},
 		{[]string{"checkpoint"}, 0, "Available Commands:", ""},
 		{[]string{"checkpoint", "--help"}, 0, "Available Commands:", ""},

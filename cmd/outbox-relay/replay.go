@@ -121,6 +121,9 @@ func replay(o replayOpts) error {
 		}
 		recs = append(recs, rs...)
 	}
+	if err := explicitIDsMatched(o, recs, tables); err != nil {
+		return err
+	}
 	if len(recs) == 0 {
 		fmt.Println("replay: no row matches")
 		return nil

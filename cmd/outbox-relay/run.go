@@ -53,7 +53,16 @@ func loadConfigFile(path string) (config.Config, error) {
 	if path == "" {
 		return config.Config{}, usageErr("--config FILE is required")
 	}
-	return config.Load(path)
+	return configErr(config.Load(path))
+}
+
+// configErr marks an unreadable configuration file as a configuration error
+// (exit 78 in every command, like an invalid one).
+func configErr(cfg config.Config, err error) (config.Config, error) {
+	if err != nil && !errors.Is(err, errUsage) && !errors.Is(err, config.ErrInvalid) {
+		err = fmt.Errorf("%w: %w", config.ErrInvalid, err)
+	}
+	return cfg, err
 }
 
 // configFlag adds --config to cmd.
@@ -98,10 +107,7 @@ position, 75 transient failure, 78 configuration error (README "Exit codes").`,
 func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfile string) error {
 	cfg, err := loadConfigFile(path)
 	if err != nil {
-		if errors.Is(err, errUsage) || errors.Is(err, config.ErrInvalid) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", config.ErrInvalid, err) // an unreadable file: exit 78
+		return err // an invalid or unreadable file: exit 78
 	}
 	if logFormat != "" {
 		cfg.Log.Format = config.LogFormat(logFormat)

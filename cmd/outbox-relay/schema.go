@@ -33,7 +33,7 @@ MariaDB 10.6+ (source.flavor; auto prints both). Nothing is connected to.
 			return usageErr("--config FILE is required")
 		}
 		// nothing is connected to: the password's variable need not be set
-		cfg, err := config.LoadOffline(*path)
+		cfg, err := configErr(config.LoadOffline(*path))
 		if err != nil {
 			return err
 		}

@@ -1,13 +1,15 @@
 // Command demo runs outbox-relay end to end on the embedded defaults: a
-// scratch MariaDB on 127.0.0.1:3307, the embedded Kafka broker, the relay,
+// scratch MariaDB and the embedded Kafka broker on free ports of 127.0.0.1
+// (--db-port, --kafka to choose them), the relay,
 // an alarm service that writes IoT alarms with package outbox (business row
 // + outbox row in one transaction, one transaction rolled back), a
 // read_committed consumer that prints what it receives, and a notification
 // service built on package inbox that is killed between its database commit
 // and its offset commit and still notifies each alarm exactly once. Ctrl-C
-// stops everything it started.
+// (SIGINT) or SIGTERM stops everything it started and exits 0.
 //
-// Usage: go run ./examples/demo --relay ./bin/outbox-relay [--once]
+// Usage: go build -o bin/demo ./examples/demo && bin/demo --relay ./bin/outbox-relay [--once]
+// (make demo; `go run` would exit 1 on Ctrl-C whatever the demo returns).
 package main
 
 import (
@@ -37,8 +39,8 @@ const rootPassword = "relay-dev" // devdb.RootPassword
 
 func main() {
 	relayBin := flag.String("relay", "./bin/outbox-relay", "outbox-relay binary")
-	dbPort := flag.Int("db-port", 3307, "MariaDB port")
-	kafkaAddr := flag.String("kafka", "127.0.0.1:19092", "embedded Kafka listen address")
+	dbPort := flag.Int("db-port", 0, "MariaDB port on 127.0.0.1 (0: a free one)")
+	kafkaAddr := flag.String("kafka", "127.0.0.1:0", "embedded Kafka listen address (port 0: a free one)")
 	once := flag.Bool("once", false, "exit after the first round is received (for CI)")
 	notifier := flag.Bool("notifier", false, "run as the notification service (started by the demo itself)")
 	dsn := flag.String("dsn", "", "notification service: database/sql DSN")
@@ -102,9 +104,23 @@ func (w prefixWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func run(relayBin string, dbPort int, kafkaAddr string, once bool) error {
+func run(relayBin string, dbPort int, kafkaAddr string, once bool) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			// Ctrl-C while starting: a stop asked for, not a failure.
+			fmt.Println("== stopped")
+			err = nil
+		}
+	}()
+	dbAddr, err := freeAddr(fmt.Sprintf("127.0.0.1:%d", dbPort), "mariadb", "--db-port")
+	if err != nil {
+		return err
+	}
+	if kafkaAddr, err = freeAddr(kafkaAddr, "kafka", "--kafka"); err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "outbox-relay-demo-")
 	if err != nil {
 		return err
@@ -114,13 +130,13 @@ func run(relayBin string, dbPort int, kafkaAddr string, once bool) error {
 	defer ps.stopAll()
 
 	fmt.Println("== starting MariaDB (binlog ROW, FULL image, FULL metadata, GTID) and the embedded Kafka broker")
-	if _, err := ps.start("mariadb", relayBin, "dev", "mariadb", "--port", fmt.Sprint(dbPort), "--data-dir", filepath.Join(dir, "mariadb")); err != nil {
+	fmt.Printf("   mariadb on %s, kafka on %s\n", dbAddr, kafkaAddr)
+	if _, err := ps.start("mariadb", relayBin, "dev", "mariadb", "--port", fmt.Sprint(portOf(dbAddr)), "--data-dir", filepath.Join(dir, "mariadb")); err != nil {
 		return err
 	}
 	if _, err := ps.start("kafka", relayBin, "dev", "kafka", "--listen", kafkaAddr, "--data-dir", filepath.Join(dir, "kafka")); err != nil {
 		return err
 	}
-	dbAddr := fmt.Sprintf("127.0.0.1:%d", dbPort)
 	db, err := waitDB(ctx, dbAddr)
 	if err != nil {
 		return err
@@ -285,6 +301,12 @@ func waitRelay(ctx context.Context, broker string) error {
 	}
 }
 
+// devices are the alarms' aggregate ids (the records' keys): chosen so that
+// murmur2(key) % 3 puts them in three different partitions of the demo's
+// 3-partition topic (device-0..2 all hashed to one, as if partitioning
+// were broken). TestDemoDevicesSpreadOverPartitions checks it.
+var devices = []string{"boiler-1", "freezer-2", "boiler-7"}
+
 // writeAlarms commits n alarms (and, if withRollback, one rolled back) the
 // way the alarm service does: the alarm_record row and its event, written
 // with package outbox, in one transaction. It returns how many committed.
@@ -294,7 +316,7 @@ func writeAlarms(ctx context.Context, db *sql.DB, first, n int, withRollback boo
 		return 0, err
 	}
 	tx := func(i int, commit bool) error {
-		dev := fmt.Sprintf("device-%d", i%3)
+		dev := devices[i%len(devices)]
 		temp := 85 + i
 		t, err := db.BeginTx(ctx, nil)
 		if err != nil {
