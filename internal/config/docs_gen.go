@@ -19,7 +19,7 @@ var sourceDocs = Docs{
 		"Kafka.ClientMetrics":              "ClientMetrics adds franz-go's client metrics (outbox_relay_kafka_*, per broker and topic) to /metrics.",
 		"Kafka.Compression":                "Compression of produced record batches: none, gzip, snappy, lz4 or zstd. Default snappy, as the relay always did (franz-go's default).",
 		"Kafka.Linger":                     "Linger is how long the producer waits to fill a batch; 0 sends at once.",
-		"Kafka.OnPartitionsAdded":          "OnPartitionsAdded is what the relay does when an output topic's partition count differs from the one its checkpoint recorded: keep (default) places keys by the recorded count, adopt takes the new one, stop stops. See README \"Partitions added to an output topic\".",
+		"Kafka.OnPartitionsAdded":          "OnPartitionsAdded is what the relay does when an output topic's partition count differs from the one its checkpoint recorded: keep (default) places keys by the recorded count, adopt takes the new one, stop stops. See docs/outbox-table.md \"Partitions added to an output topic\".",
 		"Kafka.RequestTimeout":             "RequestTimeout bounds one Kafka request (produce, commit, admin).",
 		"Kafka.TransactionLanes":           "TransactionLanes (exactly-once) is how many transactional ids the relay alternates between: 2 (default) lets one Kafka transaction's commit (EndTxn, the commit markers) run while the next one's records are written; 1 uses the pipeline's name alone, one transaction after the other. See TransactionalIDs.",
 		"Kafka.TransactionTimeout":         "TransactionTimeout is the broker-side transaction timeout.",
