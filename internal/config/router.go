@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"net/url"
-	"strconv"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
