@@ -135,3 +135,28 @@ func headerMap(rec Record) map[string]string {
 	}
 	return h
 }
+
+// FuzzTraceHeaders: whatever the column holds, a traceparent header that
+// comes out is a valid version 00 traceparent, and a tracestate only with
+// it.
+func FuzzTraceHeaders(f *testing.F) {
+	for _, s := range []string{tp, tp + "\n" + ts, "traceparent=" + tp + "\ntracestate=" + ts, "#x\ntraceparent:\\\n" + tp, "ff-", "\\u00", "traceparent=\\"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		parent, state, err := traceHeaders(v)
+		if parent == "" {
+			if state != "" {
+				t.Fatalf("tracestate %q without a traceparent", state)
+			}
+			return
+		}
+		if again, err2 := validTraceparent(parent); err2 != nil || again != parent || parent[:2] != "00" {
+			t.Fatalf("%q gave traceparent %q that is not a valid version 00 value: %v", v, parent, err2)
+		}
+		if state != "" && validTracestate(state) != nil {
+			t.Fatalf("%q gave an invalid tracestate %q", v, state)
+		}
+		_ = err
+	})
+}
