@@ -95,6 +95,7 @@ test-kafka: deps
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./router/ -run '^$$' -fuzz FuzzRoute -fuzztime $(FUZZTIME)
+	$(GO) test ./router/ -run '^$$' -fuzz '^FuzzTraceHeaders$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzDecodeInsertRows$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
 

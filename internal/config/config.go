@@ -327,6 +327,7 @@ func defaults() Config {
 			Preset:            "outbox",
 			TopicPrefix:       "outbox.event.",
 			ValueFormat:       "payload",
+			CloudEventsMode:   "structured",
 			NullPayload:       "tombstone",
 			AdditionalMissing: "error",
 			OnError:           "fail",
