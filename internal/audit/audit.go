@@ -159,8 +159,8 @@ type Facts struct {
 	// Found are the unmatched ids that do have a row outside the window.
 	Found map[string]bool
 	// Oldest is the time column's oldest value still in the tables (zero:
-	// the tables are empty); an unmatched record older than it (less the
-	// margin) may be of a pruned row.
+	// the tables are empty); an unmatched record older than it may be of
+	// a pruned row.
 	Oldest time.Time
 	// MaxIDs caps each list of ids in the report (0: DefaultMaxIDs).
 	MaxIDs int
@@ -246,9 +246,11 @@ func (a *Auditor) Report(f Facts) Report {
 		switch {
 		case f.Found[id]:
 			rep.OutsideWindow++
-		case f.Oldest.IsZero() || r.Timestamp.Before(f.Oldest.Add(a.w.Margin)):
+		case f.Oldest.IsZero() || r.Timestamp.Before(f.Oldest):
 			// No row left at all, or the record is older than the oldest
-			// row left (less the margin): its row may have been pruned.
+			// row left: its row may have been pruned. (A pruned row whose
+			// transaction committed after the oldest row left was written
+			// is named a phantom: a false alarm, never a hidden record.)
 			rep.Pruned++
 		default:
 			phantoms = append(phantoms, phantomOf(r))
