@@ -3,6 +3,7 @@
 package kititest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -86,11 +87,17 @@ func writeAlarms(t *testing.T, s *itest.Schema, eventIDs ...string) {
 // code and report.
 func runAudit(t *testing.T, path string, extra ...string) (int, auditReport) {
 	t.Helper()
-	code, out := runCLI(t, nil, append([]string{"audit", "--config", path, "--since", "1h", "--json"}, extra...)...)
+	args := append([]string{"audit", "--config", path, "--since", "1h", "--json"}, extra...)
+	stdout, stderr, code := env.CLI(t, args...)
+	t.Logf("$ outbox-relay %s -> exit %d\n%s%s", strings.Join(args, " "), code, stdout, stderr)
+	// The project's --json convention: one compact document on one line.
+	var compact bytes.Buffer
+	if strings.Count(stdout, "\n") != 1 || json.Compact(&compact, []byte(stdout)) != nil || compact.String() != strings.TrimSuffix(stdout, "\n") {
+		t.Fatalf("audit --json: want one compact JSON document on one line, got %q", stdout)
+	}
 	var rep auditReport
-	line, _, _ := strings.Cut(out, "\n") // stdout's document comes first; stderr may follow
-	if err := json.Unmarshal([]byte(line), &rep); err != nil {
-		t.Fatalf("audit --json: %v in %q", err, out)
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("audit --json: %v in %q", err, stdout)
 	}
 	return code, rep
 }
