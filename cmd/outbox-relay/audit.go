@@ -150,8 +150,8 @@ func runAudit(o auditOpts) error {
 	src := &auditSource{conn: conn, cfg: cfg, zone: zone, timeColumn: o.timeColumn, topics: map[string]bool{}}
 	prog := newProgress("audit")
 	for _, t := range cfg.Source.Tables {
-		if err := src.rows(t, since, until, func(id string) {
-			a.Row(id)
+		if err := src.rows(t, since, until, func(id []byte) {
+			a.RowBytes(id)
 			if a.Rows()%100000 == 0 {
 				prog.update("%d rows read", a.Rows())
 			}
@@ -328,7 +328,7 @@ const sqlTimeLayout = "2006-01-02 15:04:05.999999"
 
 // rows streams the event ids of table t's rows in the window to fn and
 // notes the topics they route to.
-func (s *auditSource) rows(t string, since, until time.Time, fn func(id string)) error {
+func (s *auditSource) rows(t string, since, until time.Time, fn func(id []byte)) error {
 	rc := s.cfg.Router.For(t)
 	qt, err := quoteTableName(t)
 	if err != nil {
@@ -361,12 +361,12 @@ func (s *auditSource) rows(t string, since, until time.Time, fn func(id string))
 	routed := map[string]bool{}
 	var res mysql.Result
 	err = stmt.ExecuteSelectStreaming(&res, func(row []mysql.FieldValue) error {
-		id, agg := fieldText(row[0]), fieldText(row[1])
+		id := fieldBytes(row[0])
 		fn(id)
-		if !routed[agg] {
-			routed[agg] = true
+		if agg := fieldBytes(row[1]); !routed[string(agg)] {
+			routed[string(agg)] = true
 			rec, err := rt.Route(router.Row{Columns: []string{rc.EventIDColumn, rc.AggregateTypeColumn, rc.AggregateIDColumn, rc.PayloadColumn},
-				Values: []any{id, agg, "-", []byte{}}}) // the topic depends on the aggregate type only
+				Values: []any{string(id), string(agg), "-", []byte{}}}) // the topic depends on the aggregate type only
 			if err == nil { // a row the router refuses is dead-lettered or stops the relay
 				s.topics[rec.Topic] = true
 			}
@@ -379,16 +379,16 @@ func (s *auditSource) rows(t string, since, until time.Time, fn func(id string))
 	return nil
 }
 
-// fieldText is a streamed column's text; the bytes of a row are reused by
-// the next row (Auditor.Row copies them).
-func fieldText(v mysql.FieldValue) string {
+// fieldBytes is a streamed column's text; the bytes of a string column are
+// reused by the next row (Auditor.RowBytes copies them).
+func fieldBytes(v mysql.FieldValue) []byte {
 	switch v.Type {
 	case mysql.FieldValueTypeString:
-		return string(v.AsString())
+		return v.AsString()
 	case mysql.FieldValueTypeNull:
-		return ""
+		return nil
 	}
-	return fmt.Sprint(v.Value())
+	return []byte(fmt.Sprint(v.Value()))
 }
 
 func (s *auditSource) topicList(more ...[]string) []string {

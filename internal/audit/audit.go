@@ -45,7 +45,7 @@ type counts struct {
 // Auditor collects rows and records. Not safe for concurrent use.
 type Auditor struct {
 	w         Window
-	ids       map[string]*counts
+	ids       map[string]counts
 	arena     []byte
 	rows      int
 	records   int
@@ -57,12 +57,12 @@ type Auditor struct {
 
 // New returns an Auditor of window w.
 func New(w Window) *Auditor {
-	return &Auditor{w: w, ids: map[string]*counts{}, unmatched: map[string]Record{}}
+	return &Auditor{w: w, ids: map[string]counts{}, unmatched: map[string]Record{}}
 }
 
 // intern copies id into the arena: one allocation per MiB of ids, not one
 // per id.
-func (a *Auditor) intern(id string) string {
+func intern[T string | []byte](a *Auditor, id T) string {
 	if len(id) == 0 {
 		return ""
 	}
@@ -78,12 +78,25 @@ func (a *Auditor) intern(id string) string {
 // rows (a re-sent event keeps its id): each needs its record.
 func (a *Auditor) Row(id string) {
 	a.rows++
-	c := a.ids[id]
-	if c == nil {
-		c = &counts{}
-		a.ids[a.intern(id)] = c
+	c, ok := a.ids[id]
+	if !ok {
+		id = intern(a, id)
 	}
 	c.rows = sat(c.rows)
+	a.ids[id] = c
+}
+
+// RowBytes is Row of an id in a buffer the caller reuses: the id is
+// copied only when it is new.
+func (a *Auditor) RowBytes(id []byte) {
+	a.rows++
+	c, ok := a.ids[string(id)]
+	c.rows = sat(c.rows)
+	if ok {
+		a.ids[string(id)] = c
+		return
+	}
+	a.ids[intern(a, id)] = c
 }
 
 func sat(n uint16) uint16 {
@@ -102,7 +115,7 @@ func (a *Auditor) Rows() int { return a.rows }
 // to a row outside the window (the edges) and is only counted.
 func (a *Auditor) Record(r Record) {
 	a.records++
-	if c := a.ids[r.ID]; c != nil && r.ID != "" {
+	if c, ok := a.ids[r.ID]; ok && r.ID != "" {
 		switch {
 		case r.DeadLetter:
 			c.deadLettered = sat(c.deadLettered)
@@ -111,6 +124,7 @@ func (a *Auditor) Record(r Record) {
 		default:
 			c.published = sat(c.published)
 		}
+		a.ids[r.ID] = c
 		return
 	}
 	if !a.inWindow(r.Timestamp) || r.Replayed {
@@ -127,7 +141,7 @@ func (a *Auditor) Record(r Record) {
 		return
 	}
 	if _, ok := a.unmatched[r.ID]; !ok {
-		r.ID = a.intern(r.ID)
+		r.ID = intern(a, r.ID)
 		a.unmatched[r.ID] = r
 	}
 }

@@ -139,12 +139,16 @@ func TestReportCapsIDLists(t *testing.T) {
 func TestRowKeepsItsOwnCopyOfTheID(t *testing.T) {
 	a := New(Window{Since: at(0)})
 	buf := []byte("id-1")
-	a.Row(string(buf))
+	a.RowBytes(buf)
 	buf[3] = '2'
-	a.Row(string(buf))
+	a.RowBytes(buf)
+	a.RowBytes([]byte("id-3"))
+	a.Row("id-3")
 	a.Record(Record{ID: "id-1", Timestamp: at(1)})
 	a.Record(Record{ID: "id-2", Timestamp: at(1)})
-	if got := a.Report(Facts{Covered: true}); got.Published != 2 || !got.Clean {
+	a.Record(Record{ID: "id-3", Timestamp: at(1)})
+	a.Record(Record{ID: "id-3", Timestamp: at(2)})
+	if got := a.Report(Facts{Covered: true}); got.Published != 3 || got.Rows != 4 || !got.Clean {
 		t.Fatalf("%+v", got)
 	}
 }
