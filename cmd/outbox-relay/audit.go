@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -26,6 +27,10 @@ import (
 // errAuditFailed: the audit found a missing or duplicated row or a
 // phantom record (exit 1).
 var errAuditFailed = errors.New("audit failed")
+
+// auditMemoryLimit is the soft Go heap limit of `audit` unless GOMEMLIMIT
+// is set (a larger window may pass it: the limit is soft).
+const auditMemoryLimit = 128 << 20
 
 type auditOpts struct {
 	path         string
@@ -135,6 +140,11 @@ func runAudit(o auditOpts) error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The live heap is the per-id map (some 70 MB for 1,000,000 ids)
+		// and one fetch; collect before the heap doubles past that.
+		debug.SetMemoryLimit(auditMemoryLimit)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	conn, _, err := o.db.connect(ctx, cfg)
@@ -192,7 +202,11 @@ func runAudit(o auditOpts) error {
 		prog.done()
 		return err
 	}
-	if err := readDeadLetters(ctx, kopts, ends, from, func(r *kgo.Record) {
+	// Small fetches, one at a time: a fetch's records are decompressed and
+	// decoded at once (JSON payloads compress tenfold: 1 MB fetched is some
+	// 10 MB of records), and nothing of them is kept but each one's id.
+	ropts := append(kopts[:len(kopts):len(kopts)], kgo.FetchMaxBytes(1<<20), kgo.FetchMaxPartitionBytes(1<<20), kgo.MaxConcurrentFetches(1))
+	if err := readDeadLetters(ctx, ropts, ends, from, func(r *kgo.Record) {
 		a.Record(audit.Record{ID: headerValue(r, "id"), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 			Timestamp: r.Timestamp, Replayed: hasHeader(r, ReplayedHeader), DeadLetter: dead[r.Topic]})
 	}); err != nil {
