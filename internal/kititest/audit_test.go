@@ -25,6 +25,7 @@ type auditReport struct {
 	Records    int  `json:"records"`
 	Covered    bool `json:"checkpoint_covers_rows"`
 	Published  int  `json:"published"`
+	DeadLetter int  `json:"dead_lettered"`
 	Clean      bool `json:"clean"`
 	Missing    ids  `json:"missing"`
 	Pending    ids  `json:"pending"`
@@ -172,5 +173,43 @@ func TestAuditDoesNotCountAReplayedRecordAsDuplicate(t *testing.T) {
 	code, rep := runAudit(t, path)
 	if code != 0 || !rep.Clean || rep.Published != 2 || rep.Records != 4 || rep.Duplicated.Count != 0 {
 		t.Fatalf("audit after replays: exit %d, %+v; want 0, 2 published, 4 records, no duplicate", code, rep)
+	}
+}
+
+func TestAuditCountsADeadLetteredRowAsDeadLetteredNotMissing(t *testing.T) {
+	ctx := context.Background()
+	_, s, cfg := env.Pipeline(t)
+	db := openDB(t, s.Name)
+	if _, err := db.Exec("ALTER TABLE outbox ADD COLUMN part INT NOT NULL DEFAULT 0"); err != nil {
+		t.Fatal(err)
+	}
+	// A row for partition 7 of a 3-partition topic goes to the dead-letter topic.
+	cfg.Router.OnError = "dead-letter"
+	cfg.Router.AdditionalFields = []config.AdditionalField{{Column: "part", Placement: "partition"}}
+	path := itest.WriteConfig(t, cfg)
+	relay := itest.RunRelay(t, cfg)
+	relay.WaitReady(t)
+	w, err := outbox.New(s.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(id string, part int) outbox.Event {
+		return outbox.Event{ID: id, AggregateType: "alarm", AggregateID: "device-" + id, Type: "AlarmCreated",
+			Payload: []byte(`{}`), Extra: map[string]any{"part": part}}
+	}
+	if _, err := w.Write(ctx, tx, ev("ok1", 0), ev("bad1", 7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	itest.WaitCheckpoint(t, cfg, itest.Head(t, env.DB), time.Minute)
+	code, rep := runAudit(t, path)
+	if code != 0 || !rep.Clean || rep.Published != 1 || rep.DeadLetter != 1 || rep.Missing.Count != 0 || rep.Phantom.Count != 0 {
+		t.Fatalf("audit with a dead-lettered row: exit %d, %+v; want 0, 1 published, 1 dead-lettered, none missing", code, rep)
 	}
 }
