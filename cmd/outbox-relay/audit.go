@@ -254,12 +254,12 @@ func hasHeader(r *kgo.Record, key string) bool {
 }
 
 func printAudit(d auditDoc) {
-	end := "no end"
+	window := "from " + d.Since.Format(time.RFC3339Nano) + " (no end)"
 	if d.Until != nil {
-		end = d.Until.Format(time.RFC3339Nano)
+		window = "from " + d.Since.Format(time.RFC3339Nano) + " to " + d.Until.Format(time.RFC3339Nano)
 	}
-	fmt.Printf("audit: window %s to %s: %d rows in %s, %d records on %d topics\n",
-		d.Since.Format(time.RFC3339Nano), end, d.Rows, strings.Join(d.Tables, ", "), d.Records, len(d.Topics))
+	fmt.Printf("audit: window %s: %d rows in %s, %d records on %d topics\n",
+		window, d.Rows, strings.Join(d.Tables, ", "), d.Records, len(d.Topics))
 	fmt.Printf("audit: published %d, replayed only %d, dead-lettered %d, pending %d, missing %d, duplicated %d, phantom %d (records of rows outside the window %d, older than the oldest row left %d)\n",
 		d.Published, d.ReplayedOnly, d.DeadLettered, d.Pending.Count, d.Missing.Count, d.Duplicated.Count, d.Phantom.Count, d.OutsideWindow, d.Pruned)
 	if !d.Covered {
