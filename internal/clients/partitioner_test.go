@@ -34,3 +34,22 @@ func TestPartitionerKeepsExplicitPartitions(t *testing.T) {
 		t.Fatalf("a record without the marker is placed by its key: got %d, want 0", got)
 	}
 }
+
+// PartitionerFor places a keyed record by the count its topic recorded
+// (partitions added since do not move an aggregate), a topic without one
+// by the count franz-go knows; explicit and keyless records as Partitioner.
+func TestPartitionerForPlacesByRecordedCounts(t *testing.T) {
+	p := PartitionerFor(map[string]int32{"t": 3})
+	rec := &kgo.Record{Key: []byte("dev-7")} // murmur2: 2 of 3 (TestPartitionerIsJavaMurmur2)
+	if got := p.ForTopic("t").Partition(rec, 6); got != 2 {
+		t.Fatalf("recorded 3, known 6: partition %d, want 2 (by the recorded count)", got)
+	}
+	if got, want := p.ForTopic("other").Partition(rec, 6), Partitioner().ForTopic("other").Partition(rec, 6); got != want {
+		t.Fatalf("a topic without a recorded count: partition %d, want %d (by the known count)", got, want)
+	}
+	explicit := &kgo.Record{Key: []byte("dev-7"), Partition: 5}
+	PlaceExplicitly(explicit)
+	if got := p.ForTopic("t").Partition(explicit, 6); got != 5 {
+		t.Fatalf("explicit partition: %d, want 5", got)
+	}
+}
