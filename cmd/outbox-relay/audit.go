@@ -19,8 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/audit"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/router"
 )
 
@@ -191,10 +191,11 @@ func runAudit(o auditOpts) error {
 	for _, t := range deadLetterTopics(cfg) {
 		dead[t] = true
 	}
-	kopts, err := relay.KafkaOpts(cfg)
+	kc, err := clients.NewKafka(cfg)
 	if err != nil {
 		return err
 	}
+	kopts := kc.Admin()
 	// The end offsets are taken once the checkpoint covers the rows: every
 	// record of a covered row is below them.
 	from, ends, err := auditOffsets(ctx, cfg, kopts, topics, since.Add(-o.margin), o.wait)
@@ -205,11 +206,10 @@ func runAudit(o auditOpts) error {
 	// Small fetches, one at a time: a fetch's records are decompressed and
 	// decoded at once (JSON payloads compress tenfold: 1 MB fetched is some
 	// 10 MB of records), and nothing of them is kept but each one's id.
-	ropts := append(kopts[:len(kopts):len(kopts)], kgo.FetchMaxBytes(1<<20), kgo.FetchMaxPartitionBytes(1<<20), kgo.MaxConcurrentFetches(1))
-	if err := readDeadLetters(ctx, ropts, ends, from, func(r *kgo.Record) {
+	if err := readDeadLetters(ctx, kc, ends, from, func(r *kgo.Record) {
 		a.Record(audit.Record{ID: headerValue(r, "id"), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 			Timestamp: r.Timestamp, Replayed: hasHeader(r, ReplayedHeader), DeadLetter: dead[r.Topic]})
-	}); err != nil {
+	}, kgo.FetchMaxBytes(1<<20), kgo.FetchMaxPartitionBytes(1<<20), kgo.MaxConcurrentFetches(1)); err != nil {
 		prog.done()
 		return fmt.Errorf("audit: %w", err)
 	}

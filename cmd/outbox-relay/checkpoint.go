@@ -19,6 +19,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/rs/zerolog"
@@ -46,16 +47,12 @@ its lock group, active or standby) unless --force, and ask for confirmation
 }
 
 func checkpointStore(cfg config.Config) (*checkpoint.Store, error) {
-	opts, err := relay.KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return nil, err
 	}
-	store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...)
-	if cfg.Kafka.Delivery == config.ExactlyOnce {
-		// every checkpoint of an exactly-once pipeline is transactional
-		store = store.TransactionalOnly()
-	}
-	return store, nil
+	// exactly-once, every checkpoint of the pipeline is transactional
+	return k.CheckpointStore(), nil
 }
 
 // currentCheckpoint opens cfg's store and loads its committed checkpoint
@@ -530,7 +527,7 @@ refused unless --force, and so is one whose binlogs the source has purged.`,
 func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	src, err := relay.SourceConfig(cfg)
+	src, err := clients.Source(cfg)
 	if err != nil {
 		return err
 	}

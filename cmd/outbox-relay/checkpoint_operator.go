@@ -12,8 +12,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 // operatorMark is the checkpoint.Operator of a record command writes over
@@ -61,7 +61,7 @@ func reachedBy(srv *binlog.Server, command, pos string, force bool) error {
 // can be asked: skip needs only Kafka, so a source it cannot inspect is a
 // warning, not a refusal.
 func skipReached(ctx context.Context, cfg config.Config, pos string, force bool) error {
-	src, err := relay.SourceConfig(cfg)
+	src, err := clients.Source(cfg)
 	if err != nil {
 		return err
 	}
@@ -79,11 +79,11 @@ func skipReached(ctx context.Context, cfg config.Config, pos string, force bool)
 // ran, and a produce to it would fail on the unknown topic, or leave one a
 // broker auto-created with its defaults (not compacted: the relay refuses it).
 func ensureCheckpointTopic(ctx context.Context, cfg config.Config, store *checkpoint.Store) error {
-	opts, err := relay.KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(k.Admin()...)
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 )
 
 // newCheckpointTablesCmd is the operator's deliberate change of what a
@@ -62,7 +62,7 @@ stdin is not a terminal).`,
 		if cur.Schema != nil {
 			// Added tables need a layout where the binlog has no column
 			// names: their current definitions (checkpointLayout says so).
-			src, err := relay.SourceConfig(cfg)
+			src, err := clients.Source(cfg)
 			if err != nil {
 				return err
 			}

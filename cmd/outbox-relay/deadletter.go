@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/router"
 )
 
@@ -116,7 +116,7 @@ type dlRecord struct {
 // when from is non-nil, from the start otherwise).
 type deadLetters struct {
 	cfg       config.Config
-	kopts     []kgo.Opt
+	kafka     clients.Kafka
 	committed map[string]map[int32]int64
 	recs      []*kgo.Record
 }
@@ -126,20 +126,20 @@ func openDeadLetters(ctx context.Context, path string, fromCommitted bool) (*dea
 	if err != nil {
 		return nil, err
 	}
-	kopts, err := relay.KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return nil, err
 	}
-	committed, ends, err := deadLetterOffsets(ctx, cfg, kopts)
+	committed, ends, err := deadLetterOffsets(ctx, cfg, k)
 	if err != nil {
 		return nil, err
 	}
-	d := &deadLetters{cfg: cfg, kopts: kopts, committed: committed}
+	d := &deadLetters{cfg: cfg, kafka: k, committed: committed}
 	from := map[string]map[int32]int64(nil)
 	if fromCommitted {
 		from = committed
 	}
-	if err := readDeadLetters(ctx, kopts, ends, from, func(r *kgo.Record) { d.recs = append(d.recs, r) }); err != nil {
+	if err := readDeadLetters(ctx, k, ends, from, func(r *kgo.Record) { d.recs = append(d.recs, r) }); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -183,8 +183,8 @@ func deadLetterList(path string, all, asJSON bool) error {
 
 // deadLetterOffsets returns the replay group's committed offsets and the
 // last stable offsets of the dead-letter topics' partitions.
-func deadLetterOffsets(ctx context.Context, cfg config.Config, kopts []kgo.Opt) (map[string]map[int32]int64, map[string]map[int32]int64, error) {
-	cl, err := kgo.NewClient(kopts...)
+func deadLetterOffsets(ctx context.Context, cfg config.Config, k clients.Kafka) (map[string]map[int32]int64, map[string]map[int32]int64, error) {
+	cl, err := kgo.NewClient(k.Admin()...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -226,7 +226,7 @@ func deadLetterOffsets(ctx context.Context, cfg config.Config, kopts []kgo.Opt) 
 
 // readDeadLetters reads every partition from from (nil: the start) to its
 // end offset with read_committed.
-func readDeadLetters(ctx context.Context, kopts []kgo.Opt, ends, from map[string]map[int32]int64, fn func(*kgo.Record)) error {
+func readDeadLetters(ctx context.Context, k clients.Kafka, ends, from map[string]map[int32]int64, fn func(*kgo.Record), extra ...kgo.Opt) error {
 	parts := map[string]map[int32]kgo.Offset{}
 	left := 0
 	for t, ps := range ends {
@@ -245,7 +245,7 @@ func readDeadLetters(ctx context.Context, kopts []kgo.Opt, ends, from map[string
 	if left == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(append(kopts, kgo.ConsumePartitions(parts), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())...)
+	cl, err := kgo.NewClient(k.DeadLetterReader(parts, extra...)...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
@@ -16,7 +17,7 @@ import (
 // row is the only copy dead-letter replay can rebuild the event from.
 type pendingDeadLetters struct {
 	cfg   config.Config
-	kopts []kgo.Opt
+	kafka clients.Kafka
 	read  map[string]map[int32]int64 // next offset to read, per partition
 	ids   map[string]map[string]bool // table -> event id
 }
@@ -24,7 +25,7 @@ type pendingDeadLetters struct {
 // refresh reads the dead-letter records written since the last refresh
 // (read_committed: those of committed relay transactions).
 func (p *pendingDeadLetters) refresh(ctx context.Context) error {
-	committed, ends, err := deadLetterOffsets(ctx, p.cfg, p.kopts)
+	committed, ends, err := deadLetterOffsets(ctx, p.cfg, p.kafka)
 	if err != nil {
 		return fmt.Errorf("read pending dead letters: %w", err)
 	}
@@ -38,7 +39,7 @@ func (p *pendingDeadLetters) refresh(ctx context.Context) error {
 	if p.ids == nil {
 		p.ids = map[string]map[string]bool{}
 	}
-	err = readDeadLetters(ctx, p.kopts, ends, from, func(r *kgo.Record) {
+	err = readDeadLetters(ctx, p.kafka, ends, from, func(r *kgo.Record) {
 		table, id := headerValue(r, "source.table"), headerValue(r, "id")
 		if id == "" {
 			return // a row without an event id: prune keeps those anyway

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
@@ -44,7 +45,7 @@ func deadLetterReplay(o dlReplayOpts) error {
 	if err != nil {
 		return err
 	}
-	cfg, kopts, pending := d.cfg, d.kopts, d.recs
+	cfg, k, pending := d.cfg, d.kafka, d.recs
 	skip := map[string]bool{}
 	for _, id := range o.skip {
 		skip[id] = true
@@ -108,7 +109,7 @@ func deadLetterReplay(o dlReplayOpts) error {
 	if err := confirm(o.yes, fmt.Sprintf("publish %d dead-lettered records to their topics (%s)", publish, counts)); err != nil {
 		return err
 	}
-	published, done, err := replayDeadLetters(ctx, cfg, kopts, items)
+	published, done, err := replayDeadLetters(ctx, cfg, k, items)
 	if err != nil {
 		return fmt.Errorf("dead-letter replay: %w; nothing was replayed", err)
 	}
@@ -124,7 +125,7 @@ func deadLetterReplay(o dlReplayOpts) error {
 // items an earlier run has replayed meanwhile are dropped, so each record
 // is published once. It returns the records published and the items
 // dropped.
-func replayDeadLetters(ctx context.Context, cfg config.Config, kopts []kgo.Opt, items []dlItem) (int, int, error) {
+func replayDeadLetters(ctx context.Context, cfg config.Config, k clients.Kafka, items []dlItem) (int, int, error) {
 	var out []*kgo.Record
 	for _, it := range items {
 		if it.out != nil {
@@ -132,7 +133,7 @@ func replayDeadLetters(ctx context.Context, cfg config.Config, kopts []kgo.Opt, 
 		}
 	}
 	if len(out) > 0 {
-		if err := ensureTopics(ctx, cfg, kopts, out); err != nil {
+		if err := ensureTopics(ctx, cfg, k.Admin(), out); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -140,8 +141,7 @@ func replayDeadLetters(ctx context.Context, cfg config.Config, kopts []kgo.Opt, 
 	if err != nil {
 		return 0, 0, err
 	}
-	cl, err := kgo.NewClient(append(kopts, kgo.TransactionalID(cfg.Name+".dead-letter-replay"),
-		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(part))...)
+	cl, err := kgo.NewClient(k.DeadLetterReplay(part)...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("kafka client: %w", err)
 	}

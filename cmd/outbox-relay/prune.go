@@ -18,8 +18,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 // errNotCovered: prune found old rows the committed checkpoint may not cover
@@ -54,7 +54,7 @@ func addDBFlags(cmd *cobra.Command, f *dbFlags, what string) {
 
 // connect opens a client connection as dbFlags say.
 func (f dbFlags) connect(ctx context.Context, cfg config.Config) (*client.Conn, binlog.Config, error) {
-	src, err := relay.SourceConfig(cfg)
+	src, err := clients.Source(cfg)
 	if err != nil {
 		return nil, src, err
 	}
@@ -205,12 +205,12 @@ func prune(o pruneOpts) error {
 	if err != nil {
 		return err
 	}
-	kopts, err := relay.KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return err
 	}
 	p := &pruner{o: o, cfg: cfg, conn: conn, store: store, age: age, progress: newProgress("prune"),
-		pending: &pendingDeadLetters{cfg: cfg, kopts: kopts}}
+		pending: &pendingDeadLetters{cfg: cfg, kafka: k}}
 	addr := o.db.host
 	if addr == "" {
 		addr = src.Hosts[0]

@@ -19,8 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/term"
 
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/router"
 )
 
@@ -333,7 +333,7 @@ func autoIncrementColumn(conn *client.Conn, t string) (string, error) {
 
 // tableRouter builds the router of one table's settings, as `run` does.
 func tableRouter(rc config.RouterConfig, pipeline, table string) (*router.Router, error) {
-	rcfg, err := relay.RouterConfig(rc)
+	rcfg, err := clients.Router(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -396,7 +396,7 @@ func routeAgain(rt *router.Router, row router.Row, now time.Time) (*kgo.Record, 
 	k := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
 	if rec.HasPartition {
 		k.Partition = rec.Partition
-		relay.PlaceExplicitly(k)
+		clients.PlaceExplicitly(k)
 	}
 	k.Headers = append(k.Headers, kgo.RecordHeader{Key: ReplayedHeader, Value: []byte(now.Format(time.RFC3339Nano))})
 	return k, nil
@@ -406,11 +406,11 @@ func routeAgain(rt *router.Router, row router.Row, now time.Time) (*kgo.Record, 
 // with the transactional id <name>.replay. When sess is set (dead-letter
 // replay), it is the producer and the consumed offsets commit with it.
 func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Record, batch int, sess *kgo.GroupTransactSession) error {
-	kopts, err := relay.KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return err
 	}
-	if err := ensureTopics(ctx, cfg, kopts, recs); err != nil {
+	if err := ensureTopics(ctx, cfg, k.Admin(), recs); err != nil {
 		return err
 	}
 	if sess != nil {
@@ -420,8 +420,7 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(append(kopts, kgo.TransactionalID(cfg.Name+".replay"),
-		kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(part))...)
+	cl, err := kgo.NewClient(k.Replay(part)...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
@@ -531,7 +530,7 @@ func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs 
 		fmt.Fprintf(os.Stderr, "warning: kafka refused to create topic %s (%v): using it as it exists\n", t, cerr)
 	}
 	for _, r := range recs {
-		if !relay.PlacedExplicitly(r) {
+		if !clients.PlacedExplicitly(r) {
 			continue
 		}
 		if n := len(details[r.Topic].Partitions); int(r.Partition) >= n {
@@ -617,7 +616,7 @@ func confirm(yes bool, action string) error {
 }
 
 // checkpointPartitioner places records as the relay does: by the partition
-// counts its committed checkpoint records (relay.PartitionerFor), so that a
+// counts its committed checkpoint records (clients.PartitionerFor), so that a
 // replay does not put an aggregate's record in another partition after
 // partitions were added to its topic.
 func checkpointPartitioner(ctx context.Context, cfg config.Config) (kgo.Partitioner, error) {
@@ -634,7 +633,7 @@ func checkpointPartitioner(ctx context.Context, cfg config.Config) (kgo.Partitio
 		placed = loaded.Checkpoint.Partitions
 	}
 	if placed == nil {
-		return relay.Partitioner(), nil
+		return clients.Partitioner(), nil
 	}
-	return relay.PartitionerFor(placed), nil
+	return clients.PartitionerFor(placed), nil
 }

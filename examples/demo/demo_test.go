@@ -9,8 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 // The demo's aggregate ids land in different partitions of its topic, as
@@ -18,7 +18,7 @@ import (
 // one, partitioning looks broken.
 func TestDemoDevicesSpreadOverPartitions(t *testing.T) {
 	n := config.Default().Kafka.TopicPartitions
-	p := relay.Partitioner().ForTopic("outbox.event.alarm")
+	p := clients.Partitioner().ForTopic("outbox.event.alarm")
 	seen := map[int]string{}
 	for _, dev := range devices {
 		part := p.Partition(&kgo.Record{Topic: "outbox.event.alarm", Key: []byte(dev)}, int(n))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/aws"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
@@ -71,22 +70,4 @@ func (s SASL) awsAuth() (aws.Auth, error) {
 		}
 	}
 	return aws.Auth{AccessKey: key, SecretKey: secret, SessionToken: session}, nil
-}
-
-// ProducerOpts are the producer settings of kafka: compression and linger.
-func (k Kafka) ProducerOpts() []kgo.Opt {
-	var codec kgo.CompressionCodec
-	switch k.Compression {
-	case CompressGzip:
-		codec = kgo.GzipCompression()
-	case CompressSnappy:
-		codec = kgo.SnappyCompression()
-	case CompressLZ4:
-		codec = kgo.Lz4Compression()
-	case CompressZstd:
-		codec = kgo.ZstdCompression()
-	default:
-		codec = kgo.NoCompression()
-	}
-	return []kgo.Opt{kgo.ProducerBatchCompression(codec), kgo.ProducerLinger(k.Linger)}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -72,7 +73,7 @@ func TestCheckpointCommandsRefuseRunningRelayThatWritesNoCheckpoint(t *testing.T
 		}
 		return nil
 	})
-	group := relay.GroupID(cfg.Name)
+	group := clients.GroupID(cfg.Name)
 	for _, args := range [][]string{
 		{"checkpoint", "reset", "--yes"},
 		{"checkpoint", "set", "--to", "now", "--yes"},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
@@ -47,7 +48,7 @@ func TestLockTopicMismatchNeverTwoActives(t *testing.T) {
 	_ = k
 	if both > 0 {
 		t.Fatalf("two instances of pipeline %s active at once in %d of 200 samples (lock topics %s and %s, one group %s)",
-			cfg.Name, both, c1.HA.LockTopic, c2.HA.LockTopic, relay.GroupID(cfg.Name))
+			cfg.Name, both, c1.HA.LockTopic, c2.HA.LockTopic, clients.GroupID(cfg.Name))
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
@@ -573,11 +574,11 @@ func (e *Env) CLI(t testing.TB, args ...string) (string, string, int) {
 // Store is cfg's checkpoint store.
 func Store(t testing.TB, cfg config.Config) *checkpoint.Store {
 	t.Helper()
-	opts, err := relay.KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return checkpoint.NewStore(cfg.Kafka.CheckpointTopic, opts...)
+	return checkpoint.NewStore(cfg.Kafka.CheckpointTopic, k.Admin()...)
 }
 
 // WithHeader returns cfg with column copied into a record header.
@@ -615,7 +616,7 @@ func WaitLockGroup(t testing.TB, brokers []string, name string, n int, timeout t
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	Eventually(t, timeout, func() error {
-		groups, err := adm.DescribeGroups(context.Background(), relay.GroupID(name))
+		groups, err := adm.DescribeGroups(context.Background(), clients.GroupID(name))
 		if err == nil {
 			err = groups.Error()
 		}

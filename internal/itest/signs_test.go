@@ -13,9 +13,9 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 // signsDDL is an outbox whose event id and aggregate id are integers, as
@@ -131,7 +131,7 @@ func TestUnsignedIntegersWithoutSignedness(t *testing.T) {
 func TestUnknownSignednessStops(t *testing.T) {
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	ctx := context.Background()
-	src, err := relay.SourceConfig(cfg)
+	src, err := clients.Source(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestDeleteThenInsertKnownLayoutPublishesServerValues(t *testing.T) {
 func TestUnknownSignednessMixedTransaction(t *testing.T) {
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	ctx := context.Background()
-	src, err := relay.SourceConfig(cfg)
+	src, err := clients.Source(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // checkKafka checks the cluster and returns the committed checkpoint, if any.
-func checkKafka(ctx context.Context, cfg config.Config, kopts []kgo.Opt, c collector) *checkpoint.Checkpoint {
-	cl, err := kgo.NewClient(kopts...)
+func checkKafka(ctx context.Context, cfg config.Config, k clients.Kafka, c collector) *checkpoint.Checkpoint {
+	cl, err := kgo.NewClient(k.Admin()...)
 	if err != nil {
 		c.add("connect", Fail, err.Error(), "check kafka.brokers")
 		return nil
@@ -65,11 +66,7 @@ func checkKafka(ctx context.Context, cfg config.Config, kopts []kgo.Opt, c colle
 		c.add("checkpoint topic", Pass, cfg.Kafka.CheckpointTopic+" does not exist yet: the relay creates it compacted with 1 partition", "")
 	} else {
 		checkCheckpointTopic(pctx, adm, cfg, d, c)
-		store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...)
-		if cfg.Kafka.Delivery == config.ExactlyOnce {
-			store = store.TransactionalOnly()
-		}
-		cp, err = store.Load(pctx, cfg.Name)
+		cp, err = k.CheckpointStore().Load(pctx, cfg.Name)
 		if err != nil {
 			c.add("checkpoint", Fail, err.Error(), "")
 		}

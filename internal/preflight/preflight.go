@@ -19,8 +19,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 // Status of one item.
@@ -92,12 +92,12 @@ func RunTo(ctx context.Context, cfg config.Config, progress io.Writer) Report {
 		}
 	}
 	var r Report
-	kopts, err := relay.KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		collector{"kafka", &r}.add("tls", Fail, err.Error(), "fix kafka.tls")
 		return r
 	}
-	src, err := relay.SourceConfig(cfg)
+	src, err := clients.Source(cfg)
 	if err != nil {
 		collector{"source", &r}.add("tls", Fail, err.Error(), "fix source.tls")
 		return r
@@ -106,7 +106,7 @@ func RunTo(ctx context.Context, cfg config.Config, progress io.Writer) Report {
 	for _, w := range cfg.TransportWarnings() {
 		collector{w.Target, &r}.add("transport", Warn, w.Detail, w.Fix)
 	}
-	cp := checkKafka(ctx, cfg, kopts, collector{"kafka", &r})
+	cp := checkKafka(ctx, cfg, k, collector{"kafka", &r})
 	hosts := make([]hostResult, len(cfg.Source.Hosts))
 	for i, addr := range cfg.Source.Hosts {
 		say("checking source host %s (connect and login within %s, each query within %s)", addr,

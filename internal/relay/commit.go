@@ -100,7 +100,7 @@ func (l *loop) release(ctx context.Context) error {
 }
 
 // produceHeld produces the held records into the current lane. Exactly-once
-// the producer lingers (relay.go: minExactlyOnceLinger) so that a small
+// the producer lingers (clients.Kafka.Producer) so that a small
 // batch goes out with its checkpoint in one request; a catch-up batch held
 // behind a commit is thousands of records, produced in a burst of several
 // milliseconds: each releaseChunk of them is sent at once (sendNow), so the

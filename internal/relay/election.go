@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
@@ -63,12 +64,9 @@ type elector struct {
 	recordedID string
 }
 
-// GroupID is the consumer group that elects name's active instance.
-func GroupID(name string) string { return "outbox-relay.lock." + name }
-
 func (r *Relay) newElector() *elector {
 	h := r.cfg.HA
-	return &elector{r: r, group: GroupID(r.cfg.Name), topic: h.LockTopic, session: h.SessionTimeout,
+	return &elector{r: r, group: clients.GroupID(r.cfg.Name), topic: h.LockTopic, session: h.SessionTimeout,
 		heartbeat: h.HeartbeatInterval, guard: h.SessionTimeout - 2*h.HeartbeatInterval, assigned: make(chan struct{}, 1),
 		refused: make(chan error, 1), instanceID: InstanceID(r.cfg)}
 }
@@ -142,28 +140,6 @@ func (e *elector) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E
 // join checks Kafka, creates the lock topic if missing and joins the group.
 // Errors (Kafka unreachable, refused) are returned at once.
 func (e *elector) join(ctx context.Context) error {
-	opts := append([]kgo.Opt{
-		kgo.ConsumerGroup(e.group),
-		kgo.ConsumeTopics(e.topic),
-		// Static membership: a standby (or the active one) that restarts
-		// takes its place back without a rebalance, which would hold the
-		// active member's heartbeats until the dead one's session ended.
-		kgo.InstanceID(e.instanceID),
-		kgo.SessionTimeout(e.session),
-		kgo.HeartbeatInterval(e.heartbeat),
-		// A rebalance waits for members at most this long: a member that
-		// does not rejoin is dropped no sooner than its session would end.
-		kgo.RebalanceTimeout(e.session),
-		// Sticky: a member joining or leaving never moves the lease away
-		// from a live active instance.
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
-		kgo.DisableAutoCommit(),
-		kgo.FetchMaxWait(time.Second),
-		kgo.OnPartitionsAssigned(e.onAssigned),
-		kgo.OnPartitionsRevoked(e.onRevoked),
-		kgo.OnPartitionsLost(e.onLost),
-		kgo.WithHooks(e),
-	}, e.r.kopts...)
 	if e.clientID == "" {
 		// fingerprint-capture.random: an older build checks the prefix
 		// only; memberCapture reads the capture tag.
@@ -172,8 +148,8 @@ func (e *elector) join(ctx context.Context) error {
 	if err := e.awaitInstanceID(ctx); err != nil {
 		return err
 	}
-	opts = append(opts, kgo.ClientID(e.clientID))
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(e.r.kafka.LockGroup(clients.LockMember{InstanceID: e.instanceID, ClientID: e.clientID, Hooks: e,
+		Assigned: e.onAssigned, Revoked: e.onRevoked, Lost: e.onLost})...)
 	if err != nil {
 		return fmt.Errorf("create kafka group client: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
@@ -74,11 +75,11 @@ func (ec *electionCluster) relay(t *testing.T) *Relay {
 	// Instances of one pipeline on one host: each needs its own id.
 	ec.instances++
 	cfg.HA.InstanceID = fmt.Sprintf("instance-%d", ec.instances)
-	kopts, err := KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Relay{cfg: cfg, log: zerolog.Nop(), metrics: metrics.New("test"), kopts: kopts}
+	return &Relay{cfg: cfg, log: zerolog.Nop(), metrics: metrics.New("test"), kafka: k}
 }
 
 func joined(t *testing.T, r *Relay) *elector {
@@ -283,8 +284,8 @@ func TestElectionRefusedSessionTimeout(t *testing.T) {
 	cfg.Kafka.ReplicationFactor = 1
 	cfg.HA.SessionTimeout = 3 * time.Second
 	cfg.HA.HeartbeatInterval = time.Second
-	kopts, _ := KafkaOpts(cfg)
-	r := &Relay{cfg: cfg, log: zerolog.Nop(), metrics: metrics.New("test"), kopts: kopts}
+	k, _ := clients.NewKafka(cfg)
+	r := &Relay{cfg: cfg, log: zerolog.Nop(), metrics: metrics.New("test"), kafka: k}
 	e := joined(t, r)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -69,7 +70,7 @@ func (h *harness) startLeased(ls *lease) *attempt {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	limits := &topicLimits{}
-	cl, err := kgo.NewClient(producerOpts(cfg, limits, nil, r.kopts)...)
+	cl, err := kgo.NewClient(producerOpts(r.kafka, 0, limits, nil, nil)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,11 +156,16 @@ func (h *harness) startAtLeastOnce() *attempt {
 	t.Helper()
 	cfg := h.cfg
 	cfg.Kafka.Delivery = config.AtLeastOnce
-	r.store = newStore(cfg, r.kopts) // at-least-once checkpoints are not transactional
+	k, err := clients.NewKafka(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k = k.WithLogger(r.log)
+	r.store = k.CheckpointStore() // at-least-once checkpoints are not transactional
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	limits := &topicLimits{}
-	cl, err := kgo.NewClient(producerOpts(cfg, limits, nil, r.kopts)...)
+	cl, err := kgo.NewClient(producerOpts(k, 0, limits, nil, nil)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 )
 
 // A pipeline's identity: what tells "never had a checkpoint" (start at
@@ -111,7 +112,7 @@ func (r *Relay) judgeMissing(st checkpoint.TopicState, loaded checkpoint.Loaded)
 		return nil // a first start (or a lock group that forgot: docs/operations.md)
 	case id != "" && rec != id:
 		return r.lost(fmt.Sprintf("the checkpoint topic was deleted and created again (topic id %s; the lock group %s recorded the pipeline's checkpoints in topic id %s)",
-			id, GroupID(r.cfg.Name), rec), "")
+			id, clients.GroupID(r.cfg.Name), rec), "")
 	case st.LogStart > 0:
 		return r.lost(fmt.Sprintf("the checkpoint topic's records were deleted (log start offset %d)", st.LogStart), "")
 	}

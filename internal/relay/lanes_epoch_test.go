@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -27,7 +28,7 @@ import (
 // bumps it by one).
 func bumpTo(t *testing.T, h *harness, id string, epoch int16) {
 	t.Helper()
-	cl, err := kgo.NewClient(h.relay.kopts...)
+	cl, err := kgo.NewClient(h.relay.kafka.Admin()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestLanesEpochExhaustionOnRealKafka(t *testing.T) {
 	}
 	name := "atk17b-epoch-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ProducerLinger(0), kgo.TransactionalID(name),
-		kgo.RecordPartitioner(Partitioner()))
+		kgo.RecordPartitioner(clients.Partitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func TestLanesFenceByNameAloneStopsLane2(t *testing.T) {
 	// did before the change.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	other, err := kgo.NewClient(append(h.relay.kopts, kgo.TransactionalID(h.cfg.Name))...)
+	other, err := kgo.NewClient(append(h.relay.kafka.Admin(), kgo.TransactionalID(h.cfg.Name))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestLanesDisturbedWhileLane1CommitHeld(t *testing.T) {
 				b.finish()
 			case "fence-lane2-only", "fence-lane1-only":
 				id := checkpoint.TransactionalIDs(h.cfg.Name)[map[string]int{"fence-lane2-only": 1, "fence-lane1-only": 0}[how]]
-				cl, cerr := kgo.NewClient(append(h.relay.kopts, kgo.TransactionalID(id))...)
+				cl, cerr := kgo.NewClient(append(h.relay.kafka.Admin(), kgo.TransactionalID(id))...)
 				if cerr != nil {
 					t.Fatal(cerr)
 				}

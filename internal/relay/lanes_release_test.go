@@ -271,7 +271,7 @@ func releaseDisturbed(t *testing.T, lanes int, how string) {
 	switch how {
 	case "fence":
 		id := firedOn.Load().(string)
-		cl, cerr := kgo.NewClient(append(h.relay.kopts, kgo.TransactionalID(id))...)
+		cl, cerr := kgo.NewClient(append(h.relay.kafka.Admin(), kgo.TransactionalID(id))...)
 		if cerr != nil {
 			t.Fatal(cerr)
 		}

@@ -89,7 +89,7 @@ func TestOneLaneAbortsSecondLanesTransaction(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	left, err := kgo.NewClient(append(h.relay.kopts, kgo.TransactionalID(checkpoint.TransactionalIDs(h.cfg.Name)[1]),
+	left, err := kgo.NewClient(append(h.relay.kafka.Admin(), kgo.TransactionalID(checkpoint.TransactionalIDs(h.cfg.Name)[1]),
 		kgo.TransactionTimeout(10*time.Minute))...)
 	if err != nil {
 		t.Fatal(err)

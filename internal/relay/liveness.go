@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
@@ -38,23 +39,23 @@ func (m LiveMember) String() string {
 // relay of the pipeline is a member of its lock group.
 var ErrRelayLive = newError(Transient, "relay_live", "a relay of the pipeline is running")
 
-// LiveRelays returns the members of cfg's lock group (GroupID): every
+// LiveRelays returns the members of cfg's lock group (clients.GroupID): every
 // running relay of the pipeline is one, whether it holds the lease or
 // waits as a standby, and a relay that exited is none (it left the group),
 // whatever the age of its last checkpoint. An error means it cannot tell.
 func LiveRelays(ctx context.Context, cfg config.Config) ([]LiveMember, error) {
-	opts, err := KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(k.Admin()...)
 	if err != nil {
-		return nil, fmt.Errorf("describe lock group %s: %w", GroupID(cfg.Name), err)
+		return nil, fmt.Errorf("describe lock group %s: %w", clients.GroupID(cfg.Name), err)
 	}
 	defer cl.Close()
-	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, GroupID(cfg.Name))
+	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, clients.GroupID(cfg.Name))
 	if err != nil {
-		return nil, fmt.Errorf("describe lock group %s: %w%s", GroupID(cfg.Name), err, adminHint(err))
+		return nil, fmt.Errorf("describe lock group %s: %w%s", clients.GroupID(cfg.Name), err, adminHint(err))
 	}
 	var out []LiveMember
 	for _, g := range groups {
@@ -110,5 +111,5 @@ func RefuseLive(ctx context.Context, cfg config.Config) error {
 	}
 	return fmt.Errorf("%w: pipeline %s has %d relay instance(s) in its lock group %s (%s): stop them first "+
 		"(one killed with SIGKILL stays a member up to ha.session_timeout, %s); %s",
-		ErrRelayLive, cfg.Name, len(live), GroupID(cfg.Name), strings.Join(names, ", "), cfg.HA.SessionTimeout, fix)
+		ErrRelayLive, cfg.Name, len(live), clients.GroupID(cfg.Name), strings.Join(names, ", "), cfg.HA.SessionTimeout, fix)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
@@ -34,7 +35,7 @@ func TestRefuseLiveTellsRunningRelayByLockGroup(t *testing.T) {
 	if err := RefuseLive(ctx, cfg); err != nil {
 		t.Fatalf("no lock group: %v", err)
 	}
-	member, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup(GroupID(cfg.Name)),
+	member, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup(clients.GroupID(cfg.Name)),
 		kgo.ConsumeTopics("outbox-relay.lock"), kgo.InstanceID("host-a-4242"))
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestRefuseLiveTellsRunningRelayByLockGroup(t *testing.T) {
 	}
 	// As the relay leaves (election.go): a static member is removed by
 	// its instance id.
-	if _, err := kadm.NewClient(member).LeaveGroup(ctx, kadm.LeaveGroup(GroupID(cfg.Name)).InstanceIDs("host-a-4242")); err != nil {
+	if _, err := kadm.NewClient(member).LeaveGroup(ctx, kadm.LeaveGroup(clients.GroupID(cfg.Name)).InstanceIDs("host-a-4242")); err != nil {
 		t.Fatal(err)
 	}
 	member.Close()

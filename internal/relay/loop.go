@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -554,7 +555,8 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 		if rec.Partition >= info.partitions {
 			return out, fmt.Errorf("%w: partition %d, topic %s has %d", router.ErrBadRow, rec.Partition, rec.Topic, info.partitions)
 		}
-		out.kafka.Partition, out.kafka.Context = rec.Partition, explicitPartitionCtx
+		out.kafka.Partition = rec.Partition
+		clients.PlaceExplicitly(out.kafka)
 	}
 	if n := recordSize(out.kafka); n > info.maxBytes {
 		// Too large for the topic as last read: read it again first. A

@@ -60,7 +60,7 @@ func InstanceID(cfg config.Config) string {
 // alive, and this instance refuses to start (configuration error) rather
 // than take its place. Errors reaching Kafka are left to the join.
 func (e *elector) awaitInstanceID(ctx context.Context) error {
-	cl, err := kgo.NewClient(e.r.kopts...)
+	cl, err := kgo.NewClient(e.r.kafka.Admin()...)
 	if err != nil {
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
@@ -176,46 +175,9 @@ func (p *placements) changedWhileRunning() error {
 	return nil
 }
 
-// partitioned is a topic partitioner that places keyed records by the
-// attempt's learned count (placements).
-type partitioned struct {
-	explicitTopic
-	p     *placements
-	topic string
-	slot  *topicSlot
-}
-
-func (t partitioned) Partition(r *kgo.Record, n int) int {
-	if r.Context == explicitPartitionCtx || r.Key == nil {
-		return t.explicitTopic.Partition(r, n)
-	}
-	c := t.p.place(t.topic, t.slot, n)
-	return t.explicitTopic.Partition(r, c)
-}
-
-// placedPartitioner is Partitioner with keyed records placed by p's counts.
-type placedPartitioner struct {
-	explicitOrKey
-	p *placements
-}
-
-func (pp placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	if pp.p == nil {
-		return pp.explicitOrKey.ForTopic(topic)
-	}
-	return partitioned{explicitTopic: pp.explicitOrKey.ForTopic(topic).(explicitTopic), p: pp.p, topic: topic, slot: pp.p.slot(topic)}
-}
-
-// PartitionerFor is Partitioner with the keys of each topic in counts (a
-// checkpoint's Partitions) placed by its count, as the relay places them:
-// records a command publishes again (replay, dead-letter replay) land in
-// their aggregate's partition after partitions were added. A topic with
-// fewer partitions than its count fails the record.
-func PartitionerFor(counts map[string]int32) kgo.Partitioner {
-	p := newPlacements(config.PartitionsKeep, zerolog.Nop())
-	p.load(counts)
-	for topic, c := range counts {
-		p.slot(topic).count.Store(c)
-	}
-	return placedPartitioner{explicitOrKey{kgo.StickyKeyPartitioner(nil)}, p}
+// PlaceBy is topic's placement for the producer's partitioner
+// (clients.PlacedPartitioner): keyed records placed by the learned count.
+func (p *placements) PlaceBy(topic string) func(known int) int {
+	s := p.slot(topic)
+	return func(known int) int { return p.place(topic, s, known) }
 }

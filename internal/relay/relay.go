@@ -18,8 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -31,6 +29,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/router"
@@ -55,7 +54,7 @@ type Relay struct {
 	log     zerolog.Logger
 	metrics *metrics.Metrics
 	routes  map[tableKey]*route
-	kopts   []kgo.Opt
+	kafka   clients.Kafka
 	source  binlog.Config
 	store   *checkpoint.Store
 	// findXAPrepare looks an XA transaction's prepare up in the source's
@@ -102,7 +101,7 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 	routes := make(map[tableKey]*route, len(cfg.Source.Tables))
 	for _, t := range cfg.Source.Tables {
 		rc := cfg.Router.For(t)
-		rcfg, err := RouterConfig(rc)
+		rcfg, err := clients.Router(rc)
 		if err != nil {
 			return nil, fmt.Errorf("router for %s: %w", t, err)
 		}
@@ -121,12 +120,12 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 		}
 		routes[tableKey{db, tbl}] = r
 	}
-	kopts, err := KafkaOpts(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return nil, err
 	}
-	kopts = append(kopts, KafkaLogger(log))
-	src, err := SourceConfig(cfg)
+	k = k.WithLogger(log)
+	src, err := clients.Source(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -138,149 +137,11 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 		log:     log,
 		metrics: m,
 		routes:  routes,
-		kopts:   kopts,
+		kafka:   k,
 		source:  src,
-		store:   newStore(cfg, kopts),
+		store:   k.CheckpointStore(),
 		tables:  checkpoint.TablesOf(cfg.Source.Tables),
 	}, nil
-}
-
-// RouterConfig translates one table's router settings.
-func RouterConfig(c config.RouterConfig) (router.Config, error) {
-	rc := router.Config{
-		EventIDColumn:         c.EventIDColumn,
-		AggregateTypeColumn:   c.AggregateTypeColumn,
-		AggregateIDColumn:     c.AggregateIDColumn,
-		EventTypeColumn:       c.EventTypeColumn,
-		PayloadColumn:         c.PayloadColumn,
-		TimestampColumn:       c.TimestampColumn,
-		SchemaVersionColumn:   c.SchemaVersionColumn,
-		TopicPrefix:           c.TopicPrefix,
-		Format:                string(c.ValueFormat),
-		NullPayloadError:      c.NullPayload == "error",
-		TopicReplacement:      c.TopicReplacement,
-		SkipMissingAdditional: c.AdditionalMissing == "skip",
-		TracingColumn:         c.TracingColumn,
-		CloudEventsMode:       string(c.CloudEventsMode),
-	}
-	if c.TopicRegex != "" {
-		re, err := regexp.Compile(c.TopicRegex)
-		if err != nil {
-			return rc, fmt.Errorf("topic_regex: %w", err)
-		}
-		rc.TopicRegex = re
-	}
-	for _, f := range c.AdditionalFields {
-		rc.Additional = append(rc.Additional, router.Field{Column: f.Column, Placement: string(f.Placement), Alias: f.Alias})
-	}
-	return rc, nil
-}
-
-// KafkaOpts are the connection options every Kafka client of cfg uses:
-// brokers, timeouts, TLS and SASL.
-func KafkaOpts(cfg config.Config) ([]kgo.Opt, error) {
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Kafka.Brokers...),
-		kgo.RequestTimeoutOverhead(cfg.Kafka.RequestTimeout),
-		kgo.RetryTimeout(cfg.Kafka.RequestTimeout),
-	}
-	tlsCfg, err := cfg.Kafka.TLS.Config()
-	if err != nil {
-		return nil, fmt.Errorf("kafka tls: %w", err)
-	}
-	if tlsCfg != nil {
-		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
-	}
-	mech, err := cfg.Kafka.SASL.Auth()
-	if err != nil {
-		return nil, err
-	}
-	if mech != nil {
-		opts = append(opts, kgo.SASL(mech))
-	}
-	return append(opts, cfg.Kafka.ProducerOpts()...), nil
-}
-
-// Partitioner places records as the Java client does: murmur2 of the key,
-// made positive, modulo the partition count; a record produced with
-// explicitPartitionCtx keeps its Partition (placement partition).
-func Partitioner() kgo.Partitioner { return explicitOrKey{kgo.StickyKeyPartitioner(nil)} }
-
-type explicitPartition struct{}
-
-// explicitPartitionCtx marks records whose Partition the router chose.
-var explicitPartitionCtx = context.WithValue(context.Background(), explicitPartition{}, true)
-
-// PlaceExplicitly makes Partitioner keep rec's Partition (set by the
-// router: placement partition) instead of hashing its key.
-func PlaceExplicitly(rec *kgo.Record) { rec.Context = explicitPartitionCtx }
-
-// PlacedExplicitly reports whether rec keeps its Partition (PlaceExplicitly).
-func PlacedExplicitly(rec *kgo.Record) bool { return rec.Context == explicitPartitionCtx }
-
-type explicitOrKey struct{ key kgo.Partitioner }
-
-func (p explicitOrKey) ForTopic(t string) kgo.TopicPartitioner {
-	return explicitTopic{p.key.ForTopic(t)}
-}
-
-type explicitTopic struct{ kgo.TopicPartitioner }
-
-func (p explicitTopic) RequiresConsistency(r *kgo.Record) bool {
-	return r.Context == explicitPartitionCtx || p.TopicPartitioner.RequiresConsistency(r)
-}
-
-func (p explicitTopic) Partition(r *kgo.Record, n int) int {
-	if r.Context == explicitPartitionCtx {
-		return int(r.Partition)
-	}
-	return p.TopicPartitioner.Partition(r, n)
-}
-
-// SourceConfig is the binlog configuration of cfg.
-func SourceConfig(cfg config.Config) (binlog.Config, error) {
-	tlsCfg, err := cfg.Source.TLS.Config()
-	if err != nil {
-		return binlog.Config{}, fmt.Errorf("source tls: %w", err)
-	}
-	pinned, err := serverPublicKey(cfg.Source.ServerPublicKeyFile)
-	if err != nil {
-		return binlog.Config{}, err
-	}
-	return binlog.Config{
-		TLS:             tlsCfg,
-		Hosts:           cfg.Source.Hosts,
-		User:            cfg.Source.User,
-		Password:        cfg.Source.Password,
-		ServerID:        cfg.Source.ServerID,
-		Flavor:          string(cfg.Source.Flavor),
-		Tables:          cfg.Source.Tables,
-		ConnectTimeout:  cfg.Source.ConnectTimeout,
-		QueryTimeout:    cfg.Source.QueryTimeout,
-		HeartbeatPeriod: cfg.Source.HeartbeatPeriod,
-		// Typed setting: config.StatementDMLWarn or StatementDMLFail.
-		AllowStatementDML: cfg.Source.StatementDML == config.StatementDMLWarn,
-		// Login and packet bounds (binlog/loginguard.go).
-		AllowCleartextPassword:  cfg.Source.AllowCleartextPassword,
-		AllowPublicKeyRetrieval: cfg.Source.AllowPublicKeyRetrieval,
-		ServerPublicKey:         pinned,
-		MaxPacketBytes:          cfg.Source.MaxPacketBytes,
-	}, nil
-}
-
-// serverPublicKey reads source.server_public_key_file (DER), nil if unset.
-func serverPublicKey(f string) ([]byte, error) {
-	if f == "" {
-		return nil, nil
-	}
-	raw, err := os.ReadFile(f)
-	if err == nil {
-		var der []byte
-		if der, err = binlog.ParsePublicKey(raw); err == nil {
-			return der, nil
-		}
-	}
-	return nil, fmt.Errorf("read source.server_public_key_file %s: %w", f, err)
 }
 
 // Run relays until ctx is canceled (then it commits what it has, writes the
@@ -297,50 +158,15 @@ func (r *Relay) Run(ctx context.Context) error {
 
 var errSourceStream = newError(Transient, "binlog", "binlog stream ended")
 
-// minExactlyOnceLinger is the least producer linger of an exactly-once
-// relay. Every batch ends with a flush (its commit), so a record never
-// waits longer than its batch, and none is visible before the commit
-// anyway; what the linger changes is that a small batch at the head (a few
-// rows, then the reader caught up) goes to the broker in one produce
-// request with its checkpoint record instead of two. A broker handles one
-// request per connection at a time, so two requests cost two round trips
-// before EndTxn in every transaction. Apache Kafka 4.1 on this 2-core
-// machine, 1,000 one-row transactions/s, interleaved pairs: 1 ms against
-// 0, p50 7.0 against 7.5 ms and p99 19.8 against 23.5 ms (medians of five
-// pairs); 5 ms against 1 ms, no worse (four pairs); bulk and one-row
-// catch-up unchanged (two rounds each).
-const minExactlyOnceLinger = 5 * time.Millisecond
-
-// exactlyOnceLinger is the producer linger of an exactly-once relay with
-// kafka.linger set to configured.
-func exactlyOnceLinger(configured time.Duration) time.Duration {
-	return max(configured, minExactlyOnceLinger)
-}
-
-// producerOpts are the options of an attempt's producer: kopts (the
-// configured connection and producer settings) with the relay's own.
-func producerOpts(cfg config.Config, limits *topicLimits, place *placements, kopts []kgo.Opt) []kgo.Opt {
-	// Exactly-once, a batch (at most max_records) never fills the buffer;
-	// at-least-once, the sink keeps half of it free.
-	maxBuffered := 4 * cfg.Kafka.Batch.MaxRecords
-	opts := append([]kgo.Opt{
-		// A batch never exceeds the topic's max.message.bytes (learned
-		// before the first record to it), or the broker would refuse it.
-		kgo.ProducerBatchMaxBytesFn(limits.batchMaxBytes),
-		// Keys placed by the partition counts the checkpoint recorded
-		// (placement.go).
-		kgo.RecordPartitioner(placedPartitioner{explicitOrKey{kgo.StickyKeyPartitioner(nil)}, place}),
-		kgo.ProducerLinger(0),
-		// A topic the relay just created may be unknown to a broker for a
-		// moment (Apache Kafka, not kfake): refresh metadata quickly.
-		kgo.MetadataMinAge(250 * time.Millisecond),
-		kgo.MaxBufferedRecords(maxBuffered),
-	}, kopts...)
-	if cfg.Kafka.Delivery == config.ExactlyOnce {
-		opts = append(opts, kgo.TransactionalID(cfg.Name), kgo.TransactionTimeout(cfg.Kafka.TransactionTimeout),
-			kgo.ProducerLinger(exactlyOnceLinger(cfg.Kafka.Linger)))
+// producerOpts are the options of an attempt's producer of lane
+// (clients.Kafka.Producer): batches bounded by limits, keys placed by
+// place (nil: as the Java client places them), client metrics from m.
+func producerOpts(k clients.Kafka, lane int, limits *topicLimits, place *placements, m *metrics.Metrics) []kgo.Opt {
+	var part kgo.Partitioner
+	if place != nil {
+		part = clients.PlacedPartitioner(place)
 	}
-	return opts
+	return k.Producer(lane, clients.Attempt{BatchMaxBytes: limits.batchMaxBytes, Partitioner: part, Metrics: m})
 }
 
 // secondLane initialises the pipeline's second transactional id
@@ -354,7 +180,7 @@ func producerOpts(cfg config.Config, limits *topicLimits, place *placements, kop
 // under it wrote with it) is no error. The caller closes both.
 func (r *Relay) secondLane(ctx context.Context, limits *topicLimits, place *placements) (lane, check *kgo.Client, err error) {
 	id := checkpoint.TransactionalIDs(r.cfg.Name)[1]
-	cl, err := kgo.NewClient(append(producerOpts(r.cfg, limits, place, r.kopts), kgo.TransactionalID(id))...)
+	cl, err := kgo.NewClient(producerOpts(r.kafka, 1, limits, place, nil)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create kafka client: %w", err)
 	}
@@ -370,7 +196,7 @@ func (r *Relay) secondLane(ctx context.Context, limits *topicLimits, place *plac
 		cl.Close()
 		return nil, nil, nil
 	}
-	check, err = kgo.NewClient(r.kopts...)
+	check, err = kgo.NewClient(r.kafka.Admin()...)
 	if err != nil {
 		cl.Close()
 		return nil, nil, fmt.Errorf("create kafka client: %w", err)
@@ -391,12 +217,8 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}()
 	limits := &topicLimits{}
 	place := newPlacements(r.cfg.Kafka.OnPartitionsAdded, r.log)
-	opts := producerOpts(r.cfg, limits, place, r.kopts)
 	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce
-	if r.cfg.Kafka.ClientMetrics && r.metrics != nil {
-		opts = append(opts, r.metrics.KafkaClient()) // this attempt's producer only: one live client at a time
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(producerOpts(r.kafka, 0, limits, place, r.metrics)...)
 	if err != nil {
 		return fmt.Errorf("create kafka client: %w", err)
 	}
@@ -494,7 +316,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 
 	events := make(chan []binlog.Event, 2) // with the reader's batch size, bounds rows in memory
 	readErr := make(chan error, 1)         // the loop takes the reader's error from here
-	reader := binlog.NewReader(r.source, srv, tracker, MySQLLogger(r.log))
+	reader := binlog.NewReader(r.source, srv, tracker, clients.MySQLLogger(r.log))
 	if l.done != nil {
 		reader.Published(l.done)
 	}
@@ -595,14 +417,4 @@ func (r *Relay) startPosition(srv *binlog.Server, cp *checkpoint.Checkpoint) (st
 		}
 		return r.cfg.Source.Start, nil
 	}
-}
-
-// newStore is cfg's checkpoint store: exactly-once, it accepts only
-// checkpoints written in a transaction (checkpoint.TransactionalOnly).
-func newStore(cfg config.Config, kopts []kgo.Opt) *checkpoint.Store {
-	s := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...)
-	if cfg.Kafka.Delivery == config.ExactlyOnce {
-		s = s.TransactionalOnly()
-	}
-	return s
 }

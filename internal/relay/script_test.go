@@ -270,7 +270,7 @@ func (h *harness) start() *attempt {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	limits := &topicLimits{}
-	cl, err := kgo.NewClient(producerOpts(cfg, limits, nil, r.kopts)...) // as Relay.attempt
+	cl, err := kgo.NewClient(producerOpts(r.kafka, 0, limits, nil, nil)...) // as Relay.attempt
 	if err != nil {
 		t.Fatal(err)
 	}

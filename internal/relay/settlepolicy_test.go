@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -83,40 +84,6 @@ func countDescribeTxn(h *harness) *atomic.Int32 {
 	return &asked
 }
 
-// Exactly-once lingers at least minExactlyOnceLinger (every batch's commit
-// flushes, so a record never waits longer than its batch); at-least-once
-// sends as configured (kafka.linger, default 0: it has no flush to wait for).
-func TestProducerLinger(t *testing.T) {
-	for _, tc := range []struct {
-		delivery   config.Delivery
-		configured time.Duration
-		want       time.Duration
-	}{
-		{config.ExactlyOnce, 0, minExactlyOnceLinger},
-		{config.ExactlyOnce, time.Millisecond, minExactlyOnceLinger},
-		{config.ExactlyOnce, 50 * time.Millisecond, 50 * time.Millisecond},
-		{config.AtLeastOnce, 0, 0},
-		{config.AtLeastOnce, 3 * time.Millisecond, 3 * time.Millisecond},
-	} {
-		cfg := config.Default()
-		cfg.Name, cfg.Kafka.Brokers = "p", []string{"127.0.0.1:1"}
-		cfg.Kafka.Delivery, cfg.Kafka.Linger = tc.delivery, tc.configured
-		kopts, err := KafkaOpts(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl, err := kgo.NewClient(producerOpts(cfg, &topicLimits{}, nil, kopts)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := cl.OptValue(kgo.ProducerLinger)
-		cl.Close()
-		if got != tc.want {
-			t.Errorf("%s with kafka.linger %s: the producer lingers %v, want %s", tc.delivery, tc.configured, got, tc.want)
-		}
-	}
-}
-
 // A small batch at the head (a row, some routing, then the reader caught up
 // and the commit) goes to the broker in one produce request with its
 // checkpoint record: a broker handles one request per connection at a
@@ -146,18 +113,18 @@ func TestSmallBatchOneProduceRequest(t *testing.T) {
 			})
 			cfg := config.Default()
 			cfg.Name, cfg.Kafka.Brokers = "p", c.ListenAddrs()
-			kopts, err := KafkaOpts(cfg)
+			k, err := clients.NewKafka(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			limits := &topicLimits{}
-			cl, err := kgo.NewClient(append(producerOpts(cfg, limits, nil, kopts), tc.linger...)...)
+			cl, err := kgo.NewClient(append(producerOpts(k, 0, limits, nil, nil), tc.linger...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer cl.Close()
 			ctx := context.Background()
-			store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, kopts...)
+			store := checkpoint.NewStore(cfg.Kafka.CheckpointTopic, k.Admin()...)
 			if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
 				t.Fatal(err)
 			}

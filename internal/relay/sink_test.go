@@ -636,7 +636,7 @@ type txnStates struct {
 
 func watchTxnStates(t *testing.T, h *harness) *txnStates {
 	t.Helper()
-	peek, err := kgo.NewClient(h.relay.kopts...)
+	peek, err := kgo.NewClient(h.relay.kafka.Admin()...)
 	if err != nil {
 		t.Fatal(err)
 	}

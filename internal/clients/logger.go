@@ -1,4 +1,4 @@
-package relay
+package clients
 
 import (
 	"context"
