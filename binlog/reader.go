@@ -191,7 +191,7 @@ func (r *Reader) track(ev *replication.BinlogEvent) {
 	}
 }
 
-// NewReader returns a reader of srv (from Inspect) for cfg.Tables; tracker
+// NewReader returns a reader of srv (from source.Inspect) for cfg.Tables; tracker
 // holds the captured tables' layout at the start position (it may know
 // nothing when the binlog carries column names).
 func NewReader(cfg Config, srv *Server, tracker *schema.Tracker, logger *slog.Logger) *Reader {
