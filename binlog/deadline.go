@@ -243,9 +243,9 @@ func Broken(conn *client.Conn, err error) bool {
 	return err != nil && (noAnswer(conn) != nil || errors.Is(err, mysql.ErrBadConn))
 }
 
-// connContext is the context whose end closes conn (Connect's), for the
+// ConnContext is the context whose end closes conn (Connect's), for the
 // connections a query on conn leads to; Background when conn has none.
-func connContext(conn *client.Conn) context.Context {
+func ConnContext(conn *client.Conn) context.Context {
 	if c := sourceConnOf(conn); c != nil {
 		return c.ctx
 	}

@@ -165,7 +165,7 @@ func connectThrough(t *testing.T, cfg Config, dial client.Dialer, guard *loginGu
 	if err := guard.bound(conn); err != nil {
 		return err
 	}
-	_, err = Variables(conn)
+	_, err = Query(conn, "SHOW GLOBAL VARIABLES")
 	return guard.or(err)
 }
 

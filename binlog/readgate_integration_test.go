@@ -25,6 +25,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/schema"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 type gateEnv struct {
@@ -63,7 +64,7 @@ func startGateEnv(t *testing.T, ctx context.Context, settings map[string]string,
 	cfg := binlog.Config{Hosts: []string{srv.Addr}, User: "root", Password: devdb.RootPassword, Flavor: "auto",
 		Tables: []string{"app.outbox"}, ConnectTimeout: 5 * time.Second, ServerID: 4243, HeartbeatPeriod: time.Second,
 		TLS: tlsCfg}
-	info, err := binlog.Inspect(ctx, cfg)
+	info, err := source.Inspect(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestReadGateFrozenServerAtHeadEndsReader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	e := startGateEnv(t, ctx, nil, nil, 1)
-	head, err := binlog.Inspect(ctx, e.cfg)
+	head, err := source.Inspect(ctx, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

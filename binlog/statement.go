@@ -210,3 +210,18 @@ func (v *tableNames) Enter(n ast.Node) (ast.Node, bool) {
 }
 
 func (v *tableNames) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+// ParseXID is the canonical form of an XA xid (see parseXID): the form
+// Event.XID has.
+func ParseXID(s string) (string, error) { return parseXID(s) }
+
+// ParseXAPrepare reads the xid of "XA PREPARE xid" (the Info of an
+// XA_prepare event in SHOW BINLOG EVENTS) in Event.XID's canonical form;
+// ok is false for any other text.
+func ParseXAPrepare(info string) (xid string, ok bool) {
+	if !hasPrefixFold(info, "XA PREPARE") {
+		return "", false
+	}
+	xid, err := parseXID(info[len("XA PREPARE"):])
+	return xid, err == nil
+}

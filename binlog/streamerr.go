@@ -33,8 +33,8 @@ var (
 	// back-off, saying so at each attempt. If it lasts, the source.hosts
 	// point at a server that lost transactions the relay already
 	// published (an asynchronous failover), or at another cluster.
-	// Server.Resumable returns it for a host that lacks transactions of the
-	// checkpoint before the relay streams from it (see Relate); the relay
+	// source.Resumable returns it for a host that lacks transactions of the
+	// checkpoint before the relay streams from it (see source.Relate); the relay
 	// then uses another host or waits, and never returns it.
 	ErrPositionAhead = errors.New("source is behind the checkpoint's gtid position")
 
@@ -47,8 +47,8 @@ var (
 	// Fatal: the relay published transactions this server does not have,
 	// or the checkpoint belongs to another server; an operator decides
 	// (`outbox-relay checkpoint set` to a position of this server).
-	// Server.Resumable and MarkErrant return it for a host whose history
-	// does not contain the checkpoint (see Relate for what each flavor
+	// source.Resumable and source.MarkErrant return it for a host whose history
+	// does not contain the checkpoint (see source.Relate for what each flavor
 	// proves); the relay stops with it only when no host is usable and none
 	// is behind or unreachable.
 	ErrPositionDiverged = errors.New("checkpoint's gtid position diverges from the source's binlog")

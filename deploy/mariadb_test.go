@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // cnfSettings reads the [mariadb] options of an option file: name (dashes)
@@ -119,11 +120,11 @@ func TestMariaDBSnippetAndGrants(t *testing.T) {
 	}
 	cfg := binlog.Config{Hosts: []string{srv.Addr}, User: "relay", Password: "change-me", Flavor: "auto",
 		Tables: []string{"app.outbox"}, ConnectTimeout: 5 * time.Second, ServerID: 4242, HeartbeatPeriod: time.Second}
-	info, err := binlog.Inspect(ctx, cfg)
+	info, err := source.Inspect(ctx, cfg)
 	if err != nil {
 		t.Fatalf("the relay's user of grants.sql fails the relay's checks: %v", err)
 	}
-	cols, _, err := binlog.CurrentColumns(ctx, cfg, srv.Addr)
+	cols, _, err := source.CurrentColumns(ctx, cfg, srv.Addr)
 	if err != nil || len(cols["app.outbox"]) != 7 {
 		t.Fatalf("start: now cannot read the outbox columns with grants.sql: %v %v", cols, err)
 	}
@@ -132,7 +133,7 @@ func TestMariaDBSnippetAndGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ret, err := binlog.Retention(conn)
+	ret, err := source.Retention(conn)
 	if err != nil || ret != 7*24*time.Hour {
 		t.Fatalf("retention %v, %v; the snippet sets 7 days", ret, err)
 	}
@@ -140,7 +141,7 @@ func TestMariaDBSnippetAndGrants(t *testing.T) {
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("show master status: %v %v", rows, err)
 	}
-	if n, err := binlog.BehindBytes(conn, rows[0][0], 4); err != nil || n <= 0 {
+	if n, err := source.BehindBytes(conn, rows[0][0], 4); err != nil || n <= 0 {
 		t.Fatalf("behind bytes from the start of the current binlog: %d, %v", n, err)
 	}
 	// `check` tells a replica (which must log_replica_updates) from a

@@ -17,12 +17,14 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/rs/zerolog"
+
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
-	"github.com/rs/zerolog"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 func newCheckpointCmd() *cobra.Command {
@@ -531,7 +533,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if err != nil {
 		return err
 	}
-	srv, err := binlog.Inspect(ctx, src)
+	srv, err := source.Inspect(ctx, src)
 	if err != nil {
 		return err
 	}
@@ -545,7 +547,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	if _, err := binlog.ParseSet(srv.Flavor, pos); err != nil {
 		return err
 	}
-	if err := srv.CheckNotPurged(pos); err != nil {
+	if err := source.CheckNotPurged(srv, pos); err != nil {
 		return err
 	}
 	if *to == "" {

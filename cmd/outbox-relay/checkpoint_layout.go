@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // xaSigns is x with the signedness of signs for the tables whose layout
@@ -83,7 +84,7 @@ func checkpointLayout(ctx context.Context, src binlog.Config, srv *binlog.Server
 			cur.GTIDSet, cur.GTIDSet, pos, note)
 	}
 	if len(missing) > 0 {
-		current, currentSigns, err := binlog.CurrentColumns(ctx, src, srv.Addr)
+		current, currentSigns, err := source.CurrentColumns(ctx, src, srv.Addr)
 		if err != nil && !srv.ColumnNames {
 			return nil, nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // operatorMark is the checkpoint.Operator of a record command writes over
@@ -37,15 +38,15 @@ func operatorMark(command, from string) *checkpoint.Operator {
 // (a replica that has not yet received those transactions), with a
 // warning.
 func reachedBy(srv *binlog.Server, command, pos string, force bool) error {
-	rel, why, err := srv.Relate(pos)
+	rel, why, err := source.RelateHost(srv, pos)
 	if err != nil {
 		return err
 	}
-	if rel == binlog.Contains {
+	if rel == source.Contains {
 		return nil
 	}
 	what := fmt.Sprintf("the source %s cannot serve %s: %s", srv.Addr, pos, why)
-	if missing, err := srv.Unexecuted(pos); err == nil && missing != "" {
+	if missing, err := source.Unexecuted(srv, pos); err == nil && missing != "" {
 		what = fmt.Sprintf("the source %s has not executed %s (its binlog holds %s)", srv.Addr, missing, srv.State)
 	}
 	if !force {
@@ -65,7 +66,7 @@ func skipReached(ctx context.Context, cfg config.Config, pos string, force bool)
 	if err != nil {
 		return err
 	}
-	srv, err := binlog.Inspect(ctx, src)
+	srv, err := source.Inspect(ctx, src)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "warning: not checked against the source (%v): that it has executed %s\n", err, pos)
 		return nil

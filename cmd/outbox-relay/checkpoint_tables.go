@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // newCheckpointTablesCmd is the operator's deliberate change of what a
@@ -66,7 +66,7 @@ stdin is not a terminal).`,
 			if err != nil {
 				return err
 			}
-			srv, err := binlog.Inspect(ctx, src)
+			srv, err := source.Inspect(ctx, src)
 			if err != nil {
 				return err
 			}

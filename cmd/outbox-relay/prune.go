@@ -20,6 +20,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // errNotCovered: prune found old rows the committed checkpoint may not cover
@@ -569,11 +570,11 @@ func checkPrimary(conn *client.Conn) error {
 // gtid_binlog_pos (written to the binlog before the commit is visible),
 // MySQL's gtid_executed.
 func executedSet(conn *client.Conn) (string, string, error) {
-	vars, err := binlog.Variables(conn)
+	vars, err := source.Variables(conn)
 	if err != nil {
 		return "", "", fmt.Errorf("read server variables: %w", err)
 	}
-	srv, err := binlog.Describe(conn, "", vars)
+	srv, err := source.Describe(conn, "", vars)
 	if err != nil {
 		return "", "", fmt.Errorf("read executed gtid set: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // Before prune deletes anything it proves that the host it deletes on is
@@ -44,11 +45,11 @@ func (h hostIdentity) String() string {
 // describeHost reads the identity and binlog state of the server conn is
 // connected to.
 func describeHost(conn *client.Conn, addr string) (hostIdentity, error) {
-	vars, err := binlog.Variables(conn)
+	vars, err := source.Variables(conn)
 	if err != nil {
 		return hostIdentity{}, err
 	}
-	srv, err := binlog.Describe(conn, addr, vars)
+	srv, err := source.Describe(conn, addr, vars)
 	if err != nil {
 		return hostIdentity{}, fmt.Errorf("read the identity of %s: %w", addr, err)
 	}
@@ -74,7 +75,7 @@ func ofSource(cfg config.Config, cp *checkpoint.Checkpoint, h hostIdentity, forc
 	if cp.Flavor != h.srv.Flavor {
 		return "", fmt.Errorf("%w: the checkpoint of %s is of a %s server, %s is %s", errNotSource, cfg.Name, cp.Flavor, h, h.srv.Flavor)
 	}
-	if rel, why, err := binlog.Relate(h.srv.Flavor, cp.GTIDSet, h.srv.State, h.srv.ServerID); err == nil && rel == binlog.Diverged {
+	if rel, why, err := source.Relate(h.srv.Flavor, cp.GTIDSet, h.srv.State, h.srv.ServerID); err == nil && rel == source.Diverged {
 		return "", fmt.Errorf("%w: %s has diverged from the checkpoint of %s (%s): it is not the source's history", errNotSource, h, cfg.Name, why)
 	}
 	var why string

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 func TestGrantsFromRoles(t *testing.T) {
@@ -61,7 +62,7 @@ func TestGrantsFromRoles(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			p, err := binlog.CheckPrivileges(conn, cfg, srv.Addr, "mariadb")
+			p, err := source.CheckPrivileges(conn, cfg, srv.Addr, "mariadb")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +71,7 @@ func TestGrantsFromRoles(t *testing.T) {
 					tc.missing, tc.active, tc.inactive, p.Grants)
 			}
 			// The decision holds: what passed can replicate, what failed cannot.
-			ok, err := binlog.TryReplicationConnection(cfg, srv.Addr, "mariadb")
+			ok, err := source.TryReplicationConnection(cfg, srv.Addr, "mariadb")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,11 +111,11 @@ func TestReplicationSlaveAdminIsNotReplicationSlave(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	p, err := binlog.CheckPrivileges(conn, cfg, srv.Addr, "mariadb")
+	p, err := source.CheckPrivileges(conn, cfg, srv.Addr, "mariadb")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, err := binlog.TryReplicationConnection(cfg, srv.Addr, "mariadb")
+	ok, err := source.TryReplicationConnection(cfg, srv.Addr, "mariadb")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // startServer starts an extra scratch server with settings and an outbox
@@ -114,7 +115,7 @@ func TestBadConfiguration(t *testing.T) {
 	t.Run("unreachable source", func(t *testing.T) {
 		cfg := base(good)
 		cfg.Source.Hosts = []string{freeAddr(t)}
-		runExpectingError(t, k, cfg, binlog.ErrUnreachable, cfg.Source.Hosts[0])
+		runExpectingError(t, k, cfg, source.ErrUnreachable, cfg.Source.Hosts[0])
 	})
 	t.Run("wrong password", func(t *testing.T) {
 		cfg := base(good)
@@ -122,20 +123,20 @@ func TestBadConfiguration(t *testing.T) {
 		runExpectingError(t, k, cfg, binlog.ErrAccessDenied, "source.password")
 	})
 	t.Run("binary log off", func(t *testing.T) {
-		runExpectingError(t, k, base(noBinlog), binlog.ErrServerConfig, "log_bin")
+		runExpectingError(t, k, base(noBinlog), source.ErrServerConfig, "log_bin")
 	})
 	t.Run("binlog_format not ROW", func(t *testing.T) {
 		setGlobal(t, "binlog_format", "STATEMENT", "ROW")
-		runExpectingError(t, k, base(good), binlog.ErrServerConfig, "binlog_format=ROW")
+		runExpectingError(t, k, base(good), source.ErrServerConfig, "binlog_format=ROW")
 	})
 	t.Run("binlog_row_image not FULL", func(t *testing.T) {
 		setGlobal(t, "binlog_row_image", "MINIMAL", "FULL")
-		runExpectingError(t, k, base(good), binlog.ErrServerConfig, "binlog_row_image=FULL")
+		runExpectingError(t, k, base(good), source.ErrServerConfig, "binlog_row_image=FULL")
 	})
 	t.Run("missing replication grants", func(t *testing.T) {
 		cfg := base(good)
 		cfg.Source.User, cfg.Source.Password = "weak", "weak-pw"
-		runExpectingError(t, k, cfg, binlog.ErrGrants, "GRANT REPLICATION SLAVE, REPLICATION CLIENT")
+		runExpectingError(t, k, cfg, source.ErrGrants, "GRANT REPLICATION SLAVE, REPLICATION CLIENT")
 	})
 	t.Run("unreachable kafka", func(t *testing.T) {
 		cfg := base(good)

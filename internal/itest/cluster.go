@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // Cluster is a MariaDB primary with GTID replicas, each a scratch server
@@ -110,11 +110,11 @@ func (c *Cluster) WaitReplicated(t testing.TB, timeout time.Duration, replicas .
 			if err != nil {
 				return err
 			}
-			rel, why, err := binlog.Relate("mariadb", head, rows[0][0], "")
+			rel, why, err := source.Relate("mariadb", head, rows[0][0], "")
 			if err != nil {
 				return err
 			}
-			if rel != binlog.Contains {
+			if rel != source.Contains {
 				return fmt.Errorf("replica %s %s: %s", r.Addr, rel, why)
 			}
 			return nil

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // A source host that accepts TCP and never answers, at each point of the
@@ -161,7 +161,7 @@ func TestRunStopsWhenItsOnlySourceHostDoesNotAnswer(t *testing.T) {
 			err := p.StoppedWith(t)
 			took := time.Since(began)
 			want := noAnswer(hp.phase, hung, cfg)
-			if !errors.Is(err, binlog.ErrUnreachable) || !strings.Contains(err.Error(), want) {
+			if !errors.Is(err, source.ErrUnreachable) || !strings.Contains(err.Error(), want) {
 				t.Fatalf("stopped with %v, want source unreachable naming %q", err, want)
 			}
 			if took > 30*time.Second {

@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // waitPublished runs the relay until the checkpoint covers one new outbox
@@ -81,7 +82,7 @@ func TestSourceTLS(t *testing.T) {
 	t.Run("a CA that did not sign the server", func(t *testing.T) {
 		cfg := base()
 		cfg.Source.TLS = config.TLS{CAFile: NewCerts(t, "other").CAFile}
-		runExpectingError(t, k, cfg, binlog.ErrUnreachable, "certificate")
+		runExpectingError(t, k, cfg, source.ErrUnreachable, "certificate")
 	})
 }
 

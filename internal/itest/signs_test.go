@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // signsDDL is an outbox whose event id and aggregate id are integers, as
@@ -135,7 +136,7 @@ func TestUnknownSignednessStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout, signs, err := binlog.CurrentColumns(ctx, src, db.Addr)
+	layout, signs, err := source.CurrentColumns(ctx, src, db.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +350,7 @@ func TestUnknownSignednessMixedTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout, _, err := binlog.CurrentColumns(ctx, src, db.Addr)
+	layout, _, err := source.CurrentColumns(ctx, src, db.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

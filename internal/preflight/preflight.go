@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // Status of one item.
@@ -124,33 +125,33 @@ func RunTo(ctx context.Context, cfg config.Config, progress io.Writer) Report {
 type hostResult struct {
 	addr     string
 	srv      *binlog.Server
-	relation binlog.Relation
+	relation source.Relation
 	position int // index of its "position" item; -1 without one
 }
 
 // markErrant fails the position of hosts that are behind but hold errant
-// GTIDs that a host with the checkpoint went past (binlog.MarkErrant).
+// GTIDs that a host with the checkpoint went past (source.MarkErrant).
 func markErrant(r Report, hosts []hostResult, published string) {
 	var ref *binlog.Server
-	var checks []binlog.HostCheck
+	var checks []source.HostCheck
 	var idx []int
 	for _, h := range hosts {
 		if h.srv == nil || h.position < 0 {
 			continue
 		}
 		switch h.relation {
-		case binlog.Contains:
+		case source.Contains:
 			if ref == nil {
 				ref = h.srv
 			}
-		case binlog.Behind:
-			checks = append(checks, binlog.HostCheck{Addr: h.addr, Status: binlog.HostBehind, Server: h.srv})
+		case source.Behind:
+			checks = append(checks, source.HostCheck{Addr: h.addr, Status: source.HostBehind, Server: h.srv})
 			idx = append(idx, h.position)
 		}
 	}
-	binlog.MarkErrant(checks, ref, published)
+	source.MarkErrant(checks, ref, published)
 	for i, c := range checks {
-		if c.Status == binlog.HostDiverged {
+		if c.Status == source.HostDiverged {
 			r[idx[i]].Status, r[idx[i]].Detail, r[idx[i]].Fix = Fail, c.Err.Error(), divergedFix
 		}
 	}
@@ -179,7 +180,7 @@ func summarize(r *Report, hosts []hostResult) {
 		switch {
 		case worst == Fail:
 			c.add("host", Fail, "not usable: see "+first, "fix the items above, or remove the host from source.hosts")
-		case h.relation == binlog.Behind && h.position >= 0:
+		case h.relation == source.Behind && h.position >= 0:
 			waiting++
 			usable = append(usable, h.addr)
 			c.add("host", Warn, "usable once it has caught up with the checkpoint", "")
@@ -222,19 +223,19 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 	}
 	defer conn.Close()
 	c.add("connect", Pass, "connected as "+cfg.Source.User, "")
-	vars, err := binlog.Variables(conn)
+	vars, err := source.Variables(conn)
 	if err != nil {
 		c.add("variables", Fail, err.Error(), "grant the relay user the right to read server variables")
 		return res
 	}
-	srv, posErr := binlog.Describe(conn, addr, vars)
+	srv, posErr := source.Describe(conn, addr, vars)
 	if cfg.Source.Flavor != config.FlavorAuto && string(cfg.Source.Flavor) != srv.Flavor {
 		c.add("version", Fail, fmt.Sprintf("%s (%s), but source.flavor is %s", srv.Version, srv.Flavor, cfg.Source.Flavor),
 			"set source.flavor to auto or "+srv.Flavor)
 	} else {
 		c.add("version", Pass, fmt.Sprintf("%s (%s)", srv.Version, srv.Flavor), "")
 	}
-	for _, st := range binlog.Settings(vars, srv.Flavor) {
+	for _, st := range source.Settings(vars, srv.Flavor) {
 		switch {
 		case !st.Present:
 			c.add(st.Name, Pass, "not a setting of this server", "")
@@ -271,23 +272,23 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 // checkPosition compares the host's binlog with the checkpoint: behind
 // (the relay waits for it) is a warning, diverged and purged fail.
 func checkPosition(srv *binlog.Server, cp *checkpoint.Checkpoint, res *hostResult, c collector) {
-	rel, why, err := srv.Relate(cp.GTIDSet)
+	rel, why, err := source.RelateHost(srv, cp.GTIDSet)
 	res.srv, res.relation, res.position = srv, rel, len(*c.items)
 	switch {
 	case err != nil:
 		c.add("position", Fail, err.Error(), "")
-	case rel == binlog.Behind:
+	case rel == source.Behind:
 		c.add("position", Warn, "behind the checkpoint: "+why,
 			"nothing to do if it lags or its replication is stopped on purpose: the relay uses another host or waits for this one")
-	case rel == binlog.Diverged:
+	case rel == source.Diverged:
 		c.add("position", Fail, "diverged from the checkpoint: "+why, divergedFix)
-	case rel == binlog.Lacks:
+	case rel == source.Lacks:
 		c.add("position", Fail, "its binlog lacks transactions after the checkpoint: "+why,
 			"use another of source.hosts that has them (rebuild this replica from one), or `outbox-relay checkpoint set` knowing the events in between are skipped")
 	default:
 		c.add("position", Pass, "has every transaction of the checkpoint "+cp.GTIDSet, "")
 	}
-	if err := srv.CheckNotPurged(cp.From()); err != nil {
+	if err := source.CheckNotPurged(srv, cp.From()); err != nil {
 		c.add("checkpoint", Fail, err.Error(), "`outbox-relay checkpoint set` to a position the server has, knowing the events in between are skipped")
 	} else {
 		c.add("checkpoint", Pass, "the server still has the binlogs after "+cp.From(), "")
@@ -299,15 +300,15 @@ func checkPosition(srv *binlog.Server, cp *checkpoint.Checkpoint, res *hostResul
 var probeLimit = 5 * time.Second
 
 // checkStream asks a host that says it has the checkpoint to stream from
-// it (binlog.Probe): its variables cannot show a hole in its binlog (a
+// it (source.Probe): its variables cannot show a hole in its binlog (a
 // binlog reset or rebuilt after the checkpoint while replication went
 // on); the server's own search finds it. Hosts behind or refused already
 // are not asked.
 func checkStream(ctx context.Context, src binlog.Config, srv *binlog.Server, cp *checkpoint.Checkpoint, res hostResult, c collector) {
-	if res.relation != binlog.Contains || srv.CheckNotPurged(cp.From()) != nil {
+	if res.relation != source.Contains || source.CheckNotPurged(srv, cp.From()) != nil {
 		return
 	}
-	ok, err := binlog.Probe(ctx, src, srv, cp.From(), probeLimit)
+	ok, err := source.Probe(ctx, src, srv, cp.From(), probeLimit)
 	switch {
 	case err != nil:
 		c.add("stream", Fail, err.Error(), "use another of source.hosts that has the transactions after the checkpoint "+
@@ -376,18 +377,18 @@ func checkReplica(conn *client.Conn, vars map[string]string, flavor string, c co
 }
 
 // checkSourceRetention reads the source's binlog retention as the
-// purge-margin metric does (binlog.Retention: expire settings,
+// purge-margin metric does (source.Retention: expire settings,
 // binlog_expire_logs_auto_purge, Amazon RDS's own) and judges it with
 // judgeRetention.
 func checkSourceRetention(conn *client.Conn, cp *checkpoint.Checkpoint, c collector) {
-	ret, err := binlog.Retention(conn)
+	ret, err := source.Retention(conn)
 	judgeRetention(ret, err, cp, c)
 }
 
 // checkRetention judges retention read from server variables alone
-// (binlog.RetentionOf).
+// (source.RetentionOf).
 func checkRetention(vars map[string]string, cp *checkpoint.Checkpoint, c collector) {
-	ret, err := binlog.RetentionOf(vars)
+	ret, err := source.RetentionOf(vars)
 	judgeRetention(ret, err, cp, c)
 }
 
@@ -401,12 +402,12 @@ func judgeRetention(retention time.Duration, err error, cp *checkpoint.Checkpoin
 	switch {
 	case err != nil:
 		fix := ""
-		if errors.Is(err, binlog.ErrRDSRetentionDenied) {
+		if errors.Is(err, source.ErrRDSRetentionDenied) {
 			fix = "GRANT SELECT ON mysql.rds_configuration TO the relay's user (docs/mysql.md, managed MySQL)"
 		}
 		c.add("binlog retention", Warn, err.Error(), fix)
 		return
-	case retention == binlog.NoExpiry:
+	case retention == source.NoExpiry:
 		c.add("binlog retention", Pass, "binlogs are never expired automatically", "")
 		return
 	case cp == nil:
@@ -426,11 +427,11 @@ func judgeRetention(retention time.Duration, err error, cp *checkpoint.Checkpoin
 	}
 }
 
-// checkGrants decides from what the server allows (binlog.CheckPrivileges:
+// checkGrants decides from what the server allows (source.CheckPrivileges:
 // the grants of the user and its active roles, else a try of the
 // operation), never from the text of SHOW GRANTS alone.
 func checkGrants(conn *client.Conn, cfg config.Config, src binlog.Config, addr, flavor string, c collector) {
-	p, err := binlog.CheckPrivileges(conn, src, addr, flavor)
+	p, err := source.CheckPrivileges(conn, src, addr, flavor)
 	if err != nil {
 		c.add("grants", Fail, err.Error(), "")
 		return
@@ -470,7 +471,7 @@ func checkTables(conn *client.Conn, cfg config.Config, c collector) {
 		rc := cfg.Router.For(t) // router.tables.<t> may name other columns
 		want := []string{rc.EventIDColumn, rc.AggregateTypeColumn, rc.AggregateIDColumn, rc.PayloadColumn}
 		db, tbl, _ := strings.Cut(t, ".")
-		cols, err := binlog.TableColumns(conn, db, tbl)
+		cols, err := source.TableColumns(conn, db, tbl)
 		if err != nil {
 			c.add("table "+t, Fail, err.Error(), "")
 			continue

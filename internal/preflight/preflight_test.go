@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 func TestOneUsableHostIsEnough(t *testing.T) {
@@ -24,7 +24,7 @@ func TestOneUsableHostIsEnough(t *testing.T) {
 		{"kafka fails", []Item{item("kafka", "connect", Fail), item("source a", "connect", Pass)},
 			[]hostResult{{addr: "a", position: -1}}, false, Pass, "1 of 1"},
 		{"only behind", []Item{item("source a", "position", Warn)},
-			[]hostResult{{addr: "a", position: 0, relation: binlog.Behind}}, true, Warn, "all behind"},
+			[]hostResult{{addr: "a", position: 0, relation: source.Behind}}, true, Warn, "all behind"},
 	}
 	for _, tt := range tests {
 		r := Report(tt.items)

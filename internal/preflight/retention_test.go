@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // The retention item never FAILs (the unit's ExecStartPre must not keep a
 // relay that would resume from starting): an old checkpoint WARNs, an
 // unreadable RDS retention WARNs with the grant that fixes it, and it reads
-// the settings as binlog.Retention does.
+// the settings as source.Retention does.
 func TestRetentionItemWarnsNeverFails(t *testing.T) {
 	old := &checkpoint.Checkpoint{Time: time.Now().Add(-31 * 24 * time.Hour)}
 	for _, c := range []struct {
@@ -37,20 +37,20 @@ func TestRetentionItemWarnsNeverFails(t *testing.T) {
 		}
 	}
 	var r Report
-	judgeRetention(0, fmt.Errorf("read: %w", binlog.ErrRDSRetentionDenied), old, collector{target: "source h:3306", items: &r})
+	judgeRetention(0, fmt.Errorf("read: %w", source.ErrRDSRetentionDenied), old, collector{target: "source h:3306", items: &r})
 	if len(r) != 1 || r[0].Status != Warn || !strings.Contains(r[0].Fix, "GRANT SELECT ON mysql.rds_configuration") {
 		t.Errorf("RDS retention denied: %+v; want a WARN naming the grant", r)
 	}
 }
 
 // check's retention item honours binlog_expire_logs_auto_purge=OFF as
-// binlog.Retention does. The failure guarded against: `check` (the systemd
+// source.Retention does. The failure guarded against: `check` (the systemd
 // unit's ExecStartPre) judges retention with its own reading of the
-// settings, which disagrees with binlog.Retention (the purge-margin
+// settings, which disagrees with source.Retention (the purge-margin
 // metric's): MySQL 8.0.29+ binlog_expire_logs_auto_purge=OFF means never
-// purged by age (docs/mysql.md, binlog.NoExpiry), yet check FAILs the host
+// purged by age (docs/mysql.md, source.NoExpiry), yet check FAILs the host
 // once the checkpoint is older than binlog_expire_logs_seconds.
-// (binlog.Variables does not even read binlog_expire_logs_auto_purge.)
+// (source.Variables does not even read binlog_expire_logs_auto_purge.)
 // Under the unit, a relay that was down 31 days on such a server never
 // starts again: exit 1, restarted every 10s.
 func TestCheckRetentionHonoursAutoPurgeOff(t *testing.T) {
@@ -60,6 +60,6 @@ func TestCheckRetentionHonoursAutoPurgeOff(t *testing.T) {
 	checkRetention(vars, cp, collector{target: "source h:3306", items: &r})
 	t.Logf("%+v", r)
 	if len(r) == 1 && r[0].Status == Fail {
-		t.Fatalf("check FAILs retention on a server that never purges by age (binlog.Retention says NoExpiry=%v): %s", binlog.NoExpiry, r[0].Detail)
+		t.Fatalf("check FAILs retention on a server that never purges by age (source.Retention says NoExpiry=%v): %s", source.NoExpiry, r[0].Detail)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // The error policy: every sentinel the relay can end with has one Class,
@@ -122,7 +123,7 @@ var foreign = []rule{
 	{is: binlog.ErrUnframed, class: DataStop, kind: "transaction_shape"},
 	{is: binlog.ErrRolledBackRows, class: DataStop, kind: "transaction_shape"},
 	{is: binlog.ErrPurged, class: Purged, kind: "purged"},
-	{is: binlog.ErrUnreachable, class: Transient, kind: "source_unreachable"},
+	{is: source.ErrUnreachable, class: Transient, kind: "source_unreachable"},
 	{as: isNoAnswer, class: Transient, kind: "source_unreachable"},
 	{is: binlog.ErrDuplicateServerID, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPacketTooLarge, class: ConfigStop, kind: "source_config"},
@@ -130,14 +131,14 @@ var foreign = []rule{
 	{is: binlog.ErrInsecureLogin, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPositionAhead, class: Transient, kind: "source_position"},
 	{is: binlog.ErrPositionDiverged, class: DataStop, kind: "source_position"},
-	{is: binlog.ErrNotInBinlogs, class: Transient, kind: "source_position"},
+	{is: source.ErrNotInBinlogs, class: Transient, kind: "source_position"},
 	{is: checkpoint.ErrCheckpointHeldBack, class: Transient, kind: "checkpoint_held_back"},
 	{is: binlog.ErrAccessDenied, class: ConfigStop, kind: "source_config"},
-	{is: binlog.ErrServerConfig, class: ConfigStop, kind: "source_config"},
-	{is: binlog.ErrGrants, class: ConfigStop, kind: "source_config"},
+	{is: source.ErrServerConfig, class: ConfigStop, kind: "source_config"},
+	{is: source.ErrGrants, class: ConfigStop, kind: "source_config"},
 	// Only the source sampler and preflight read the retention: a gauge
 	// left unknown, a warning.
-	{is: binlog.ErrRDSRetentionDenied, class: Transient, kind: "source_config"},
+	{is: source.ErrRDSRetentionDenied, class: Transient, kind: "source_config"},
 	{is: binlog.ErrNoColumnNames, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrBadPosition, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrSchemaMismatch, class: DataStop, kind: "schema"},

@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // policyPackages are the packages whose errors the relay can end with:
@@ -25,6 +26,7 @@ import (
 // in sentinelValues and errorTypeValues.
 var policyPackages = map[string]string{
 	"../../binlog":     "binlog",
+	"../../source":     "source",
 	"../../checkpoint": "checkpoint",
 	"../../schema":     "schema",
 	"../config":        "config",
@@ -36,8 +38,8 @@ var policyPackages = map[string]string{
 // ones of every package, and this package's own.
 func sentinelValues() map[string]error {
 	return map[string]error{
-		"binlog.ErrRDSRetentionDenied":     binlog.ErrRDSRetentionDenied,
-		"binlog.ErrNotInBinlogs":           binlog.ErrNotInBinlogs,
+		"source.ErrRDSRetentionDenied":     source.ErrRDSRetentionDenied,
+		"source.ErrNotInBinlogs":           source.ErrNotInBinlogs,
 		"binlog.ErrInsecureLogin":          binlog.ErrInsecureLogin,
 		"binlog.ErrPacketBound":            binlog.ErrPacketBound,
 		"binlog.ErrStatementLogged":        binlog.ErrStatementLogged,
@@ -50,10 +52,10 @@ func sentinelValues() map[string]error {
 		"binlog.ErrPositionAhead":          binlog.ErrPositionAhead,
 		"binlog.ErrPositionDiverged":       binlog.ErrPositionDiverged,
 		"binlog.ErrNoSignedness":           binlog.ErrNoSignedness,
-		"binlog.ErrUnreachable":            binlog.ErrUnreachable,
+		"source.ErrUnreachable":            source.ErrUnreachable,
 		"binlog.ErrAccessDenied":           binlog.ErrAccessDenied,
-		"binlog.ErrServerConfig":           binlog.ErrServerConfig,
-		"binlog.ErrGrants":                 binlog.ErrGrants,
+		"source.ErrServerConfig":           source.ErrServerConfig,
+		"source.ErrGrants":                 source.ErrGrants,
 		"binlog.ErrPurged":                 binlog.ErrPurged,
 		"binlog.ErrBadPosition":            binlog.ErrBadPosition,
 		"checkpoint.ErrNotTransactional":   checkpoint.ErrNotTransactional,
@@ -255,14 +257,14 @@ func TestErrorDecisionsFollowTheClass(t *testing.T) {
 		{"unknown", errors.New("connection reset"), false, false, ExitTransient, "kafka"},
 		{"deadline", wrap(context.DeadlineExceeded), false, false, ExitTransient, "kafka"},
 		{"kafka unreachable", wrap(ErrKafkaUnreachable), false, false, ExitTransient, "kafka_unreachable"},
-		{"source unreachable", wrap(binlog.ErrUnreachable), false, false, ExitTransient, "source_unreachable"},
+		{"source unreachable", wrap(source.ErrUnreachable), false, false, ExitTransient, "source_unreachable"},
 		{"held back", wrap(&checkpoint.HeldBackError{Topic: "t"}), false, false, ExitTransient, "checkpoint_held_back"},
 		{"bad row", wrap(ErrBadRow), true, true, ExitData, "bad_row"},
 		{"schema", wrap(fmt.Errorf("%w: %w", binlog.ErrSchemaMismatch, schema.ErrProvisional)), true, true, ExitData, "schema"},
 		{"not transactional", wrap(&checkpoint.NotTransactionalError{Name: "p"}), true, true, ExitData, "checkpoint"},
 		{"purged", wrap(binlog.ErrPurged), true, true, ExitPurged, "purged"},
 		{"invalid config", wrap(&config.ValidationError{Problems: []string{"x"}}), true, true, ExitConfig, "config"},
-		{"grants", wrap(binlog.ErrGrants), true, true, ExitConfig, "source_config"},
+		{"grants", wrap(source.ErrGrants), true, true, ExitConfig, "source_config"},
 		{"rejected", wrap(ErrRejected), true, false, ExitConfig, "rejected"},
 		{"record refused", wrap(fmt.Errorf("%w: %w: x", ErrRejected, ErrRecordRefused)), true, false, ExitData, "record_refused"},
 		{"fenced", wrap(ErrFenced), true, false, ExitError, "fenced"},
@@ -299,8 +301,8 @@ func TestErrorKindsKeepTheirLabels(t *testing.T) {
 		"invalid_op":           {ErrInvalidOp},
 		"transaction_shape":    {binlog.ErrStatementLogged, binlog.ErrUnframed, binlog.ErrRolledBackRows, ErrUnknownXA},
 		"purged":               {binlog.ErrPurged},
-		"source_unreachable":   {binlog.ErrUnreachable},
-		"source_config":        {binlog.ErrDuplicateServerID, binlog.ErrPacketTooLarge, binlog.ErrPacketBound, binlog.ErrInsecureLogin, binlog.ErrAccessDenied, binlog.ErrServerConfig, binlog.ErrGrants, binlog.ErrNoColumnNames, binlog.ErrBadPosition, ErrFlavorMismatch},
+		"source_unreachable":   {source.ErrUnreachable},
+		"source_config":        {binlog.ErrDuplicateServerID, binlog.ErrPacketTooLarge, binlog.ErrPacketBound, binlog.ErrInsecureLogin, binlog.ErrAccessDenied, source.ErrServerConfig, source.ErrGrants, binlog.ErrNoColumnNames, binlog.ErrBadPosition, ErrFlavorMismatch},
 		"source_position":      {binlog.ErrPositionAhead, binlog.ErrPositionDiverged, errHostRefused},
 		"kafka_txn_timeout":    {ErrTxnTimedOut},
 		"checkpoint_held_back": {checkpoint.ErrCheckpointHeldBack},

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/schema"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 func TestExitCode(t *testing.T) {
@@ -22,7 +23,7 @@ func TestExitCode(t *testing.T) {
 	}{
 		{nil, ExitOK},
 		{wrap(config.ErrInvalid), ExitConfig},
-		{wrap(binlog.ErrGrants), ExitConfig},
+		{wrap(source.ErrGrants), ExitConfig},
 		{wrap(ErrFlavorMismatch), ExitConfig},
 		{wrap(ErrBadRow), ExitData},
 		{wrap(binlog.ErrStatementLogged), ExitData},
@@ -32,7 +33,7 @@ func TestExitCode(t *testing.T) {
 		{wrap(binlog.ErrPositionDiverged), ExitData},
 		{wrap(binlog.ErrPurged), ExitPurged},
 		{wrap(ErrKafkaUnreachable), ExitTransient},
-		{wrap(binlog.ErrUnreachable), ExitTransient},
+		{wrap(source.ErrUnreachable), ExitTransient},
 		{wrap(ErrLeaseLost), ExitTransient},
 		{wrap(context.DeadlineExceeded), ExitTransient},
 		{wrap(ErrFenced), ExitError},
@@ -43,7 +44,7 @@ func TestExitCode(t *testing.T) {
 		{wrap(classify(kerr.TopicAuthorizationFailed)), ExitConfig},
 		// The rest of each exit code's sentinels.
 		{wrap(binlog.ErrAccessDenied), ExitConfig},
-		{wrap(binlog.ErrServerConfig), ExitConfig},
+		{wrap(source.ErrServerConfig), ExitConfig},
 		{wrap(binlog.ErrNoColumnNames), ExitConfig},
 		{wrap(binlog.ErrBadPosition), ExitConfig},
 		{wrap(binlog.ErrDuplicateServerID), ExitConfig},

@@ -8,6 +8,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // sampleEvery is how often a streaming attempt samples the source's binlog
@@ -55,7 +56,7 @@ func (r *Relay) sampleSource(ctx context.Context, srv *binlog.Server, reader *bi
 			continue
 		}
 		if n%12 == 0 { // at the start, then every minute: a DBA may change it
-			ret, err := binlog.Retention(conn)
+			ret, err := source.Retention(conn)
 			if err != nil {
 				r.log.Warn().Err(err).Msg("sample the source: binlog retention unknown, outbox_relay_checkpoint_purge_margin_seconds is NaN")
 				r.metrics.SetRetention(0)
@@ -81,7 +82,7 @@ func (r *Relay) sampleSource(ctx context.Context, srv *binlog.Server, reader *bi
 		if file == "" {
 			continue
 		}
-		behind, err := binlog.BehindBytes(conn, file, pos)
+		behind, err := source.BehindBytes(conn, file, pos)
 		if err != nil {
 			r.log.Debug().Err(err).Msg("sample the source: binlog head")
 			r.metrics.SourceBehindBytes.Set(math.NaN())

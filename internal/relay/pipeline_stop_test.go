@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // A fatal stop inside a transaction, or at a transaction boundary, first
@@ -145,14 +147,14 @@ func TestPipelineXALookupLongerThanTransactionTimeoutGetsPast(t *testing.T) {
 	h := newHarness(t, s, func(c *config.Config) { c.Kafka.TransactionTimeout = 2 * time.Second })
 	h.batch = 0 // catch-up: tx 1's rows and the XA COMMIT in one hand-off
 	var lookups atomic.Int32
-	h.relay.findXAPrepare = func(ctx context.Context, _ *binlog.Server, xid, _ string) (*binlog.XAPrepare, error) {
+	h.relay.findXAPrepare = func(ctx context.Context, _ *binlog.Server, xid, _ string) (*source.XAPrepare, error) {
 		lookups.Add(1)
 		select {
 		case <-time.After(2500 * time.Millisecond): // SHOW BINLOG EVENTS through large binlogs
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		return &binlog.XAPrepare{GTID: "0-1-0", Tables: []string{"billing.ledger"}}, nil // no captured table
+		return &source.XAPrepare{GTID: "0-1-0", Tables: []string{"billing.ledger"}}, nil // no captured table
 	}
 	var last error
 	for i := range 3 {

@@ -34,6 +34,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // Sentinels callers branch on.
@@ -58,8 +59,8 @@ type Relay struct {
 	source  binlog.Config
 	store   *checkpoint.Store
 	// findXAPrepare looks an XA transaction's prepare up in the source's
-	// binlogs (binlog.FindXAPrepare; tests replace it).
-	findXAPrepare func(ctx context.Context, srv *binlog.Server, xid, commitGTID string) (*binlog.XAPrepare, error)
+	// binlogs (source.FindXAPrepare; tests replace it).
+	findXAPrepare func(ctx context.Context, srv *binlog.Server, xid, commitGTID string) (*source.XAPrepare, error)
 	// refused holds the source hosts whose binlog stream refused a
 	// position that their variables said they had (source.go); owned by
 	// the goroutine of Run.
@@ -130,8 +131,8 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 		return nil, err
 	}
 	return &Relay{
-		findXAPrepare: func(ctx context.Context, srv *binlog.Server, xid, commitGTID string) (*binlog.XAPrepare, error) {
-			return binlog.FindXAPrepare(ctx, src, srv, xid, commitGTID)
+		findXAPrepare: func(ctx context.Context, srv *binlog.Server, xid, commitGTID string) (*source.XAPrepare, error) {
+			return source.FindXAPrepare(ctx, src, srv, xid, commitGTID)
 		},
 		cfg:     cfg,
 		log:     log,
@@ -377,7 +378,7 @@ func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.
 		initial, signs = cp.Schema, cp.Unsigned
 		provisional = cp.Provisional
 	case cp == nil && r.cfg.Source.Start == "now":
-		cur, curSigns, err := binlog.CurrentColumns(ctx, r.source, srv.Addr)
+		cur, curSigns, err := source.CurrentColumns(ctx, r.source, srv.Addr)
 		if err != nil {
 			return nil, err
 		}
@@ -398,7 +399,7 @@ func (r *Relay) startPosition(srv *binlog.Server, cp *checkpoint.Checkpoint) (st
 		// Prepared XA transactions with outbox rows: read again from before
 		// the earliest one to collect them (see loop.replaying).
 		from := cp.From()
-		if err := srv.CheckNotPurged(from); err != nil {
+		if err := source.CheckNotPurged(srv, from); err != nil {
 			return "", err
 		}
 		return from, nil
@@ -412,7 +413,7 @@ func (r *Relay) startPosition(srv *binlog.Server, cp *checkpoint.Checkpoint) (st
 		if _, err := binlog.ParseSet(srv.Flavor, r.cfg.Source.Start); err != nil {
 			return "", fmt.Errorf("source.start: %w", err)
 		}
-		if err := srv.CheckNotPurged(r.cfg.Source.Start); err != nil {
+		if err := source.CheckNotPurged(srv, r.cfg.Source.Start); err != nil {
 			return "", err
 		}
 		return r.cfg.Source.Start, nil

@@ -41,6 +41,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/schema"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // The captured table, with the default outbox columns.
@@ -229,7 +230,7 @@ func newHarness(t *testing.T, s *script, tweak func(*config.Config)) *harness {
 		t.Fatal(err)
 	}
 	// The scripted source has no binlog to look an XA prepare up in.
-	r.findXAPrepare = func(context.Context, *binlog.Server, string, string) (*binlog.XAPrepare, error) { return nil, nil }
+	r.findXAPrepare = func(context.Context, *binlog.Server, string, string) (*source.XAPrepare, error) { return nil, nil }
 	srv := &binlog.Server{Addr: "127.0.0.1:1", Flavor: s.flavor, Version: "test", ServerID: "1"}
 	if s.flavor == "mysql" {
 		srv.ServerID = mysqlUUID

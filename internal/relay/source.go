@@ -9,11 +9,12 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // hostStates are the states of outbox_relay_source_host.
-var hostStates = []string{"streaming", string(binlog.HostBehind), string(binlog.HostDiverged), string(binlog.HostPurged),
-	string(binlog.HostUnreachable), string(binlog.HostRefused), "unchecked"}
+var hostStates = []string{"streaming", string(source.HostBehind), string(source.HostDiverged), string(source.HostPurged),
+	string(source.HostUnreachable), string(source.HostRefused), "unchecked"}
 
 // Waiting for a source host to catch up: first pause and longest pause.
 var (
@@ -24,31 +25,31 @@ var (
 // chooseSource returns the source host to stream from: the first of
 // source.hosts (the order is the preference) that has every transaction
 // the checkpoint covers, whose binlogs from the resume position are still
-// there, and whose settings and grants are right (binlog.Choose). While no
+// there, and whose settings and grants are right (source.Choose). While no
 // host is usable but one is behind (it lags, or its replication is
 // stopped), it waits and asks every host again, with back-off, until one
 // catches up or ctx ends: a behind host is never called purged and never
-// ends the relay. Otherwise it returns binlog.NoneUsable's error:
+// ends the relay. Otherwise it returns source.NoneUsable's error:
 // unreachable hosts are retried by Run, diverged, purged or refused ones
 // need an operator.
 func (r *Relay) chooseSource(ctx context.Context, cp *checkpoint.Checkpoint) (*binlog.Server, error) {
 	accept := r.acceptHost(cp)
 	wait := sourceWaitFirst
 	for {
-		srv, checks := binlog.Choose(ctx, r.source, accept)
+		srv, checks := source.Choose(ctx, r.source, accept)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		if cp != nil && srv != nil {
 			// Hosts behind the chosen one may be diverged: errant GTIDs
 			// the chosen host's history went past.
-			binlog.MarkErrant(checks, srv, cp.GTIDSet)
+			source.MarkErrant(checks, srv, cp.GTIDSet)
 		}
 		r.noteHosts(checks, srv)
 		if srv != nil {
 			return srv, nil
 		}
-		behind, err := binlog.NoneUsable(checks)
+		behind, err := source.NoneUsable(checks)
 		if !behind {
 			return nil, err
 		}
@@ -82,7 +83,7 @@ func (r *Relay) acceptHost(cp *checkpoint.Checkpoint) func(*binlog.Server) error
 				return fmt.Errorf("%w: checkpoint of %s was written for %s, the source %s runs %s",
 					ErrFlavorMismatch, cp.Name, cp.Flavor, srv.Addr, srv.Flavor)
 			}
-			return setByHand(srv, cp, srv.Resumable(cp.GTIDSet, cp.From()))
+			return setByHand(srv, cp, source.Resumable(srv, cp.GTIDSet, cp.From()))
 		}
 		switch start := r.cfg.Source.Start; start {
 		case "now", "earliest":
@@ -91,21 +92,21 @@ func (r *Relay) acceptHost(cp *checkpoint.Checkpoint) func(*binlog.Server) error
 			if _, err := binlog.ParseSet(srv.Flavor, start); err != nil {
 				return fmt.Errorf("source.start: %w", err)
 			}
-			return srv.Resumable(start, start)
+			return source.Resumable(srv, start, start)
 		}
 	}
 }
 
 // noteHosts logs each host's verdict and sets outbox_relay_source_host.
-func (r *Relay) noteHosts(checks []binlog.HostCheck, chosen *binlog.Server) {
+func (r *Relay) noteHosts(checks []source.HostCheck, chosen *binlog.Server) {
 	seen := map[string]bool{}
 	for _, c := range checks {
 		seen[c.Addr] = true
 		state := string(c.Status)
 		switch c.Status {
-		case binlog.HostUsable:
+		case source.HostUsable:
 			state = "streaming"
-		case binlog.HostBehind, binlog.HostUnreachable:
+		case source.HostBehind, source.HostUnreachable:
 			r.log.Warn().Err(c.Err).Str("host", c.Addr).Str("state", state).Msg("source host not usable now")
 		default:
 			r.log.Error().Err(c.Err).Str("host", c.Addr).Str("state", state).Msg("source host refused")
@@ -199,7 +200,7 @@ func (r *Relay) judgeStream(srv *binlog.Server, from string, err error) error {
 		// The host answered Choose's queries, then not the reader's login
 		// or registration as a replica (the reader has no bound once it
 		// streams): choosing it again would wait on it again, for good.
-		ref = hostRefusal{from: from, err: fmt.Errorf("%w: %w", binlog.ErrUnreachable, err), until: now.Add(behindHold),
+		ref = hostRefusal{from: from, err: fmt.Errorf("%w: %w", source.ErrUnreachable, err), until: now.Add(behindHold),
 			held: "it did not start a binlog stream; passed over since"}
 	default:
 		return err
@@ -208,7 +209,7 @@ func (r *Relay) judgeStream(srv *binlog.Server, from string, err error) error {
 		r.refused = map[string]hostRefusal{}
 	}
 	r.refused[srv.Addr] = ref
-	r.setHostState(srv.Addr, string(binlog.StatusOf(ref.err)))
+	r.setHostState(srv.Addr, string(source.StatusOf(ref.err)))
 	msg := "source host refused the position; choosing again among source.hosts"
 	if ref.held != "" {
 		msg = "source host did not start a binlog stream; choosing again among source.hosts"
@@ -245,7 +246,7 @@ func setByHand(srv *binlog.Server, cp *checkpoint.Checkpoint, err error) error {
 	if err == nil || op == nil || !errors.Is(err, binlog.ErrPositionAhead) && !errors.Is(err, binlog.ErrPositionDiverged) {
 		return err
 	}
-	missing, uerr := srv.Unexecuted(cp.GTIDSet)
+	missing, uerr := source.Unexecuted(srv, cp.GTIDSet)
 	if uerr != nil || missing == "" {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // A host whose stream refused the position is held against it: with
@@ -27,13 +28,13 @@ func TestJudgeStream(t *testing.T) {
 		hosts     int
 		err       error
 		wantFatal bool
-		wantHeld  binlog.HostStatus // "" for none
+		wantHeld  source.HostStatus // "" for none
 	}{
-		{"hole, two hosts", 2, hole, false, binlog.HostPurged},
-		{"hole, one host", 1, hole, true, binlog.HostPurged},
-		{"diverged, two hosts", 2, diverged, false, binlog.HostDiverged},
-		{"diverged, one host", 1, diverged, true, binlog.HostDiverged},
-		{"behind, one host", 1, ahead, false, binlog.HostBehind},
+		{"hole, two hosts", 2, hole, false, source.HostPurged},
+		{"hole, one host", 1, hole, true, source.HostPurged},
+		{"diverged, two hosts", 2, diverged, false, source.HostDiverged},
+		{"diverged, one host", 1, diverged, true, source.HostDiverged},
+		{"behind, one host", 1, ahead, false, source.HostBehind},
 		{"connection lost", 2, eof, false, ""},
 		{"kafka error", 2, errors.New("produce: broker gone"), false, ""},
 		{"clean stop", 2, nil, false, ""},
@@ -59,7 +60,7 @@ func TestJudgeStream(t *testing.T) {
 				}
 				return
 			}
-			if st := binlog.StatusOf(held); st != tc.wantHeld {
+			if st := source.StatusOf(held); st != tc.wantHeld {
 				t.Errorf("held refusal %v has status %q, want %q", held, st, tc.wantHeld)
 			}
 			if other := r.refusedBy("b:1", "0-1-5"); other != nil {

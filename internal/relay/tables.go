@@ -6,7 +6,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // A captured table that does not exist on the source (a typo in
@@ -45,7 +45,7 @@ func (r *Relay) watchTables(w *tableWatch, conn *client.Conn, host string) error
 	now := make(map[string]bool, len(r.cfg.Source.Tables))
 	for _, t := range r.cfg.Source.Tables {
 		db, tbl, _ := strings.Cut(t, ".")
-		cols, err := binlog.TableColumns(conn, db, tbl)
+		cols, err := source.TableColumns(conn, db, tbl)
 		if err != nil {
 			r.log.Debug().Err(err).Str("table", t).Msg("sample the source: captured table not checked")
 			return err

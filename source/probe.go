@@ -1,20 +1,16 @@
-package binlog
+package source
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net"
-	"strconv"
-	"sync/atomic"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // Probe asks srv to stream its binlog after from, the way the relay will,
@@ -23,9 +19,9 @@ import (
 // all) has sent a transaction after the position, or a heartbeat came (the
 // server read to the end of its binlog without refusing anything). A
 // server that refuses the position says so with an error, mapped like the
-// relay's stream errors: ErrPurged (binlogs purged, or a hole in a binlog
-// that was reset or rebuilt after the position), ErrPositionDiverged,
-// ErrPositionAhead. Without an answer within limit it returns (false, nil):
+// relay's stream errors: binlog.ErrPurged (binlogs purged, or a hole in a binlog
+// that was reset or rebuilt after the position), binlog.ErrPositionDiverged,
+// binlog.ErrPositionAhead. Without an answer within limit it returns (false, nil):
 // not proved either way.
 //
 // The variables Relate and CheckNotPurged read cannot prove everything:
@@ -34,9 +30,9 @@ import (
 // binlog starts with an empty Gtid_list, yet the transactions between the
 // checkpoint and the reset are gone. Only the server's own search of its
 // binlog finds the hole.
-func Probe(ctx context.Context, cfg Config, srv *Server, from string, limit time.Duration) (bool, error) {
+func Probe(ctx context.Context, cfg binlog.Config, srv *binlog.Server, from string, limit time.Duration) (bool, error) {
 	ok, err := probe(ctx, cfg, srv, from, limit)
-	if errors.Is(err, ErrDuplicateServerID) {
+	if errors.Is(err, binlog.ErrDuplicateServerID) {
 		// Another probe (a `check` on another host of the fleet) drew the
 		// same id: draw again.
 		ok, err = probe(ctx, cfg, srv, from, limit)
@@ -44,44 +40,21 @@ func Probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 	return ok, err
 }
 
-func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time.Duration) (bool, error) {
-	set, err := ParseSet(srv.Flavor, from)
+func probe(ctx context.Context, cfg binlog.Config, srv *binlog.Server, from string, limit time.Duration) (bool, error) {
+	set, err := binlog.ParseSet(srv.Flavor, from)
 	if err != nil {
 		return false, err
 	}
-	host, portStr, err := net.SplitHostPort(srv.Addr)
-	if err != nil {
-		return false, fmt.Errorf("probe binlog: address %q: %w", srv.Addr, err)
-	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
-	if err != nil {
-		return false, fmt.Errorf("probe binlog: port %q: %w", portStr, err)
-	}
 	heartbeat := min(limit/4, 250*time.Millisecond)
-	var repl atomic.Pointer[sourceConn]
-	guard := newLoginGuard(cfg, srv.Addr)
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID:         ProbeServerID(),
-		Flavor:           srv.Flavor,
-		Host:             host,
-		Port:             uint16(port),
-		User:             cfg.User,
-		Password:         cfg.Password,
-		TLSConfig:        tlsFor(cfg.TLS, srv.Addr),
-		HeartbeatPeriod:  heartbeat,
-		DisableRetrySync: true,
-		Dialer:           guard.dial(syncerDialer(ctx, cfg, func(c *sourceConn) { repl.Store(c) })),
-		Option:           func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		// The probe reads no row: skip decoding them.
-		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
-	})
-	defer syncer.Close()
-	stream, err := syncer.StartSyncGTID(set)
+	dump, err := binlog.NewDump(ctx, cfg, srv.Addr, srv.Flavor, ProbeServerID(), heartbeat)
 	if err != nil {
-		return false, guard.or(mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, phaseErr(&repl, err))))
+		return false, fmt.Errorf("probe binlog: %w", err)
 	}
-	setPhase(&repl, phaseStream)
+	defer dump.Close()
+	stream, err := dump.Start(set)
+	if err != nil {
+		return false, dump.Refused(fmt.Sprintf("probe binlog at %q", from), err)
+	}
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	waiting := map[uint32]bool{} // MariaDB domains not yet reached
@@ -99,7 +72,7 @@ func probe(ctx context.Context, cfg Config, srv *Server, from string, limit time
 				}
 				return false, nil
 			}
-			return false, guard.or(mapStreamErr(fmt.Errorf("probe binlog at %q: %w", from, err)))
+			return false, dump.Refused(fmt.Sprintf("probe binlog at %q", from), err)
 		}
 		switch e := ev.Event.(type) {
 		case *replication.HeartbeatEvent:

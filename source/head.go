@@ -1,4 +1,4 @@
-package binlog
+package source
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // NoExpiry is the Retention of a server that never purges binlogs by age.
@@ -28,7 +30,7 @@ const NoExpiry time.Duration = -1
 // mysql.rds_configuration the user may not read (ErrRDSRetentionDenied):
 // its variables are not what it does.
 func Retention(conn *client.Conn) (time.Duration, error) {
-	rows, err := Query(conn, `SHOW GLOBAL VARIABLES WHERE Variable_name IN
+	rows, err := binlog.Query(conn, `SHOW GLOBAL VARIABLES WHERE Variable_name IN
 		('expire_logs_days','binlog_expire_logs_seconds','binlog_expire_logs_auto_purge',
 		'basedir','datadir','aurora_version')`)
 	if err != nil {
@@ -132,7 +134,7 @@ var ErrNotInBinlogs = errors.New("binlog file not on the server")
 // BehindBytes is how many binlog bytes conn's server holds after file:pos
 // (SHOW BINARY LOGS: the rest of file plus every later file).
 func BehindBytes(conn *client.Conn, file string, pos uint32) (int64, error) {
-	rows, err := Query(conn, "SHOW BINARY LOGS")
+	rows, err := binlog.Query(conn, "SHOW BINARY LOGS")
 	if err != nil {
 		return 0, fmt.Errorf("list binlogs: %w", err)
 	}

@@ -1,21 +1,17 @@
-package binlog
+package source
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // Privileges is what the server allows the relay user, decided from the
@@ -58,17 +54,17 @@ var roleGrant = regexp.MustCompile("^GRANT ((?:`[^`]+`(?:@`[^`]*`)?(?:, )?)+) TO
 // CheckPrivileges decides which replication privileges the server grants
 // the user of conn; cfg and addr open the replication connection it tries
 // when the grants do not show REPLICATION SLAVE.
-func CheckPrivileges(conn *client.Conn, cfg Config, addr, flavor string) (Privileges, error) {
+func CheckPrivileges(conn *client.Conn, cfg binlog.Config, addr, flavor string) (Privileges, error) {
 	var p Privileges
 	grants, err := Grants(conn)
 	if err != nil {
 		return p, err
 	}
-	if rows, err := Query(conn, "SELECT CURRENT_ROLE()"); err == nil && len(rows) == 1 && len(rows[0]) == 1 {
+	if rows, err := binlog.Query(conn, "SELECT CURRENT_ROLE()"); err == nil && len(rows) == 1 && len(rows[0]) == 1 {
 		if r := rows[0][0]; r != "" && r != "NONE" && r != "NULL" {
 			p.ActiveRoles = strings.Split(r, ",")
 			if flavor == mysql.MySQLFlavor { // MariaDB's SHOW GRANTS already lists the active role's
-				if more, err := Query(conn, "SHOW GRANTS FOR CURRENT_USER() USING "+r); err == nil {
+				if more, err := binlog.Query(conn, "SHOW GRANTS FOR CURRENT_USER() USING "+r); err == nil {
 					grants = grants[:0]
 					for _, m := range more {
 						grants = append(grants, m[0])
@@ -111,7 +107,7 @@ func CheckPrivileges(conn *client.Conn, cfg Config, addr, flavor string) (Privil
 			ok, err = tryShowBinaryLogs(conn)
 		case "REPLICATION SLAVE":
 			// Ends with conn's caller (a stop), as the queries on conn do.
-			ok, err = tryReplicationConnection(connContext(conn), cfg, addr, flavor)
+			ok, err = tryReplicationConnection(binlog.ConnContext(conn), cfg, addr, flavor)
 		}
 		if err != nil {
 			return p, fmt.Errorf("try %s: %w", miss, err)
@@ -153,7 +149,7 @@ func isDenied(err error) bool {
 // A server without a binary log cannot tell: that is reported by the
 // settings checks, so it counts as allowed here.
 func tryShowBinaryLogs(conn *client.Conn) (bool, error) {
-	_, err := Query(conn, "SHOW BINARY LOGS")
+	_, err := binlog.Query(conn, "SHOW BINARY LOGS")
 	var me *mysql.MyError
 	switch {
 	case err == nil:
@@ -169,42 +165,27 @@ func tryShowBinaryLogs(conn *client.Conn) (bool, error) {
 // TryReplicationConnection registers as a replica and asks for the binlog
 // (from an empty GTID set, reading no event), which needs REPLICATION
 // SLAVE: (false, nil) when the server refuses the privilege.
-func TryReplicationConnection(cfg Config, addr, flavor string) (bool, error) {
+func TryReplicationConnection(cfg binlog.Config, addr, flavor string) (bool, error) {
 	return tryReplicationConnection(context.Background(), cfg, addr, flavor)
 }
 
 // tryReplicationConnection is TryReplicationConnection until ctx ends.
-func tryReplicationConnection(ctx context.Context, cfg Config, addr, flavor string) (bool, error) {
-	host, portStr, err := net.SplitHostPort(addr)
+func tryReplicationConnection(ctx context.Context, cfg binlog.Config, addr, flavor string) (bool, error) {
+	dump, err := binlog.NewDump(ctx, cfg, addr, flavor, ProbeServerID(), 0)
 	if err != nil {
-		return false, fmt.Errorf("address %q: %w", addr, err)
+		return false, err
 	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
-	if err != nil {
-		return false, fmt.Errorf("port %q: %w", portStr, err)
-	}
+	defer dump.Close()
 	set, err := mysql.ParseGTIDSet(flavor, "")
 	if err != nil {
 		return false, err
 	}
-	var repl atomic.Pointer[sourceConn]
-	guard := newLoginGuard(cfg, addr)
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID: ProbeServerID(), Flavor: flavor, Host: host, Port: uint16(port),
-		User: cfg.User, Password: cfg.Password, TLSConfig: tlsFor(cfg.TLS, addr),
-		DisableRetrySync: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Dialer:              guard.dial(syncerDialer(ctx, cfg, func(c *sourceConn) { repl.Store(c) })),
-		Option:              func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
-		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
-	})
-	defer syncer.Close()
-	if _, err := syncer.StartSyncGTID(set); err != nil {
+	if _, err := dump.Start(set); err != nil {
 		if isDenied(err) {
 			return false, nil
 		}
-		return false, guard.or(phaseErr(&repl, err))
+		return false, dump.Failed(err)
 	}
-	setPhase(&repl, phaseStream)
 	return true, nil
 }
 

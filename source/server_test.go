@@ -1,10 +1,12 @@
-package binlog
+package source
 
 import (
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 func TestCheckSettings(t *testing.T) {
@@ -57,14 +59,14 @@ func TestCheckNotPurged(t *testing.T) {
 		{"mysql", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-3", true},
 	}
 	for _, tt := range tests {
-		s := &Server{Flavor: tt.flavor, Earliest: tt.earliest, Addr: "db:3306"}
-		err := s.CheckNotPurged(tt.pos)
-		if tt.purged != errors.Is(err, ErrPurged) || (!tt.purged && err != nil) {
+		s := &binlog.Server{Flavor: tt.flavor, Earliest: tt.earliest, Addr: "db:3306"}
+		err := CheckNotPurged(s, tt.pos)
+		if tt.purged != errors.Is(err, binlog.ErrPurged) || (!tt.purged && err != nil) {
 			t.Errorf("%s earliest %q pos %q: %v", tt.flavor, tt.earliest, tt.pos, err)
 		}
 	}
-	if _, err := ParseSet("mariadb", "not-a-gtid"); !errors.Is(err, ErrBadPosition) {
-		t.Fatalf("want ErrBadPosition, got %v", err)
+	if _, err := binlog.ParseSet("mariadb", "not-a-gtid"); !errors.Is(err, binlog.ErrBadPosition) {
+		t.Fatalf("want binlog.ErrBadPosition, got %v", err)
 	}
 }
 

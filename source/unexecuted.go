@@ -1,10 +1,12 @@
-package binlog
+package source
 
 import (
 	"sort"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // Unexecuted returns the part of pos (a GTID set in s's notation) that s's
@@ -15,9 +17,9 @@ import (
 // position set by hand (`checkpoint set`) that names transactions the
 // server has not executed is a typo or another server's, never a place to
 // read from.
-func (s *Server) Unexecuted(pos string) (string, error) {
+func Unexecuted(s *binlog.Server, pos string) (string, error) {
 	if s.Flavor == mysql.MariaDBFlavor {
-		set, err := ParseSet(s.Flavor, pos)
+		set, err := binlog.ParseSet(s.Flavor, pos)
 		if err != nil {
 			return "", err
 		}
@@ -34,11 +36,11 @@ func (s *Server) Unexecuted(pos string) (string, error) {
 		sort.Strings(out)
 		return strings.Join(out, ","), nil
 	}
-	want, err := ParseSet(s.Flavor, pos)
+	want, err := binlog.ParseSet(s.Flavor, pos)
 	if err != nil {
 		return "", err
 	}
-	have, err := ParseSet(s.Flavor, strings.ReplaceAll(s.State, "\n", ""))
+	have, err := binlog.ParseSet(s.Flavor, strings.ReplaceAll(s.State, "\n", ""))
 	if err != nil {
 		return "", err
 	}

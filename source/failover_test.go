@@ -1,10 +1,12 @@
-package binlog
+package source
 
 import (
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 func TestRelateMariaDB(t *testing.T) {
@@ -46,7 +48,7 @@ func TestRelateMariaDB(t *testing.T) {
 			t.Errorf("%q vs state %q: %v (%s), want %v (%s)", tt.pos, tt.state, got, why, tt.want, tt.why)
 		}
 	}
-	if _, _, err := Relate("mariadb", "0-1-10", "0-x-1", ""); !errors.Is(err, ErrBadPosition) {
+	if _, _, err := Relate("mariadb", "0-1-10", "0-x-1", ""); !errors.Is(err, binlog.ErrBadPosition) {
 		t.Errorf("bad state: %v, want ErrBadPosition", err)
 	}
 }
@@ -78,8 +80,8 @@ func TestRelateMariaDBAppliedDomain(t *testing.T) {
 		{"0-1-40,1-1-1", "0-2-45", "0-2-45,1-1-4", Diverged, "domain 0"},
 	}
 	for _, tt := range tests {
-		srv := &Server{Flavor: "mariadb", State: tt.state, SlavePos: tt.slavePos, LogsReplicated: true}
-		got, why, err := srv.Relate(tt.pos)
+		srv := &binlog.Server{Flavor: "mariadb", State: tt.state, SlavePos: tt.slavePos, LogsReplicated: true}
+		got, why, err := RelateHost(srv, tt.pos)
 		if err != nil {
 			t.Fatalf("%q vs %q/%q: %v", tt.pos, tt.state, tt.slavePos, err)
 		}
@@ -87,21 +89,21 @@ func TestRelateMariaDBAppliedDomain(t *testing.T) {
 			t.Errorf("%q vs state %q, slave pos %q: %v (%s), want %v (%s)", tt.pos, tt.state, tt.slavePos, got, why, tt.want, tt.why)
 		}
 	}
-	srv := &Server{Addr: "b:3306", Flavor: "mariadb", State: "0-1-45", SlavePos: "0-1-45,1-1-4", LogsReplicated: true}
-	if err := srv.Resumable("0-1-40,1-1-1", "0-1-40,1-1-1"); !errors.Is(err, ErrPurged) {
+	srv := &binlog.Server{Addr: "b:3306", Flavor: "mariadb", State: "0-1-45", SlavePos: "0-1-45,1-1-4", LogsReplicated: true}
+	if err := Resumable(srv, "0-1-40,1-1-1", "0-1-40,1-1-1"); !errors.Is(err, binlog.ErrPurged) {
 		t.Errorf("Resumable on a host that lacks applied transactions: %v, want ErrPurged", err)
 	}
 	// A replica without log_slave_updates (MariaDB's default) applied the
 	// checkpoint's transaction but will never log the domain's next ones:
 	// it is not usable for that domain (it did stream, and stalled).
-	srv = &Server{Addr: "b:3306", Flavor: "mariadb", State: "0-1-45", SlavePos: "0-1-45,1-1-1"}
-	if rel, why, _ := srv.Relate("0-1-40,1-1-1"); rel != Lacks || !strings.Contains(why, "log_slave_updates") {
+	srv = &binlog.Server{Addr: "b:3306", Flavor: "mariadb", State: "0-1-45", SlavePos: "0-1-45,1-1-1"}
+	if rel, why, _ := RelateHost(srv, "0-1-40,1-1-1"); rel != Lacks || !strings.Contains(why, "log_slave_updates") {
 		t.Errorf("replica without log_slave_updates: %v (%s), want lacks, naming log_slave_updates", rel, why)
 	}
 	// Its own writes (a former replica, now a primary) are judged by its
 	// binlog as before.
-	srv = &Server{Addr: "b:3306", Flavor: "mariadb", ServerID: "2", State: "0-2-45", SlavePos: "1-1-1"}
-	if rel, why, _ := srv.Relate("0-2-40"); rel != Contains {
+	srv = &binlog.Server{Addr: "b:3306", Flavor: "mariadb", ServerID: "2", State: "0-2-45", SlavePos: "1-1-1"}
+	if rel, why, _ := RelateHost(srv, "0-2-40"); rel != Contains {
 		t.Errorf("former replica, its own domain-0 writes: %v (%s), want contains", rel, why)
 	}
 }
@@ -122,8 +124,8 @@ func TestRelateMariaDBOwnServerID(t *testing.T) {
 		{"0-1-71", Contains},
 		{"0-1-80", Contains},
 	} {
-		srv := &Server{Addr: "primary:3306", Flavor: "mariadb", ServerID: "1", State: tt.state}
-		rel, why, err := srv.Relate("0-1-71")
+		srv := &binlog.Server{Addr: "primary:3306", Flavor: "mariadb", ServerID: "1", State: tt.state}
+		rel, why, err := RelateHost(srv, "0-1-71")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,8 +134,8 @@ func TestRelateMariaDBOwnServerID(t *testing.T) {
 		}
 	}
 	// Another server's transaction missing: behind, as before.
-	srv := &Server{Flavor: "mariadb", ServerID: "2", State: "0-1-62"}
-	if rel, _, _ := srv.Relate("0-1-71"); rel != Behind {
+	srv := &binlog.Server{Flavor: "mariadb", ServerID: "2", State: "0-1-62"}
+	if rel, _, _ := RelateHost(srv, "0-1-71"); rel != Behind {
 		t.Errorf("replica (server 2) at 0-1-62, checkpoint 0-1-71: %v, want behind", rel)
 	}
 }
@@ -172,24 +174,24 @@ func TestRelateMySQL(t *testing.T) {
 }
 
 func TestResumable(t *testing.T) {
-	srv := &Server{Addr: "db:3306", Flavor: "mariadb", State: "0-1-20", Earliest: "0-1-10"}
+	srv := &binlog.Server{Addr: "db:3306", Flavor: "mariadb", State: "0-1-20", Earliest: "0-1-10"}
 	for _, tt := range []struct {
 		published, from string
 		want            error
 	}{
 		{"0-1-15", "0-1-15", nil},
 		{"0-1-15", "0-1-12", nil},
-		{"0-1-25", "0-1-25", ErrPositionAhead},    // behind, never "purged"
-		{"0-1-15", "0-1-5", ErrPurged},            // the XA replay start is gone
-		{"0-2-15", "0-2-15", ErrPositionDiverged}, // another history
+		{"0-1-25", "0-1-25", binlog.ErrPositionAhead},    // behind, never "purged"
+		{"0-1-15", "0-1-5", binlog.ErrPurged},            // the XA replay start is gone
+		{"0-2-15", "0-2-15", binlog.ErrPositionDiverged}, // another history
 	} {
-		err := srv.Resumable(tt.published, tt.from)
+		err := Resumable(srv, tt.published, tt.from)
 		if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 			t.Errorf("published %s from %s: %v, want %v", tt.published, tt.from, err, tt.want)
 		}
 	}
-	err := srv.Resumable("0-1-25", "0-1-25")
-	if errors.Is(err, ErrPurged) || !strings.Contains(err.Error(), "waits for it to catch up") {
+	err := Resumable(srv, "0-1-25", "0-1-25")
+	if errors.Is(err, binlog.ErrPurged) || !strings.Contains(err.Error(), "waits for it to catch up") {
 		t.Errorf("behind: %v", err)
 	}
 }
@@ -208,11 +210,11 @@ func TestNoneUsable(t *testing.T) {
 	check := func(addr string, err error) HostCheck {
 		return HostCheck{Addr: addr, Status: StatusOf(err), Err: err}
 	}
-	behind := fmt.Errorf("%w: lags", ErrPositionAhead)
-	diverged := fmt.Errorf("%w: errant", ErrPositionDiverged)
-	purged := fmt.Errorf("%w: gone", ErrPurged)
+	behind := fmt.Errorf("%w: lags", binlog.ErrPositionAhead)
+	diverged := fmt.Errorf("%w: errant", binlog.ErrPositionDiverged)
+	purged := fmt.Errorf("%w: gone", binlog.ErrPurged)
 	down := fmt.Errorf("%w: refused", ErrUnreachable)
-	denied := fmt.Errorf("%w: bad password", ErrAccessDenied)
+	denied := fmt.Errorf("%w: bad password", binlog.ErrAccessDenied)
 
 	if c := check("a", denied); c.Status != HostRefused {
 		t.Fatalf("access denied: %v", c.Status)
@@ -223,12 +225,12 @@ func TestNoneUsable(t *testing.T) {
 		wait   bool
 		is     []error
 	}{
-		{"one behind waits", []HostCheck{check("a", diverged), check("b", behind)}, true, []error{ErrPositionAhead}},
-		{"behind and down waits", []HostCheck{check("a", down), check("b", behind)}, true, []error{ErrPositionAhead}},
+		{"one behind waits", []HostCheck{check("a", diverged), check("b", behind)}, true, []error{binlog.ErrPositionAhead}},
+		{"behind and down waits", []HostCheck{check("a", down), check("b", behind)}, true, []error{binlog.ErrPositionAhead}},
 		{"down is retried, not fatal", []HostCheck{check("a", diverged), check("b", down)}, false, []error{ErrUnreachable}},
-		{"all diverged", []HostCheck{check("a", diverged), check("b", diverged)}, false, []error{ErrPositionDiverged}},
-		{"diverged and purged", []HostCheck{check("a", diverged), check("b", purged)}, false, []error{ErrPositionDiverged, ErrPurged}},
-		{"one refused", []HostCheck{check("a", denied)}, false, []error{ErrAccessDenied}},
+		{"all diverged", []HostCheck{check("a", diverged), check("b", diverged)}, false, []error{binlog.ErrPositionDiverged}},
+		{"diverged and purged", []HostCheck{check("a", diverged), check("b", purged)}, false, []error{binlog.ErrPositionDiverged, binlog.ErrPurged}},
+		{"one refused", []HostCheck{check("a", denied)}, false, []error{binlog.ErrAccessDenied}},
 	}
 	for _, tt := range tests {
 		wait, err := NoneUsable(tt.checks)
@@ -240,7 +242,7 @@ func TestNoneUsable(t *testing.T) {
 				t.Errorf("%s: %v is not %v", tt.name, err, want)
 			}
 		}
-		if tt.name == "down is retried, not fatal" && errors.Is(err, ErrPositionDiverged) {
+		if tt.name == "down is retried, not fatal" && errors.Is(err, binlog.ErrPositionDiverged) {
 			t.Errorf("%s: %v carries the diverged sentinel", tt.name, err)
 		}
 		for _, c := range tt.checks {
@@ -255,15 +257,15 @@ func TestChooseOrder(t *testing.T) {
 	// a: down; b: behind; c: contains; d: never asked.
 	states := map[string]string{"b": "0-1-5", "c": "0-1-12", "d": "0-1-99"}
 	var asked []string
-	inspect := func(addr string) (*Server, error) {
+	inspect := func(addr string) (*binlog.Server, error) {
 		asked = append(asked, addr)
 		st, ok := states[addr]
 		if !ok {
 			return nil, fmt.Errorf("%w: %s", ErrUnreachable, addr)
 		}
-		return &Server{Addr: addr, Flavor: "mariadb", State: st}, nil
+		return &binlog.Server{Addr: addr, Flavor: "mariadb", State: st}, nil
 	}
-	accept := func(s *Server) error { return s.Resumable("0-1-10", "0-1-10") }
+	accept := func(s *binlog.Server) error { return Resumable(s, "0-1-10", "0-1-10") }
 	srv, checks := choose(t.Context(), []string{"a", "b", "c", "d"}, inspect, accept)
 	if srv == nil || srv.Addr != "c" {
 		t.Fatalf("chose %+v, want c", srv)
@@ -281,16 +283,16 @@ func TestChooseOrder(t *testing.T) {
 	if srv != nil || len(checks) != 2 {
 		t.Fatalf("a and b: chose %v", srv)
 	}
-	if wait, err := NoneUsable(checks); !wait || !errors.Is(err, ErrPositionAhead) {
+	if wait, err := NoneUsable(checks); !wait || !errors.Is(err, binlog.ErrPositionAhead) {
 		t.Fatalf("a down and b behind: wait %v, %v", wait, err)
 	}
 }
 
 func TestMarkErrant(t *testing.T) {
-	ref := &Server{Addr: "a", Flavor: "mariadb", State: "0-1-20"}
+	ref := &binlog.Server{Addr: "a", Flavor: "mariadb", State: "0-1-20"}
 	mk := func(addr, state string) HostCheck {
-		srv := &Server{Addr: addr, Flavor: "mariadb", State: state}
-		err := srv.Resumable("0-1-20", "0-1-20")
+		srv := &binlog.Server{Addr: addr, Flavor: "mariadb", State: state}
+		err := Resumable(srv, "0-1-20", "0-1-20")
 		return HostCheck{Addr: addr, Status: StatusOf(err), Server: srv, Err: err}
 	}
 	checks := []HostCheck{
@@ -307,7 +309,7 @@ func TestMarkErrant(t *testing.T) {
 			t.Errorf("%s: %s (%v), want %s", c.Addr, c.Status, c.Err, want[i])
 		}
 	}
-	if err := checks[0].Err; !errors.Is(err, ErrPositionDiverged) || !strings.Contains(err.Error(), "errant GTIDs 0-3-11") {
+	if err := checks[0].Err; !errors.Is(err, binlog.ErrPositionDiverged) || !strings.Contains(err.Error(), "errant GTIDs 0-3-11") {
 		t.Errorf("errant: %v", err)
 	}
 }

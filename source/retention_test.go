@@ -1,6 +1,6 @@
 //go:build integration
 
-package binlog_test
+package source_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // On a server that is not RDS (no mysql.rds_configuration), the relay's
@@ -44,7 +45,7 @@ func TestRetentionPlainServerRelayUser(t *testing.T) {
 	defer conn.Close()
 	_, qerr := conn.Execute("SELECT value FROM mysql.rds_configuration WHERE name = 'binlog retention hours'")
 	t.Logf("relay user, no rds_configuration: %v", qerr)
-	got, err := binlog.Retention(conn)
+	got, err := source.Retention(conn)
 	if err != nil || got != 7*24*time.Hour {
 		t.Fatalf("retention %v, %v; want 168h from expire_logs_days", got, err)
 	}
@@ -85,11 +86,11 @@ func TestRetentionRDSWithDocumentedGrant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := binlog.Retention(conn)
+		got, err := source.Retention(conn)
 		conn.Close()
 		t.Logf("%s: retention %v, %v", c.user, got, err)
 		if c.want == 0 {
-			if !errors.Is(err, binlog.ErrRDSRetentionDenied) {
+			if !errors.Is(err, source.ErrRDSRetentionDenied) {
 				t.Fatalf("%s without the grant: %v, %v; want ErrRDSRetentionDenied", c.user, got, err)
 			}
 			continue
@@ -143,7 +144,7 @@ func TestRetentionRDSTableUnreadableIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	if got, err := binlog.Retention(root); err != nil || got != time.Second {
+	if got, err := source.Retention(root); err != nil || got != time.Second {
 		t.Fatalf("control (root): retention %v, %v; want 1s (NULL)", got, err)
 	}
 	cfg := binlog.Config{User: "relay", Password: "change-me", ConnectTimeout: 5 * time.Second}
@@ -152,7 +153,7 @@ func TestRetentionRDSTableUnreadableIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	got, err := binlog.Retention(conn)
+	got, err := source.Retention(conn)
 	t.Logf("relay user (grants.sql): retention %v, err %v", got, err)
 	if err == nil && got != time.Second {
 		t.Fatalf("RDS retention is NULL (purge at once); the relay's documented user reads %v without an error", got)

@@ -1,4 +1,4 @@
-package binlog
+package source
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/server"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // binlogEventsServer answers SHOW BINARY LOGS and SHOW BINLOG EVENTS with
@@ -94,13 +96,13 @@ func TestFindXAPrepareReadsTaggedGTIDOnMySQL84(t *testing.T) {
 			}()
 		}
 	}()
-	xid, err := parseXID(" X'7831',X'',1")
+	xid, err := binlog.ParseXID(" X'7831',X'',1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// go-mysql's server: caching_sha2_password without TLS.
-	cfg := Config{User: "relay", Password: "relay-pw", ConnectTimeout: 5 * time.Second, AllowPublicKeyRetrieval: true}
-	srv := &Server{Addr: ln.Addr().String(), Flavor: mysql.MySQLFlavor, Version: "8.4.3"}
+	cfg := binlog.Config{User: "relay", Password: "relay-pw", ConnectTimeout: 5 * time.Second, AllowPublicKeyRetrieval: true}
+	srv := &binlog.Server{Addr: ln.Addr().String(), Flavor: mysql.MySQLFlavor, Version: "8.4.3"}
 	p, err := FindXAPrepare(context.Background(), cfg, srv, xid, u+":billing:2")
 	if err != nil {
 		t.Fatal(err)

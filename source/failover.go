@@ -1,4 +1,4 @@
-package binlog
+package source
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/google/uuid"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // Source failover: before streaming from a host the relay compares what the
@@ -102,7 +104,7 @@ func Relate(flavor, pos, state, ownID string) (Relation, string, error) {
 	return relateMySQL(pos, state, ownID)
 }
 
-// Relate compares pos with what s's binlog holds, as the package function
+// RelateHost compares pos with what s's binlog holds, as Relate
 // does, and also with what a MariaDB server applied as a replica
 // (gtid_slave_pos) for the domains its binlog holds nothing of: a replica
 // re-provisioned from a backup, or whose binlog was reset, has no GTID of
@@ -111,7 +113,7 @@ func Relate(flavor, pos, state, ownID string) (Relation, string, error) {
 // accepts such a position (its own slave position). The rule needs a host
 // that logs what it replicates (log_slave_updates): without it, its binlog
 // never holds the domain's next transactions either.
-func (s *Server) Relate(pos string) (Relation, string, error) {
+func RelateHost(s *binlog.Server, pos string) (Relation, string, error) {
 	if s.Flavor == mysql.MariaDBFlavor {
 		return relateMariaDB(pos, s.State, s.SlavePos, s.ServerID, s.LogsReplicated)
 	}
@@ -130,7 +132,7 @@ func parseMariaDBState(s string) (mariadbState, error) {
 		}
 		g, err := mysql.ParseMariadbGTID(part)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %q: %v", ErrBadPosition, s, err)
+			return nil, fmt.Errorf("%w: %q: %v", binlog.ErrBadPosition, s, err)
 		}
 		if st[g.DomainID] == nil {
 			st[g.DomainID] = map[uint32]uint64{}
@@ -153,7 +155,7 @@ func (st mariadbState) last(d uint32) (uint64, string) {
 }
 
 func relateMariaDB(pos, state, slavePos, ownID string, logsReplicated bool) (Relation, string, error) {
-	set, err := ParseSet(mysql.MariaDBFlavor, pos)
+	set, err := binlog.ParseSet(mysql.MariaDBFlavor, pos)
 	if err != nil {
 		return 0, "", err
 	}
@@ -227,11 +229,11 @@ func relateMariaDB(pos, state, slavePos, ownID string, logsReplicated bool) (Rel
 }
 
 func relateMySQL(pos, executed, ownUUID string) (Relation, string, error) {
-	cp, err := ParseSet(mysql.MySQLFlavor, pos)
+	cp, err := binlog.ParseSet(mysql.MySQLFlavor, pos)
 	if err != nil {
 		return 0, "", err
 	}
-	host, err := ParseSet(mysql.MySQLFlavor, strings.ReplaceAll(executed, "\n", ""))
+	host, err := binlog.ParseSet(mysql.MySQLFlavor, strings.ReplaceAll(executed, "\n", ""))
 	if err != nil {
 		return 0, "", err
 	}
@@ -262,10 +264,10 @@ func relateMySQL(pos, executed, ownUUID string) (Relation, string, error) {
 // Resumable reports whether the relay can stream from this host after it
 // published published (the checkpoint's GTID set) and resumes reading at
 // from (published, or earlier to read prepared XA transactions again): nil,
-// or an error wrapping ErrPositionAhead (behind: the host may catch up),
-// ErrPositionDiverged (never) or ErrPurged (the binlogs after from are gone).
-func (s *Server) Resumable(published, from string) error {
-	rel, why, err := s.Relate(published)
+// or an error wrapping binlog.ErrPositionAhead (behind: the host may catch up),
+// binlog.ErrPositionDiverged (never) or binlog.ErrPurged (the binlogs after from are gone).
+func Resumable(s *binlog.Server, published, from string) error {
+	rel, why, err := RelateHost(s, published)
 	if err != nil {
 		return err
 	}
@@ -273,16 +275,16 @@ func (s *Server) Resumable(published, from string) error {
 	case Lacks:
 		return fmt.Errorf("%w: %s does not hold in its binlog transactions after the checkpoint %q: %s; "+
 			"the relay uses another of source.hosts that has them; with none, set a new position with `outbox-relay checkpoint set` "+
-			"knowing the events in between are skipped", ErrPurged, s.Addr, published, why)
+			"knowing the events in between are skipped", binlog.ErrPurged, s.Addr, published, why)
 	case Behind:
 		return fmt.Errorf("%w: %s does not have every transaction the relay already published: %s; "+
-			"the relay waits for it to catch up (or uses another of source.hosts)", ErrPositionAhead, s.Addr, why)
+			"the relay waits for it to catch up (or uses another of source.hosts)", binlog.ErrPositionAhead, s.Addr, why)
 	case Diverged:
 		return fmt.Errorf("%w: %s has diverged from the checkpoint %q: %s; the relay does not read it: "+
 			"point source.hosts at servers of the checkpoint's history, or, knowing which transactions differ, "+
-			"set a position of this server with `outbox-relay checkpoint set`", ErrPositionDiverged, s.Addr, published, why)
+			"set a position of this server with `outbox-relay checkpoint set`", binlog.ErrPositionDiverged, s.Addr, published, why)
 	}
-	return s.CheckNotPurged(from)
+	return CheckNotPurged(s, from)
 }
 
 // HostStatus is the verdict on one source host.
@@ -302,8 +304,8 @@ const (
 type HostCheck struct {
 	Addr   string
 	Status HostStatus
-	Server *Server // nil when the host could not be inspected
-	Err    error   // nil when usable
+	Server *binlog.Server // nil when the host could not be inspected
+	Err    error          // nil when usable
 }
 
 // StatusOf classifies the error a host was refused with.
@@ -311,11 +313,11 @@ func StatusOf(err error) HostStatus {
 	switch {
 	case err == nil:
 		return HostUsable
-	case errors.Is(err, ErrPositionAhead):
+	case errors.Is(err, binlog.ErrPositionAhead):
 		return HostBehind
-	case errors.Is(err, ErrPositionDiverged):
+	case errors.Is(err, binlog.ErrPositionDiverged):
 		return HostDiverged
-	case errors.Is(err, ErrPurged):
+	case errors.Is(err, binlog.ErrPurged):
 		return HostPurged
 	case errors.Is(err, ErrUnreachable):
 		return HostUnreachable
@@ -327,11 +329,11 @@ func StatusOf(err error) HostStatus {
 // returns the first one that passes Inspect's checks and accept (nil:
 // usable), with the verdict on every host it tried; nil when none is
 // usable (see NoneUsable).
-func Choose(ctx context.Context, cfg Config, accept func(*Server) error) (*Server, []HostCheck) {
-	return choose(ctx, cfg.Hosts, func(addr string) (*Server, error) { return inspectHost(ctx, cfg, addr) }, accept)
+func Choose(ctx context.Context, cfg binlog.Config, accept func(*binlog.Server) error) (*binlog.Server, []HostCheck) {
+	return choose(ctx, cfg.Hosts, func(addr string) (*binlog.Server, error) { return inspectHost(ctx, cfg, addr) }, accept)
 }
 
-func choose(ctx context.Context, hosts []string, inspect func(string) (*Server, error), accept func(*Server) error) (*Server, []HostCheck) {
+func choose(ctx context.Context, hosts []string, inspect func(string) (*binlog.Server, error), accept func(*binlog.Server) error) (*binlog.Server, []HostCheck) {
 	var checks []HostCheck
 	for _, addr := range hosts {
 		if ctx.Err() != nil {
@@ -349,17 +351,17 @@ func choose(ctx context.Context, hosts []string, inspect func(string) (*Server, 
 	return nil, checks
 }
 
-func inspectHost(ctx context.Context, cfg Config, addr string) (*Server, error) {
-	conn, err := Connect(ctx, cfg, addr)
+func inspectHost(ctx context.Context, cfg binlog.Config, addr string) (*binlog.Server, error) {
+	conn, err := binlog.Connect(ctx, cfg, addr)
 	if err != nil {
-		if errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrInsecureLogin) || errors.Is(err, ErrPacketBound) {
+		if errors.Is(err, binlog.ErrAccessDenied) || errors.Is(err, binlog.ErrInsecureLogin) || errors.Is(err, binlog.ErrPacketBound) {
 			return nil, err // refused: retrying cannot help
 		}
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}
 	defer conn.Close()
 	srv, err := inspect(conn, cfg, addr)
-	if err != nil && noAnswer(conn) != nil {
+	if err != nil && binlog.NoAnswer(conn) != nil {
 		// Logged in but does not answer its queries: as unreachable as a
 		// host that refuses connections (the relay tries the next one).
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
@@ -393,7 +395,7 @@ func NoneUsable(checks []HostCheck) (bool, error) {
 	case len(checks) == 0:
 		return false, fmt.Errorf("%w: no source host configured", ErrUnreachable)
 	case behind:
-		return true, fmt.Errorf("%w: no source host has every published transaction yet: %s", ErrPositionAhead, summary)
+		return true, fmt.Errorf("%w: no source host has every published transaction yet: %s", binlog.ErrPositionAhead, summary)
 	case len(unreachable) > 0:
 		return false, fmt.Errorf("%w: tried %s: %s", ErrUnreachable, strings.Join(unreachable, ", "), summary)
 	case len(errs) == 1:
@@ -413,7 +415,7 @@ func NoneUsable(checks []HostCheck) (bool, error) {
 // sequence number is not judged (ref and the host have forked after the
 // checkpoint; either may be the one the source follows). MySQL hosts are
 // left as they are.
-func MarkErrant(checks []HostCheck, ref *Server, published string) {
+func MarkErrant(checks []HostCheck, ref *binlog.Server, published string) {
 	if ref == nil || ref.Flavor != mysql.MariaDBFlavor {
 		return
 	}
@@ -428,12 +430,12 @@ func MarkErrant(checks []HostCheck, ref *Server, published string) {
 		checks[i].Status = HostDiverged
 		checks[i].Err = fmt.Errorf("%w: %s has transactions the checkpoint's history never had (errant GTIDs %s: %s holds the checkpoint %q "+
 			"and went past them without them); the relay does not read it: remove the errant transactions from its history "+
-			"(rebuild the replica from a server of the checkpoint's history)", ErrPositionDiverged, c.Addr, strings.Join(errant, ","), ref.Addr, published)
+			"(rebuild the replica from a server of the checkpoint's history)", binlog.ErrPositionDiverged, c.Addr, strings.Join(errant, ","), ref.Addr, published)
 	}
 }
 
 func errantMariaDB(pos, state, refState string) ([]string, error) {
-	set, err := ParseSet(mysql.MariaDBFlavor, pos)
+	set, err := binlog.ParseSet(mysql.MariaDBFlavor, pos)
 	if err != nil {
 		return nil, err
 	}
@@ -459,8 +461,8 @@ func errantMariaDB(pos, state, refState string) ([]string, error) {
 
 // Position reads the binlog position of the server at addr (flavor, Head,
 // State), judging nothing: a cheap look at a host while another streams.
-func Position(ctx context.Context, cfg Config, addr string) (*Server, error) {
-	conn, err := Connect(ctx, cfg, addr)
+func Position(ctx context.Context, cfg binlog.Config, addr string) (*binlog.Server, error) {
+	conn, err := binlog.Connect(ctx, cfg, addr)
 	if err != nil {
 		return nil, err
 	}

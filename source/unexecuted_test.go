@@ -1,6 +1,10 @@
-package binlog
+package source
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+)
 
 func TestUnexecutedNamesWhatTheServerHasNotLogged(t *testing.T) {
 	const u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -19,8 +23,8 @@ func TestUnexecutedNamesWhatTheServerHasNotLogged(t *testing.T) {
 		{"mysql", u + ":1-100", u + ":1-5," + v + ":1-3", v + ":1-3"},
 	}
 	for _, tt := range tests {
-		srv := &Server{Flavor: tt.flavor, State: tt.state}
-		got, err := srv.Unexecuted(tt.pos)
+		srv := &binlog.Server{Flavor: tt.flavor, State: tt.state}
+		got, err := Unexecuted(srv, tt.pos)
 		if err != nil || got != tt.want {
 			t.Errorf("%s %q against %q: got %q, %v; want %q", tt.flavor, tt.pos, tt.state, got, err, tt.want)
 		}

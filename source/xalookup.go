@@ -1,10 +1,12 @@
-package binlog
+package source
 
 import (
 	"context"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // XAPrepare is an XA transaction's prepare found in the server's binlogs.
@@ -17,19 +19,19 @@ type XAPrepare struct {
 const xaLookupPage = 10000
 
 // FindXAPrepare looks for the XA PREPARE of xid (canonical form, see
-// parseXID) that commitGTID (an XA COMMIT) commits: the last prepare of
+// binlog.ParseXID) that commitGTID (an XA COMMIT) commits: the last prepare of
 // xid before commitGTID, searching the server's binlogs newest first with
 // SHOW BINLOG EVENTS. It returns nil when no binlog still holds it. The
 // relay asks this only for an XA COMMIT whose prepare lies before the
 // position it first started from, which is rare: the scan may read whole
 // binlog files.
-func FindXAPrepare(ctx context.Context, cfg Config, srv *Server, xid, commitGTID string) (*XAPrepare, error) {
-	conn, err := Connect(ctx, cfg, srv.Addr)
+func FindXAPrepare(ctx context.Context, cfg binlog.Config, srv *binlog.Server, xid, commitGTID string) (*XAPrepare, error) {
+	conn, err := binlog.Connect(ctx, cfg, srv.Addr)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	logs, err := Query(conn, "SHOW BINARY LOGS")
+	logs, err := binlog.Query(conn, "SHOW BINARY LOGS")
 	if err != nil {
 		return nil, fmt.Errorf("find xa prepare: list binary logs: %w", err)
 	}
@@ -41,7 +43,7 @@ func FindXAPrepare(ctx context.Context, cfg Config, srv *Server, xid, commitGTID
 			if err := ctx.Err(); err != nil {
 				return nil, fmt.Errorf("find xa prepare: %w", err)
 			}
-			rows, err := Query(conn, "SHOW BINLOG EVENTS IN "+quote(logs[i][0])+" LIMIT "+strconv.Itoa(off)+", "+strconv.Itoa(xaLookupPage))
+			rows, err := binlog.Query(conn, "SHOW BINLOG EVENTS IN "+quote(logs[i][0])+" LIMIT "+strconv.Itoa(off)+", "+strconv.Itoa(xaLookupPage))
 			if err != nil {
 				return nil, fmt.Errorf("find xa prepare: read binary log %s: %w", logs[i][0], err)
 			}
@@ -66,8 +68,8 @@ func FindXAPrepare(ctx context.Context, cfg Config, srv *Server, xid, commitGTID
 					if open, close := strings.LastIndexByte(info, '('), strings.LastIndexByte(info, ')'); open >= 0 && close > open {
 						cur.Tables = append(cur.Tables, info[open+1:close])
 					}
-				case typ == "XA_prepare" && hasPrefixFold(info, "XA PREPARE"):
-					if got, err := parseXID(info[len("XA PREPARE"):]); err == nil && got == xid {
+				case typ == "XA_prepare":
+					if got, ok := binlog.ParseXAPrepare(info); ok && got == xid {
 						p := cur
 						found = &p
 					}

@@ -1,0 +1,322 @@
+package binlog
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// Conversion of go-mysql's events to the relay's Events: one handler per
+// kind of event, dispatched by convert; the framer (framer.go) decides
+// where transactions begin and end.
+
+// streamState is what the reader carries from one event to the next.
+type streamState struct {
+	frame framer
+	size  int
+	// tableCache holds, by table id, the Table built from a table map event;
+	// the server sends one per transaction, mostly identical to the last.
+	// Cleared when DDL changes a captured table's layout.
+	tableCache map[uint64]*cachedTable
+}
+
+// convert appends the relay's view of ev (nothing, rows, a commit, a
+// prepare or rollback of an XA transaction, a schema note) to batch; the
+// framer decides where transactions begin and end. Each kind of event has
+// its handler below; in a transaction being skipped (see skipPublished)
+// only the next GTID event counts.
+func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []Event) ([]Event, error) {
+	st.size += int(ev.Header.EventSize)
+	if st.frame.state == stateSkip && !isGTIDEvent(ev) {
+		return batch, nil
+	}
+	switch e := ev.Event.(type) {
+	case *replication.RowsEvent:
+		return r.rowsEvent(st, ev, e, batch)
+	case *replication.TableMapEvent:
+		return batch, r.tableMapEvent(st, e)
+	case *replication.XIDEvent:
+		return r.xidEvent(st, e, batch)
+	case *replication.QueryEvent:
+		return r.queryEvent(st, e, batch)
+	case *replication.GTIDEvent, *replication.GtidTaggedLogEvent, *replication.MariadbGTIDEvent:
+		return batch, gtidEvent(st, ev)
+	case *replication.TransactionPayloadEvent:
+		return r.payloadEvent(st, e, batch)
+	case *replication.GenericEvent:
+		return r.genericEvent(st, ev, e, batch)
+	case *replication.HeartbeatEvent:
+		return heartbeatEvent(st, batch), nil
+	case *replication.FormatDescriptionEvent, *replication.RotateEvent,
+		*replication.PreviousGTIDsEvent, *replication.MariadbGTIDListEvent, *replication.MariadbBinlogCheckPointEvent,
+		*replication.IntVarEvent, *replication.RowsQueryEvent, *replication.MariadbAnnotateRowsEvent,
+		*replication.BeginLoadQueryEvent:
+		return batch, nil // nothing of a transaction's content (track follows rotations)
+	}
+	return batch, st.frame.other(ev)
+}
+
+// isGTIDEvent reports whether ev opens a group: a GTID event of either
+// flavor.
+func isGTIDEvent(ev *replication.BinlogEvent) bool {
+	switch ev.Event.(type) {
+	case *replication.GTIDEvent, *replication.GtidTaggedLogEvent, *replication.MariadbGTIDEvent:
+		return true
+	}
+	return false
+}
+
+// gtidEvent opens the group the GTID event starts.
+func gtidEvent(st *streamState, ev *replication.BinlogEvent) error {
+	gtid, at, shape, _, err := gtidOf(ev)
+	if err != nil {
+		return err
+	}
+	return st.frame.open(gtid, at, shape)
+}
+
+// rowsEvent appends the rows of a captured table (KindRows; held by the
+// framer when its group keeps them until its end). Rows of other tables
+// are not decoded (RowsEventDecodeFunc) and are dropped.
+func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *replication.RowsEvent, batch []Event) ([]Event, error) {
+	f := &st.frame
+	if e.Table == nil || !r.captured(e.Table.Schema, e.Table.Table) {
+		return batch, nil // RowsEventDecodeFunc leaves other tables' rows undecoded
+	}
+	if f.state != stateTx && f.state != stateXA {
+		return batch, fmt.Errorf("%w: rows of %s.%s outside BEGIN ... COMMIT (after %s)", ErrUnframed,
+			e.Table.Schema, e.Table.Table, f.gtid)
+	}
+	if len(e.Rows) == 0 {
+		return batch, nil
+	}
+	c, batch, err := r.tableOf(st, e.Table, batch)
+	if err != nil {
+		return batch, err
+	}
+	t := c.table
+	out := Event{Kind: KindRows, GTID: f.gtid, XID: f.xid, Table: t, Time: f.commitTime, Size: st.size}
+	switch e.Type() {
+	case replication.EnumRowsEventTypeInsert:
+		out.Op, out.Rows = OpInsert, e.Rows
+	case replication.EnumRowsEventTypeDelete:
+		out.Op, out.Rows = OpDelete, e.Rows
+	case replication.EnumRowsEventTypeUpdate:
+		out.Op = OpUpdate
+		for i := 1; i < len(e.Rows); i += 2 {
+			out.Rows = append(out.Rows, e.Rows[i])
+		}
+	default:
+		return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s", ErrUnframed, f.gtid, ev.Header.EventType, t)
+	}
+	if c.signs != nil {
+		if err := c.signs.apply(out.Rows, out.Op == OpInsert, t.String(), f.gtid); err != nil {
+			return batch, fmt.Errorf("read binlog: %w", err)
+		}
+	}
+	f.rows += len(out.Rows)
+	st.size = 0
+	if f.hold {
+		f.held = append(f.held, out)
+		return batch, nil
+	}
+	return append(batch, out), nil
+}
+
+// tableOf is the Table (columns, signedness plan) of tm: the one cached
+// for its table id while it matches, else built anew (a KindDDL note first
+// when the binlog's column names replace the tracked layout).
+func (r *Reader) tableOf(st *streamState, tm *replication.TableMapEvent, batch []Event) (*cachedTable, []Event, error) {
+	if c := st.tableCache[tm.TableID]; c != nil && c.matches(tm) {
+		return c, batch, nil
+	}
+	cols, note, err := r.columns(tm, st.frame.gtid)
+	if err != nil {
+		return nil, batch, err
+	}
+	if note != "" {
+		batch = append(batch, Event{Kind: KindDDL, GTID: st.frame.gtid, Note: note})
+		clear(st.tableCache)
+	}
+	t := &Table{Schema: string(tm.Schema), Name: string(tm.Table), Columns: cols,
+		Latin1: latin1Columns(tm, len(cols))}
+	unsigned, known := r.tracker.UnsignedColumns(t.Schema, t.Name)
+	c := newCachedTable(tm, t, planSigns(tm, cols, unsigned, known))
+	st.tableCache[tm.TableID] = c
+	return c, batch, nil
+}
+
+// tableMapEvent notes that the group touches a captured table.
+func (r *Reader) tableMapEvent(st *streamState, e *replication.TableMapEvent) error {
+	if r.captured(e.Schema, e.Table) {
+		st.frame.touched = true
+		return st.frame.checkUnknown()
+	}
+	return nil
+}
+
+// xidEvent ends a transaction with its commit (KindCommit).
+func (r *Reader) xidEvent(st *streamState, e *replication.XIDEvent, batch []Event) ([]Event, error) {
+	f := &st.frame
+	if e.GSet != nil {
+		f.set = e.GSet
+	}
+	if f.state != stateTx {
+		return batch, fmt.Errorf("%w: XID event outside BEGIN ... (after %s)", ErrUnframed, f.gtid)
+	}
+	out, err := f.close(KindCommit, "")
+	if err != nil {
+		return batch, err
+	}
+	return r.commit(st, out, batch), nil
+}
+
+// queryEvent gives a statement to the framer (BEGIN, COMMIT, XA ...,
+// savepoints, DDL, statement-logged changes): a warning it raised, and at
+// a group's end the DDL applied to the schema tracker and the group's end.
+func (r *Reader) queryEvent(st *streamState, e *replication.QueryEvent, batch []Event) ([]Event, error) {
+	f := &st.frame
+	out, closed, err := f.query(e)
+	if f.warning != "" {
+		batch = append(batch, Event{Kind: KindWarning, GTID: f.gtid, Note: f.warning})
+		f.warning = ""
+	}
+	if err != nil || !closed {
+		return batch, err
+	}
+	if out.stmt != "" {
+		if batch, err = r.applyDDL(st, out, batch); err != nil {
+			return batch, err
+		}
+	}
+	return r.commit(st, out, batch), nil
+}
+
+// payloadEvent converts the events of a MySQL compressed transaction
+// (binlog_transaction_compression): the transaction's events, XID
+// included, inside one event, whose (compressed) size is what the binlog
+// holds: inner events count nothing more.
+func (r *Reader) payloadEvent(st *streamState, e *replication.TransactionPayloadEvent, batch []Event) ([]Event, error) {
+	for _, inner := range e.Events {
+		st.size -= int(inner.Header.EventSize)
+		var err error
+		if batch, err = r.convert(st, inner, batch); err != nil {
+			return batch, err
+		}
+	}
+	if st.frame.state != stateIdle {
+		return batch, fmt.Errorf("%w: compressed transaction %s does not end inside its payload", ErrUnframed, st.frame.gtid)
+	}
+	return batch, nil
+}
+
+// genericEvent handles the events go-mysql does not decode: MySQL's XA
+// prepare ends its group (KindPrepare, xaPrepareEvent); the others listed
+// carry nothing of a transaction's content; any other is the framer's to
+// judge.
+func (r *Reader) genericEvent(st *streamState, ev *replication.BinlogEvent, e *replication.GenericEvent, batch []Event) ([]Event, error) {
+	switch ev.Header.EventType {
+	case xaPrepareLogEvent:
+		return r.xaPrepareEvent(st, e, batch)
+	case replication.RAND_EVENT, replication.USER_VAR_EVENT, replication.IGNORABLE_EVENT, replication.STOP_EVENT,
+		replication.TRANSACTION_CONTEXT_EVENT, replication.VIEW_CHANGE_EVENT, replication.MARIADB_START_ENCRYPTION_EVENT,
+		replication.HEARTBEAT_LOG_EVENT_V2, replication.PREVIOUS_GTIDS_EVENT:
+		return batch, nil
+	}
+	return batch, st.frame.other(ev)
+}
+
+// xaPrepareEvent ends an XA transaction's group with its prepare
+// (KindPrepare, or the commit of a one-phase XA commit).
+func (r *Reader) xaPrepareEvent(st *streamState, e *replication.GenericEvent, batch []Event) ([]Event, error) {
+	out, err := st.frame.prepare(e)
+	if err != nil {
+		return batch, err
+	}
+	return r.commit(st, out, batch), nil
+}
+
+// heartbeatEvent appends a KindHeartbeat between transactions: the server
+// had nothing more to send.
+func heartbeatEvent(st *streamState, batch []Event) []Event {
+	if st.frame.state == stateIdle {
+		batch = append(batch, Event{Kind: KindHeartbeat, Time: time.Now()})
+	}
+	return batch
+}
+
+// applyDDL gives a standalone statement to the schema tracker. When the
+// binlog carries column names, those are the truth and a statement the
+// tracker cannot follow is only reported; otherwise it stops the relay.
+func (r *Reader) applyDDL(st *streamState, out frameOut, batch []Event) ([]Event, error) {
+	gtid := st.frame.gtid
+	changed, err := r.tracker.ApplyMode(out.stmtDB, out.stmt, out.stmtMode)
+	// The statement's text, and the tracker's error about it, can hold a
+	// password (GRANT ... IDENTIFIED BY): both are redacted.
+	stmt := RedactStatement(out.stmt)
+	note := func(format string, a ...any) string { return RedactIn(fmt.Sprintf(format, a...), out.stmt) }
+	switch {
+	case errors.Is(err, schema.ErrUnparsed) && !r.srv.ColumnNames:
+		return batch, redactedError{fmt.Errorf("read binlog at %s: %w (statement: %.200s)", gtid, err, stmt), out.stmt}
+	case errors.Is(err, schema.ErrIgnored):
+		batch = append(batch, Event{Kind: KindIgnored, GTID: gtid, Note: note("%v (statement: %.200s)", err, stmt)})
+	case err != nil:
+		batch = append(batch, Event{Kind: KindWarning, GTID: gtid, Note: note("%v (statement: %.200s); the binlog's "+
+			"column names are used", err, stmt)})
+	case changed:
+		batch = append(batch, Event{Kind: KindDDL, GTID: gtid, Note: note("schema changed: %.200s", stmt)})
+	}
+	if changed {
+		clear(st.tableCache)
+	}
+	return batch, nil
+}
+
+// columns is the layout of a captured table for a rows event: the binlog's
+// own column names when it carries them (they replace a tracked layout
+// that disagrees: note says so), else the layout tracked from DDL.
+func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) (cols []string, note string, err error) {
+	db, tbl := string(tm.Schema), string(tm.Table)
+	tracked, known := r.tracker.Columns(db, tbl)
+	names := tm.ColumnNameString()
+	if len(names) > 0 {
+		if r.tracker.Learn(db, tbl, names, binlogUnsigned(tm, names), hasSignedness(tm)) && known {
+			note = fmt.Sprintf("layout of %s.%s from the binlog's column names %v replaces the one tracked from DDL %v", db, tbl, names, tracked)
+		}
+		return names, note, nil
+	}
+	if !known {
+		return nil, "", fmt.Errorf("%w: table %s.%s at %s: set binlog_row_metadata=FULL on the server, or start where the binlog "+
+			"still holds its CREATE TABLE (or at `now`, with SELECT granted on it)", ErrNoColumnNames, db, tbl, gtid)
+	}
+	if err := r.tracker.Verify(db, tbl, tm.ColumnType); err != nil {
+		return nil, "", fmt.Errorf("%w: %s.%s at %s: %w; nothing of it is published: if the table's definition has not changed "+
+			"since, record it with `outbox-relay checkpoint set --gtid SET --schema server` (SET: the checkpoint's GTID set, from "+
+			"`outbox-relay checkpoint show`); binlog_row_metadata=FULL on the server spares this for rows written after it is set "+
+			"(they carry their column names)", ErrSchemaMismatch, db, tbl, gtid, err)
+	}
+	if len(tracked) != int(tm.ColumnCount) {
+		return nil, "", fmt.Errorf("%w: %s.%s at %s: the row has %d columns, DDL read so far gives %d (%v)",
+			ErrSchemaMismatch, db, tbl, gtid, tm.ColumnCount, len(tracked), tracked)
+	}
+	return tracked, "", nil
+}
+
+// commit appends the end of a group: a commit, an XA prepare or an XA
+// rollback, with the GTID set including it.
+func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
+	f := &st.frame
+	if len(f.held) > 0 { // what the group kept: its rows come out at its end
+		batch = append(batch, f.held...)
+		clear(f.held)
+		f.held = f.held[:0]
+	}
+	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, OnePhase: out.onePhase, Set: out.set, Schema: r.tracker.Tables(), Unsigned: r.tracker.Unsigned(),
+		Provisional: r.tracker.Provisional(), Time: f.commitTime, Size: st.size}
+	st.size = 0
+	return append(batch, ev)
+}

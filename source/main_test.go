@@ -1,0 +1,13 @@
+package source
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests when a goroutine they started is still
+// running once they have all ended.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
