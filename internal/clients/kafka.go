@@ -101,11 +101,8 @@ func (k Kafka) CheckpointStore() *checkpoint.Store {
 // rows, then the reader caught up) goes to the broker in one produce
 // request with its checkpoint record instead of two. A broker handles one
 // request per connection at a time, so two requests cost two round trips
-// before EndTxn in every transaction. Apache Kafka 4.1 on this 2-core
-// machine, 1,000 one-row transactions/s, interleaved pairs: 1 ms against
-// 0, p50 7.0 against 7.5 ms and p99 19.8 against 23.5 ms (medians of five
-// pairs); 5 ms against 1 ms, no worse (four pairs); bulk and one-row
-// catch-up unchanged (two rounds each).
+// before EndTxn in every transaction. BENCHMARKS.md ("Exactly-once producer
+// linger") has the latency figures behind 5 ms.
 const minExactlyOnceLinger = 5 * time.Millisecond
 
 // exactlyOnceLinger is the producer linger of an exactly-once relay with
