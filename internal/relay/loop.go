@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -26,8 +25,8 @@ type loop struct {
 	srv *binlog.Server
 	// sink is the lane the batch being built goes to; lanes are all of
 	// them, in turn (commit.go: one, or two transactional ids).
-	sink  *sink
-	lanes []*sink
+	sink  sink
+	lanes []sink
 
 	// set covers every source transaction fully handed to the sink.
 	set    mysql.GTIDSet
@@ -106,13 +105,13 @@ type loop struct {
 	doneHit  bool
 }
 
-func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s *sink) (*loop, error) {
+func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s sink) (*loop, error) {
 	set, err := binlog.ParseSet(srv.Flavor, from)
 	if err != nil {
 		return nil, fmt.Errorf("start position: %w", err)
 	}
 	now := time.Now()
-	l := &loop{r: r, srv: srv, sink: s, lanes: []*sink{s}, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
+	l := &loop{r: r, srv: srv, sink: s, lanes: []sink{s}, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
 		topicCounters: map[topicOutcome]prometheus.Counter{}, lastCheckpoint: now, lastProgress: now}
 	l.setLimit(r.batchLimit(), now)
 	if cp != nil {
@@ -134,17 +133,9 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 	return l, nil
 }
 
-// addLane adds a second exactly-once sink, with a transactional id of its
-// own; batches alternate between the lanes (commit.go). Before each commit
-// it checks, through check (a client of its own, no transactional id),
-// that the first lane's id is still this instance's (lanes.go).
-func (l *loop) addLane(s *sink, check *kgo.Client) {
-	l.lanes[0].keepEpoch = true
-	s.follows = l.lanes[0]
-	// What one lane learned of a topic holds for both (created once,
-	// a refusal to create it logged once, read again once per attempt).
-	s.topics, s.reread = l.lanes[0].topics, l.lanes[0].reread
-	s.checkAdm = kadm.NewClient(check)
+// addLane adds a second sink (newLane: a transactional id of its own);
+// batches alternate between the lanes (commit.go).
+func (l *loop) addLane(s sink) {
 	l.lanes = append(l.lanes, s)
 }
 
@@ -321,15 +312,15 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 			if err := l.onQuiet(work); err != nil {
 				return l.stop(err)
 			}
-		case res := <-l.inflightDone(): // exactly-once only
+		case res := <-l.inflightDone(): // a commit running in the background
 			if err := l.committed(work, res); err != nil {
 				return err
 			}
-		case <-l.inflightFlushed(): // exactly-once, two lanes
+		case <-l.inflightFlushed(): // two lanes
 			if err := l.release(work); err != nil {
 				return err
 			}
-		case <-l.sink.acked: // at-least-once only
+		case <-l.sink.acked(): // a sealed batch may be acknowledged
 			cp, err := l.sink.drain()
 			if err != nil {
 				return err
@@ -669,12 +660,12 @@ func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
 
 func (l *loop) onTick(ctx context.Context, now time.Time) error {
 	cfg := l.r.cfg.Kafka
-	if err := l.sink.place.changedWhileRunning(); err != nil {
+	if err := l.sink.placements().changedWhileRunning(); err != nil {
 		return err
 	}
 	l.progress(now)
 	l.recoverLimit(now)
-	cp, err := l.sink.drain() // at-least-once; a no-op exactly-once
+	cp, err := l.sink.drain() // a checkpoint of acknowledged batches, if any
 	if err != nil {
 		return err
 	}
