@@ -9,7 +9,7 @@ DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-demo test test-unit test-integration test-kafka fuzz demo bench bench-kafka bench-debezium vet clean release image image-docker
+.PHONY: all build deps deps-demo test test-unit test-integration test-kafka fuzz demo bench bench-kafka bench-audit bench-debezium vet clean release image image-docker
 
 all: build
 
@@ -95,6 +95,7 @@ test-kafka: deps
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./router/ -run '^$$' -fuzz FuzzRoute -fuzztime $(FUZZTIME)
+	$(GO) test ./router/ -run '^$$' -fuzz '^FuzzTraceHeaders$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzDecodeInsertRows$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
 
@@ -115,6 +116,13 @@ bench: deps
 
 bench-kafka: deps
 	$(GO) run ./bench $(BENCH_ARGS) -brokers kafka -out BENCHMARKS.md
+
+# bench-audit: publishes BENCH_AUDIT_N outbox rows and times `outbox-relay
+# audit` over them (rows/s, peak RSS); prints its section, kept by hand in
+# BENCHMARKS.md. BENCH_AUDIT_N=100000 for a quick run.
+BENCH_AUDIT_N ?= 1000000
+bench-audit: deps
+	$(GO) run ./bench -sections audit -audit-n $(BENCH_AUDIT_N) $(if $(BENCH_KAFKA),-kafka $(BENCH_KAFKA)) -brokers $(BENCH_BROKERS)
 
 # bench-debezium (not in CI; needs Java 17+ and Maven): Debezium 3.6.1's MySQL
 # connector + outbox EventRouter on Kafka Connect standalone

@@ -20,6 +20,9 @@
 //
 // Each part runs on kfake and on Apache Kafka (-brokers, -kafka).
 //
+// -sections audit (make bench-audit, not in the default) publishes
+// -audit-n rows and times `outbox-relay audit` over them (audit.go).
+//
 // -sections debezium (make bench-debezium, not in the default) runs
 // Debezium's MySQL connector with the outbox EventRouter on Kafka Connect
 // standalone side by side with the relay and compares their records
@@ -77,12 +80,14 @@ func main() {
 	brokerThreads := flag.Bool("broker-threads", false, "print the broker's CPU time per thread name (request handlers, JIT, GC) for every baseline and relay catch-up run to stderr")
 	brokerGC := flag.Bool("broker-gc", true, "have Apache Kafka's JVM collect its heap (jcmd GC.run) before each timed catch-up run, so that no run pays for the garbage of the run before it")
 	latencyProfiles := flag.String("latency-profiles", "", "write the relay's CPU profile of each latency run into this directory (DELIVERY-RATE-PERTX.pprof)")
+	auditN := flag.Int("audit-n", 1_000_000, "outbox rows the audit section (-sections audit, not in the default) publishes and then audits")
 	relayBin := flag.String("relay-bin", "", "measure this relay binary instead of building ./cmd/outbox-relay (to compare two builds)")
 	flag.Parse()
 	o := options{relayBin: *relayBin, n: *n, bigTx: *bigTx, latencySeconds: *latencySeconds, rounds: *rounds, out: *out,
 		brokers: strings.Split(*brokers, ","), kafkaAddr: *kafkaAddr, sections: map[string]bool{}, args: strings.Join(os.Args[1:], " "),
 		debeziumShapes: strings.Split(*dbzShapes, ","), shapes: strings.Split(*shapes, ",")}
 	o.linger = *linger
+	o.auditN = *auditN
 	o.lanes = *lanes
 	o.latencyProfiles = *latencyProfiles
 	o.brokerThreads = *brokerThreads

@@ -72,6 +72,7 @@ type options struct {
 	latencyProfiles                  string        // a directory for the relay's CPU profile of each latency run
 	brokerThreads                    bool          // print the broker's CPU per thread for each catch-up run
 	noBrokerGC                       bool          // -broker-gc=false
+	auditN                           int           // rows of the audit section
 }
 
 func run(o options) error {
@@ -218,6 +219,11 @@ func (h *harness) brokerPart(self, kind, desc string, o options, loads map[strin
 	if o.sections["debezium"] {
 		if err := h.debeziumSection(loads, o.debeziumShapes, o.n, o.rounds, o.latencySeconds); err != nil {
 			return fmt.Errorf("debezium: %w", err)
+		}
+	}
+	if o.sections["audit"] {
+		if err := h.auditSection(loads, o.auditN); err != nil {
+			return err
 		}
 	}
 	if o.sections["profile"] && o.sections["catchup"] {

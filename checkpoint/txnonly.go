@@ -17,7 +17,7 @@ import (
 // tombstone would even send it back to source.start). A record cannot tell
 // which transactional id wrote it, so a principal that may write the topic
 // transactionally can still forge one: give each pipeline its own topic
-// and ACLs (README, Security).
+// and ACLs (docs/security.md, "Checkpoints").
 
 // ErrNotTransactional is matched (errors.Is) by the error Load returns,
 // with TransactionalOnly, when the newest record of a name was not written

@@ -20,6 +20,11 @@
 //
 // Works with outbox-relay's exactly-once and at-least-once delivery alike:
 // the event id (record header "id") is the key, not the offset.
+//
+// Tracing: each record is handled in an OpenTelemetry consumer span
+// ("process <topic>", Store.TracerProvider), a child of the trace context
+// in the record's traceparent/tracestate headers (router.tracing_column);
+// the handler's ctx carries it.
 package inbox
 
 import (
@@ -33,6 +38,7 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultTable is the article's consumed-event table.
@@ -117,6 +123,10 @@ type Store struct {
 	// AfterCommit, when set, runs after the database commit and before the
 	// caller commits the offset (tests and the demo crash the process here).
 	AfterCommit func(r *kgo.Record, o Outcome)
+	// TracerProvider makes the span of each record's handling, a child of
+	// the record's traceparent header (startSpan); nil: otel's global
+	// provider (a no-op unless the application set one).
+	TracerProvider trace.TracerProvider
 
 	cols columnCheck // the table's key columns, checked once
 }
@@ -131,7 +141,9 @@ func (s *Store) Handle(ctx context.Context, r *kgo.Record, h Handler) (Outcome, 
 	if err != nil {
 		return 0, fmt.Errorf("handle record: %w", err)
 	}
+	ctx, span := s.startSpan(ctx, r, id)
 	out, err := s.apply(ctx, id, r, h)
+	endSpan(span, out, err)
 	if err != nil {
 		return 0, fmt.Errorf("handle event %s (topic %s partition %d offset %d): %w", id, r.Topic, r.Partition, r.Offset, err)
 	}

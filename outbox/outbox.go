@@ -17,6 +17,11 @@
 //     re-sent event must keep its original id: consumers dedupe on it).
 //   - Column names follow outbox-relay's router.* settings (Columns); the
 //     default is the article's table, DebeziumColumns Debezium's.
+//   - Trace context: when Columns.TracingSpanContext names the table's
+//     router.tracing_column, Write stores the span context of its ctx there
+//     (W3C Trace Context, as Debezium's serialized span context:
+//     "traceparent=..." and "tracestate=..." lines), NULL without one; the
+//     relay turns it into the record's traceparent/tracestate headers.
 package outbox
 
 import (
@@ -67,6 +72,10 @@ type Columns struct {
 	// Timestamp, when set, is written from Event.Timestamp; when empty the
 	// table's default (created_at DEFAULT CURRENT_TIMESTAMP(3)) applies.
 	Timestamp string
+	// TracingSpanContext, when set, is written with the trace context of
+	// Write's ctx (router.tracing_column; Debezium's tracingspancontext).
+	// Leave it empty for a table without the column.
+	TracingSpanContext string
 }
 
 // DefaultColumns is the article's table (router preset outbox).
@@ -177,10 +186,11 @@ func (w *Writer) Write(ctx context.Context, tx *sql.Tx, events ...Event) ([]stri
 	}
 	cols := w.columns(extra)
 	now := w.now().UTC()
+	trace := spanContext(ctx)
 	maxRows := maxPlaceholders / len(cols) // one placeholder per column per row
 	for start := 0; start < len(evs); start += maxRows {
 		chunk := evs[start:min(len(evs), start+maxRows)]
-		q, args, err := w.insert(cols, extra, chunk, now)
+		q, args, err := w.insert(cols, extra, chunk, now, trace)
 		if err != nil {
 			return nil, fmt.Errorf("write outbox: %w", err)
 		}
@@ -200,6 +210,9 @@ func (w *Writer) columns(extra []string) []string {
 	c = append(c, w.cols.Payload)
 	if w.cols.Timestamp != "" {
 		c = append(c, w.cols.Timestamp)
+	}
+	if w.cols.TracingSpanContext != "" {
+		c = append(c, w.cols.TracingSpanContext)
 	}
 	return append(c, extra...)
 }
@@ -228,7 +241,7 @@ func (w *Writer) check(e *Event) error {
 	return nil
 }
 
-func (w *Writer) insert(cols, extra []string, evs []Event, now time.Time) (string, []any, error) {
+func (w *Writer) insert(cols, extra []string, evs []Event, now time.Time, trace any) (string, []any, error) {
 	var b strings.Builder
 	b.WriteString("INSERT INTO ")
 	b.WriteString(w.table)
@@ -264,6 +277,9 @@ func (w *Writer) insert(cols, extra []string, evs []Event, now time.Time) (strin
 				ts = now
 			}
 			args = append(args, ts.UTC())
+		}
+		if w.cols.TracingSpanContext != "" {
+			args = append(args, trace)
 		}
 		for _, k := range extra {
 			v, ok := e.Extra[k]

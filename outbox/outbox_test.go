@@ -51,7 +51,7 @@ func TestInsertIsOneMultiRowStatement(t *testing.T) {
 		{ID: "a", AggregateType: "t", AggregateID: "1", Type: "x", Payload: []byte(`{}`), Extra: map[string]any{"tenant": "t1"}},
 		{ID: "b", AggregateType: "t", AggregateID: "2", Type: "x", Payload: []byte(`[]`)},
 	}
-	q, args, err := w.insert(w.columns([]string{"tenant"}), []string{"tenant"}, evs, now)
+	q, args, err := w.insert(w.columns([]string{"tenant"}), []string{"tenant"}, evs, now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,6 +106,9 @@ func CreateTable(flavor Flavor, spec TableSpec) (string, error) {
 	for _, a := range spec.Additional {
 		steps = append(steps, struct{ name, def string }{a, "VARCHAR(255)  NULL"})
 	}
+	if c.TracingSpanContext != "" {
+		steps = append(steps, struct{ name, def string }{c.TracingSpanContext, "VARCHAR(1024) NULL COMMENT 'W3C trace context: traceparent=/tracestate= lines'"})
+	}
 	steps = append(steps, struct{ name, def string }{timeCol, "DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3)"})
 	for _, s := range steps {
 		if err := add(s.name, s.def); err != nil {

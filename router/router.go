@@ -39,6 +39,9 @@ var ErrBadRow = errors.New("bad outbox row")
 const (
 	FormatPayload  = "payload"  // the payload bytes exactly as stored (default)
 	FormatEnvelope = "envelope" // a JSON object with the event's fields and the payload embedded as JSON
+	// FormatCloudEvents: a CloudEvents 1.0 event, Kafka protocol binding
+	// (CloudEventsMode structured or binary); see cloudevents.go.
+	FormatCloudEvents = "cloudevents"
 )
 
 // Placements of an additional column.
@@ -78,6 +81,17 @@ type Config struct {
 	SkipMissingAdditional bool
 	// NullPayloadError makes a NULL payload a bad row instead of a tombstone.
 	NullPayloadError bool
+	// TracingColumn, when set, holds the row's trace context (a W3C
+	// traceparent, or Debezium's serialized span context): it becomes the
+	// record's traceparent and tracestate headers. A row without the
+	// column, or with NULL or "", gets none; an invalid value gets none and
+	// Record.TraceInvalid says why.
+	TracingColumn string
+	// CloudEventsMode (structured, the default, or binary) and
+	// CloudEventsSource (the source attribute, a URI-reference) apply to
+	// Format cloudevents.
+	CloudEventsMode   string
+	CloudEventsSource string
 }
 
 // Header is one record header; an alias so records pass to the Kafka client
@@ -96,6 +110,10 @@ type Record struct {
 	// partition); otherwise the key decides.
 	Partition    int32
 	HasPartition bool
+	// TraceInvalid is why the tracing column's value was passed over (the
+	// record has no trace headers); "" when it was valid or empty. The
+	// record is still good: callers count and log it.
+	TraceInvalid string
 }
 
 // Row is one inserted outbox row: column names and values, in table order,
@@ -124,8 +142,22 @@ func New(cfg Config) (*Router, error) {
 	case "":
 		cfg.Format = FormatPayload
 	case FormatPayload, FormatEnvelope:
+	case FormatCloudEvents:
+		switch cfg.CloudEventsMode {
+		case "":
+			cfg.CloudEventsMode = ModeStructured
+		case ModeStructured, ModeBinary:
+		default:
+			return nil, fmt.Errorf("new router: cloudevents mode %q: want structured or binary", cfg.CloudEventsMode)
+		}
+		if cfg.CloudEventsSource == "" {
+			return nil, errors.New("new router: value format cloudevents needs a source")
+		}
+		if cfg.EventTypeColumn == "" {
+			return nil, errors.New("new router: value format cloudevents needs an event type column (the type attribute)")
+		}
 	default:
-		return nil, fmt.Errorf("new router: value format %q: want payload or envelope", cfg.Format)
+		return nil, fmt.Errorf("new router: value format %q: want payload, envelope or cloudevents", cfg.Format)
 	}
 	for _, f := range cfg.Additional {
 		if f.Column == "" {
@@ -199,10 +231,30 @@ func (r *Router) Route(row Row) (Record, error) {
 		}
 		rec.Timestamp = ts
 	}
-	rec.Headers = make([]Header, 1, 2+len(c.Additional))
+	if c.Format == FormatCloudEvents && eventType == "" {
+		return rec, fmt.Errorf("%w: column %q is missing, NULL or empty: a CloudEvent's type attribute is required", ErrBadRow, c.EventTypeColumn)
+	}
+	headers := 2 + len(c.Additional)
+	var traceParent, traceState string
+	if c.TracingColumn != "" {
+		if traceParent, traceState, err = r.trace(row); err != nil {
+			rec.TraceInvalid = err.Error()
+		}
+		headers += 2
+	}
+	if c.Format == FormatCloudEvents {
+		headers += 7
+	}
+	rec.Headers = make([]Header, 1, headers)
 	rec.Headers[0] = Header{Key: "id", Value: []byte(eventID)}
 	if eventType != "" {
 		rec.Headers = append(rec.Headers, Header{Key: "type", Value: []byte(eventType)})
+	}
+	if traceParent != "" {
+		rec.Headers = append(rec.Headers, Header{Key: "traceparent", Value: []byte(traceParent)})
+		if traceState != "" {
+			rec.Headers = append(rec.Headers, Header{Key: "tracestate", Value: []byte(traceState)})
+		}
 	}
 	var envelopeExtra []envelopeField
 	for _, f := range c.Additional {
@@ -253,7 +305,38 @@ func (r *Router) Route(row Row) (Record, error) {
 			return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.PayloadColumn, err)
 		}
 	}
+	if c.Format == FormatCloudEvents {
+		a := newCEAttrs(eventID, c.CloudEventsSource, eventType, aggID, rec.Timestamp, payload)
+		if c.CloudEventsMode == ModeStructured && payload != nil {
+			rec.Value = a.structured(payload)
+			rec.Headers = append(rec.Headers, Header{Key: "content-type", Value: []byte(ContentTypeCloudEventsJSON)})
+		} else {
+			rec.Headers = a.headers(rec.Headers)
+		}
+	}
 	return rec, nil
+}
+
+// trace reads the tracing column: a missing column, NULL or "" is no
+// context; a value of another type or one that is not a valid context is
+// an error (the caller passes it over).
+func (r *Router) trace(row Row) (parent, state string, err error) {
+	i := index(row, r.cfg.TracingColumn)
+	if i < 0 {
+		return "", "", nil
+	}
+	var v string
+	switch t := row.Values[i].(type) {
+	case nil:
+		return "", "", nil
+	case string:
+		v = t
+	case []byte:
+		v = string(t)
+	default:
+		return "", "", fmt.Errorf("column %q has unsupported type %T", r.cfg.TracingColumn, t)
+	}
+	return traceHeaders(v)
 }
 
 func index(row Row, name string) int {

@@ -260,7 +260,7 @@ func readDeadLetters(ctx context.Context, kopts []kgo.Opt, ends, from map[string
 			return ctx.Err()
 		}
 		if expired {
-			return fmt.Errorf("read dead-letter topics: no record for 30s with %d partitions unread", left)
+			return fmt.Errorf("read topics: no record for 30s with %d partitions unread", left)
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("read %s[%d]: %w", t, p, err) })

@@ -90,16 +90,23 @@ func TestJSONOutputOneCompactDocument(t *testing.T) {
 		"checkpoint history": {[]string{"checkpoint", "history"}, '['},
 		"dead-letter list":   {[]string{"dead-letter", "list"}, '['},
 	}
+	// Commands that need a database: their kit tests check the form.
+	elsewhere := map[string]string{"audit": "internal/kititest/audit_test.go"}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Flags().Lookup("json") != nil {
 			name := strings.TrimPrefix(c.CommandPath(), "outbox-relay ")
 			tc, ok := cases[name]
-			if !ok {
+			if _, there := elsewhere[name]; there {
+				ok = true
+			} else if !ok {
 				t.Errorf("%s has --json and no case in this test: add one", name)
 				return
 			}
 			t.Run(name, func(t *testing.T) {
+				if where, there := elsewhere[name]; there {
+					t.Skipf("needs a database: checked in %s", where)
+				}
 				_, stdout, stderr := runStdout(t, append(tc.args, "--config", cfgPath, "--json")...)
 				if !strings.HasSuffix(stdout, "\n") || strings.Count(stdout, "\n") != 1 {
 					t.Fatalf("want one line ended by a newline, got %q (stderr %s)", stdout, stderr)

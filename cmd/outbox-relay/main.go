@@ -39,7 +39,7 @@ func commands() []command {
 // cobraCommands lists the subcommands built as cobra commands.
 func cobraCommands() []*cobra.Command {
 	return []*cobra.Command{newRunCmd(), newCheckCmd(), newCheckpointCmd(), newDevCmd(), newVersionCmd(),
-		newSchemaCmd(), newPruneCmd(), newReplayCmd(), newDeadLetterCmd(), newConfigCmd()}
+		newSchemaCmd(), newPruneCmd(), newReplayCmd(), newDeadLetterCmd(), newConfigCmd(), newAuditCmd()}
 }
 
 // errUsage marks a command-line mistake: exit code 2.

@@ -86,7 +86,7 @@ func newRunCmd() *cobra.Command {
 		Long: `run streams the binlog from the checkpoint (or source.start), publishes every
 committed outbox row and stores the position in Kafka. On SIGINT/SIGTERM it
 commits the work in hand, writes a final checkpoint and exits 0; SIGHUP,
-SIGUSR1 and SIGUSR2 are logged and ignored (README "Signals"). Other exit
+SIGUSR1 and SIGUSR2 are logged and ignored (docs/cli.md "Signals"). Other exit
 codes: 1 error, 2 command-line mistake, 65 fatal data stop, 66 purged
 position, 75 transient failure, 78 configuration error (README "Exit codes").`,
 		Example: `  outbox-relay run --config relay.yaml

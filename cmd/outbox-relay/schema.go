@@ -18,7 +18,7 @@ func newSchemaCmd() *cobra.Command {
 		Short: "print the CREATE TABLE of each captured outbox table for the router's columns",
 		Long: `schema prints, for every table in source.tables, the CREATE TABLE that matches
 the router settings (router.preset outbox or debezium, the *_column names,
-timestamp, schema version and additional columns), for MySQL 8.0+ and/or
+timestamp, schema version, tracing and additional columns), for MySQL 8.0+ and/or
 MariaDB 10.6+ (source.flavor; auto prints both). Nothing is connected to.
 --consumed-event adds the idempotent consumer's table (package inbox).`,
 		Example: `  outbox-relay schema --config relay.yaml
@@ -91,5 +91,6 @@ func writerColumns(rc config.RouterConfig) outbox.Columns {
 	return outbox.Columns{
 		EventID: rc.EventIDColumn, AggregateType: rc.AggregateTypeColumn, AggregateID: rc.AggregateIDColumn,
 		EventType: rc.EventTypeColumn, Payload: rc.PayloadColumn, Timestamp: strings.TrimSpace(rc.TimestampColumn),
+		TracingSpanContext: rc.TracingColumn,
 	}
 }

@@ -38,6 +38,10 @@ router:
 			t.Errorf("no %q in:\n%s", want, s)
 		}
 	}
+	// preset debezium reads Debezium's tracingspancontext; outbox has none
+	if n := strings.Count(s, "`tracingspancontext` VARCHAR(1024) NULL"); n != 2 {
+		t.Errorf("%d tracingspancontext columns, want one per flavor in the debezium table:\n%s", n, s)
+	}
 	if n := strings.Count(s, "CREATE TABLE"); n != 6 {
 		t.Errorf("%d CREATE TABLEs, want 6 (2 tables + consumed_event, 2 flavors)", n)
 	}

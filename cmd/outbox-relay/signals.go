@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Signals of `run` (README "Signals"):
+// Signals of `run` (docs/cli.md "Signals"):
 //
 //   - SIGTERM, SIGINT: stop cleanly: commit what is held, write the final
 //     checkpoint, exit 0.

@@ -185,7 +185,7 @@ type Kafka struct {
 	// OnPartitionsAdded is what the relay does when an output topic's
 	// partition count differs from the one its checkpoint recorded: keep
 	// (default) places keys by the recorded count, adopt takes the new
-	// one, stop stops. See README "Partitions added to an output topic".
+	// one, stop stops. See docs/outbox-table.md "Partitions added to an output topic".
 	OnPartitionsAdded PartitionsAdded `yaml:"on_partitions_added"`
 }
 
@@ -327,6 +327,7 @@ func defaults() Config {
 			Preset:            "outbox",
 			TopicPrefix:       "outbox.event.",
 			ValueFormat:       "payload",
+			CloudEventsMode:   "structured",
 			NullPayload:       "tombstone",
 			AdditionalMissing: "error",
 			OnError:           "fail",

@@ -232,6 +232,9 @@ func TestPerTableInheritsEverySetting(t *testing.T) {
   dead_letter_topic: dlq
   invalid_op: fatal
   additional_fields: [{column: c, placement: header}]
+  cloudevents_mode: binary
+  cloudevents_source: urn:alarms
+  tracing_column: trace
   tables:
     app.other:
       topic_prefix: other.

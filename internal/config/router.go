@@ -1,10 +1,13 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -24,7 +27,18 @@ type RouterConfig struct {
 	TimestampColumn     string      `yaml:"timestamp_column"`      // optional: record timestamp instead of the commit time
 	SchemaVersionColumn string      `yaml:"schema_version_column"` // optional: envelope schemaVersion
 	TopicPrefix         string      `yaml:"topic_prefix"`
-	ValueFormat         ValueFormat `yaml:"value_format"` // payload | envelope
+	ValueFormat         ValueFormat `yaml:"value_format"` // payload | envelope | cloudevents
+	// CloudEventsMode: structured (the value is a CloudEvents JSON event) or
+	// binary (the value is the payload, the attributes ce_* headers), with
+	// value_format cloudevents.
+	CloudEventsMode CloudEventsMode `yaml:"cloudevents_mode"`
+	// CloudEventsSource is the CloudEvents source attribute (a
+	// URI-reference); empty: /outbox-relay/<name>/<db.table>.
+	CloudEventsSource string `yaml:"cloudevents_source"`
+	// TracingColumn holds each row's trace context (a W3C traceparent, or
+	// Debezium's serialized span context): it becomes the record's
+	// traceparent and tracestate headers. Preset debezium: tracingspancontext.
+	TracingColumn string `yaml:"tracing_column"`
 	// AdditionalFields copies more columns into headers or the envelope.
 	AdditionalFields []AdditionalField `yaml:"additional_fields"`
 	// NullPayload: tombstone (a record with a null value) or error.
@@ -70,6 +84,9 @@ func (r RouterConfig) For(table string) RouterConfig {
 	if o.Preset != "" && o.Preset != r.Preset {
 		// a different preset renames the columns the table does not set
 		out.EventIDColumn, out.AggregateTypeColumn, out.AggregateIDColumn, out.EventTypeColumn, out.PayloadColumn = "", "", "", "", ""
+		if out.TracingColumn == presetTracingColumn[r.Preset] {
+			out.TracingColumn = ""
+		}
 	}
 	ov, dst := reflect.ValueOf(o), reflect.ValueOf(&out).Elem()
 	for i := range ov.NumField() {
@@ -107,6 +124,7 @@ type AdditionalField struct {
 type (
 	Preset            string // router.preset
 	ValueFormat       string // router.value_format
+	CloudEventsMode   string // router.cloudevents_mode
 	NullPayload       string // router.null_payload
 	AdditionalMissing string // router.additional_missing
 	OnError           string // router.on_error
@@ -121,6 +139,11 @@ const (
 
 	FormatPayload  ValueFormat = "payload"
 	FormatEnvelope ValueFormat = "envelope"
+	// FormatCloudEvents is CloudEvents 1.0 over the Kafka protocol binding.
+	FormatCloudEvents ValueFormat = "cloudevents"
+
+	CloudEventsStructured CloudEventsMode = "structured"
+	CloudEventsBinary     CloudEventsMode = "binary"
 
 	NullPayloadTombstone NullPayload = "tombstone"
 	NullPayloadError     NullPayload = "error"
@@ -145,11 +168,18 @@ var presets = map[Preset][5]string{ // event id, aggregate type, aggregate id, e
 	"debezium": {"id", "aggregatetype", "aggregateid", "type", "payload"},
 }
 
+// presetTracingColumn is router.tracing_column's default by preset:
+// Debezium's tracing.span.context.field default; none for outbox.
+var presetTracingColumn = map[Preset]string{"debezium": "tracingspancontext"}
+
 // applyPreset fills unset router columns from the preset.
 func (r *RouterConfig) applyPreset() {
 	p, ok := presets[r.Preset]
 	if !ok {
 		return // Validate reports it
+	}
+	if r.TracingColumn == "" {
+		r.TracingColumn = presetTracingColumn[r.Preset]
 	}
 	for i, f := range []*string{&r.EventIDColumn, &r.AggregateTypeColumn, &r.AggregateIDColumn, &r.EventTypeColumn, &r.PayloadColumn} {
 		if *f == "" {
@@ -170,7 +200,23 @@ func (r RouterConfig) validate() []error {
 			bad("%s: %q: write %s", key, v, orList(allowed))
 		}
 	}
-	oneOf("value_format", string(r.ValueFormat), string(FormatPayload), string(FormatEnvelope))
+	oneOf("value_format", string(r.ValueFormat), string(FormatPayload), string(FormatEnvelope), string(FormatCloudEvents))
+	oneOf("cloudevents_mode", string(r.CloudEventsMode), string(CloudEventsStructured), string(CloudEventsBinary))
+	if r.ValueFormat == FormatCloudEvents && r.EventTypeColumn == "" {
+		bad("event_type_column: empty: value_format cloudevents needs it (the required type attribute)")
+	}
+	if r.CloudEventsSource != "" {
+		if err := checkURIReference(r.CloudEventsSource); err != nil {
+			bad("cloudevents_source: %q: %v", r.CloudEventsSource, err)
+		}
+	}
+	if r.TracingColumn != "" {
+		for i, f := range r.AdditionalFields {
+			if name := cmp.Or(f.Alias, f.Column); f.Placement == PlaceHeader && (name == "traceparent" || name == "tracestate") {
+				bad("additional_fields[%d]: header %s would duplicate the trace header of tracing_column %s: remove one", i, name, r.TracingColumn)
+			}
+		}
+	}
 	oneOf("null_payload", string(r.NullPayload), string(NullPayloadTombstone), string(NullPayloadError))
 	oneOf("additional_missing", string(r.AdditionalMissing), string(AdditionalMissingError), string(AdditionalMissingSkip))
 	oneOf("on_error", string(r.OnError), string(OnErrorFail), string(OnErrorDeadLetter))
@@ -216,6 +262,29 @@ func (r RouterConfig) validate() []error {
 		}
 	}
 	return errs
+}
+
+// CloudEventsSourceFor is the CloudEvents source attribute of table's
+// records: cloudevents_source, else /outbox-relay/<pipeline>/<db.table>.
+func (r RouterConfig) CloudEventsSourceFor(pipeline, table string) string {
+	if r.CloudEventsSource != "" {
+		return r.CloudEventsSource
+	}
+	return "/outbox-relay/" + url.PathEscape(pipeline) + "/" + url.PathEscape(table)
+}
+
+// checkURIReference accepts a non-empty RFC 3986 URI-reference, as the
+// CloudEvents source attribute must be.
+func checkURIReference(s string) error {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"<>\^`+"`{|}", c) >= 0 {
+			return fmt.Errorf("character %q is not allowed in a URI-reference: percent-encode it", c)
+		}
+	}
+	if _, err := url.Parse(s); err != nil {
+		return fmt.Errorf("not a URI-reference: %v", strings.TrimPrefix(err.Error(), "parse "+strconv.Quote(s)+": "))
+	}
+	return nil
 }
 
 func orList(v []string) string {

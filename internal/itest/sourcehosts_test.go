@@ -205,7 +205,7 @@ func TestResetMasterOnPrimaryStopsAsDiverged(t *testing.T) {
 	// connects: the host is seen to lack transactions it wrote itself. (Once
 	// the new history passes the checkpoint's sequence number before the
 	// relay connects, GTIDs alone cannot tell it from a host that is ahead:
-	// README, "Source hosts".)
+	// docs/source.md, "Source failover".)
 	second, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 10, Tag: "b"})
 	if err != nil {
 		t.Fatal(err)

@@ -80,8 +80,10 @@ func TestReplayAndDeadLetter(t *testing.T) {
 	if code, out := runCLI(t, nil, "replay", "--config", path, "--event-id", "g1,g2", "--since", since, "--until", until, "--dry-run"); code != 0 || !strings.Contains(out, "would publish 2 records") {
 		t.Fatalf("replay dry run by ids and time range: exit %d", code)
 	}
-	if code, out := runCLI(t, nil, "replay", "--config", path, "--event-id", "g1", "--since", until, "--dry-run"); code != 0 || !strings.Contains(out, "no row matches") {
-		t.Fatalf("replay dry run with a range after the rows: exit %d", code)
+	// An explicit id outside the window is named as such: nothing to do is
+	// an error when the operator named what to do.
+	if code, out := runCLI(t, nil, "replay", "--config", path, "--event-id", "g1", "--since", until, "--dry-run"); code != 1 || !strings.Contains(out, "created since "+until+" has event id g1") {
+		t.Fatalf("replay dry run with a range after the rows: exit %d, want 1 naming the window", code)
 	}
 	if code, out := runCLI(t, nil, "replay", "--config", path, "--event-id", "g1,g2", "--max-rows", "1", "--dry-run"); code != 1 || !strings.Contains(out, "more than 1 rows match") {
 		t.Fatalf("replay over --max-rows: exit %d, want 1", code)
@@ -110,15 +112,18 @@ func TestReplayAndDeadLetter(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("dead-letter list: exit %d", code)
 	}
-	var listed struct {
+	var list []struct {
 		EventID  string `json:"event_id"`
 		Table    string `json:"table"`
 		Error    string `json:"error"`
 		Replayed bool   `json:"replayed"`
 	}
-	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &listed); err != nil || listed.EventID != "bad1" || listed.Table != s.Table() ||
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &list); err != nil || len(list) != 1 {
+		t.Fatalf("dead-letter list --json: %d entries, %v; want one array of 1", len(list), err)
+	}
+	if listed := list[0]; listed.EventID != "bad1" || listed.Table != s.Table() ||
 		!strings.Contains(listed.Error, "partition 7") || listed.Replayed {
-		t.Fatalf("dead-letter list: %+v, %v", listed, err)
+		t.Fatalf("dead-letter list: %+v", listed)
 	}
 	if code, out := runCLI(t, nil, "dead-letter", "replay", "--config", path, "--yes"); code != 1 || !strings.Contains(out, "nothing was replayed") {
 		t.Fatalf("dead-letter replay before the fix: exit %d, want 1", code)

@@ -49,7 +49,7 @@ func TestSchemaCommandRunsOnMariaDB(t *testing.T) {
 		}
 		for table, cols := range map[string]string{
 			"outbox":         "aggregate_id,aggregate_type,created_at,event_id,event_type,id,payload",
-			"dbz":            "aggregateid,aggregatetype,created_at,id,payload,seq,type",
+			"dbz":            "aggregateid,aggregatetype,created_at,id,payload,seq,tracingspancontext,type", // tracing_column: preset debezium's
 			"consumed_event": "consumed_at,consumer_name,event_id",
 		} {
 			var got string

@@ -40,6 +40,9 @@ type Metrics struct {
 	Errors            *prometheus.CounterVec // by kind
 	Fenced            prometheus.Gauge
 	InvalidOps        *prometheus.CounterVec // by table and op
+	// TracingInvalid: rows published without trace headers because their
+	// router.tracing_column value is not a valid trace context, by table.
+	TracingInvalid *prometheus.CounterVec
 	// tables: outbox_relay_captured_table_missing (tables.go).
 	tables tableMetrics
 	// Position: the checkpoint's sequence number per GTID source (see
@@ -133,6 +136,10 @@ func New(version string) *Metrics {
 		Name: "outbox_relay_invalid_ops_total",
 		Help: "Rows updated or deleted in an outbox table (op update, delete, or delete_after_insert for the expected pattern).",
 	}, []string{"table", "op"})
+	m.TracingInvalid = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outbox_relay_tracing_context_invalid_total",
+		Help: "Rows published without traceparent/tracestate headers because their router.tracing_column value is not a valid W3C trace context, by table.",
+	}, []string{"table"})
 	m.Position = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outbox_relay_checkpoint_gtid_sequence",
 		Help: "Sequence number of the last committed checkpoint per GTID source: MariaDB domain id, MySQL server_uuid (or uuid:tag). The GTID set itself is in the progress log line and `checkpoint show`.",
@@ -194,7 +201,7 @@ func New(version string) *Metrics {
 	build.Set(1)
 	for _, c := range []prometheus.Collector{m.Events, m.SourceTransactions, m.BinlogBytes, m.KafkaTransactions,
 		m.KafkaTxnSeconds, m.BatchRecords, m.SourceLag, m.SourceBehindBytes, m.CheckpointTime, m.Restarts, m.Errors,
-		m.Fenced, build, m.Position, age, margin, ready, m.InvalidOps, m.LeaseEvents, m.SourceHosts, m.ExitCode,
+		m.Fenced, build, m.Position, age, margin, ready, m.InvalidOps, m.TracingInvalid, m.LeaseEvents, m.SourceHosts, m.ExitCode,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		m.Registry.MustRegister(c)
 	}

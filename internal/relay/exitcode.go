@@ -18,7 +18,7 @@ const (
 	// a corrupt checkpoint, a checkpoint lost (checkpoint.ErrLost), a record
 	// Kafka refused for its content although the relay's checks passed it
 	// (ErrRecordRefused). A restart stops at the
-	// same place: do not restart, fix it (README "Transaction shapes").
+	// same place: do not restart, fix it (docs/delivery.md "Transaction shapes").
 	ExitData = 65
 	// ExitPurged: the binlogs the checkpoint needs are gone from the source
 	// (binlog.ErrPurged). A restart cannot help: move the checkpoint.

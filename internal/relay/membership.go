@@ -137,8 +137,8 @@ func (e *elector) agree(ctx context.Context) error {
 				return fmt.Errorf("%w: instances of pipeline %s capture different things: member %s (%s) has other source.tables "+
 					"or another topic mapping of the router (topic_prefix, topic_regex, topic_replacement, aggregate columns) than this one "+
 					"(%s); taking over each other's checkpoint, one would never publish the rows of the tables only the other captures: "+
-					"give every instance of one name the same source.tables and router (to change them on purpose: README, "+
-					"\"Changing the captured tables\")", config.ErrInvalid, e.r.cfg.Name, m.ClientHost, m.ClientID,
+					"give every instance of one name the same source.tables and router (to change them on purpose: docs/cli.md, "+
+					"\"A pipeline's identity\")", config.ErrInvalid, e.r.cfg.Name, m.ClientHost, m.ClientID,
 					strings.Join(checkpoint.TablesOf(e.r.cfg.Source.Tables), ", "))
 			}
 			meta, ok := m.Join.AsConsumer()

@@ -33,7 +33,7 @@ import (
 // ErrRecordRefused: Kafka refused a record for its content (its size, its
 // timestamp, its form) although the relay's checks passed it. It also wraps
 // ErrRejected (fatal). A data stop: the operator looks at the row or the
-// topic's settings (README "Record timestamps").
+// topic's settings (docs/outbox-table.md "Record timestamps").
 var ErrRecordRefused = newError(RecordRefused, "record_refused", "kafka refused a record")
 
 // recordRefusal reports a non-retriable Kafka error that refuses a record
@@ -121,7 +121,7 @@ func checkStamp(rec *kgo.Record, info topicInfo) error {
 		return nil
 	}
 	if why := info.stamps.refuses(rec.Timestamp, time.Now()); why != "" {
-		return fmt.Errorf("%w: topic %s would refuse the record: %s; fix the source's clock or router.timestamp_column, or the topic's setting (README \"Record timestamps\")",
+		return fmt.Errorf("%w: topic %s would refuse the record: %s; fix the source's clock or router.timestamp_column, or the topic's setting (docs/outbox-table.md \"Record timestamps\")",
 			router.ErrBadRow, rec.Topic, why)
 	}
 	return nil

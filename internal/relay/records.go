@@ -33,6 +33,9 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 	if err != nil {
 		return out, err
 	}
+	if rec.TraceInvalid != "" {
+		l.r.traceInvalid(rt, rec)
+	}
 	info, err := l.sink.ensureTopic(ctx, rec.Topic)
 	if err != nil {
 		return out, err

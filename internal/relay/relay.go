@@ -92,6 +92,9 @@ type route struct {
 	deadLetter string // topic; "" when on_error is fail
 	invalidOp  string // warn | error | fatal
 	table      string
+	// traceLogged is when an invalid trace context was last logged (unix
+	// nanoseconds): see traceInvalid.
+	traceLogged atomic.Int64
 }
 
 // New builds a relay from a validated configuration.
@@ -103,6 +106,7 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 		if err != nil {
 			return nil, fmt.Errorf("router for %s: %w", t, err)
 		}
+		rcfg.CloudEventsSource = rc.CloudEventsSourceFor(cfg.Name, t)
 		rt, err := router.New(rcfg)
 		if err != nil {
 			return nil, fmt.Errorf("router for %s: %w", t, err)
@@ -156,6 +160,8 @@ func RouterConfig(c config.RouterConfig) (router.Config, error) {
 		NullPayloadError:      c.NullPayload == "error",
 		TopicReplacement:      c.TopicReplacement,
 		SkipMissingAdditional: c.AdditionalMissing == "skip",
+		TracingColumn:         c.TracingColumn,
+		CloudEventsMode:       string(c.CloudEventsMode),
 	}
 	if c.TopicRegex != "" {
 		re, err := regexp.Compile(c.TopicRegex)

@@ -1,0 +1,299 @@
+// Package audit reconciles a pipeline's outbox rows with the records on its
+// Kafka topics: which rows were published once, are missing, pending or
+// duplicated, and which records have no row (phantoms). It does no I/O: the
+// caller streams the rows of a time window (Row), then the records read
+// from the topics (Record), looks up the unmatched records' ids
+// (Unmatched) and asks for the Report. Memory is one small entry per
+// distinct event id of the window (the id's bytes and four counters), plus
+// the unmatched records; no record value is kept.
+package audit
+
+import (
+	"fmt"
+	"slices"
+	"time"
+	"unsafe"
+)
+
+// Record is what the audit reads of one Kafka record.
+type Record struct {
+	ID        string // the "id" header; "" when the record has none
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	// Replayed: the record has the "replayed" header (replay, dead-letter
+	// replay): a deliberate second copy, never a duplicate.
+	Replayed bool
+	// DeadLetter: the record is on a dead-letter topic: its row was
+	// dead-lettered, not lost.
+	DeadLetter bool
+}
+
+// Window is the time window the rows were selected in, and the allowance
+// for clocks at its edges.
+type Window struct {
+	Since, Until time.Time // Until zero: no end
+	Margin       time.Duration
+}
+
+// counts is the state of one event id.
+type counts struct {
+	rows, published, replayed, deadLettered uint16
+}
+
+// Auditor collects rows and records. Not safe for concurrent use.
+type Auditor struct {
+	w         Window
+	ids       map[string]counts
+	arena     []byte
+	rows      int
+	records   int
+	unmatched map[string]Record // records in the window whose id is no row's
+	noID      []Record          // records without an id header in the window
+	noIDCount int
+	edge      int // records outside the window whose id is no row's
+}
+
+// New returns an Auditor of window w.
+func New(w Window) *Auditor {
+	return &Auditor{w: w, ids: map[string]counts{}, unmatched: map[string]Record{}}
+}
+
+// intern copies id into the arena: one allocation per MiB of ids, not one
+// per id.
+func intern[T string | []byte](a *Auditor, id T) string {
+	if len(id) == 0 {
+		return ""
+	}
+	if len(a.arena)+len(id) > cap(a.arena) {
+		a.arena = make([]byte, 0, max(1<<20, len(id)))
+	}
+	start := len(a.arena)
+	a.arena = append(a.arena, id...)
+	return unsafe.String(&a.arena[start], len(id))
+}
+
+// Row adds a row of the window with event id id. An id may have several
+// rows (a re-sent event keeps its id): each needs its record.
+func (a *Auditor) Row(id string) {
+	a.rows++
+	c, ok := a.ids[id]
+	if !ok {
+		id = intern(a, id)
+	}
+	c.rows = sat(c.rows)
+	a.ids[id] = c
+}
+
+// RowBytes is Row of an id in a buffer the caller reuses: the id is
+// copied only when it is new.
+func (a *Auditor) RowBytes(id []byte) {
+	a.rows++
+	c, ok := a.ids[string(id)]
+	c.rows = sat(c.rows)
+	if ok {
+		a.ids[string(id)] = c
+		return
+	}
+	a.ids[intern(a, id)] = c
+}
+
+func sat(n uint16) uint16 {
+	if n == ^uint16(0) {
+		return n
+	}
+	return n + 1
+}
+
+// Rows is the number of rows added.
+func (a *Auditor) Rows() int { return a.rows }
+
+// Record adds a record read from the topics. A record whose id is a row's
+// counts for it; one in the window whose id is no row's is held for the
+// lookup (Unmatched); one outside the window whose id is no row's belongs
+// to a row outside the window (the edges) and is only counted.
+func (a *Auditor) Record(r Record) {
+	a.records++
+	if c, ok := a.ids[r.ID]; ok && r.ID != "" {
+		switch {
+		case r.DeadLetter:
+			c.deadLettered = sat(c.deadLettered)
+		case r.Replayed:
+			c.replayed = sat(c.replayed)
+		default:
+			c.published = sat(c.published)
+		}
+		a.ids[r.ID] = c
+		return
+	}
+	if !a.inWindow(r.Timestamp) || r.Replayed {
+		// A replayed record repeats a row's id on purpose: the row may be
+		// pruned or outside the window; it is never a phantom.
+		a.edge++
+		return
+	}
+	if r.ID == "" {
+		a.noIDCount++
+		if len(a.noID) < maxNoID {
+			a.noID = append(a.noID, r)
+		}
+		return
+	}
+	if _, ok := a.unmatched[r.ID]; !ok {
+		r.ID = intern(a, r.ID)
+		a.unmatched[r.ID] = r
+	}
+}
+
+const maxNoID = 1000
+
+func (a *Auditor) inWindow(t time.Time) bool {
+	return !t.Before(a.w.Since) && (a.w.Until.IsZero() || t.Before(a.w.Until))
+}
+
+// Unmatched lists the ids of records in the window that have no row of the
+// window, sorted: the caller looks them up in the tables (a row outside the
+// window by its time column, such as one written just before Since and
+// committed after it, makes its record no phantom).
+func (a *Auditor) Unmatched() []string {
+	out := make([]string, 0, len(a.unmatched))
+	for id := range a.unmatched {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Facts are what the caller learned around the rows and records.
+type Facts struct {
+	// Covered: the committed checkpoint covers every row read (its GTID
+	// set contains the source's executed set read after the rows).
+	Covered bool
+	// Found are the unmatched ids that do have a row outside the window.
+	Found map[string]bool
+	// Oldest is the time column's oldest value still in the tables (zero:
+	// the tables are empty); an unmatched record older than it may be of
+	// a pruned row.
+	Oldest time.Time
+	// MaxIDs caps each list of ids in the report (0: DefaultMaxIDs).
+	MaxIDs int
+}
+
+// DefaultMaxIDs is how many ids each list of a report names.
+const DefaultMaxIDs = 20
+
+// IDs is a count and the first ids (sorted) of one outcome.
+type IDs struct {
+	Count int      `json:"count"`
+	IDs   []string `json:"ids"`
+}
+
+// Phantom is a record without a row.
+type Phantom struct {
+	ID        string    `json:"id"`
+	Topic     string    `json:"topic"`
+	Partition int32     `json:"partition"`
+	Offset    int64     `json:"offset"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// Phantoms is a count and the first phantoms.
+type Phantoms struct {
+	Count   int       `json:"count"`
+	Records []Phantom `json:"records"`
+}
+
+// Report is the audit's verdict.
+type Report struct {
+	Rows    int `json:"rows"`
+	Records int `json:"records"`
+	// Covered: the checkpoint covers every row read; else rows without a
+	// record are pending, not missing.
+	Covered bool `json:"checkpoint_covers_rows"`
+	// Published: ids with exactly as many records as rows.
+	Published int `json:"published"`
+	// ReplayedOnly: ids published only by replay (counted as published).
+	ReplayedOnly int `json:"replayed_only"`
+	// DeadLettered: ids whose rows went to a dead-letter topic.
+	DeadLettered int      `json:"dead_lettered"`
+	Missing      IDs      `json:"missing"`
+	Pending      IDs      `json:"pending"`
+	Duplicated   IDs      `json:"duplicated"`
+	Phantom      Phantoms `json:"phantom"`
+	// OutsideWindow: records whose row is outside the window (its edges).
+	OutsideWindow int `json:"outside_window"`
+	// Pruned: records without a row that are older than the oldest row
+	// still in the tables: their rows may have been pruned.
+	Pruned int  `json:"pruned"`
+	Clean  bool `json:"clean"`
+}
+
+// Report classifies every id of the window and every unmatched record.
+func (a *Auditor) Report(f Facts) Report {
+	limit := f.MaxIDs
+	if limit <= 0 {
+		limit = DefaultMaxIDs
+	}
+	rep := Report{Rows: a.rows, Records: a.records, Covered: f.Covered, OutsideWindow: a.edge}
+	var missing, pending, dup []string
+	for id, c := range a.ids {
+		switch {
+		case c.published > c.rows:
+			dup = append(dup, id)
+		case c.published == c.rows:
+			rep.Published++
+		case c.published+c.replayed >= c.rows:
+			rep.ReplayedOnly++
+		case c.deadLettered > 0:
+			rep.DeadLettered++
+		case f.Covered:
+			missing = append(missing, id)
+		default:
+			pending = append(pending, id)
+		}
+	}
+	rep.Missing, rep.Pending, rep.Duplicated = capped(missing, limit), capped(pending, limit), capped(dup, limit)
+	var phantoms []Phantom
+	for _, id := range a.Unmatched() {
+		r := a.unmatched[id]
+		switch {
+		case f.Found[id]:
+			rep.OutsideWindow++
+		case f.Oldest.IsZero() || r.Timestamp.Before(f.Oldest):
+			// No row left at all, or the record is older than the oldest
+			// row left: its row may have been pruned. (A pruned row whose
+			// transaction committed after the oldest row left was written
+			// is named a phantom: a false alarm, never a hidden record.)
+			rep.Pruned++
+		default:
+			phantoms = append(phantoms, phantomOf(r))
+		}
+	}
+	for _, r := range a.noID {
+		phantoms = append(phantoms, phantomOf(r))
+	}
+	rep.Phantom.Count = len(phantoms) - len(a.noID) + a.noIDCount
+	rep.Phantom.Records = phantoms[:min(len(phantoms), limit)]
+	if rep.Phantom.Records == nil {
+		rep.Phantom.Records = []Phantom{}
+	}
+	rep.Clean = rep.Missing.Count == 0 && rep.Duplicated.Count == 0 && rep.Phantom.Count == 0
+	return rep
+}
+
+func phantomOf(r Record) Phantom {
+	return Phantom{ID: r.ID, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC()}
+}
+
+func capped(ids []string, limit int) IDs {
+	slices.Sort(ids)
+	out := IDs{Count: len(ids), IDs: ids[:min(len(ids), limit)]}
+	if out.IDs == nil {
+		out.IDs = []string{}
+	}
+	return out
+}
+
+// Location names a phantom's place: topic[partition]@offset.
+func (p Phantom) Location() string { return fmt.Sprintf("%s[%d]@%d", p.Topic, p.Partition, p.Offset) }

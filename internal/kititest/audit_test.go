@@ -1,0 +1,215 @@
+//go:build integration
+
+package kititest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/itest"
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// auditReport is the part of `audit --json` the tests read.
+type auditReport struct {
+	Rows       int  `json:"rows"`
+	Records    int  `json:"records"`
+	Covered    bool `json:"checkpoint_covers_rows"`
+	Published  int  `json:"published"`
+	DeadLetter int  `json:"dead_lettered"`
+	Clean      bool `json:"clean"`
+	Missing    ids  `json:"missing"`
+	Pending    ids  `json:"pending"`
+	Duplicated ids  `json:"duplicated"`
+	Phantom    struct {
+		Count   int `json:"count"`
+		Records []struct {
+			ID    string `json:"id"`
+			Topic string `json:"topic"`
+		} `json:"records"`
+	} `json:"phantom"`
+}
+
+type ids struct {
+	Count int      `json:"count"`
+	IDs   []string `json:"ids"`
+}
+
+// auditedPipeline is a running relay that has published the events of
+// eventIDs, its checkpoint covering them; it returns the configuration
+// file, the configuration and the relay.
+func auditedPipeline(t *testing.T, eventIDs ...string) (string, config.Config, *itest.InProcess, *itest.Schema) {
+	t.Helper()
+	_, s, cfg := env.Pipeline(t)
+	path := itest.WriteConfig(t, cfg)
+	relay := itest.RunRelay(t, cfg)
+	relay.WaitReady(t)
+	writeAlarms(t, s, eventIDs...)
+	itest.WaitCheckpoint(t, cfg, itest.Head(t, env.DB), time.Minute)
+	return path, cfg, relay, s
+}
+
+// writeAlarms commits one transaction with an outbox row per event id.
+func writeAlarms(t *testing.T, s *itest.Schema, eventIDs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	db := openDB(t, s.Name)
+	w, err := outbox.New(s.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []outbox.Event
+	for _, id := range eventIDs {
+		evs = append(evs, outbox.Event{ID: id, AggregateType: "alarm", AggregateID: "device-" + id, Type: "AlarmCreated",
+			Payload: []byte(fmt.Sprintf(`{"alarm": %q}`, id))})
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(ctx, tx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runAudit runs `audit --json` over the last hour and returns its exit
+// code and report.
+func runAudit(t *testing.T, path string, extra ...string) (int, auditReport) {
+	t.Helper()
+	args := append([]string{"audit", "--config", path, "--since", "1h", "--json"}, extra...)
+	stdout, stderr, code := env.CLI(t, args...)
+	t.Logf("$ outbox-relay %s -> exit %d\n%s%s", strings.Join(args, " "), code, stdout, stderr)
+	// The project's --json convention: one compact document on one line.
+	var compact bytes.Buffer
+	if strings.Count(stdout, "\n") != 1 || json.Compact(&compact, []byte(stdout)) != nil || compact.String() != strings.TrimSuffix(stdout, "\n") {
+		t.Fatalf("audit --json: want one compact JSON document on one line, got %q", stdout)
+	}
+	var rep auditReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("audit --json: %v in %q", err, stdout)
+	}
+	return code, rep
+}
+
+// produceByHand produces a record with header id to cfg's alarm topic, as
+// something other than the relay would.
+func produceByHand(t *testing.T, cfg config.Config, id string, headers ...kgo.RecordHeader) {
+	t.Helper()
+	cl := kgoClient(t, cfg.Kafka.Brokers)
+	rec := &kgo.Record{Topic: cfg.Router.TopicPrefix + "alarm", Key: []byte("device-" + id), Value: []byte(`{}`),
+		Headers: append([]kgo.RecordHeader{{Key: "id", Value: []byte(id)}}, headers...)}
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAuditReportsAHealthyPipelineClean(t *testing.T) {
+	path, _, _, _ := auditedPipeline(t, "h1", "h2", "h3")
+	code, rep := runAudit(t, path)
+	if code != 0 || !rep.Clean || rep.Rows != 3 || rep.Published != 3 || rep.Records != 3 || !rep.Covered {
+		t.Fatalf("audit of a healthy pipeline: exit %d, %+v; want 0, 3 rows published once", code, rep)
+	}
+	if code, out := runCLI(t, nil, "audit", "--config", path, "--since", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)); code != 0 || !strings.Contains(out, "audit: clean") {
+		t.Fatalf("audit (text): exit %d", code)
+	}
+}
+
+func TestAuditNamesARecordWithoutARowAsPhantom(t *testing.T) {
+	path, cfg, _, _ := auditedPipeline(t, "p1", "p2")
+	produceByHand(t, cfg, "intruder-1")
+	code, rep := runAudit(t, path)
+	if code != 1 || rep.Clean || rep.Phantom.Count != 1 || len(rep.Phantom.Records) != 1 || rep.Phantom.Records[0].ID != "intruder-1" {
+		t.Fatalf("audit after a record produced by hand: exit %d, %+v; want 1 naming phantom intruder-1", code, rep)
+	}
+	if rep.Published != 2 || rep.Missing.Count != 0 || rep.Duplicated.Count != 0 {
+		t.Fatalf("rows: %+v", rep)
+	}
+	if code, out := runCLI(t, nil, "audit", "--config", path, "--since", "1h"); code != 1 || !strings.Contains(out, "id=intruder-1") {
+		t.Fatalf("audit (text) after a phantom: exit %d, want 1 naming it", code)
+	}
+}
+
+func TestAuditReportsRowsWrittenWhileTheRelayIsStoppedAsPending(t *testing.T) {
+	path, _, relay, s := auditedPipeline(t, "s1")
+	if err := relay.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	writeAlarms(t, s, "s2", "s3")
+	code, rep := runAudit(t, path, "--wait", "1s")
+	if code != 0 || rep.Covered || rep.Missing.Count != 0 || rep.Published != 1 ||
+		rep.Pending.Count != 2 || !slices.Equal(rep.Pending.IDs, []string{"s2", "s3"}) {
+		t.Fatalf("audit with the relay stopped: exit %d, %+v; want 0, s2 and s3 pending, none missing", code, rep)
+	}
+}
+
+func TestAuditNamesADuplicateProducedByHand(t *testing.T) {
+	path, cfg, _, _ := auditedPipeline(t, "d1", "d2")
+	produceByHand(t, cfg, "d2")
+	code, rep := runAudit(t, path)
+	if code != 1 || rep.Duplicated.Count != 1 || !slices.Equal(rep.Duplicated.IDs, []string{"d2"}) || rep.Phantom.Count != 0 {
+		t.Fatalf("audit after a second record of d2: exit %d, %+v; want 1 naming duplicate d2", code, rep)
+	}
+}
+
+func TestAuditDoesNotCountAReplayedRecordAsDuplicate(t *testing.T) {
+	path, cfg, _, _ := auditedPipeline(t, "r1", "r2")
+	if code, out := runCLI(t, nil, "replay", "--config", path, "--event-id", "r1", "--yes"); code != 0 || !strings.Contains(out, "published 1 records") {
+		t.Fatalf("replay: exit %d", code)
+	}
+	// And one produced by hand with the header, as a consumer's own re-send would be marked.
+	produceByHand(t, cfg, "r2", kgo.RecordHeader{Key: "replayed", Value: []byte(time.Now().UTC().Format(time.RFC3339))})
+	code, rep := runAudit(t, path)
+	if code != 0 || !rep.Clean || rep.Published != 2 || rep.Records != 4 || rep.Duplicated.Count != 0 {
+		t.Fatalf("audit after replays: exit %d, %+v; want 0, 2 published, 4 records, no duplicate", code, rep)
+	}
+}
+
+func TestAuditCountsADeadLetteredRowAsDeadLetteredNotMissing(t *testing.T) {
+	ctx := context.Background()
+	_, s, cfg := env.Pipeline(t)
+	db := openDB(t, s.Name)
+	if _, err := db.Exec("ALTER TABLE outbox ADD COLUMN part INT NOT NULL DEFAULT 0"); err != nil {
+		t.Fatal(err)
+	}
+	// A row for partition 7 of a 3-partition topic goes to the dead-letter topic.
+	cfg.Router.OnError = "dead-letter"
+	cfg.Router.AdditionalFields = []config.AdditionalField{{Column: "part", Placement: "partition"}}
+	path := itest.WriteConfig(t, cfg)
+	relay := itest.RunRelay(t, cfg)
+	relay.WaitReady(t)
+	w, err := outbox.New(s.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(id string, part int) outbox.Event {
+		return outbox.Event{ID: id, AggregateType: "alarm", AggregateID: "device-" + id, Type: "AlarmCreated",
+			Payload: []byte(`{}`), Extra: map[string]any{"part": part}}
+	}
+	if _, err := w.Write(ctx, tx, ev("ok1", 0), ev("bad1", 7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	itest.WaitCheckpoint(t, cfg, itest.Head(t, env.DB), time.Minute)
+	code, rep := runAudit(t, path)
+	if code != 0 || !rep.Clean || rep.Published != 1 || rep.DeadLetter != 1 || rep.Missing.Count != 0 || rep.Phantom.Count != 0 {
+		t.Fatalf("audit with a dead-lettered row: exit %d, %+v; want 0, 1 published, 1 dead-lettered, none missing", code, rep)
+	}
+}
