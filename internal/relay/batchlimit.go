@@ -59,7 +59,7 @@ func (r *Relay) ackTimedOut(err error, last int) {
 
 // tookCommit notes an exactly-once commit's duration.
 func (l *loop) tookCommit(took time.Duration) {
-	if took >= l.sink.timeout/4 {
+	if took >= l.r.cfg.Kafka.RequestTimeout/4 { // the sink's timeout
 		l.lastSlow = time.Now()
 	}
 }
@@ -72,7 +72,7 @@ func (l *loop) recoverLimit(now time.Time) {
 		return
 	}
 	since := l.limitSince
-	for _, t := range []time.Time{l.lastSlow, l.sink.lastSlow} {
+	for _, t := range []time.Time{l.lastSlow, l.sink.slowSince()} {
 		if t.After(since) {
 			since = t
 		}
@@ -88,7 +88,7 @@ func (l *loop) recoverLimit(now time.Time) {
 // setLimit sets the records bound of the loop's batches.
 func (l *loop) setLimit(records int, now time.Time) {
 	l.maxRecords, l.limitSince = records, now
-	l.sink.maxUnacked = int64(2 * records)
+	l.sink.bound(2 * records)
 }
 
 // sizeRefused lets one attempt that ended with a record Kafka refused for

@@ -32,10 +32,12 @@ func TestBatchLimitHalvesOnAckTimeoutAndRecovers(t *testing.T) {
 	}
 
 	t0 := time.Now()
-	l := &loop{r: r, sink: &sink{sinkOptions: sinkOptions{timeout: 30 * time.Second}}}
+	r.cfg.Kafka.RequestTimeout = 30 * time.Second
+	alo := &atLeastOnceSink{kafkaSink: &kafkaSink{sinkOptions: sinkOptions{timeout: 30 * time.Second}}}
+	l := &loop{r: r, sink: alo}
 	l.setLimit(r.batchLimit(), t0)
-	if l.sink.maxUnacked != 10000 {
-		t.Fatalf("at-least-once bound %d, want twice the batch bound", l.sink.maxUnacked)
+	if alo.maxUnacked != 10000 {
+		t.Fatalf("at-least-once bound %d, want twice the batch bound", alo.maxUnacked)
 	}
 	steps := []struct {
 		at        time.Duration
@@ -57,20 +59,22 @@ func TestBatchLimitHalvesOnAckTimeoutAndRecovers(t *testing.T) {
 			l.lastSlow = t0.Add(st.slowAt)
 		}
 		if st.aloSlowAt > 0 {
-			l.sink.lastSlow = t0.Add(st.aloSlowAt)
+			alo.lastSlow = t0.Add(st.aloSlowAt)
 		}
 		l.recoverLimit(t0.Add(st.at))
 		if l.maxRecords != st.want {
 			t.Fatalf("at %s: bound %d, want %d", st.at, l.maxRecords, st.want)
 		}
 	}
-	if r.batchLimit() != 20000 || l.sink.maxUnacked != 40000 {
-		t.Fatalf("after recovery: relay bound %d, at-least-once bound %d", r.batchLimit(), l.sink.maxUnacked)
+	if r.batchLimit() != 20000 || alo.maxUnacked != 40000 {
+		t.Fatalf("after recovery: relay bound %d, at-least-once bound %d", r.batchLimit(), alo.maxUnacked)
 	}
 }
 
 func TestTookCommitMarksSlowCommits(t *testing.T) {
-	l := &loop{sink: &sink{sinkOptions: sinkOptions{timeout: 40 * time.Second}}}
+	cfg := config.Default()
+	cfg.Kafka.RequestTimeout = 40 * time.Second // the sink's timeout
+	l := &loop{r: &Relay{cfg: cfg}, sink: &exactlyOnceSink{kafkaSink: &kafkaSink{sinkOptions: sinkOptions{timeout: 40 * time.Second}}}}
 	l.tookCommit(9 * time.Second)
 	if !l.lastSlow.IsZero() {
 		t.Fatal("a commit under a quarter of the timeout counted as slow")

@@ -44,13 +44,13 @@ import (
 
 // inflightCommit is a batch whose Kafka commit is running.
 type inflightCommit struct {
-	done chan commitResult
+	done <-chan commitResult
 	// flushed is closed once the batch is acknowledged (two lanes only;
 	// nil with one); released: the loop then produced the held records
 	// into the other lane.
 	flushed  chan struct{}
 	released bool
-	lane     *sink // the sink committing it
+	lane     sink // the sink committing it
 	cp       *checkpoint.Checkpoint
 	records  int
 	topics   map[topicOutcome]int
@@ -68,7 +68,7 @@ func (l *loop) batchOpen() bool {
 	if l.inflight != nil && l.inflight.lane == l.sink {
 		return len(l.held) > 0 // the sink's open transaction is the one committing
 	}
-	return len(l.held) > 0 || l.sink.open
+	return len(l.held) > 0 || l.sink.isOpen()
 }
 
 // send adds rec to the batch being built: produced at once, or held while
@@ -177,13 +177,13 @@ func (l *loop) startCommit(ctx context.Context) error {
 		Unsigned:    l.unsigned,
 		Provisional: l.provisional,
 		XA:          l.xaCheckpoint(),
-		Partitions:  l.sink.place.snapshot(),
+		Partitions:  l.sink.placements().snapshot(),
 	}
 	if l.partial.GTID != "" {
 		p := l.partial
 		cp.Partial = &p
 	}
-	job := &inflightCommit{done: make(chan commitResult, 1), cp: cp, records: l.batchRecords,
+	job := &inflightCommit{cp: cp, records: l.batchRecords,
 		topics: l.batchTopics, partial: l.batchPart}
 	l.batchPart = false
 	l.batchTopics = make(map[topicOutcome]int, len(job.topics))
@@ -199,20 +199,17 @@ func (l *loop) startCommit(ctx context.Context) error {
 	l.batchRecords, l.batchBytes = 0, 0
 	l.dirty = false
 	l.lastCheckpoint = now
-	if !l.sink.txn {
-		// At-least-once commits never wait on Kafka (see sink.commit).
-		written, err := l.sink.commit(ctx, cp)
-		return l.finishCommit(job, commitResult{written, err, time.Since(now)})
-	}
-	job.lane = l.sink
 	if len(l.lanes) > 1 {
 		job.flushed = make(chan struct{})
 	}
+	done, res := l.sink.seal(ctx, cp, settle, job.flushed)
+	if done == nil {
+		// Ended already (at-least-once: the checkpoint is written once the
+		// batch is acknowledged; see drain).
+		return l.finishCommit(job, res)
+	}
+	job.lane, job.done = l.sink, done
 	l.inflight = job
-	job.lane.group.start(func() {
-		written, err := job.lane.commitBatch(ctx, cp, settle, job.flushed)
-		job.done <- commitResult{written, err, time.Since(now)}
-	})
 	// The commit starts now, not when the loop next waits: a new goroutine
 	// is queued behind the one that started it (the loop, busy routing), and
 	// with the reader busy on the other processor it could wait for the
@@ -294,7 +291,7 @@ func (l *loop) finishCommit(job *inflightCommit, res commitResult) error {
 		return res.err
 	}
 	l.r.metrics.KafkaTransactions.WithLabelValues("commit").Inc()
-	if l.sink.txn {
+	if job.lane != nil { // it waited on Kafka: a Kafka transaction
 		l.r.metrics.KafkaTxnSeconds.Observe(res.took.Seconds())
 		l.tookCommit(res.took)
 	}

@@ -177,7 +177,7 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 	// and one more (the same transactional id) that bypasses the guard.
 	brokers := ec.c.ListenAddrs()
 	store := checkpoint.NewStore("cp", kgo.SeedBrokers(brokers...))
-	open := func(ctx context.Context) *sink {
+	open := func(ctx context.Context) *exactlyOnceSink {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0), kgo.TransactionalID("pipe"))
 		if err != nil {
 			t.Fatal(err)
@@ -186,7 +186,7 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 		if err := store.EnsureTopic(context.Background(), kadm.NewClient(cl), 1); err != nil {
 			t.Fatal(err)
 		}
-		s := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1})
+		s := newExactlyOnceSink(ctx, cl, store, sinkOptions{timeout: 10 * time.Second, parts: 3, repl: 1})
 		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("before the partition")}); err != nil {
 			t.Fatal(err)
 		}

@@ -95,15 +95,16 @@ func (h *harness) startLeased(ls *lease) *attempt {
 	must("schema tracker", err)
 	// As Relay.attempt: the sink's context carries the lease, and is not
 	// canceled with the term (runCtx).
-	opts := sinkOptions{txn: true, timeout: cfg.Kafka.RequestTimeout,
+	opts := sinkOptions{timeout: cfg.Kafka.RequestTimeout,
 		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
 		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits}
-	a.snk = newSink(context.WithoutCancel(ls.ctx), cl, r.store, opts)
+	first := newExactlyOnceSink(context.WithoutCancel(ls.ctx), cl, r.store, opts)
+	a.snk = first
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
 	must("new loop", err)
 	if a.laneCl != nil {
-		a.lane = newSink(context.WithoutCancel(ls.ctx), a.laneCl, r.store, opts)
-		l.addLane(a.lane, a.checkCl)
+		a.lane = newLane(context.WithoutCancel(ls.ctx), a.laneCl, a.checkCl, r.store, opts, first)
+		l.addLane(a.lane)
 	}
 	l.schema = tracker.Tables()
 	if a.cp == nil {
@@ -184,7 +185,7 @@ func (h *harness) startAtLeastOnce() *attempt {
 	must("start position", err)
 	tracker, err := r.tracker(ctx, h.srv, a.cp)
 	must("schema tracker", err)
-	a.snk = newSink(context.Background(), cl, r.store, sinkOptions{txn: false, timeout: cfg.Kafka.RequestTimeout,
+	a.snk = newAtLeastOnceSink(context.Background(), cl, r.store, sinkOptions{timeout: cfg.Kafka.RequestTimeout,
 		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
 		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), maxUnackedBytes: int64(2 * cfg.Kafka.Batch.MaxBytes), limits: limits})
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)

@@ -82,7 +82,7 @@ func (c committedAs) ours(state producerEpoch) bool {
 // where the producer has no error to recover from (after a flush without
 // errors, or a successful commit), or franz-go would initialise the id
 // again.
-func (s *sink) producerState(ctx context.Context) (producerEpoch, bool) {
+func (s *exactlyOnceSink) producerState(ctx context.Context) (producerEpoch, bool) {
 	id, epoch, err := s.cl.ProducerID(ctx)
 	return producerEpoch{id, epoch}, err == nil
 }
@@ -90,7 +90,7 @@ func (s *sink) producerState(ctx context.Context) (producerEpoch, bool) {
 // keepCommittedEpoch (first lane) keeps before (taken after the flush) and
 // the state after a successful commit; nil when either is unknown (the
 // second lane then does not commit: firstLaneOurs).
-func (s *sink) keepCommittedEpoch(ctx context.Context, before producerEpoch, known bool) {
+func (s *exactlyOnceSink) keepCommittedEpoch(ctx context.Context, before producerEpoch, known bool) {
 	if !s.keepEpoch {
 		return
 	}
@@ -105,7 +105,7 @@ func (s *sink) keepCommittedEpoch(ctx context.Context, before producerEpoch, kno
 // firstLaneOurs (second lane, after its batch is flushed and before its
 // EndTxn) checks that the first lane's transactional id is still this
 // instance's; see above. Without a first lane, it does nothing.
-func (s *sink) firstLaneOurs(ctx context.Context) error {
+func (s *exactlyOnceSink) firstLaneOurs(ctx context.Context) error {
 	f := s.follows
 	if f == nil || s.checkOff || time.Now().Before(s.checkPaused) {
 		return nil

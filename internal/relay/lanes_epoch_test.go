@@ -230,7 +230,7 @@ func TestLanesEpochExhaustionOnRealKafka(t *testing.T) {
 	if err := store.EnsureTopic(ctx, adm, 1); err != nil {
 		t.Fatal(err)
 	}
-	s := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 1, repl: 1})
+	s := newExactlyOnceSink(ctx, cl, store, sinkOptions{timeout: 10 * time.Second, parts: 1, repl: 1})
 	id0, ep0, err := cl.ProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -125,7 +125,7 @@ func TestSinkSendNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	s := &sink{cl: cl}
+	s := &kafkaSink{cl: cl}
 	for i := range 2 {
 		acked := make(chan error, 1)
 		cl.Produce(context.Background(), &kgo.Record{Topic: "data", Value: []byte("v")}, func(_ *kgo.Record, err error) { acked <- err })
@@ -440,7 +440,7 @@ func TestSendNowConcurrentFlush(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 500 {
-				(&sink{cl: cl}).sendNow()
+				(&kafkaSink{cl: cl}).sendNow()
 			}
 		}()
 	}

@@ -56,8 +56,8 @@ func TestLanesKeepOrder(t *testing.T) {
 				}
 				return
 			}
-			if a.snk.cpOffset.Load() < 0 || a.lane.cpOffset.Load() < 0 {
-				t.Fatalf("checkpoint offsets by lane %d, %d: want both lanes to have committed", a.snk.cpOffset.Load(), a.lane.cpOffset.Load())
+			if a.snk.(*exactlyOnceSink).cpOffset.Load() < 0 || a.lane.cpOffset.Load() < 0 {
+				t.Fatalf("checkpoint offsets by lane %d, %d: want both lanes to have committed", a.snk.(*exactlyOnceSink).cpOffset.Load(), a.lane.cpOffset.Load())
 			}
 			// Attempts after a crash with both lanes open start from the
 			// committed checkpoint and publish the rest once.

@@ -3,7 +3,6 @@ package relay
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -11,12 +10,10 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -27,8 +24,8 @@ type loop struct {
 	srv *binlog.Server
 	// sink is the lane the batch being built goes to; lanes are all of
 	// them, in turn (commit.go: one, or two transactional ids).
-	sink  *sink
-	lanes []*sink
+	sink  sink
+	lanes []sink
 
 	// set covers every source transaction fully handed to the sink.
 	set    mysql.GTIDSet
@@ -107,13 +104,13 @@ type loop struct {
 	doneHit  bool
 }
 
-func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s *sink) (*loop, error) {
+func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s sink) (*loop, error) {
 	set, err := binlog.ParseSet(srv.Flavor, from)
 	if err != nil {
 		return nil, fmt.Errorf("start position: %w", err)
 	}
 	now := time.Now()
-	l := &loop{r: r, srv: srv, sink: s, lanes: []*sink{s}, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
+	l := &loop{r: r, srv: srv, sink: s, lanes: []sink{s}, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
 		topicCounters: map[topicOutcome]prometheus.Counter{}, lastCheckpoint: now, lastProgress: now}
 	l.setLimit(r.batchLimit(), now)
 	if cp != nil {
@@ -135,17 +132,9 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 	return l, nil
 }
 
-// addLane adds a second exactly-once sink, with a transactional id of its
-// own; batches alternate between the lanes (commit.go). Before each commit
-// it checks, through check (a client of its own, no transactional id),
-// that the first lane's id is still this instance's (lanes.go).
-func (l *loop) addLane(s *sink, check *kgo.Client) {
-	l.lanes[0].keepEpoch = true
-	s.follows = l.lanes[0]
-	// What one lane learned of a topic holds for both (created once,
-	// a refusal to create it logged once, read again once per attempt).
-	s.topics, s.reread = l.lanes[0].topics, l.lanes[0].reread
-	s.checkAdm = kadm.NewClient(check)
+// addLane adds a second sink (newLane: a transactional id of its own);
+// batches alternate between the lanes (commit.go).
+func (l *loop) addLane(s sink) {
 	l.lanes = append(l.lanes, s)
 }
 
@@ -322,15 +311,15 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 			if err := l.onQuiet(work); err != nil {
 				return l.stop(err)
 			}
-		case res := <-l.inflightDone(): // exactly-once only
+		case res := <-l.inflightDone(): // a commit running in the background
 			if err := l.committed(work, res); err != nil {
 				return err
 			}
-		case <-l.inflightFlushed(): // exactly-once, two lanes
+		case <-l.inflightFlushed(): // two lanes
 			if err := l.release(work); err != nil {
 				return err
 			}
-		case <-l.sink.acked: // at-least-once only
+		case <-l.sink.acked(): // a sealed batch may be acknowledged
 			cp, err := l.sink.drain()
 			if err != nil {
 				return err
@@ -526,160 +515,14 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 	return nil
 }
 
-// outgoing is a record ready to produce and what it counts as.
-type outgoing struct {
-	kafka   *kgo.Record
-	outcome string // published | dead_letter
-	EventID string
-}
-
-type topicOutcome struct{ topic, outcome string }
-
-// record routes row and checks it against its topic: a bad row, or a record
-// Kafka would refuse, is an error wrapping router.ErrBadRow.
-func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing, error) {
-	rec, err := rt.router.Route(row)
-	out := outgoing{EventID: rec.EventID, outcome: "published"}
-	if err != nil {
-		return out, err
-	}
-	if rec.TraceInvalid != "" {
-		l.r.traceInvalid(rt, rec)
-	}
-	info, err := l.sink.ensureTopic(ctx, rec.Topic)
-	if err != nil {
-		return out, err
-	}
-	out.kafka = &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
-	if rec.HasPartition {
-		if rec.Partition >= info.partitions {
-			return out, fmt.Errorf("%w: partition %d, topic %s has %d", router.ErrBadRow, rec.Partition, rec.Topic, info.partitions)
-		}
-		out.kafka.Partition = rec.Partition
-		clients.PlaceExplicitly(out.kafka)
-	}
-	if n := recordSize(out.kafka); n > info.maxBytes {
-		// Too large for the topic as last read: read it again first. A
-		// raised limit ends the attempt: the next one's client batches by
-		// it (franz-go keeps a partition's limit once it has met it).
-		was := info.maxBytes
-		info, again, err := l.sink.rereadTopic(ctx, rec.Topic)
-		if err != nil {
-			return out, err
-		}
-		if !again || n > info.maxBytes {
-			return out, fmt.Errorf("%w: record of %d bytes, topic %s takes at most %d (max.message.bytes, or the client's batch limit)", router.ErrBadRow, n, rec.Topic, info.maxBytes)
-		}
-		return out, fmt.Errorf("topic %s: max.message.bytes is now %d (was %d): start again with it", rec.Topic, info.maxBytes, was)
-	}
-	return out, checkStamp(out.kafka, info)
-}
-
-// deadLetter builds the record that carries a bad row to the dead-letter
-// topic: the row's columns as a JSON object, headers naming the error, the
-// source table and GTID.
-func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row router.Row, eventID string, cause error) (outgoing, error) {
-	info, err := l.sink.ensureTopic(ctx, rt.deadLetter)
-	if err != nil {
-		return outgoing{}, err
-	}
-	// A row whose values alone are larger than the topic takes is never
-	// encoded: its JSON would be dropped below, after costing its size
-	// again in memory (a 60 MB row, several times that).
-	var value []byte
-	if rowBytes(row) <= info.maxBytes {
-		cols := make(map[string]any, len(row.Columns))
-		for i, c := range row.Columns {
-			if i < len(row.Values) {
-				v := row.Values[i]
-				if b, ok := v.([]byte); ok {
-					v = string(b)
-				}
-				cols[c] = v
-			}
-		}
-		if value, err = json.Marshal(cols); err != nil {
-			// cause wraps router.ErrBadRow: the relay stops before the row.
-			return outgoing{}, fmt.Errorf("encode dead-letter row: %w; %w", err, cause)
-		}
-	}
-	rec := &kgo.Record{Topic: rt.deadLetter, Key: []byte(eventID), Value: value, Timestamp: row.CommitTime, Headers: []kgo.RecordHeader{
-		{Key: "error", Value: []byte(cause.Error())},
-		{Key: "source.table", Value: []byte(rt.table)},
-		{Key: "source.gtid", Value: []byte(ev.GTID)},
-		{Key: "id", Value: []byte(eventID)},
-	}}
-	if info.stamps.refuses(rec.Timestamp, time.Now()) != "" {
-		// The row's own timestamp is what was wrong with it (or the
-		// dead-letter topic would refuse it too): the dead letter is
-		// stamped now; its header keeps the row's.
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "source.timestamp", Value: []byte(rec.Timestamp.UTC().Format(time.RFC3339Nano))})
-		rec.Timestamp = time.Now()
-	}
-	if value == nil || recordSize(rec) > info.maxBytes {
-		// The row stays in the outbox table; the headers say where.
-		rec.Value = nil
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "truncated", Value: []byte("true")})
-		if n := recordSize(rec); n > info.maxBytes {
-			// Not even its headers fit: the relay stops before the row.
-			return outgoing{}, fmt.Errorf("dead-letter topic %s takes at most %d bytes, the row's truncated record is %d: %w", rt.deadLetter, info.maxBytes, n, cause)
-		}
-	}
-	l.r.log.Warn().Err(cause).Str("dead_letter_topic", rt.deadLetter).Msg("bad row sent to the dead-letter topic")
-	return outgoing{kafka: rec, outcome: "dead_letter", EventID: eventID}, nil
-}
-
-// rowBytes is the size of row's text and byte values.
-func rowBytes(row router.Row) int {
-	n := 0
-	for _, v := range row.Values {
-		switch v := v.(type) {
-		case []byte:
-			n += len(v)
-		case string:
-			n += len(v)
-		}
-	}
-	return n
-}
-
-// invalidOp handles UPDATE and DELETE on an outbox table. DELETEs in a
-// transaction that inserted at least as many outbox rows before them are the
-// delete-after-insert pattern (the row was published by its INSERT) and are
-// only counted.
-func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
-	n := int64(len(ev.Rows))
-	if ev.Op == binlog.OpDelete {
-		expected := min(n, l.curRows-l.curDeleted)
-		l.curDeleted += expected
-		if expected > 0 {
-			l.r.metrics.InvalidOps.WithLabelValues(rt.table, "delete_after_insert").Add(float64(expected))
-		}
-		if n -= expected; n == 0 {
-			return nil
-		}
-	}
-	l.r.metrics.InvalidOps.WithLabelValues(rt.table, ev.Op.String()).Add(float64(n))
-	msg := "outbox rows must only be inserted: skipped"
-	switch rt.invalidOp {
-	case "fatal":
-		return fmt.Errorf("%w: %s of %d rows of %s at %s (router.invalid_op fatal)", ErrInvalidOp, ev.Op, n, ev.Table, ev.GTID)
-	case "error":
-		l.r.log.Error().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
-	default:
-		l.r.log.Warn().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
-	}
-	return nil
-}
-
 func (l *loop) onTick(ctx context.Context, now time.Time) error {
 	cfg := l.r.cfg.Kafka
-	if err := l.sink.place.changedWhileRunning(); err != nil {
+	if err := l.sink.placements().changedWhileRunning(); err != nil {
 		return err
 	}
 	l.progress(now)
 	l.recoverLimit(now)
-	cp, err := l.sink.drain() // at-least-once; a no-op exactly-once
+	cp, err := l.sink.drain() // a checkpoint of acknowledged batches, if any
 	if err != nil {
 		return err
 	}

@@ -276,19 +276,16 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	if err != nil {
 		return err
 	}
-	sopts := sinkOptions{txn: exactlyOnce, timeout: r.cfg.Kafka.RequestTimeout,
+	sopts := sinkOptions{timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
 		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group}
-	lanes := []*sink{newSink(runCtx, cl, r.store, sopts)}
-	if laneCl != nil {
-		lanes = append(lanes, newSink(runCtx, laneCl, r.store, sopts))
-	}
+	lanes := newSinks(runCtx, cl, laneCl, checkCl, r.store, sopts, exactlyOnce)
 	defer func() {
 		// A failed attempt ends its open Kafka transactions at once, so that
 		// read_committed consumers of their partitions (and of the shared
 		// checkpoint topic) are not held up until the broker times them out.
 		for _, snk := range lanes {
-			if snk.open {
+			if snk.isOpen() {
 				actx, acancel := context.WithTimeout(context.Background(), r.cfg.Kafka.RequestTimeout)
 				if err := snk.abort(actx); err != nil {
 					r.log.Warn().Err(err).Msg("abort the open kafka transaction of the failed attempt")
@@ -302,7 +299,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 		return err
 	}
 	for _, snk := range lanes[1:] {
-		l.addLane(snk, checkCl)
+		l.addLane(snk)
 	}
 	l.schema, l.unsigned = tracker.Tables(), tracker.Unsigned()
 	l.provisional = tracker.Provisional()

@@ -252,10 +252,10 @@ type attempt struct {
 	todo    []int
 	next    int
 	cl      *kgo.Client
-	snk     *sink
+	snk     sink
 	laneCl  *kgo.Client // the second lane (kafka.transaction_lanes 2), or nil
 	checkCl *kgo.Client // its question's client (lanes.go)
-	lane    *sink
+	lane    *exactlyOnceSink
 	events  chan []binlog.Event
 	readErr chan error
 	cancel  context.CancelFunc // SIGTERM
@@ -302,16 +302,18 @@ func (h *harness) start() *attempt {
 	if err != nil {
 		fail("schema tracker", err)
 	}
-	a.snk = newSink(context.Background(), cl, r.store, sinkOptions{txn: true, timeout: cfg.Kafka.RequestTimeout,
+	opts := sinkOptions{timeout: cfg.Kafka.RequestTimeout,
 		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits})
+		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits}
+	first := newExactlyOnceSink(context.Background(), cl, r.store, opts)
+	a.snk = first
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
 	if err != nil {
 		fail("new loop", err)
 	}
 	if laneCl != nil {
-		a.lane = newSink(context.Background(), laneCl, r.store, a.snk.sinkOptions)
-		l.addLane(a.lane, checkCl)
+		a.lane = newLane(context.Background(), laneCl, checkCl, r.store, opts, first)
+		l.addLane(a.lane)
 	}
 	l.schema = tracker.Tables()
 	if a.cp == nil {
@@ -400,8 +402,12 @@ func (a *attempt) end(crashed bool) error {
 		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
 		a.h.t.Fatalf("the loop did not return; goroutines:\n%s", stacks.String())
 	}
-	for _, snk := range []*sink{a.snk, a.lane} {
-		if !crashed && snk != nil && snk.open {
+	snks := []sink{a.snk}
+	if a.lane != nil {
+		snks = append(snks, a.lane)
+	}
+	for _, snk := range snks {
+		if !crashed && snk.isOpen() {
 			ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.Kafka.RequestTimeout)
 			if err := snk.abort(ctx); err != nil {
 				a.h.t.Logf("abort after the attempt: %v", err)

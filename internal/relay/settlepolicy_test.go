@@ -128,7 +128,7 @@ func TestSmallBatchOneProduceRequest(t *testing.T) {
 			if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
 				t.Fatal(err)
 			}
-			snk := newSink(ctx, cl, store, sinkOptions{txn: true, timeout: 10 * time.Second, parts: 3, repl: 1, limits: limits})
+			snk := newExactlyOnceSink(ctx, cl, store, sinkOptions{timeout: 10 * time.Second, parts: 3, repl: 1, limits: limits})
 			if _, err := snk.ensureTopic(ctx, "orders"); err != nil {
 				t.Fatal(err)
 			}

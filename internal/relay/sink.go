@@ -30,79 +30,112 @@ var ErrFenced = newError(Fenced, "fenced", "producer fenced by another instance 
 // resumes from the committed checkpoint. It does not wrap ErrFenced.
 var ErrTxnTimedOut = newError(Transient, "kafka_txn_timeout", "kafka transaction timed out")
 
-// sink writes batches to Kafka. Exactly-once: each batch is one Kafka
-// transaction ending with its checkpoint record. At-least-once: a batch's
-// checkpoint is written once every record of it and of the batches before it
-// is acknowledged; the loop goes on reading meanwhile.
+// sink is what the pipeline (loop.go) hands its batches to: it produces the
+// records of ended source transactions, and ends each batch with its
+// checkpoint. Two implementations, one per kafka.delivery:
 //
-// Only the relay loop goroutine calls its methods; the produce callbacks only
-// record the first error and count acknowledgements.
-type sink struct {
+//   - exactlyOnceSink (sink_exactlyonce.go): each batch is one Kafka
+//     transaction ending with its checkpoint record; its commit waits on
+//     Kafka (flush, EndTxn), so the loop runs it in the background (seal);
+//     the settle wait (txnsettle.go) and the second lane's check
+//     (lanes.go) are its own.
+//   - atLeastOnceSink (sink_atleastonce.go): a batch's checkpoint is written
+//     once every record of it and of the batches before it is acknowledged
+//     (drain); the loop goes on reading meanwhile, within a bound of
+//     unacknowledged records (back-pressure).
+//
+// Only the relay loop goroutine calls its methods (and, exactly-once, the
+// commit it runs in the background, while the loop leaves that sink alone);
+// the produce callbacks only record the first error and count
+// acknowledgements.
+type sink interface {
+	// ensureTopic creates topic if the sink has not seen it yet and learns
+	// its partition count and max.message.bytes; rereadTopic learns them
+	// again, once per topic and attempt, and reports whether it did.
+	ensureTopic(ctx context.Context, topic string) (topicInfo, error)
+	rereadTopic(ctx context.Context, topic string) (topicInfo, bool, error)
+	// placements are the partition counts keys are placed by (nil: the
+	// topics' own).
+	placements() *placements
+
+	// produce sends rec asynchronously within the open batch, beginning
+	// one if none is open; sendNow sends what the producer holds for its
+	// linger at once.
+	produce(ctx context.Context, rec *kgo.Record) error
+	sendNow()
+	// isOpen reports whether a batch has begun; openFor is how long the
+	// open Kafka transaction has been open (0 when none is, or without
+	// transactions).
+	isOpen() bool
+	openFor() time.Duration
+
+	// seal ends the open batch (or a checkpoint-only one) with cp. When
+	// its commit waits on Kafka, seal starts it in the attempt's goroutines
+	// and returns the channel its result arrives on; otherwise it returns a
+	// nil channel and the result. settle and flushed: see
+	// exactlyOnceSink.commitBatch.
+	seal(ctx context.Context, cp *checkpoint.Checkpoint, settle bool, flushed chan<- struct{}) (<-chan commitResult, commitResult)
+	// acked wakes the loop when drain may have a checkpoint to write (nil:
+	// never); drain writes it and returns it (nil: none).
+	acked() <-chan struct{}
+	drain() (*checkpoint.Checkpoint, error)
+	// finish waits until everything sealed so far is durable and returns
+	// the last checkpoint it wrote, if any; awaitVisible then waits until
+	// the last checkpoint record is visible to read_committed readers.
+	finish(ctx context.Context) (*checkpoint.Checkpoint, error)
+	awaitVisible(ctx context.Context) error
+	// abort forgets the open batch; exactly-once none of its records
+	// becomes visible. Call it with a fresh context when an attempt fails.
+	abort(ctx context.Context) error
+
+	// bound sets the records the sink may have produced and not yet
+	// acknowledged (twice the loop's batch bound; back-pressure);
+	// slowSince is when a wait for acknowledgements last took a quarter of
+	// the timeout or more (batchlimit.go).
+	bound(records int)
+	slowSince() time.Time
+}
+
+// newSinks builds the sinks of an attempt: at-least-once one; exactly-once
+// one per transactional id (lanes.go: the second, on laneCl when it is not
+// nil, follows the first and asks through checkCl).
+func newSinks(ctx context.Context, cl, laneCl, checkCl *kgo.Client, store *checkpoint.Store, opts sinkOptions, exactlyOnce bool) []sink {
+	if !exactlyOnce {
+		return []sink{newAtLeastOnceSink(ctx, cl, store, opts)}
+	}
+	first := newExactlyOnceSink(ctx, cl, store, opts)
+	if laneCl == nil {
+		return []sink{first}
+	}
+	return []sink{first, newLane(ctx, laneCl, checkCl, store, opts, first)}
+}
+
+// kafkaSink is what both sinks share: the client, the checkpoint store, the
+// topics written to, the first error of a produce, the lease.
+type kafkaSink struct {
 	sinkOptions
 	cl       *kgo.Client
 	adm      *kadm.Client
 	store    *checkpoint.Store
-	topics   map[string]topicInfo // shared by the lanes (addLane): only the loop touches them
+	topics   map[string]topicInfo // shared by the lanes (newLane): only the loop touches them
 	reread   map[string]bool      // topics learned again (rereadTopic)
 	open     bool                 // a batch has begun (exactly-once: a Kafka transaction is open)
-	began    time.Time            // exactly-once: when the open Kafka transaction began
 	pctx     context.Context
 	errMu    sync.Mutex
 	firstErr error
 	refused  refusedBatch // records Kafka refused for their content (recordcheck.go); under errMu
 	promise  func(*kgo.Record, error)
 
-	// At-least-once: the open batch, and batches ended but not yet
-	// acknowledged in full, oldest first. acked wakes the loop when a batch
-	// may have become complete.
-	cur          *aloBatch
-	sealed       []*aloBatch
-	acked        chan struct{}
-	cpInFlight   atomic.Bool              // a checkpoint record is not yet acknowledged
-	cpPromise    func(*kgo.Record, error) // the checkpoint record's callback
-	cpOffset     atomic.Int64             // offset of the last checkpoint record acknowledged; -1: none
-	unacked      atomic.Int64             // records produced, not yet acknowledged
-	unackedBytes atomic.Int64             // their key and value bytes
-
-	// Exactly-once: the answer to whether the last committed transaction is
-	// complete at its coordinator (txnsettle.go); nil when none is awaited.
-	settled     chan settleAnswer
-	settleOff   bool // the coordinator cannot answer: do not ask
-	settleFails int  // settle waits failed in a row
-	// settlePaused: no settle wait before this time (too many failed in a
-	// row); settleWarned: that was logged in this attempt.
-	settlePaused time.Time
-	settleWarned bool
-	txnID        string // the client's transactional id, once looked up
-	settleWaits  atomic.Int64
-
-	// lastSlow (at-least-once): when a wait for acknowledgements last took
-	// a quarter of the timeout or more (batchlimit.go).
-	lastSlow time.Time
+	cpPromise func(*kgo.Record, error) // the checkpoint record's callback
+	cpOffset  atomic.Int64             // offset of the last checkpoint record acknowledged; -1: none
 
 	// lease is the term the sink publishes for (nil without an election):
 	// once it is lost the sink produces and commits nothing more.
 	lease *lease
-
-	// Two lanes (lanes.go): the first lane keeps its producer id and epoch
-	// after each commit (keepEpoch, epochAfter); the second lane checks,
-	// before each commit, that the first lane's transactional id is still
-	// this instance's (follows; checkOff once the brokers refuse to tell,
-	// checkFails failed in a row, no check before checkPaused, checkWarned
-	// once a failed check was logged).
-	keepEpoch   bool
-	epochAfter  atomic.Pointer[committedAs]
-	follows     *sink
-	checkAdm    *kadm.Client // asks the question (a client of its own: see lanes.go)
-	checkOff    bool
-	checkFails  int
-	checkPaused time.Time
-	checkWarned bool
 }
 
 // sinkOptions are the sink's settings.
 type sinkOptions struct {
-	txn     bool          // exactly-once: one Kafka transaction per batch
 	timeout time.Duration // bound of each wait on Kafka
 	parts   int32         // partitions of a topic the sink creates
 	// txnTimeout is the producer's transaction timeout
@@ -123,16 +156,8 @@ type sinkOptions struct {
 	group           *goroutines    // the attempt's: starts the sink's goroutines (goroutines.go)
 }
 
-// aloBatch is an at-least-once batch: its records not yet acknowledged and,
-// once it has ended, its checkpoint.
-type aloBatch struct {
-	pending atomic.Int64
-	cp      *checkpoint.Checkpoint
-	promise func(*kgo.Record, error)
-}
-
-func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *sink {
-	s := &sink{sinkOptions: opts, cl: cl, adm: kadm.NewClient(cl), store: store,
+func newKafkaSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *kafkaSink {
+	s := &kafkaSink{sinkOptions: opts, cl: cl, adm: kadm.NewClient(cl), store: store,
 		topics: map[string]topicInfo{store.Topic(): {partitions: 1, maxBytes: maxBatchBytes}}, reread: map[string]bool{}, pctx: ctx}
 	s.promise = func(r *kgo.Record, err error) {
 		if err != nil {
@@ -153,13 +178,6 @@ func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts 
 		if err == nil {
 			s.cpOffset.Store(r.Offset)
 		}
-		if !opts.txn {
-			s.cpInFlight.Store(false)
-			s.wake()
-		}
-	}
-	if !opts.txn {
-		s.acked = make(chan struct{}, 1)
 	}
 	if s.lease = leaseFrom(ctx); s.lease != nil {
 		s.lease.onLost(func() {
@@ -176,10 +194,13 @@ func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts 
 	return s
 }
 
+func (s *kafkaSink) isOpen() bool            { return s.open }
+func (s *kafkaSink) placements() *placements { return s.place }
+
 // awaitVisible waits until the last checkpoint record acknowledged is visible
 // to read_committed readers (see checkpoint.Store.AwaitVisible), so that a
 // `checkpoint show` right after the relay stops shows it.
-func (s *sink) awaitVisible(ctx context.Context) error {
+func (s *kafkaSink) awaitVisible(ctx context.Context) error {
 	o := s.cpOffset.Load()
 	if o < 0 {
 		return nil
@@ -187,36 +208,14 @@ func (s *sink) awaitVisible(ctx context.Context) error {
 	return s.store.AwaitVisible(ctx, s.adm, o)
 }
 
-// wake tells the loop that drain may have work.
-func (s *sink) wake() {
-	select {
-	case s.acked <- struct{}{}:
-	default:
-	}
-}
-
-// newBatch starts an at-least-once batch whose records share one callback.
-func (s *sink) newBatch() *aloBatch {
-	b := &aloBatch{}
-	b.promise = func(r *kgo.Record, err error) {
-		s.promise(r, err) // the error is recorded before the count drops
-		s.unacked.Add(-1)
-		s.unackedBytes.Add(-int64(len(r.Key) + len(r.Value)))
-		if b.pending.Add(-1) == 0 {
-			s.wake()
-		}
-	}
-	return b
-}
-
-func (s *sink) err() error {
+func (s *kafkaSink) err() error {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
 	return s.firstErr
 }
 
 // refusedAt names the records Kafka refused for their content, if any.
-func (s *sink) refusedAt() string {
+func (s *kafkaSink) refusedAt() string {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
 	return s.refused.String()
@@ -239,7 +238,7 @@ const maxBatchBytes = 1_000_012
 // can be passing: the cluster's metadata lists at least as many brokers as
 // the replication factor asks for (kafka.replication_factor larger than the
 // cluster stays a configuration error).
-func (s *sink) brokersRestarting(ctx context.Context) bool {
+func (s *kafkaSink) brokersRestarting(ctx context.Context) bool {
 	md, err := s.adm.BrokerMetadata(ctx)
 	return err == nil && (s.repl <= 0 || len(md.Brokers) >= int(s.repl))
 }
@@ -247,7 +246,7 @@ func (s *sink) brokersRestarting(ctx context.Context) bool {
 // rereadTopic forgets what the sink knows of topic and learns it again,
 // once per topic and attempt (a record over its max.message.bytes: the
 // operator may have raised it since); it reports whether it did.
-func (s *sink) rereadTopic(ctx context.Context, topic string) (topicInfo, bool, error) {
+func (s *kafkaSink) rereadTopic(ctx context.Context, topic string) (topicInfo, bool, error) {
 	if s.reread[topic] {
 		return s.topics[topic], false, nil
 	}
@@ -257,7 +256,7 @@ func (s *sink) rereadTopic(ctx context.Context, topic string) (topicInfo, bool, 
 	return info, true, err
 }
 
-func (s *sink) ensureTopic(ctx context.Context, topic string) (topicInfo, error) {
+func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, error) {
 	if info, ok := s.topics[topic]; ok {
 		return info, nil
 	}
@@ -335,7 +334,7 @@ func recordSize(rec *kgo.Record) int {
 
 // checkpointRecord is cp's record, refused with a clear error when it is
 // larger than the client sends (many prepared XA transactions listed).
-func (s *sink) checkpointRecord(cp *checkpoint.Checkpoint) (*kgo.Record, error) {
+func (s *kafkaSink) checkpointRecord(cp *checkpoint.Checkpoint) (*kgo.Record, error) {
 	rec := s.store.Record(cp)
 	if n := recordSize(rec); n > maxBatchBytes {
 		xa := 0
@@ -375,61 +374,6 @@ func (t *topicLimits) set(topic string, maxBytes int) {
 	t.m.Store(topic, int32(min(max(maxBytes, 1), maxTopicBytes)))
 }
 
-func (s *sink) begin() error {
-	if s.open {
-		return nil
-	}
-	if s.txn {
-		s.awaitSettled()
-		if err := s.cl.BeginTransaction(); err != nil {
-			return fmt.Errorf("begin kafka transaction: %w", s.classify(err))
-		}
-		s.began = time.Now()
-	} else {
-		s.cur = s.newBatch()
-	}
-	s.open = true
-	return nil
-}
-
-// produce sends rec asynchronously within the open batch.
-func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
-	if err := s.lease.err(); err != nil {
-		return err
-	}
-	if err := s.begin(); err != nil {
-		return err
-	}
-	if !s.txn {
-		if s.unacked.Load() >= s.maxUnacked || s.maxUnackedBytes > 0 && s.unackedBytes.Load() >= s.maxUnackedBytes {
-			// Far ahead of the acknowledgements (a slow or unreachable
-			// broker): wait for them, for a bounded time. A stop signal
-			// does not cut the wait short: the loop then writes its final
-			// checkpoint.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-			began := time.Now()
-			err := s.cl.Flush(fctx)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("wait for acknowledgements: %w", ackTimeout(err))
-			}
-			if time.Since(began) >= s.timeout/4 {
-				s.lastSlow = time.Now()
-			}
-		}
-		if err := s.lease.err(); err != nil {
-			return err // lost while waiting for acknowledgements
-		}
-		s.unacked.Add(1)
-		s.unackedBytes.Add(int64(len(rec.Key) + len(rec.Value)))
-		s.cur.pending.Add(1)
-		s.cl.Produce(s.pctx, rec, s.cur.promise)
-		return nil
-	}
-	s.cl.Produce(s.pctx, rec, s.promise)
-	return nil
-}
-
 // sendNow sends the records the producer holds for its linger at once,
 // without waiting for their acknowledgements. franz-go has no call of its
 // own for that: Flush ends the linger of every partition it knows and wakes
@@ -439,7 +383,7 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 // to a topic whose partitions the client has not loaded yet (its first
 // records to that topic in the attempt) are not reached: they start their
 // linger once the partitions are known.
-func (s *sink) sendNow() {
+func (s *kafkaSink) sendNow() {
 	_ = s.cl.Flush(endedCtx)
 }
 
@@ -449,208 +393,6 @@ var endedCtx = func() context.Context {
 	cancel()
 	return ctx
 }()
-
-// commit ends the batch with cp. Exactly-once: after it returns nil, every
-// record of the batch and cp are durably committed, and it returns cp.
-// At-least-once: cp is written once the batch is acknowledged (see drain);
-// it returns the checkpoint it wrote, if any.
-func (s *sink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoint.Checkpoint, error) {
-	return s.commitBatch(ctx, cp, true, nil)
-}
-
-// commitBatch is commit; settle says whether the next transaction's first
-// produce waits for the coordinator to complete this one (txnsettle.go):
-// false after a batch cut by its size bound, when more records are
-// waiting (catch-up). flushed (exactly-once; may be nil) is closed once
-// every record of the batch, its checkpoint among them, is acknowledged,
-// before EndTxn: records produced after that (under the other lane's
-// transactional id) land after all of them in every partition.
-func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settle bool, flushed chan<- struct{}) (*checkpoint.Checkpoint, error) {
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	if !s.txn {
-		s.cur.cp = cp
-		s.sealed = append(s.sealed, s.cur)
-		s.cur, s.open = nil, false
-		return s.drain()
-	}
-	// Once begun, a commit is not cut short by the caller's cancellation
-	// (a stop signal): an EndTransaction canceled in flight leaves its
-	// outcome unknown. It is bounded by the sink's timeout.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
-	if err := s.lease.err(); err != nil {
-		return nil, err
-	}
-	rec, err := s.checkpointRecord(cp)
-	if err != nil {
-		return nil, err
-	}
-	s.cl.Produce(s.pctx, rec, s.cpPromise)
-	flushErr := s.cl.Flush(ctx)
-	if err := s.lease.err(); err != nil {
-		// Lost while flushing: never commit. Had the commit gone out anyway,
-		// the next active instance's InitProducerID would have fenced it.
-		// The loss comes first: it also fails the records still buffered
-		// (the lease's AbortBufferedRecords).
-		return nil, err
-	}
-	if flushErr != nil {
-		return nil, fmt.Errorf("flush batch: %w", ackTimeout(flushErr))
-	}
-	if err := s.err(); err != nil {
-		return nil, fmt.Errorf("produce batch: %w%s", s.classify(err), s.refusedAt())
-	}
-	hit("after-flush")
-	if err := s.lease.err(); err != nil {
-		return nil, err // lost since (a failpoint may hold the commit here)
-	}
-	if flushed != nil {
-		close(flushed)
-	}
-	if err := s.firstLaneOurs(ctx); err != nil {
-		return nil, err
-	}
-	var before producerEpoch
-	known := true
-	if s.keepEpoch {
-		before, known = s.producerState(ctx)
-	}
-	if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return nil, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
-	}
-	s.open, s.began = false, time.Time{}
-	s.keepCommittedEpoch(ctx, before, known)
-	if settle {
-		s.settleAfterCommit()
-	}
-	return cp, nil
-}
-
-// drain (at-least-once) writes the checkpoint of the newest ended batch that
-// is acknowledged together with every batch before it, and returns it (nil
-// when there is none, or while the previous checkpoint record is in flight:
-// its acknowledgement wakes the loop again, so a catch-up writes one
-// checkpoint per round trip, not one per batch). A failed record stops it:
-// the error ends the attempt and the relay resumes from the last checkpoint
-// written, publishing some records again, never skipping one. The checkpoint
-// record itself is not waited for: a later failure of it is reported by the
-// next drain or by finish.
-func (s *sink) drain() (*checkpoint.Checkpoint, error) {
-	if s.txn || s.cpInFlight.Load() {
-		return nil, nil
-	}
-	done := 0
-	for done < len(s.sealed) && s.sealed[done].pending.Load() == 0 {
-		done++
-	}
-	if err := s.err(); err != nil {
-		return nil, fmt.Errorf("produce batch: %w%s", classify(err), s.refusedAt())
-	}
-	if done == 0 {
-		return nil, nil
-	}
-	if err := s.lease.err(); err != nil {
-		return nil, err
-	}
-	cp := s.sealed[done-1].cp
-	cp.Time = time.Now().UTC() // when written, which is later than the batch ended
-	clear(s.sealed[:done])
-	s.sealed = s.sealed[done:]
-	rec, err := s.checkpointRecord(cp)
-	if err != nil {
-		return nil, err
-	}
-	hit("after-flush")
-	s.cpInFlight.Store(true)
-	s.cl.Produce(s.pctx, rec, s.cpPromise)
-	return cp, nil
-}
-
-// finish waits until everything committed so far is durable: at-least-once,
-// every ended batch acknowledged and its checkpoint written. It returns the
-// last checkpoint it wrote, if any.
-func (s *sink) finish(ctx context.Context) (*checkpoint.Checkpoint, error) {
-	if s.txn {
-		return nil, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	if err := s.cl.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("flush batch: %w", ackTimeout(err))
-	}
-	cp, err := s.drain()
-	if err != nil {
-		return nil, err
-	}
-	if len(s.sealed) > 0 {
-		return nil, fmt.Errorf("flush batch: %d batches not acknowledged", len(s.sealed))
-	}
-	if err := s.cl.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("flush checkpoint: %w", err)
-	}
-	if err := s.err(); err != nil {
-		return nil, fmt.Errorf("write checkpoint: %w", classify(err))
-	}
-	return cp, nil
-}
-
-// openFor is how long the open Kafka transaction has been open (from the
-// sink's begin, a little before the broker starts its clock); 0 when none
-// is open or delivery is at-least-once.
-func (s *sink) openFor() time.Duration {
-	if !s.txn || !s.open {
-		return 0
-	}
-	return time.Since(s.began)
-}
-
-// abort ends the open Kafka transaction with an abort: none of its records
-// becomes visible, and the last stable offsets of its partitions (the
-// shared checkpoint topic's among them) move on now instead of after the
-// transaction timeout. Records buffered and not yet sent are dropped. Call
-// it when an attempt fails, with a fresh context (the attempt's own may be
-// canceled); it waits at most the sink's timeout. Afterwards a new
-// transaction can begin on the same client (unless it is fenced). Without
-// an open transaction it does nothing; at-least-once it only forgets the
-// open batch (what was sent stays sent).
-func (s *sink) abort(ctx context.Context) error {
-	if !s.open {
-		return nil
-	}
-	if !s.txn {
-		s.cur, s.open = nil, false
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	err := s.cl.AbortBufferedRecords(ctx)
-	if err == nil {
-		err = s.cl.EndTransaction(ctx, kgo.TryAbort)
-	}
-	if err != nil {
-		return fmt.Errorf("abort kafka transaction: %w", s.classify(err))
-	}
-	s.open, s.began = false, time.Time{}
-	s.errMu.Lock()
-	s.firstErr = nil // the aborted records' errors (ErrAborting) end with them
-	s.refused = refusedBatch{}
-	s.errMu.Unlock()
-	return nil
-}
-
-// classify is classify, and tells a transaction the broker aborted for
-// being open too long (ErrTxnTimedOut) from a fence: the broker answers both
-// with the same fencing errors.
-func (s *sink) classify(err error) error {
-	c := classify(err)
-	if open := s.openFor(); errors.Is(c, ErrFenced) && s.txnTimeout > 0 && open >= s.txnTimeout {
-		return fmt.Errorf("%w: open for %s, kafka.transaction_timeout is %s: the broker aborted it and bumped the producer epoch: %w",
-			ErrTxnTimedOut, open.Round(time.Millisecond), s.txnTimeout, err)
-	}
-	return c
-}
 
 // ErrRejected: Kafka refuses a record or topic for good (too large, invalid,
 // not authorised); retrying the same batch cannot succeed.

@@ -70,8 +70,8 @@ const (
 
 // settleAfterCommit starts asking the coordinator whether the transaction
 // just committed is complete; begin waits for the answer.
-func (s *sink) settleAfterCommit() {
-	if !s.txn || s.settleOff || time.Now().Before(s.settlePaused) {
+func (s *exactlyOnceSink) settleAfterCommit() {
+	if s.settleOff || time.Now().Before(s.settlePaused) {
 		return
 	}
 	if s.txnID == "" {
@@ -141,7 +141,7 @@ func settleVerdict(ctx context.Context, err error) settleAnswer {
 
 // awaitSettled waits for the answer settleAfterCommit started asking for,
 // if any; it is bounded by settleMax.
-func (s *sink) awaitSettled() {
+func (s *exactlyOnceSink) awaitSettled() {
 	if s.settled == nil {
 		return
 	}
