@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
@@ -96,7 +97,7 @@ func TestLeastPrivilegeKafka(t *testing.T) {
 	principal := "User:" + user
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.Kafka.CheckpointTopic).Operations(kadm.OpRead, kadm.OpWrite))
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.HA.LockTopic).Operations(kadm.OpRead))
-	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(relay.GroupID(cfg.Name)).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(ha.GroupID(cfg.Name)).Operations(kadm.OpRead))
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
 	ids := checkpoint.TransactionalIDs(cfg.Name) // both lanes (kafka.transaction_lanes 2, the default)
 	allow(t, adm, kadm.NewACLs().Allow(principal).TransactionalIDs(ids...).Operations(kadm.OpWrite))
@@ -108,7 +109,7 @@ func TestLeastPrivilegeKafka(t *testing.T) {
 		}
 	}
 	wantNames := []string{"acl topic " + cfg.Kafka.CheckpointTopic, "acl topic " + cfg.HA.LockTopic, "acl topic " + event,
-		"acl group " + relay.GroupID(cfg.Name), "acl transactional-id " + ids[0], "acl transactional-id " + ids[1]}
+		"acl group " + ha.GroupID(cfg.Name), "acl transactional-id " + ids[0], "acl transactional-id " + ids[1]}
 	if got := names(items); !slices.Equal(got, wantNames) {
 		t.Fatalf("acl items %q, want %q", got, wantNames)
 	}
@@ -138,7 +139,7 @@ func TestLeastPrivilegeKafka(t *testing.T) {
 	want := map[string]string{
 		"acl topic " + cfg.Kafka.CheckpointTopic: "--operation Read --operation Write --topic " + cfg.Kafka.CheckpointTopic,
 		"acl topic " + cfg.HA.LockTopic:          "--operation Read --topic " + cfg.HA.LockTopic,
-		"acl group " + relay.GroupID(cfg.Name):   "--operation Read --group " + relay.GroupID(cfg.Name),
+		"acl group " + ha.GroupID(cfg.Name):      "--operation Read --group " + ha.GroupID(cfg.Name),
 		"acl transactional-id " + cfg.Name:       "--operation Write --transactional-id " + cfg.Name,
 		"acl transactional-id " + ids[1]:         "--operation Write --transactional-id " + ids[1],
 	}
@@ -269,7 +270,7 @@ func TestAtLeastOnceCheckpointCommandsNeedNoTransactions(t *testing.T) {
 	principal := "User:" + user
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.Kafka.CheckpointTopic).Operations(kadm.OpRead, kadm.OpWrite))
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.HA.LockTopic).Operations(kadm.OpRead))
-	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(relay.GroupID(cfg.Name)).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(ha.GroupID(cfg.Name)).Operations(kadm.OpRead))
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
 
 	r := itest.RunRelay(t, cfg)
@@ -331,7 +332,7 @@ func TestCheckpointTopicNotAuthorizedIsConfigError(t *testing.T) {
 	}
 	principal := "User:" + user
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.HA.LockTopic).Operations(kadm.OpRead))
-	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(relay.GroupID(cfg.Name)).Operations(kadm.OpRead))
+	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(ha.GroupID(cfg.Name)).Operations(kadm.OpRead))
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
 	allow(t, adm, kadm.NewACLs().Allow(principal).TransactionalIDs(checkpoint.TransactionalIDs(cfg.Name)...).Operations(kadm.OpWrite))
 

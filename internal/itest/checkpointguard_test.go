@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
@@ -72,7 +73,7 @@ func TestCheckpointCommandsRefuseRunningRelayThatWritesNoCheckpoint(t *testing.T
 		}
 		return nil
 	})
-	group := relay.GroupID(cfg.Name)
+	group := ha.GroupID(cfg.Name)
 	for _, args := range [][]string{
 		{"checkpoint", "reset", "--yes"},
 		{"checkpoint", "set", "--to", "now", "--yes"},

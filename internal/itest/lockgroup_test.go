@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -47,7 +48,7 @@ func TestLockTopicMismatchNeverTwoActives(t *testing.T) {
 	_ = k
 	if both > 0 {
 		t.Fatalf("two instances of pipeline %s active at once in %d of 200 samples (lock topics %s and %s, one group %s)",
-			cfg.Name, both, c1.HA.LockTopic, c2.HA.LockTopic, relay.GroupID(cfg.Name))
+			cfg.Name, both, c1.HA.LockTopic, c2.HA.LockTopic, ha.GroupID(cfg.Name))
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -615,7 +616,7 @@ func WaitLockGroup(t testing.TB, brokers []string, name string, n int, timeout t
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	Eventually(t, timeout, func() error {
-		groups, err := adm.DescribeGroups(context.Background(), relay.GroupID(name))
+		groups, err := adm.DescribeGroups(context.Background(), ha.GroupID(name))
 		if err == nil {
 			err = groups.Error()
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 )
 
 // What the relay's principal needs on Kafka (least privilege, topics
@@ -104,7 +104,7 @@ func checkACLs(ctx context.Context, cl *kgo.Client, cfg config.Config, existing 
 		}
 	}
 
-	group := relay.GroupID(cfg.Name)
+	group := ha.GroupID(cfg.Name)
 	var g kadm.DescribedGroup
 	err := retryCoordinator(ctx, func() error {
 		gs, err := adm.DescribeGroups(ctx, group)

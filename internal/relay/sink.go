@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 )
 
 // ErrFenced: another instance with the same name took over. Fatal: the
@@ -80,10 +81,6 @@ type sink struct {
 	// a quarter of the timeout or more (batchlimit.go).
 	lastSlow time.Time
 
-	// lease is the term the sink publishes for (nil without an election):
-	// once it is lost the sink produces and commits nothing more.
-	lease *lease
-
 	// Two lanes (lanes.go): the first lane keeps its producer id and epoch
 	// after each commit (keepEpoch, epochAfter); the second lane checks,
 	// before each commit, that the first lane's transactional id is still
@@ -121,6 +118,9 @@ type sinkOptions struct {
 	limits          *topicLimits   // franz-go's per-topic batch limit; nil: its default for every topic
 	place           *placements    // partition counts keys are placed by (placement.go); nil: the topics' own
 	group           *goroutines    // the attempt's: starts the sink's goroutines (goroutines.go)
+	// lease is the term the sink publishes for (nil without an election):
+	// once it is lost the sink produces and commits nothing more.
+	lease *ha.Lease
 }
 
 // aloBatch is an at-least-once batch: its records not yet acknowledged and,
@@ -161,8 +161,8 @@ func newSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts 
 	if !opts.txn {
 		s.acked = make(chan struct{}, 1)
 	}
-	if s.lease = leaseFrom(ctx); s.lease != nil {
-		s.lease.onLost(func() {
+	if s.lease != nil {
+		s.lease.OnLost(func() {
 			// Fail what is buffered and not yet sent, now, from another
 			// goroutine (safe alongside a Flush); the loop stops too.
 			// Not once the attempt is over: its client is closed.
@@ -394,7 +394,7 @@ func (s *sink) begin() error {
 
 // produce sends rec asynchronously within the open batch.
 func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return err
 	}
 	if err := s.begin(); err != nil {
@@ -417,7 +417,7 @@ func (s *sink) produce(ctx context.Context, rec *kgo.Record) error {
 				s.lastSlow = time.Now()
 			}
 		}
-		if err := s.lease.err(); err != nil {
+		if err := s.lease.Err(); err != nil {
 			return err // lost while waiting for acknowledgements
 		}
 		s.unacked.Add(1)
@@ -480,7 +480,7 @@ func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settl
 	// outcome unknown. It is bounded by the sink's timeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return nil, err
 	}
 	rec, err := s.checkpointRecord(cp)
@@ -489,7 +489,7 @@ func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settl
 	}
 	s.cl.Produce(s.pctx, rec, s.cpPromise)
 	flushErr := s.cl.Flush(ctx)
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		// Lost while flushing: never commit. Had the commit gone out anyway,
 		// the next active instance's InitProducerID would have fenced it.
 		// The loss comes first: it also fails the records still buffered
@@ -503,7 +503,7 @@ func (s *sink) commitBatch(ctx context.Context, cp *checkpoint.Checkpoint, settl
 		return nil, fmt.Errorf("produce batch: %w%s", s.classify(err), s.refusedAt())
 	}
 	hit("after-flush")
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return nil, err // lost since (a failpoint may hold the commit here)
 	}
 	if flushed != nil {
@@ -551,7 +551,7 @@ func (s *sink) drain() (*checkpoint.Checkpoint, error) {
 	if done == 0 {
 		return nil, nil
 	}
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return nil, err
 	}
 	cp := s.sealed[done-1].cp

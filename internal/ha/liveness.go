@@ -1,4 +1,4 @@
-package relay
+package ha
 
 import (
 	"context"
@@ -36,18 +36,15 @@ func (m LiveMember) String() string {
 
 // ErrRelayLive is wrapped by LiveRelays' verdict (see RefuseLive) when a
 // relay of the pipeline is a member of its lock group.
-var ErrRelayLive = newError(Transient, "relay_live", "a relay of the pipeline is running")
+var ErrRelayLive = errors.New("a relay of the pipeline is running")
 
-// LiveRelays returns the members of cfg's lock group (GroupID): every
+// LiveRelays returns the members of cfg's lock group (GroupID), asked with
+// the Kafka connection options kopts: every
 // running relay of the pipeline is one, whether it holds the lease or
 // waits as a standby, and a relay that exited is none (it left the group),
 // whatever the age of its last checkpoint. An error means it cannot tell.
-func LiveRelays(ctx context.Context, cfg config.Config) ([]LiveMember, error) {
-	opts, err := KafkaOpts(cfg)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(opts...)
+func LiveRelays(ctx context.Context, cfg config.Config, kopts []kgo.Opt) ([]LiveMember, error) {
+	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("describe lock group %s: %w", GroupID(cfg.Name), err)
 	}
@@ -91,8 +88,8 @@ func adminHint(err error) string {
 // kafka.delivery at-least-once a running relay cannot be fenced (it writes
 // no Kafka transactions, and its next checkpoint replaces what a command
 // wrote), so the advice is to stop it, --force or not.
-func RefuseLive(ctx context.Context, cfg config.Config) error {
-	live, err := LiveRelays(ctx, cfg)
+func RefuseLive(ctx context.Context, cfg config.Config, kopts []kgo.Opt) error {
+	live, err := LiveRelays(ctx, cfg, kopts)
 	if err != nil {
 		return fmt.Errorf("cannot tell whether a relay of %s is running: %w: stop every relay of %s, then pass --force", cfg.Name, err, cfg.Name)
 	}
