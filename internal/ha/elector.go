@@ -91,7 +91,7 @@ func New(c Config) *Elector {
 	h := c.Relay.HA
 	return &Elector{c: c, cfg: c.Relay, log: c.Log, metrics: c.Metrics, group: GroupID(c.Relay.Name), topic: h.LockTopic,
 		session: h.SessionTimeout, heartbeat: h.HeartbeatInterval, guard: h.SessionTimeout - 2*h.HeartbeatInterval,
-		assigned: make(chan struct{}, 1), refused: make(chan error, 1), instanceID: InstanceID(c.Relay)}
+		assigned: make(chan struct{}, 1), refused: make(chan error, 1), instanceID: instanceIDOf(c.Relay)}
 }
 
 // Group is the lock group's id (GroupID).
@@ -103,8 +103,9 @@ func (e *Elector) Topic() string { return e.topic }
 // Session is ha.session_timeout.
 func (e *Elector) Session() time.Duration { return e.session }
 
-// Waited reports whether another member held the lease while this one
-// waited (since it joined): a standby that takes over, not a fresh start.
+// Waited reports whether another member was in the group or held the
+// lease while this one waited, at any time since it first joined: a
+// standby that takes over, not a fresh start.
 func (e *Elector) Waited() bool { return e.waited }
 
 // MemberID is this member's id in the lock group ("" before it joined).

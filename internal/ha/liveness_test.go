@@ -64,7 +64,7 @@ func TestRefuseLiveTellsRunningRelayByLockGroup(t *testing.T) {
 	if !errors.Is(err, ha.ErrRelayLive) || !strings.Contains(err.Error(), "instance host-a-4242") || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("with a member: %v", err)
 	}
-	// As the relay leaves (election.go): a static member is removed by
+	// As the relay leaves (Elector.Leave): a static member is removed by
 	// its instance id.
 	if _, err := kadm.NewClient(member).LeaveGroup(ctx, kadm.LeaveGroup(ha.GroupID(cfg.Name)).InstanceIDs("host-a-4242")); err != nil {
 		t.Fatal(err)

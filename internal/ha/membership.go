@@ -25,12 +25,12 @@ import (
 // before it joins (awaitInstanceID) and before it acts on the lease
 // (agree, claim).
 
-// InstanceID is the lock group's static membership id of an instance with
+// instanceIDOf is the lock group's static membership id of an instance with
 // configuration cfg: ha.instance_id, or by default the host name, the
 // source.server_id and the port of http.listen, which instances sharing a
 // host are told to give each their own (characters Kafka does not take in
 // an id replaced by '-').
-func InstanceID(cfg config.Config) string {
+func instanceIDOf(cfg config.Config) string {
 	if cfg.HA.InstanceID != "" {
 		return cfg.HA.InstanceID
 	}
