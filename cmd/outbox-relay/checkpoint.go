@@ -23,7 +23,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/source"
 )
 
@@ -444,7 +444,7 @@ func (w writeFlags) overNewer(err error) error {
 	return nil
 }
 
-// guard refuses while a relay of the pipeline runs (relay.RefuseLive: a
+// guard refuses while a relay of the pipeline runs (ha.RefuseLive: a
 // member of its lock group, active or standby; one that exited, on an
 // error too, is none), unless --force, and asks for confirmation.
 func (w writeFlags) guard(cfg config.Config, action string) error {
@@ -463,8 +463,11 @@ func (w writeFlags) live(cfg config.Config) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.RequestTimeout)
 	defer cancel()
-	err := relay.RefuseLive(ctx, cfg)
-	if err != nil && *w.force && !errors.Is(err, relay.ErrRelayLive) {
+	k, err := clients.NewKafka(cfg)
+	if err == nil {
+		err = ha.RefuseLive(ctx, cfg, k.Admin())
+	}
+	if err != nil && *w.force && !errors.Is(err, ha.ErrRelayLive) {
 		fmt.Fprintf(os.Stderr, "warning: %v: going on (--force)\n", err)
 		return nil
 	}

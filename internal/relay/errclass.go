@@ -6,6 +6,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
 	"github.com/outbox-relay/outbox-relay/source"
@@ -20,8 +21,8 @@ import (
 // of the logs (kind).
 //
 // This package's sentinels carry their class and kind (classified, made
-// by newError); the sentinels of binlog, checkpoint, schema, config and
-// router, which must not know the relay's policy, are classified in
+// by newError); the sentinels of binlog, checkpoint, schema, config,
+// router and ha, which must not know the relay's policy, are classified in
 // foreign. errclass_test.go parses those packages and fails on a sentinel
 // or error type without a class.
 
@@ -156,6 +157,8 @@ var foreign = []rule{
 	// Kafka has not yet made a committed checkpoint visible: Kafka's.
 	{is: checkpoint.ErrNotVisible, class: Transient, kind: "kafka"},
 	{is: config.ErrInvalid, class: ConfigStop, kind: "config"},
+	{is: ha.ErrLeaseLost, class: Transient, kind: "lease_lost"},
+	{is: ha.ErrRelayLive, class: Transient, kind: "relay_live"},
 }
 
 func isNoAnswer(err error) bool {

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
 	"github.com/outbox-relay/outbox-relay/source"
@@ -31,6 +32,7 @@ var policyPackages = map[string]string{
 	"../../schema":     "schema",
 	"../config":        "config",
 	"../../router":     "router",
+	"../ha":            "ha",
 	".":                "relay",
 }
 
@@ -71,18 +73,18 @@ func sentinelValues() map[string]error {
 		"schema.ErrProvisional":            schema.ErrProvisional,
 		"config.ErrInvalid":                config.ErrInvalid,
 		"router.ErrBadRow":                 router.ErrBadRow,
+		"ha.ErrLeaseLost":                  ha.ErrLeaseLost,
+		"ha.ErrRelayLive":                  ha.ErrRelayLive,
 		"relay.ErrBadRow":                  ErrBadRow,
 		"relay.ErrKafkaUnreachable":        ErrKafkaUnreachable,
 		"relay.ErrFlavorMismatch":          ErrFlavorMismatch,
 		"relay.ErrInvalidOp":               ErrInvalidOp,
-		"relay.ErrLeaseLost":               ErrLeaseLost,
 		"relay.ErrUnknownXA":               ErrUnknownXA,
 		"relay.ErrPartitionsChanged":       ErrPartitionsChanged,
 		"relay.ErrRecordRefused":           ErrRecordRefused,
 		"relay.ErrFenced":                  ErrFenced,
 		"relay.ErrTxnTimedOut":             ErrTxnTimedOut,
 		"relay.ErrRejected":                ErrRejected,
-		"relay.ErrRelayLive":               ErrRelayLive,
 		"relay.errRevoked":                 errRevoked,
 		"relay.errAckTimeout":              errAckTimeout,
 		"relay.errHostRefused":             errHostRefused,
@@ -311,6 +313,9 @@ func TestErrorKindsKeepTheirLabels(t *testing.T) {
 		"kafka_unreachable":    {ErrKafkaUnreachable},
 		"checkpoint":           {checkpoint.ErrCorrupt, checkpoint.ErrTopicLayout, checkpoint.ErrLost, checkpoint.ErrTablesChanged},
 		"kafka":                {errAckTimeout, errors.New("x")},
+		"lease_lost":           {ha.ErrLeaseLost},
+		"lease_revoked":        {errRevoked},
+		"relay_live":           {ha.ErrRelayLive},
 	} {
 		for _, e := range errs {
 			if got := kind(fmt.Errorf("x: %w", e)); got != want {

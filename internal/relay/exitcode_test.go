@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/schema"
 	"github.com/outbox-relay/outbox-relay/source"
 )
@@ -34,7 +35,7 @@ func TestExitCode(t *testing.T) {
 		{wrap(binlog.ErrPurged), ExitPurged},
 		{wrap(ErrKafkaUnreachable), ExitTransient},
 		{wrap(source.ErrUnreachable), ExitTransient},
-		{wrap(ErrLeaseLost), ExitTransient},
+		{wrap(ha.ErrLeaseLost), ExitTransient},
 		{wrap(context.DeadlineExceeded), ExitTransient},
 		{wrap(ErrFenced), ExitError},
 		// A record refused for its content is a data stop; a refusal of a

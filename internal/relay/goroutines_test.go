@@ -118,7 +118,7 @@ func runAttemptToCheckpoint(t *testing.T, r *Relay, want string) {
 	ended := make(chan error, 1)
 	go func() {
 		started := false
-		ended <- r.attempt(ctx, &started)
+		ended <- r.attempt(ctx, nil, &started)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

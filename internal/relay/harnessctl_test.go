@@ -7,15 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
-	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/clients"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 )
 
 // slowEndTxn makes every EndTxn take d at the broker: each commit stays in
@@ -64,7 +66,7 @@ func eventsTotal(t *testing.T, h *harness) float64 {
 // startLeased is h.start with the attempt run under ls, a term's lease, as
 // Relay.attempt runs it inside an election: the sinks (both lanes) refuse
 // to produce or commit once it is lost and abort what their clients buffer.
-func (h *harness) startLeased(ls *lease) *attempt {
+func (h *harness) startLeased(ls *ha.Lease) *attempt {
 	t, r, cfg := h.t, h.relay, h.cfg
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -93,22 +95,23 @@ func (h *harness) startLeased(ls *lease) *attempt {
 	must("start position", err)
 	tracker, err := r.tracker(ctx, h.srv, a.cp)
 	must("schema tracker", err)
-	// As Relay.attempt: the sink's context carries the lease, and is not
-	// canceled with the term (runCtx).
+	// As Relay.attempt: the sinks and the loop are given the lease; the
+	// sinks' context is not canceled with the term (runCtx).
 	opts := sinkOptions{timeout: cfg.Kafka.RequestTimeout,
 		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits}
-	first := newExactlyOnceSink(context.WithoutCancel(ls.ctx), cl, r.store, opts)
+		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits, lease: ls}
+	first := newExactlyOnceSink(context.WithoutCancel(ls.Context()), cl, r.store, opts)
 	a.snk = first
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
 	must("new loop", err)
+	l.lease = ls
 	if a.laneCl != nil {
-		a.lane = newLane(context.WithoutCancel(ls.ctx), a.laneCl, a.checkCl, r.store, opts, first)
+		a.lane = newLane(context.WithoutCancel(ls.Context()), a.laneCl, a.checkCl, r.store, opts, first)
 		l.addLane(a.lane)
 	}
 	l.schema = tracker.Tables()
 	if a.cp == nil {
-		must("initial checkpoint", l.commit(ls.ctx))
+		must("initial checkpoint", l.commit(ls.Context()))
 	}
 	from, err := binlog.ParseSet(h.s.flavor, a.from)
 	must("start position", err)
@@ -117,10 +120,12 @@ func (h *harness) startLeased(ls *lease) *attempt {
 			a.todo = append(a.todo, i)
 		}
 	}
-	a.cancel = ls.cancel
+	// The term's context, canceled by a stop (a.cancel) or a loss.
+	runCtx, stop := context.WithCancel(ls.Context())
+	a.cancel = stop
 	go func() {
 		defer close(a.done)
-		a.err = l.run(ls.ctx, a.events, a.readErr)
+		a.err = l.run(runCtx, a.events, a.readErr)
 	}()
 	return a
 }

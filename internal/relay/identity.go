@@ -3,9 +3,6 @@ package relay
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
-	"strconv"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -22,7 +19,7 @@ import (
 //   - in the process: the checkpoint an attempt loaded or committed
 //     (Relay.had), so a later attempt of the same process that finds none
 //     stops;
-//   - across restarts: the lock group's record (claim, membership.go) also
+//   - across restarts: the lock group's record (claim, internal/ha/membership.go) also
 //     holds the id of the checkpoint topic the pipeline's checkpoints are in,
 //     written once an attempt has a checkpoint; a topic with another id (it
 //     was deleted and created again) or one whose log start offset is past
@@ -142,7 +139,7 @@ func (r *Relay) recordedTopicID() string {
 	if r.elector == nil {
 		return ""
 	}
-	return r.elector.recordedID
+	return r.elector.RecordedID()
 }
 
 // markCheckpoint records in the lock group that the pipeline has a
@@ -155,36 +152,5 @@ func (r *Relay) markCheckpoint(ctx context.Context, st checkpoint.TopicState) {
 	if r.elector == nil {
 		return
 	}
-	r.elector.mark(ctx, id)
-}
-
-// captureTag fingerprints what the pipeline publishes: its captured tables
-// and, for each, the router settings that choose a record's topic and key
-// (so its partition). Every member of the lock group must carry the same
-// (agree, membership.go).
-func (e *elector) captureTag() string {
-	c := e.r.cfg
-	h := fnv.New32a()
-	for _, t := range checkpoint.TablesOf(c.Source.Tables) {
-		rc := c.Router.For(t)
-		for _, s := range []string{t, rc.TopicPrefix, rc.TopicRegex, rc.TopicReplacement, rc.AggregateTypeColumn, rc.AggregateIDColumn} {
-			h.Write([]byte(s))
-			h.Write([]byte{0})
-		}
-	}
-	return "c" + strconv.FormatUint(uint64(h.Sum32()), 36)
-}
-
-// memberCapture is the capture tag in a member's client id; "" for a member
-// of a build that did not carry one.
-func memberCapture(clientID, prefix string) string {
-	rest, ok := strings.CutPrefix(clientID, prefix)
-	if !ok {
-		return ""
-	}
-	tag, _, ok := strings.Cut(rest, ".")
-	if !ok {
-		return ""
-	}
-	return tag
+	r.elector.Mark(ctx, id)
 }

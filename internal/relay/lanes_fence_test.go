@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 )
 
 // untilEndedOrMoved waits until the attempt has ended or the committed
@@ -202,9 +204,9 @@ func TestLanesDisturbedWhileLane1CommitHeld(t *testing.T) {
 				return nil, nil, false
 			})
 			var a *attempt
-			var ls *lease
+			var ls *ha.Lease
 			if how == "lease-lost" {
-				ls = newLease(context.Background())
+				ls = ha.NewLease(context.Background())
 				a = h.startLeased(ls)
 			} else {
 				a = h.start()
@@ -260,7 +262,7 @@ func TestLanesDisturbedWhileLane1CommitHeld(t *testing.T) {
 				a.feed(s.through(6))
 				err = a.wait()
 			case "lease-lost":
-				ls.lose("test")
+				ls.Lose("test")
 				close(release)
 				err = a.wait()
 				cp := h.load()
@@ -277,7 +279,7 @@ func TestLanesDisturbedWhileLane1CommitHeld(t *testing.T) {
 					t.Error("no error")
 				}
 			}
-			if how == "lease-lost" && !errors.Is(err, ErrLeaseLost) {
+			if how == "lease-lost" && !errors.Is(err, ha.ErrLeaseLost) {
 				t.Errorf("lease lost: %v", err)
 			}
 		})

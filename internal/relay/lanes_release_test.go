@@ -12,13 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 )
 
 // Catch-up with two lanes: the records held behind a batch in flight (here
@@ -196,7 +198,7 @@ func releaseDisturbed(t *testing.T, lanes int, how string) {
 		reached              = make(chan struct{})
 		proceed              = make(chan struct{})
 		a                    *attempt
-		ls                   *lease
+		ls                   *ha.Lease
 	)
 	cpTopic := h.relay.store.Topic()
 	h.kafka.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -250,7 +252,7 @@ func releaseDisturbed(t *testing.T, lanes int, how string) {
 		return nil, nil, false
 	})
 	if how == "lease-lost" {
-		ls = newLease(context.Background())
+		ls = ha.NewLease(context.Background())
 		a = h.startLeased(ls)
 	} else {
 		a = h.start()
@@ -291,7 +293,7 @@ func releaseDisturbed(t *testing.T, lanes int, how string) {
 		close(proceed)
 		crashed = true
 	case "lease-lost":
-		ls.lose("test")
+		ls.Lose("test")
 		close(proceed)
 	}
 	// The attempt ends, or commits the whole script (franz-go retried the
@@ -321,7 +323,7 @@ func releaseDisturbed(t *testing.T, lanes int, how string) {
 			t.Errorf("%s: the attempt ended with %v, want nil", how, err)
 		}
 	case "lease-lost":
-		if !errors.Is(err, ErrLeaseLost) {
+		if !errors.Is(err, ha.ErrLeaseLost) {
 			t.Errorf("lease lost: %v", err)
 		}
 	case "fence":

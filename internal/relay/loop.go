@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -26,6 +27,9 @@ type loop struct {
 	// them, in turn (commit.go: one, or two transactional ids).
 	sink  sink
 	lanes []sink
+	// lease is the term the attempt runs under (nil without an election):
+	// once it is lost the loop stops at once and commits nothing.
+	lease *ha.Lease
 
 	// set covers every source transaction fully handed to the sink.
 	set    mysql.GTIDSet
@@ -256,17 +260,17 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 	quiet := time.NewTimer(time.Hour) // armed by quietDue
 	quiet.Stop()
 	defer quiet.Stop()
-	ls := leaseFrom(ctx)
+	ls := l.lease
 	for {
 		select {
-		case <-ls.lostChan():
+		case <-ls.Lost():
 			// Not sure to hold the lease any more: stop at once, commit
 			// nothing (the sink refuses to); the open transaction is aborted.
 			l.r.metrics.Ready.Store(false)
-			return ls.err()
+			return ls.Err()
 		case <-ctx.Done():
 			l.r.metrics.Ready.Store(false)
-			if err := ls.err(); err != nil {
+			if err := ls.Err(); err != nil {
 				return err
 			}
 			return l.shutdown()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/source"
 )
 
@@ -180,7 +181,7 @@ func TestPipelineXALookupLongerThanTransactionTimeoutGetsPast(t *testing.T) {
 // and the loop holds the next batch, (ii) while the commit in flight
 // flushes (its produce held at the broker; records lingering), (iii) with
 // an open batch lingering in the client and no commit in flight. Each
-// time the loop returns ErrLeaseLost at once, nothing it held is
+// time the loop returns ha.ErrLeaseLost at once, nothing it held is
 // produced, and what reaches read_committed readers is exactly what the
 // committed checkpoints cover: the next active instance publishes the
 // rest once.
@@ -217,7 +218,7 @@ func TestPipelineLeaseLostAroundInFlightCommit(t *testing.T) {
 					return nil, nil, false
 				})
 			}
-			ls := newLease(context.Background())
+			ls := ha.NewLease(context.Background())
 			a := h.startLeased(ls)
 			switch when {
 			case "open-batch-lingering":
@@ -228,11 +229,11 @@ func TestPipelineLeaseLostAroundInFlightCommit(t *testing.T) {
 				<-reached
 				a.feed(s.through(2)) // held
 			}
-			ls.lose("test")
+			ls.Lose("test")
 			err := a.wait()
 			t.Logf("loop returned %v", err)
-			if !errors.Is(err, ErrLeaseLost) {
-				t.Errorf("loop returned %v, want ErrLeaseLost", err)
+			if !errors.Is(err, ha.ErrLeaseLost) {
+				t.Errorf("loop returned %v, want ha.ErrLeaseLost", err)
 			}
 			cp := h.load()
 			t.Logf("checkpoint after the loss: %q", cp.GTIDSet)

@@ -31,6 +31,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -78,7 +79,7 @@ type Relay struct {
 	// none yet); elector its lock group membership (nil in tests that
 	// run attempts alone): identity.go. Owned by the goroutine of Run.
 	had     *known
-	elector *elector
+	elector *ha.Elector
 	// tables are source.tables as checkpoints record them.
 	tables []string
 }
@@ -205,8 +206,10 @@ func (r *Relay) secondLane(ctx context.Context, limits *topicLimits, place *plac
 	return cl, check, nil
 }
 
-// attempt runs one pipeline from the committed checkpoint.
-func (r *Relay) attempt(ctx context.Context, started *bool) error {
+// attempt runs one pipeline from the committed checkpoint, under ls, the
+// term's lease (nil without an election), which its loop and sinks check
+// before every produce, checkpoint write and commit.
+func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// Every goroutine of the attempt starts through group and is joined
 	// before attempt returns: here on an early return, once streaming
@@ -278,7 +281,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	}
 	sopts := sinkOptions{timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group}
+		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group, lease: ls}
 	lanes := newSinks(runCtx, cl, laneCl, checkCl, r.store, sopts, exactlyOnce)
 	defer func() {
 		// A failed attempt ends its open Kafka transactions at once, so that
@@ -298,6 +301,7 @@ func (r *Relay) attempt(ctx context.Context, started *bool) error {
 	if err != nil {
 		return err
 	}
+	l.lease = ls
 	for _, snk := range lanes[1:] {
 		l.addLane(snk)
 	}

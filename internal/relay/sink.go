@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 )
 
 // ErrFenced: another instance with the same name took over. Fatal: the
@@ -129,9 +130,6 @@ type kafkaSink struct {
 	cpPromise func(*kgo.Record, error) // the checkpoint record's callback
 	cpOffset  atomic.Int64             // offset of the last checkpoint record acknowledged; -1: none
 
-	// lease is the term the sink publishes for (nil without an election):
-	// once it is lost the sink produces and commits nothing more.
-	lease *lease
 }
 
 // sinkOptions are the sink's settings.
@@ -154,6 +152,9 @@ type sinkOptions struct {
 	limits          *topicLimits   // franz-go's per-topic batch limit; nil: its default for every topic
 	place           *placements    // partition counts keys are placed by (placement.go); nil: the topics' own
 	group           *goroutines    // the attempt's: starts the sink's goroutines (goroutines.go)
+	// lease is the term the sink publishes for (nil without an election):
+	// once it is lost the sink produces and commits nothing more.
+	lease *ha.Lease
 }
 
 func newKafkaSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *kafkaSink {
@@ -179,8 +180,8 @@ func newKafkaSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, 
 			s.cpOffset.Store(r.Offset)
 		}
 	}
-	if s.lease = leaseFrom(ctx); s.lease != nil {
-		s.lease.onLost(func() {
+	if s.lease != nil {
+		s.lease.OnLost(func() {
 			// Fail what is buffered and not yet sent, now, from another
 			// goroutine (safe alongside a Flush); the loop stops too.
 			// Not once the attempt is over: its client is closed.

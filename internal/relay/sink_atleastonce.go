@@ -91,7 +91,7 @@ func (s *atLeastOnceSink) begin() {
 
 // produce sends rec asynchronously within the open batch.
 func (s *atLeastOnceSink) produce(ctx context.Context, rec *kgo.Record) error {
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return err
 	}
 	s.begin()
@@ -111,7 +111,7 @@ func (s *atLeastOnceSink) produce(ctx context.Context, rec *kgo.Record) error {
 			s.lastSlow = time.Now()
 		}
 	}
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return err // lost while waiting for acknowledgements
 	}
 	s.unacked.Add(1)
@@ -161,7 +161,7 @@ func (s *atLeastOnceSink) drain() (*checkpoint.Checkpoint, error) {
 	if done == 0 {
 		return nil, nil
 	}
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return nil, err
 	}
 	cp := s.sealed[done-1].cp

@@ -89,7 +89,7 @@ func (s *exactlyOnceSink) begin() error {
 
 // produce sends rec asynchronously within the open Kafka transaction.
 func (s *exactlyOnceSink) produce(_ context.Context, rec *kgo.Record) error {
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return err
 	}
 	if err := s.begin(); err != nil {
@@ -133,7 +133,7 @@ func (s *exactlyOnceSink) commitBatch(ctx context.Context, cp *checkpoint.Checkp
 	// outcome unknown. It is bounded by the sink's timeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return nil, err
 	}
 	rec, err := s.checkpointRecord(cp)
@@ -142,7 +142,7 @@ func (s *exactlyOnceSink) commitBatch(ctx context.Context, cp *checkpoint.Checkp
 	}
 	s.cl.Produce(s.pctx, rec, s.cpPromise)
 	flushErr := s.cl.Flush(ctx)
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		// Lost while flushing: never commit. Had the commit gone out anyway,
 		// the next active instance's InitProducerID would have fenced it.
 		// The loss comes first: it also fails the records still buffered
@@ -156,7 +156,7 @@ func (s *exactlyOnceSink) commitBatch(ctx context.Context, cp *checkpoint.Checkp
 		return nil, fmt.Errorf("produce batch: %w%s", s.classify(err), s.refusedAt())
 	}
 	hit("after-flush")
-	if err := s.lease.err(); err != nil {
+	if err := s.lease.Err(); err != nil {
 		return nil, err // lost since (a failpoint may hold the commit here)
 	}
 	if flushed != nil {

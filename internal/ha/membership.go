@@ -1,4 +1,4 @@
-package relay
+package ha
 
 import (
 	"context"
@@ -25,12 +25,12 @@ import (
 // before it joins (awaitInstanceID) and before it acts on the lease
 // (agree, claim).
 
-// InstanceID is the lock group's static membership id of an instance with
+// instanceIDOf is the lock group's static membership id of an instance with
 // configuration cfg: ha.instance_id, or by default the host name, the
 // source.server_id and the port of http.listen, which instances sharing a
 // host are told to give each their own (characters Kafka does not take in
 // an id replaced by '-').
-func InstanceID(cfg config.Config) string {
+func instanceIDOf(cfg config.Config) string {
 	if cfg.HA.InstanceID != "" {
 		return cfg.HA.InstanceID
 	}
@@ -59,8 +59,8 @@ func InstanceID(cfg config.Config) string {
 // process is gone within a session timeout; one still there after that is
 // alive, and this instance refuses to start (configuration error) rather
 // than take its place. Errors reaching Kafka are left to the join.
-func (e *elector) awaitInstanceID(ctx context.Context) error {
-	cl, err := kgo.NewClient(e.r.kafka.Admin()...)
+func (e *Elector) awaitInstanceID(ctx context.Context) error {
+	cl, err := kgo.NewClient(e.c.Kafka.Admin()...)
 	if err != nil {
 		return nil
 	}
@@ -69,7 +69,7 @@ func (e *elector) awaitInstanceID(ctx context.Context) error {
 	deadline := time.Now().Add(e.session + 2*e.heartbeat + time.Second)
 	logged := false
 	for {
-		dctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
+		dctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
 		groups, err := adm.DescribeGroups(dctx, e.group)
 		cancel()
 		if err != nil || groups.Error() != nil {
@@ -89,10 +89,10 @@ func (e *elector) awaitInstanceID(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: a live member of the lock group %s (%s, %s) has this instance's ha.instance_id %q "+
 				"(by default the host name, source.server_id and the port of http.listen): give every instance of pipeline %s its own",
-				config.ErrInvalid, e.group, holder.ClientHost, holder.ClientID, e.instanceID, e.r.cfg.Name)
+				config.ErrInvalid, e.group, holder.ClientHost, holder.ClientID, e.instanceID, e.cfg.Name)
 		}
 		if !logged {
-			e.r.log.Info().Str("instance_id", e.instanceID).Str("member", holder.ClientID).
+			e.log.Info().Str("instance_id", e.instanceID).Str("member", holder.ClientID).
 				Msg("a member with this instance id is in the lock group (this instance's earlier process, or another one): waiting for it to leave")
 			logged = true
 		}
@@ -111,8 +111,8 @@ func (e *elector) awaitInstanceID(ctx context.Context) error {
 // member refuses the lease with a configuration error; so does the other one
 // when it next acquires it. The same for members that capture other tables
 // or map them to other topics (captureTag, carried in the client id).
-func (e *elector) agree(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
+func (e *Elector) agree(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
 	defer cancel()
 	groups, err := kadm.NewClient(e.cl).DescribeGroups(ctx, e.group)
 	if err == nil {
@@ -121,7 +121,7 @@ func (e *elector) agree(ctx context.Context) error {
 	if err != nil {
 		// Best effort: Kafka just assigned the lease, so a failed
 		// description is likely passing, and must not block a takeover.
-		e.r.log.Warn().Err(err).Msg("describe the lock group: members' lock topics not checked")
+		e.log.Warn().Err(err).Msg("describe the lock group: members' lock topics not checked")
 		return nil
 	}
 	for _, g := range groups {
@@ -131,15 +131,15 @@ func (e *elector) agree(ctx context.Context) error {
 				return fmt.Errorf("%w: instances of pipeline %s disagree on kafka.checkpoint_topic, kafka.delivery or "+
 					"ha.lock_topic: member %s (%s) is not %s; a standby taking over with another checkpoint would publish "+
 					"from another position: give every instance of one name the same settings", config.ErrInvalid,
-					e.r.cfg.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
+					e.cfg.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
 			}
 			if tag := memberCapture(m.ClientID, prefix); tag != "" && tag != e.captureTag() {
 				return fmt.Errorf("%w: instances of pipeline %s capture different things: member %s (%s) has other source.tables "+
 					"or another topic mapping of the router (topic_prefix, topic_regex, topic_replacement, aggregate columns) than this one "+
 					"(%s); taking over each other's checkpoint, one would never publish the rows of the tables only the other captures: "+
 					"give every instance of one name the same source.tables and router (to change them on purpose: docs/cli.md, "+
-					"\"A pipeline's identity\")", config.ErrInvalid, e.r.cfg.Name, m.ClientHost, m.ClientID,
-					strings.Join(checkpoint.TablesOf(e.r.cfg.Source.Tables), ", "))
+					"\"A pipeline's identity\")", config.ErrInvalid, e.cfg.Name, m.ClientHost, m.ClientID,
+					strings.Join(checkpoint.TablesOf(e.cfg.Source.Tables), ", "))
 			}
 			meta, ok := m.Join.AsConsumer()
 			if !ok || len(meta.Topics) == 0 {
@@ -148,7 +148,7 @@ func (e *elector) agree(ctx context.Context) error {
 			if len(meta.Topics) != 1 || meta.Topics[0] != e.topic {
 				return fmt.Errorf("%w: instances of pipeline %s disagree on ha.lock_topic: this one uses %q, member %s (%s) "+
 					"subscribes to %v; give every instance of one name the same settings", config.ErrInvalid,
-					e.r.cfg.Name, e.topic, m.ClientHost, m.ClientID, meta.Topics)
+					e.cfg.Name, e.topic, m.ClientHost, m.ClientID, meta.Topics)
 			}
 		}
 	}
@@ -168,7 +168,7 @@ const claimPrefix = "outbox-relay checkpoint_topic="
 
 // claimPrefixV2 starts the record once the pipeline has a checkpoint:
 // "outbox-relay v2 checkpoint_topic=T topic_id=HEX", the id of the topic
-// its checkpoints are in (identity.go). An older build reads it as another
+// its checkpoints are in (the relay's identity.go). An older build reads it as another
 // product's record and writes its own over it (the id is then unknown
 // until a newer build writes it again).
 const claimPrefixV2 = "outbox-relay v2 checkpoint_topic="
@@ -193,45 +193,49 @@ func parseClaim(meta string) (topic, id string, ours bool) {
 // (recordedID) for the attempts of the term. Reading and writing the
 // record are best effort: Kafka just assigned the lease, and a passing
 // failure must not block a takeover.
-func (e *elector) claim(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
+func (e *Elector) claim(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
 	defer cancel()
-	want := claimPrefix + e.r.cfg.Kafka.CheckpointTopic
+	want := claimPrefix + e.cfg.Kafka.CheckpointTopic
 	e.recordedID = ""
 	offs, err := kadm.NewClient(e.cl).FetchOffsets(ctx, e.group)
 	if err != nil {
-		e.r.log.Warn().Err(err).Msg("read the lock group's checkpoint topic record: not checked")
+		e.log.Warn().Err(err).Msg("read the lock group's checkpoint topic record: not checked")
 		return nil
 	}
 	if o, ok := offs.Lookup(e.topic, 0); ok && o.Err == nil && o.Metadata != "" {
-		if prev, id, ours := parseClaim(o.Metadata); ours && prev != e.r.cfg.Kafka.CheckpointTopic {
+		if prev, id, ours := parseClaim(o.Metadata); ours && prev != e.cfg.Kafka.CheckpointTopic {
 			return fmt.Errorf("%w: pipeline %s last published with kafka.checkpoint_topic %q, this instance uses %q: "+
 				"taking over it would publish from another position; give every instance of one name the same settings, "+
 				"or, moving the pipeline to another checkpoint topic on purpose, stop every instance and delete the lock group %s "+
-				"(kafka-consumer-groups.sh --delete --group %s) first", config.ErrInvalid, e.r.cfg.Name, prev,
-				e.r.cfg.Kafka.CheckpointTopic, e.group, e.group)
+				"(kafka-consumer-groups.sh --delete --group %s) first", config.ErrInvalid, e.cfg.Name, prev,
+				e.cfg.Kafka.CheckpointTopic, e.group, e.group)
 		} else if ours {
 			e.recordedID = id
 			return nil
 		}
 	}
 	if err := e.commitClaim(ctx, want); err != nil {
-		e.r.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
+		e.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
 	}
 	return nil
 }
 
-// mark records in the lock group that the pipeline's checkpoints are in
-// the checkpoint topic with id (identity.go), unless the record says so
+// RecordedID is the checkpoint topic id the lock group's record holds
+// ("" when none): read when the term began (Acquire).
+func (e *Elector) RecordedID() string { return e.recordedID }
+
+// Mark records in the lock group that the pipeline's checkpoints are in
+// the checkpoint topic with id (the relay's identity.go), unless the record says so
 // already. Best effort: a failure is logged.
-func (e *elector) mark(ctx context.Context, id string) {
+func (e *Elector) Mark(ctx context.Context, id string) {
 	if id == "" || id == e.recordedID || e.cl == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.r.cfg.Kafka.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
 	defer cancel()
-	if err := e.commitClaim(ctx, claimPrefixV2+e.r.cfg.Kafka.CheckpointTopic+" topic_id="+id); err != nil {
-		e.r.log.Warn().Err(err).Str("group", e.group).Msg("record the checkpoint topic's id in the lock group: a checkpoint topic deleted " +
+	if err := e.commitClaim(ctx, claimPrefixV2+e.cfg.Kafka.CheckpointTopic+" topic_id="+id); err != nil {
+		e.log.Warn().Err(err).Str("group", e.group).Msg("record the checkpoint topic's id in the lock group: a checkpoint topic deleted " +
 			"and created again while every instance is stopped is not detected until it is")
 		return
 	}
@@ -240,7 +244,7 @@ func (e *elector) mark(ctx context.Context, id string) {
 
 // commitClaim writes meta as the metadata of the lock group's offset of
 // the lock topic's partition 0.
-func (e *elector) commitClaim(ctx context.Context, meta string) error {
+func (e *Elector) commitClaim(ctx context.Context, meta string) error {
 	// OffsetCommit v10+ names the topic by its id.
 	tds, err := kadm.NewClient(e.cl).ListTopics(ctx, e.topic)
 	if err != nil {
@@ -268,12 +272,43 @@ func (e *elector) commitClaim(ctx context.Context, meta string) error {
 
 // fingerprint names the settings every instance of a pipeline must share
 // (a hash, carried in the lock group member's client id).
-func (e *elector) fingerprint() string {
-	c := e.r.cfg
+func (e *Elector) fingerprint() string {
+	c := e.cfg
 	h := fnv.New32a()
 	for _, s := range []string{c.Kafka.CheckpointTopic, string(c.Kafka.Delivery), c.HA.LockTopic} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
 	return "outbox-relay-" + strconv.FormatUint(uint64(h.Sum32()), 36)
+}
+
+// captureTag fingerprints what the pipeline publishes: its captured tables
+// and, for each, the router settings that choose a record's topic and key
+// (so its partition). Every member of the lock group must carry the same
+// (agree).
+func (e *Elector) captureTag() string {
+	c := e.cfg
+	h := fnv.New32a()
+	for _, t := range checkpoint.TablesOf(c.Source.Tables) {
+		rc := c.Router.For(t)
+		for _, s := range []string{t, rc.TopicPrefix, rc.TopicRegex, rc.TopicReplacement, rc.AggregateTypeColumn, rc.AggregateIDColumn} {
+			h.Write([]byte(s))
+			h.Write([]byte{0})
+		}
+	}
+	return "c" + strconv.FormatUint(uint64(h.Sum32()), 36)
+}
+
+// memberCapture is the capture tag in a member's client id; "" for a member
+// of a build that did not carry one.
+func memberCapture(clientID, prefix string) string {
+	rest, ok := strings.CutPrefix(clientID, prefix)
+	if !ok {
+		return ""
+	}
+	tag, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return ""
+	}
+	return tag
 }

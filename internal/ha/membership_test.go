@@ -1,4 +1,4 @@
-package relay
+package ha
 
 import (
 	"testing"
@@ -16,7 +16,7 @@ func TestCaptureTagNamesWhatAPipelinePublishes(t *testing.T) {
 		cfg.Name = "p"
 		cfg.Source.Tables = []string{"app.outbox", "app.audit"}
 		edit(&cfg)
-		return (&elector{r: &Relay{cfg: cfg}}).captureTag()
+		return (&Elector{cfg: cfg}).captureTag()
 	}
 	base := tag(func(*config.Config) {})
 	if got := tag(func(c *config.Config) { c.Source.Tables = []string{"app.audit", "app.outbox"} }); got != base {

@@ -1,4 +1,4 @@
-package relay
+package ha
 
 import (
 	"context"
@@ -14,17 +14,17 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
-// LiveMember is one member of a pipeline's lock group: a running relay
+// liveMember is one member of a pipeline's lock group: a running relay
 // instance (active or standby), or one killed (SIGKILL, a lost host) less
 // than ha.session_timeout ago, whose session the coordinator has not ended
 // yet. A relay that stops, cleanly or on an error, leaves the group first.
-type LiveMember struct {
+type liveMember struct {
 	InstanceID string // its ha.instance_id (static membership)
 	ClientID   string
 	Host       string // the address the coordinator sees it from
 }
 
-func (m LiveMember) String() string {
+func (m liveMember) String() string {
 	s := "instance " + m.InstanceID
 	if m.InstanceID == "" {
 		s = "member " + m.ClientID
@@ -35,20 +35,17 @@ func (m LiveMember) String() string {
 	return s
 }
 
-// ErrRelayLive is wrapped by LiveRelays' verdict (see RefuseLive) when a
+// ErrRelayLive is wrapped by RefuseLive's verdict when a
 // relay of the pipeline is a member of its lock group.
-var ErrRelayLive = newError(Transient, "relay_live", "a relay of the pipeline is running")
+var ErrRelayLive = errors.New("a relay of the pipeline is running")
 
-// LiveRelays returns the members of cfg's lock group (clients.GroupID): every
+// liveRelays returns the members of cfg's lock group (GroupID), asked with
+// the Kafka connection options kopts: every
 // running relay of the pipeline is one, whether it holds the lease or
 // waits as a standby, and a relay that exited is none (it left the group),
 // whatever the age of its last checkpoint. An error means it cannot tell.
-func LiveRelays(ctx context.Context, cfg config.Config) ([]LiveMember, error) {
-	k, err := clients.NewKafka(cfg)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(k.Admin()...)
+func liveRelays(ctx context.Context, cfg config.Config, kopts []kgo.Opt) ([]liveMember, error) {
+	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("describe lock group %s: %w", clients.GroupID(cfg.Name), err)
 	}
@@ -57,7 +54,7 @@ func LiveRelays(ctx context.Context, cfg config.Config) ([]LiveMember, error) {
 	if err != nil {
 		return nil, fmt.Errorf("describe lock group %s: %w%s", clients.GroupID(cfg.Name), err, adminHint(err))
 	}
-	var out []LiveMember
+	var out []liveMember
 	for _, g := range groups {
 		if errors.Is(g.Err, kerr.GroupIDNotFound) {
 			continue // never joined, or emptied and expired: no relay
@@ -66,7 +63,7 @@ func LiveRelays(ctx context.Context, cfg config.Config) ([]LiveMember, error) {
 			return nil, fmt.Errorf("describe lock group %s: %w%s", g.Group, g.Err, adminHint(g.Err))
 		}
 		for _, m := range g.Members {
-			lm := LiveMember{ClientID: m.ClientID, Host: m.ClientHost}
+			lm := liveMember{ClientID: m.ClientID, Host: m.ClientHost}
 			if m.InstanceID != nil {
 				lm.InstanceID = *m.InstanceID
 			}
@@ -92,8 +89,8 @@ func adminHint(err error) string {
 // kafka.delivery at-least-once a running relay cannot be fenced (it writes
 // no Kafka transactions, and its next checkpoint replaces what a command
 // wrote), so the advice is to stop it, --force or not.
-func RefuseLive(ctx context.Context, cfg config.Config) error {
-	live, err := LiveRelays(ctx, cfg)
+func RefuseLive(ctx context.Context, cfg config.Config, kopts []kgo.Opt) error {
+	live, err := liveRelays(ctx, cfg, kopts)
 	if err != nil {
 		return fmt.Errorf("cannot tell whether a relay of %s is running: %w: stop every relay of %s, then pass --force", cfg.Name, err, cfg.Name)
 	}

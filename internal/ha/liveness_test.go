@@ -1,4 +1,4 @@
-package relay
+package ha_test
 
 import (
 	"context"
@@ -14,7 +14,18 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 )
+
+// kafkaOf is the relay's client builder for cfg.
+func kafkaOf(t *testing.T, cfg config.Config) clients.Kafka {
+	t.Helper()
+	k, err := clients.NewKafka(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
 
 // The liveness guard of the checkpoint commands reads the lock group: no
 // group or no member is no relay; a member (an instance that joined, as
@@ -32,7 +43,7 @@ func TestRefuseLiveTellsRunningRelayByLockGroup(t *testing.T) {
 	cfg.Kafka.RequestTimeout = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := RefuseLive(ctx, cfg); err != nil {
+	if err := ha.RefuseLive(ctx, cfg, kafkaOf(t, cfg).Admin()); err != nil {
 		t.Fatalf("no lock group: %v", err)
 	}
 	member, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup(clients.GroupID(cfg.Name)),
@@ -42,7 +53,7 @@ func TestRefuseLiveTellsRunningRelayByLockGroup(t *testing.T) {
 	}
 	defer member.Close()
 	for {
-		err = RefuseLive(ctx, cfg)
+		err = ha.RefuseLive(ctx, cfg, kafkaOf(t, cfg).Admin())
 		if err != nil || ctx.Err() != nil {
 			break
 		}
@@ -50,17 +61,17 @@ func TestRefuseLiveTellsRunningRelayByLockGroup(t *testing.T) {
 		member.PollFetches(pctx) // joins the group
 		pcancel()
 	}
-	if !errors.Is(err, ErrRelayLive) || !strings.Contains(err.Error(), "instance host-a-4242") || !strings.Contains(err.Error(), "--force") {
+	if !errors.Is(err, ha.ErrRelayLive) || !strings.Contains(err.Error(), "instance host-a-4242") || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("with a member: %v", err)
 	}
-	// As the relay leaves (election.go): a static member is removed by
+	// As the relay leaves (Elector.Leave): a static member is removed by
 	// its instance id.
 	if _, err := kadm.NewClient(member).LeaveGroup(ctx, kadm.LeaveGroup(clients.GroupID(cfg.Name)).InstanceIDs("host-a-4242")); err != nil {
 		t.Fatal(err)
 	}
 	member.Close()
 	for {
-		if err = RefuseLive(ctx, cfg); err == nil || ctx.Err() != nil {
+		if err = ha.RefuseLive(ctx, cfg, kafkaOf(t, cfg).Admin()); err == nil || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -89,8 +100,8 @@ func TestRefuseLiveCannotTellWithoutDescribeOnTheGroup(t *testing.T) {
 	cfg.Kafka.SASL = config.SASL{Mechanism: "PLAIN", User: "relay", Password: "pw"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = RefuseLive(ctx, cfg)
-	if err == nil || errors.Is(err, ErrRelayLive) || !strings.Contains(err.Error(), "cannot tell") || !strings.Contains(err.Error(), "DESCRIBE on the group") {
+	err = ha.RefuseLive(ctx, cfg, kafkaOf(t, cfg).Admin())
+	if err == nil || errors.Is(err, ha.ErrRelayLive) || !strings.Contains(err.Error(), "cannot tell") || !strings.Contains(err.Error(), "DESCRIBE on the group") {
 		t.Fatalf("without DESCRIBE on the group: %v", err)
 	}
 }

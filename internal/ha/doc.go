@@ -1,0 +1,27 @@
+// Package ha elects a pipeline's active instance: the election (Elector,
+// a member of the lock group outbox-relay.lock.<name>), the lease (Lease)
+// and the membership checks and view (membership.go, liveness.go).
+//
+// A term is one tenure as the active instance: it begins when partition 0
+// of the lock topic is assigned to this member and Acquire returns its
+// Lease, and ends when the relay calls End (a stop, or the attempt ended),
+// when the assignment is revoked (a clean hand-over: the term's Context is
+// canceled and the revoke waits for the term's attempt to end), or when the
+// lease is lost (the group session ended, or no group request was answered
+// for ha.session_timeout - 2 x ha.heartbeat_interval).
+//
+// The fence: once Lose has run, Err returns ErrLeaseLost (it also checks
+// the clock, so a paused process stops before its watcher runs), Lost is
+// closed and every OnLost function has run; the coordinator cannot have
+// given the lease to another member before that. The relay passes the
+// Lease explicitly to an attempt's loop and sinks, which check Err before
+// every produce, checkpoint write and commit; a context never carries it.
+//
+// Goroutines: the relay's Run goroutine calls the Elector's methods;
+// franz-go's group goroutines call its hooks (assignment, revoke, loss,
+// answered requests); each term has one watcher goroutine, started by
+// Acquire and joined by End.
+//
+// The package's sentinels (ErrLeaseLost, ErrRelayLive) are classified by
+// the relay's error policy (internal/relay/errclass.go).
+package ha
