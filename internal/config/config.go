@@ -73,7 +73,7 @@ type Config struct {
 // outbox_relay_audit_rows. See docs/audit.md.
 type Audit struct {
 	// Interval is how often `run` audits the trailing window (0, the
-	// default: never; at least 1m otherwise).
+	// default: never; at least 1s otherwise). The first run is at start.
 	Interval time.Duration `yaml:"interval"`
 	// Window is the trailing window audited: rows whose time column is
 	// between now - window - delay and now - delay (default 1h; at most

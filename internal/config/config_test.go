@@ -208,7 +208,7 @@ func TestBackgroundAuditIsOffByDefaultWithAnHourWindow(t *testing.T) {
 	if a := cfg.Audit; a.Interval != 15*time.Minute || a.Window != 2*time.Hour || a.Delay != 2*time.Minute || a.Margin != 10*time.Minute || a.Wait != 30*time.Second {
 		t.Fatalf("audit values not read: %+v", a)
 	}
-	for _, bad := range []string{"interval: 10s", "window: 30s", "delay: -1s", "wait: -1s"} {
+	for _, bad := range []string{"interval: 500ms", "window: 30s", "delay: -1s", "wait: -1s"} {
 		k, v, _ := strings.Cut(bad, ": ")
 		y := strings.Replace(string(raw), "\n  "+k+": ", "\n  "+k+": "+v+" #", 1)
 		if _, err := Parse([]byte(y), env(nil)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "audit."+k) {

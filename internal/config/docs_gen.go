@@ -8,7 +8,7 @@ var sourceDocs = Docs{
 	Fields: map[string]string{
 		"AdditionalField.Placement":        "header | envelope | partition",
 		"Audit.Delay":                      "Delay is how far before now the window ends (default 1m): rows committed in the last moments are audited by a later run.",
-		"Audit.Interval":                   "Interval is how often `run` audits the trailing window (0, the default: never; at least 1m otherwise).",
+		"Audit.Interval":                   "Interval is how often `run` audits the trailing window (0, the default: never; at least 1s otherwise). The first run is at start.",
 		"Audit.Margin":                     "Margin is how long before the window's start records are read (clock skew, commit delay; default 5m, as `audit --margin`).",
 		"Audit.Wait":                       "Wait is how long a run waits for the committed checkpoint to cover the rows read (default 10s): rows it does not cover without a record count as pending, never missing.",
 		"Audit.Window":                     "Window is the trailing window audited: rows whose time column is between now - window - delay and now - delay (default 1h; at most 7d: the audit holds one entry per row of the window in memory).",
