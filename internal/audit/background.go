@@ -54,7 +54,7 @@ func Background(ctx context.Context, cfg config.Config, log zerolog.Logger, m *m
 			for _, p := range res.Phantom.Records {
 				phantoms = append(phantoms, p.ID+" "+p.Location())
 			}
-			ev.Time("since", res.since).Time("until", res.until).Int("rows", res.Rows).Int("records", res.Records).
+			ev.Time("since", res.since).Time("until", res.until).Strs("topics", res.Topics).Int("rows", res.Rows).Int("records", res.Records).
 				Int("published", res.Published).Bool("checkpoint_covers_rows", res.Covered).
 				Int("missing", res.Missing.Count).Strs("missing_ids", res.Missing.IDs).
 				Int("duplicate", res.Duplicated.Count).Strs("duplicate_ids", res.Duplicated.IDs).
