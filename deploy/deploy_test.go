@@ -128,6 +128,7 @@ func TestMetricsExist(t *testing.T) {
 	m.SetPosition("0-1-1")
 	m.KafkaTxnSeconds.Observe(1)
 	m.BatchRecords.Observe(1)
+	m.AuditEnabled()
 	fams, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/audit"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
@@ -174,6 +175,27 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 	log.Info().Str("name", cfg.Name).Str("version", shortVersion()).Msg("starting")
 	for _, w := range cfg.TransportWarnings() {
 		log.Warn().Str("target", w.Target).Str("fix", w.Fix).Msg("insecure transport: " + w.Detail)
+	}
+	if cfg.Audit.Interval > 0 {
+		// The background audit (read-only; on every instance, the active
+		// one and the standbys alike): stopped and joined before run
+		// returns, within its deadline (a run's queries end when their
+		// connection closes).
+		actx, stopAudit := context.WithCancel(ctx)
+		audited := make(chan struct{})
+		go func() {
+			defer close(audited)
+			audit.Background(actx, cfg, log, m)
+		}()
+		defer func() {
+			stopAudit()
+			select {
+			case <-audited:
+			case <-time.After(10 * time.Second):
+				log.Warn().Msg("background audit did not stop within 10s of the relay's stop")
+			}
+		}()
+		log.Info().Dur("interval", cfg.Audit.Interval).Dur("window", cfg.Audit.Window).Msg("background audit on")
 	}
 	err = r.Run(ctx)
 	if err != nil {

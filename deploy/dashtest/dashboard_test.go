@@ -29,6 +29,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outbox-relay/outbox-relay/internal/audit"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
@@ -139,6 +140,7 @@ func TestEveryPanelQueryReturnsSeries(t *testing.T) {
 	cfg.HA.SessionTimeout = 3 * time.Second
 	cfg.HA.HeartbeatInterval = 500 * time.Millisecond
 	cfg.HTTP.Listen = freeAddr(t)
+	cfg.Audit.Interval, cfg.Audit.Wait = time.Second, time.Second // the audit panels' series
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +159,12 @@ func TestEveryPanelQueryReturnsSeries(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- r.Run(rctx) }()
+	audited := make(chan struct{})
+	go func() { defer close(audited); audit.Background(rctx, cfg, zerolog.Nop(), m) }()
 	defer func() {
 		stop()
 		<-relayDone
+		<-audited
 	}()
 
 	// Prometheus, scraping the relay every second with the labels the

@@ -65,6 +65,30 @@ type Config struct {
 	HA     HA           `yaml:"ha"`
 	HTTP   HTTP         `yaml:"http"`
 	Log    Log          `yaml:"log"`
+	Audit  Audit        `yaml:"audit"`
+}
+
+// Audit is the background audit of `run`: every Interval, the check of
+// `outbox-relay audit` over the trailing Window, its outcome exported as
+// outbox_relay_audit_rows. See docs/audit.md.
+type Audit struct {
+	// Interval is how often `run` audits the trailing window (0, the
+	// default: never; at least 1s otherwise). The first run is at start.
+	Interval time.Duration `yaml:"interval"`
+	// Window is the trailing window audited: rows whose time column is
+	// between now - window - delay and now - delay (default 1h; at most
+	// 7d: the audit holds one entry per row of the window in memory).
+	Window time.Duration `yaml:"window"`
+	// Delay is how far before now the window ends (default 1m): rows
+	// committed in the last moments are audited by a later run.
+	Delay time.Duration `yaml:"delay"`
+	// Margin is how long before the window's start records are read
+	// (clock skew, commit delay; default 5m, as `audit --margin`).
+	Margin time.Duration `yaml:"margin"`
+	// Wait is how long a run waits for the committed checkpoint to cover
+	// the rows read (default 10s): rows it does not cover without a record
+	// count as pending, never missing.
+	Wait time.Duration `yaml:"wait"`
 }
 
 // HA is the election of the active instance among several `run` processes
@@ -333,9 +357,10 @@ func defaults() Config {
 			OnError:           "fail",
 			InvalidOp:         "warn",
 		},
-		HA:   HA{LockTopic: "outbox-relay.lock", SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second},
-		HTTP: HTTP{Listen: "127.0.0.1:9464", ExitGrace: 15 * time.Second},
-		Log:  Log{Format: LogJSON, Level: LevelInfo, ProgressInterval: 10 * time.Second},
+		HA:    HA{LockTopic: "outbox-relay.lock", SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second},
+		HTTP:  HTTP{Listen: "127.0.0.1:9464", ExitGrace: 15 * time.Second},
+		Log:   Log{Format: LogJSON, Level: LevelInfo, ProgressInterval: 10 * time.Second},
+		Audit: Audit{Window: time.Hour, Delay: time.Minute, Margin: 5 * time.Minute, Wait: 10 * time.Second},
 	}
 }
 

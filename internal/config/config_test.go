@@ -191,3 +191,28 @@ func TestExpansionEscapes(t *testing.T) {
 		t.Fatalf("user %q replacement %q", cfg.Source.User, cfg.Router.TopicReplacement)
 	}
 }
+
+func TestBackgroundAuditIsOffByDefaultWithAnHourWindow(t *testing.T) {
+	raw, _ := os.ReadFile("testdata/minimal.good.yaml")
+	cfg, err := Parse(raw, env(map[string]string{"RELAY_MYSQL_PASSWORD": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Audit; a.Interval != 0 || a.Window != time.Hour || a.Delay != time.Minute || a.Margin != 5*time.Minute || a.Wait != 10*time.Second {
+		t.Fatalf("audit defaults: %+v", a)
+	}
+	raw, _ = os.ReadFile("testdata/audit.good.yaml")
+	if cfg, err = Parse(raw, env(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Audit; a.Interval != 15*time.Minute || a.Window != 2*time.Hour || a.Delay != 2*time.Minute || a.Margin != 10*time.Minute || a.Wait != 30*time.Second {
+		t.Fatalf("audit values not read: %+v", a)
+	}
+	for _, bad := range []string{"interval: 500ms", "window: 30s", "delay: -1s", "wait: -1s"} {
+		k, v, _ := strings.Cut(bad, ": ")
+		y := strings.Replace(string(raw), "\n  "+k+": ", "\n  "+k+": "+v+" #", 1)
+		if _, err := Parse([]byte(y), env(nil)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "audit."+k) {
+			t.Errorf("audit.%s %s: got %v, want an error naming audit.%s", k, v, err, k)
+		}
+	}
+}

@@ -7,6 +7,11 @@ package config
 var sourceDocs = Docs{
 	Fields: map[string]string{
 		"AdditionalField.Placement":        "header | envelope | partition",
+		"Audit.Delay":                      "Delay is how far before now the window ends (default 1m): rows committed in the last moments are audited by a later run.",
+		"Audit.Interval":                   "Interval is how often `run` audits the trailing window (0, the default: never; at least 1s otherwise). The first run is at start.",
+		"Audit.Margin":                     "Margin is how long before the window's start records are read (clock skew, commit delay; default 5m, as `audit --margin`).",
+		"Audit.Wait":                       "Wait is how long a run waits for the committed checkpoint to cover the rows read (default 10s): rows it does not cover without a record count as pending, never missing.",
+		"Audit.Window":                     "Window is the trailing window audited: rows whose time column is between now - window - delay and now - delay (default 1h; at most 7d: the audit holds one entry per row of the window in memory).",
 		"HA.HeartbeatInterval":             "HeartbeatInterval is how often a member heartbeats; at most a quarter of SessionTimeout (MinSessionTimeout). The active instance stops publishing once SessionTimeout - 2 x HeartbeatInterval passes without an answered group request, before its session can expire.",
 		"HA.InstanceID":                    "InstanceID is this instance's static membership id in the lock group (Kafka's group.instance.id, KIP-345): an instance that restarts with the same id (a crash, a rolling restart) takes its place back without a rebalance, so a standby's restart never disturbs the active instance. Default: the host name. Instances of one pipeline need different ids: give each its own when two run on one host. Letters, digits, '.', '_' and '-', at most 249.",
 		"HA.LockTopic":                     "LockTopic is the one-partition topic whose partition 0 is the lease (pipelines share it: each has its own group). Created if missing.",
@@ -68,6 +73,7 @@ var sourceDocs = Docs{
 	},
 	Types: map[string]string{
 		"AdditionalField":  "AdditionalField is one more column in the record.",
+		"Audit":            "Audit is the background audit of `run`: every Interval, the check of `outbox-relay audit` over the trailing Window, its outcome exported as outbox_relay_audit_rows. See docs/audit.md.",
 		"Batch":            "Batch bounds a Kafka transaction.",
 		"Compression":      "Compression is kafka.compression.",
 		"Config":           "Config is the whole relay configuration. The zero value is not valid; use Default or Load.",

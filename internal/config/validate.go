@@ -189,6 +189,15 @@ func (c *Config) Validate() error {
 	if st := c.HTTP.StallTimeout; st < 0 || st > 0 && st <= k.CheckpointInterval+k.RequestTimeout {
 		bad("http.stall_timeout: %s: must exceed kafka.checkpoint_interval + kafka.request_timeout (%s), or 0 for the default", st, k.CheckpointInterval+k.RequestTimeout)
 	}
+	if a := c.Audit; a.Interval != 0 && a.Interval < time.Second {
+		bad("audit.interval: %s: write 0 (no background audit) or at least 1s", a.Interval)
+	}
+	if a := c.Audit; a.Window < time.Minute || a.Window > 7*24*time.Hour {
+		bad("audit.window: %s: must be between 1m and 7d (168h)", a.Window)
+	}
+	if a := c.Audit; a.Delay < 0 || a.Margin < 0 || a.Wait < 0 {
+		bad("audit.delay %s, audit.margin %s, audit.wait %s: none may be negative", a.Delay, a.Margin, a.Wait)
+	}
 	switch c.Log.Format {
 	case LogJSON, LogConsole:
 	default:

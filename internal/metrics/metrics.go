@@ -45,6 +45,7 @@ type Metrics struct {
 	TracingInvalid *prometheus.CounterVec
 	// tables: outbox_relay_captured_table_missing (tables.go).
 	tables tableMetrics
+	audit  auditMetrics
 	// Position: the checkpoint's sequence number per GTID source (see
 	// SetPosition).
 	Position    *prometheus.GaugeVec

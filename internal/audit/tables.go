@@ -1,0 +1,270 @@
+package audit
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/outbox-relay/outbox-relay/internal/clients"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/router"
+)
+
+// tables reads the outbox tables for the audit.
+type tables struct {
+	conn       *client.Conn
+	cfg        config.Config
+	zone       string // the session's zone before utcSession
+	timeColumn string
+	topics     map[string]bool
+	zoneOK     bool
+}
+
+func (s *tables) timeCol(rc config.RouterConfig) string {
+	switch {
+	case s.timeColumn != "":
+		return s.timeColumn
+	case rc.TimestampColumn != "":
+		return rc.TimestampColumn
+	}
+	return "created_at"
+}
+
+// utcExpr is an SQL expression of a time column, or of its MIN, in UTC,
+// and bound turns a UTC time into the column's terms: a TIMESTAMP is shown
+// in the session's zone (UTC), a DATETIME is local time in the zone
+// DEFAULT CURRENT_TIMESTAMP filled it in (as replay compares).
+func (s *tables) timeTerms(t, col string) (utcExpr func(string) string, bound string, err error) {
+	typ, err := columnType(s.conn, t, col)
+	if err != nil {
+		return nil, "", fmt.Errorf("audit %s: %w", t, err)
+	}
+	if typ == "timestamp" {
+		return func(e string) string { return e }, "?", nil
+	}
+	if !s.zoneOK {
+		if err := checkZone(s.conn, s.zone); err != nil {
+			return nil, "", fmt.Errorf("audit %s: %w", t, err)
+		}
+		s.zoneOK = true
+	}
+	z := "'" + strings.ReplaceAll(s.zone, "'", "''") + "'"
+	return func(e string) string { return "CONVERT_TZ(" + e + ", " + z + ", '+00:00')" }, "CONVERT_TZ(?, '+00:00', " + z + ")", nil
+}
+
+const sqlTimeLayout = "2006-01-02 15:04:05.999999"
+
+// rows streams the event ids of table t's rows in the window to fn and
+// notes the topics they route to.
+func (s *tables) rows(t string, since, until time.Time, fn func(id []byte)) error {
+	rc := s.cfg.Router.For(t)
+	qt, err := quoteTableName(t)
+	if err != nil {
+		return err
+	}
+	col := s.timeCol(rc)
+	_, bound, err := s.timeTerms(t, col)
+	if err != nil {
+		return err
+	}
+	// Only the columns that name the topic: the router with nothing else.
+	trc := rc
+	trc.AdditionalFields, trc.ValueFormat, trc.TimestampColumn, trc.SchemaVersionColumn = nil, config.FormatPayload, "", ""
+	trc.TracingColumn = ""
+	rt, err := tableRouter(trc, s.cfg.Name, t)
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", t, err)
+	}
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IS NOT NULL AND %s >= %s",
+		quoteIdent(rc.EventIDColumn), quoteIdent(rc.AggregateTypeColumn), qt, quoteIdent(rc.EventIDColumn), quoteIdent(col), bound)
+	args := []any{since.Format(sqlTimeLayout)}
+	if !until.IsZero() {
+		q += fmt.Sprintf(" AND %s < %s", quoteIdent(col), bound)
+		args = append(args, until.Format(sqlTimeLayout))
+	}
+	stmt, err := s.conn.Prepare(q)
+	if err != nil {
+		return fmt.Errorf("audit %s: select rows: %w", t, err)
+	}
+	defer stmt.Close()
+	routed := map[string]bool{}
+	var res mysql.Result
+	err = stmt.ExecuteSelectStreaming(&res, func(row []mysql.FieldValue) error {
+		id := fieldBytes(row[0])
+		fn(id)
+		if agg := fieldBytes(row[1]); !routed[string(agg)] {
+			routed[string(agg)] = true
+			rec, err := rt.Route(router.Row{Columns: []string{rc.EventIDColumn, rc.AggregateTypeColumn, rc.AggregateIDColumn, rc.PayloadColumn},
+				Values: []any{string(id), string(agg), "-", []byte{}}}) // the topic depends on the aggregate type only
+			if err == nil { // a row the router refuses is dead-lettered or stops the relay
+				s.topics[rec.Topic] = true
+			}
+		}
+		return nil
+	}, nil, args...)
+	if err != nil {
+		return fmt.Errorf("audit %s: select rows: %w", t, err)
+	}
+	return nil
+}
+
+// fieldBytes is a streamed column's text; the bytes of a string column are
+// reused by the next row (Auditor.RowBytes copies them).
+func fieldBytes(v mysql.FieldValue) []byte {
+	switch v.Type {
+	case mysql.FieldValueTypeString:
+		return v.AsString()
+	case mysql.FieldValueTypeNull:
+		return nil
+	}
+	return []byte(fmt.Sprint(v.Value()))
+}
+
+func (s *tables) topicList(more ...[]string) []string {
+	for _, l := range more {
+		for _, t := range l {
+			s.topics[t] = true
+		}
+	}
+	out := make([]string, 0, len(s.topics))
+	for t := range s.topics {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// lookup returns the ids of ids that have a row in any captured table.
+func (s *tables) lookup(ids []string) (map[string]bool, error) {
+	found := map[string]bool{}
+	const chunk = 1000
+	for _, t := range s.cfg.Source.Tables {
+		rc := s.cfg.Router.For(t)
+		qt, err := quoteTableName(t)
+		if err != nil {
+			return nil, err
+		}
+		for start := 0; start < len(ids); start += chunk {
+			part := ids[start:min(len(ids), start+chunk)]
+			args := make([]any, len(part))
+			for i, id := range part {
+				args[i] = id
+			}
+			res, err := s.conn.Execute(fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)", quoteIdent(rc.EventIDColumn), qt, quoteIdent(rc.EventIDColumn), placeholders(len(part))), args...)
+			if err != nil {
+				return nil, fmt.Errorf("audit %s: look up event ids: %w", t, err)
+			}
+			for i := range res.RowNumber() {
+				id, _ := res.GetString(i, 0)
+				found[id] = true
+			}
+		}
+	}
+	return found, nil
+}
+
+// oldest is the oldest time column value left in the tables (zero: none).
+func (s *tables) oldest() (time.Time, error) {
+	var oldest time.Time
+	for _, t := range s.cfg.Source.Tables {
+		col := s.timeCol(s.cfg.Router.For(t))
+		qt, err := quoteTableName(t)
+		if err != nil {
+			return oldest, err
+		}
+		utc, _, err := s.timeTerms(t, col)
+		if err != nil {
+			return oldest, err
+		}
+		res, err := s.conn.Execute(fmt.Sprintf("SELECT DATE_FORMAT(%s, '%%Y-%%m-%%d %%H:%%i:%%s.%%f') FROM %s", utc("MIN("+quoteIdent(col)+")"), qt))
+		if err != nil {
+			return oldest, fmt.Errorf("audit %s: read the oldest row's time: %w", t, err)
+		}
+		v, _ := res.GetString(0, 0)
+		if v == "" {
+			continue // empty table
+		}
+		ts, err := time.Parse("2006-01-02 15:04:05.999999", v)
+		if err != nil {
+			return oldest, fmt.Errorf("audit %s: read the oldest row's time %q: %w", t, v, err)
+		}
+		if oldest.IsZero() || ts.Before(oldest) {
+			oldest = ts
+		}
+	}
+	return oldest, nil
+}
+
+// The SQL helpers below are those of cmd/outbox-relay's prune and replay,
+// which read the same tables.
+
+func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+func quoteTableName(t string) (string, error) {
+	db, tbl, ok := strings.Cut(t, ".")
+	if !ok {
+		return "", fmt.Errorf("table %q is not db.table", t)
+	}
+	return quoteIdent(db) + "." + quoteIdent(tbl), nil
+}
+
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+// tableRouter builds the router of one table's settings, as `run` does.
+func tableRouter(rc config.RouterConfig, pipeline, table string) (*router.Router, error) {
+	rcfg, err := clients.Router(rc)
+	if err != nil {
+		return nil, err
+	}
+	rcfg.CloudEventsSource = rc.CloudEventsSourceFor(pipeline, table)
+	return router.New(rcfg)
+}
+
+// utcSession sets conn's session time zone to UTC and returns the zone
+// before: the zone DEFAULT CURRENT_TIMESTAMP filled DATETIME columns in for
+// applications that left it alone.
+func utcSession(conn *client.Conn) (string, error) {
+	res, err := conn.Execute("SELECT @@SESSION.time_zone")
+	if err != nil {
+		return "", fmt.Errorf("read session time zone: %w", err)
+	}
+	zone, err := res.GetString(0, 0)
+	if err != nil {
+		return "", fmt.Errorf("read session time zone: %w", err)
+	}
+	if _, err := conn.Execute("SET time_zone = '+00:00'"); err != nil {
+		return "", fmt.Errorf("set session time zone to UTC: %w", err)
+	}
+	return zone, nil
+}
+
+// columnType is the DATA_TYPE (lower case) of column col of table t.
+func columnType(conn *client.Conn, t, col string) (string, error) {
+	db, tbl, _ := strings.Cut(t, ".")
+	res, err := conn.Execute("SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?", db, tbl, col)
+	if err != nil {
+		return "", fmt.Errorf("read type of column %s: %w", col, err)
+	}
+	if res.RowNumber() == 0 {
+		return "", fmt.Errorf("table has no column %q (the time column: --time-column, router timestamp_column, else created_at)", col)
+	}
+	return res.GetString(0, 0)
+}
+
+// checkZone fails when the server cannot convert a time to zone (a named
+// zone without the time zone tables: CONVERT_TZ gives NULL, and a range
+// compared with NULL selects nothing, silently).
+func checkZone(conn *client.Conn, zone string) error {
+	res, err := conn.Execute("SELECT CONVERT_TZ('2000-01-01 00:00:00', '+00:00', ?) IS NULL", zone)
+	if err != nil {
+		return fmt.Errorf("check time zone %s: %w", zone, err)
+	}
+	if null, _ := res.GetInt(0, 0); null != 0 {
+		return fmt.Errorf("the server cannot convert times to its time zone %q (no time zone tables: load them with mariadb-tzinfo-to-sql, or mysql_tzinfo_to_sql on MySQL)", zone)
+	}
+	return nil
+}
