@@ -139,7 +139,7 @@ func openDeadLetters(ctx context.Context, path string, fromCommitted bool) (*dea
 	if fromCommitted {
 		from = committed
 	}
-	if err := readDeadLetters(ctx, k, ends, from, func(r *kgo.Record) { d.recs = append(d.recs, r) }); err != nil {
+	if err := clients.ReadRange(ctx, k, ends, from, func(r *kgo.Record) { d.recs = append(d.recs, r) }); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -222,70 +222,6 @@ func deadLetterOffsets(ctx context.Context, cfg config.Config, k clients.Kafka) 
 		committed[o.Topic][o.Partition] = o.At
 	})
 	return committed, end, nil
-}
-
-// readDeadLetters reads every partition from from (nil: the start) to its
-// end offset with read_committed.
-func readDeadLetters(ctx context.Context, k clients.Kafka, ends, from map[string]map[int32]int64, fn func(*kgo.Record), extra ...kgo.Opt) error {
-	parts := map[string]map[int32]kgo.Offset{}
-	left := 0
-	for t, ps := range ends {
-		for p, end := range ps {
-			start := from[t][p]
-			if end <= start {
-				continue
-			}
-			if parts[t] == nil {
-				parts[t] = map[int32]kgo.Offset{}
-			}
-			parts[t][p] = kgo.NewOffset().At(start)
-			left++
-		}
-	}
-	if left == 0 {
-		return nil
-	}
-	cl, err := kgo.NewClient(k.DeadLetterReader(parts, extra...)...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
-	done := map[string]map[int32]bool{}
-	for left > 0 {
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		fs := cl.PollFetches(pctx)
-		expired := pctx.Err() != nil
-		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if expired {
-			return fmt.Errorf("read topics: no record for 30s with %d partitions unread", left)
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("read %s[%d]: %w", t, p, err) })
-		if ferr != nil {
-			return ferr
-		}
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			end := ends[p.Topic][p.Partition]
-			for _, r := range p.Records {
-				if r.Offset < end && !r.Attrs.IsControl() {
-					fn(r)
-				}
-			}
-			// Control records (commit markers) are kept so the reader
-			// knows when it has passed the end offset.
-			if done[p.Topic] == nil {
-				done[p.Topic] = map[int32]bool{}
-			}
-			if !done[p.Topic][p.Partition] && len(p.Records) > 0 && p.Records[len(p.Records)-1].Offset+1 >= end {
-				done[p.Topic][p.Partition] = true
-				left--
-			}
-		})
-	}
-	return nil
 }
 
 // rowFromDeadLetter decodes the JSON object of columns the relay wrote:

@@ -39,7 +39,7 @@ func (p *pendingDeadLetters) refresh(ctx context.Context) error {
 	if p.ids == nil {
 		p.ids = map[string]map[string]bool{}
 	}
-	err = readDeadLetters(ctx, p.kafka, ends, from, func(r *kgo.Record) {
+	err = clients.ReadRange(ctx, p.kafka, ends, from, func(r *kgo.Record) {
 		table, id := headerValue(r, "source.table"), headerValue(r, "id")
 		if id == "" {
 			return // a row without an event id: prune keeps those anyway

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // errNotThisPipeline: a record on a (shared) dead-letter topic that is not
@@ -62,7 +63,7 @@ func deadLetterReplay(o dlReplayOpts) error {
 		return err
 	}
 	defer conn.Close()
-	if _, err := utcSession(conn); err != nil { // rows read again route as the relay routed them
+	if _, err := source.UTCSession(conn); err != nil { // rows read again route as the relay routed them
 		return err
 	}
 	now := time.Now().UTC()
@@ -241,11 +242,11 @@ func rerouteDeadLetter(conn *client.Conn, cfg config.Config, r *kgo.Record, now 
 		return nil, "", err
 	}
 	if id != "" {
-		qt, err := quoteTableName(table)
+		qt, err := source.QuoteTable(table)
 		if err != nil {
 			return nil, "", err
 		}
-		res, err := conn.Execute("SELECT * FROM "+qt+" WHERE "+quoteIdent(rc.EventIDColumn)+" = ?", id)
+		res, err := conn.Execute("SELECT * FROM "+qt+" WHERE "+source.QuoteIdent(rc.EventIDColumn)+" = ?", id)
 		if err != nil {
 			return nil, "", fmt.Errorf("read outbox row: %w", err)
 		}

@@ -263,7 +263,7 @@ func (p *pruner) table(ctx context.Context, t string) error {
 	if timeCol == "" {
 		timeCol = "created_at"
 	}
-	qt, err := quoteTableName(t)
+	qt, err := source.QuoteTable(t)
 	if err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func (p *pruner) table(ctx context.Context, t string) error {
 	if err != nil {
 		return fmt.Errorf("prune %s: %w", t, err)
 	}
-	idCol, tcol := quoteIdent(rc.EventIDColumn), quoteIdent(timeCol)
+	idCol, tcol := source.QuoteIdent(rc.EventIDColumn), source.QuoteIdent(timeCol)
 	pkList := quoteIdents(pk)
 	pkTuple := pkList
 	if len(pk) > 1 {
@@ -292,7 +292,7 @@ func (p *pruner) table(ctx context.Context, t string) error {
 			pkList, idCol, qt, tcol, p.age.Microseconds(), idCol)
 		var args []any
 		if skip := p.pending.of(t); len(skip) > 0 {
-			q += fmt.Sprintf(" AND %s NOT IN (%s)", idCol, placeholders(len(skip)))
+			q += fmt.Sprintf(" AND %s NOT IN (%s)", idCol, source.Placeholders(len(skip)))
 			args = append(args, skip...)
 		}
 		if p.o.dryRun && after != nil {
@@ -333,7 +333,7 @@ func (p *pruner) table(ctx context.Context, t string) error {
 			keys, ids = append(keys, k), append(ids, id)
 		}
 		// Every row the SELECT saw was committed before this read.
-		head, flavor, err := executedSet(p.conn)
+		head, flavor, err := source.Executed(p.conn)
 		if err != nil {
 			return fmt.Errorf("prune %s: %w", t, err)
 		}
@@ -459,19 +459,17 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER 
 func quoteIdents(cols []string) string {
 	q := make([]string, len(cols))
 	for i, c := range cols {
-		q[i] = quoteIdent(c)
+		q[i] = source.QuoteIdent(c)
 	}
 	return strings.Join(q, ", ")
 }
-
-func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
 
 // tuplePlaceholders is "?" for one column, "(?,?)" for more.
 func tuplePlaceholders(n int) string {
 	if n == 1 {
 		return "?"
 	}
-	return "(" + placeholders(n) + ")"
+	return "(" + source.Placeholders(n) + ")"
 }
 
 // waitCovered polls the committed checkpoint until it contains head, for
@@ -564,29 +562,4 @@ func checkPrimary(conn *client.Conn) error {
 		}
 	}
 	return nil
-}
-
-// executedSet reads the server's executed GTID set: MariaDB's
-// gtid_binlog_pos (written to the binlog before the commit is visible),
-// MySQL's gtid_executed.
-func executedSet(conn *client.Conn) (string, string, error) {
-	vars, err := source.Variables(conn)
-	if err != nil {
-		return "", "", fmt.Errorf("read server variables: %w", err)
-	}
-	srv, err := source.Describe(conn, "", vars)
-	if err != nil {
-		return "", "", fmt.Errorf("read executed gtid set: %w", err)
-	}
-	return srv.Head, srv.Flavor, nil
-}
-
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
-
-func quoteTableName(t string) (string, error) {
-	db, tbl, ok := strings.Cut(t, ".")
-	if !ok {
-		return "", fmt.Errorf("table %q is not db.table", t)
-	}
-	return quoteIdent(db) + "." + quoteIdent(tbl), nil
 }

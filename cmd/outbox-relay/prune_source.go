@@ -123,7 +123,7 @@ func wroteInto(set, id string) bool {
 func checkDeleteGrants(conn *client.Conn, tables []string) error {
 	var missing []string
 	for _, t := range tables {
-		qt, err := quoteTableName(t)
+		qt, err := source.QuoteTable(t)
 		if err != nil {
 			return err
 		}
@@ -147,13 +147,13 @@ func checkDeleteGrants(conn *client.Conn, tables []string) error {
 // candidates counts the rows of table t older than age (the upper bound
 // of what prune deletes: only rows the checkpoint covers go).
 func (p *pruner) candidates(t string) (int64, error) {
-	qt, err := quoteTableName(t)
+	qt, err := source.QuoteTable(t)
 	if err != nil {
 		return 0, err
 	}
 	rc := p.cfg.Router.For(t)
 	q := fmt.Sprintf("SELECT COUNT(*) FROM %s WHERE %s < NOW(6) - INTERVAL %d MICROSECOND AND %s IS NOT NULL",
-		qt, quoteIdent(p.timeColumn(t)), p.age.Microseconds(), quoteIdent(rc.EventIDColumn))
+		qt, source.QuoteIdent(p.timeColumn(t)), p.age.Microseconds(), source.QuoteIdent(rc.EventIDColumn))
 	res, err := p.conn.Execute(q)
 	if err != nil {
 		return 0, fmt.Errorf("prune %s: count rows: %w", t, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/router"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // ReplayedHeader marks a record published again by replay or dead-letter
@@ -109,7 +110,7 @@ func replay(o replayOpts) error {
 		return err
 	}
 	defer conn.Close()
-	zone, err := utcSession(conn)
+	zone, err := source.UTCSession(conn)
 	if err != nil {
 		return err
 	}
@@ -145,44 +146,11 @@ func replay(o replayOpts) error {
 	return nil
 }
 
-// utcSession makes conn's session show TIMESTAMP columns in UTC, as the
-// relay renders them from the binlog (a row read again must route to the
-// same record), and returns the session's zone before: the zone DEFAULT
-// CURRENT_TIMESTAMP filled DATETIME columns in for applications that left
-// it alone.
-func utcSession(conn *client.Conn) (string, error) {
-	res, err := conn.Execute("SELECT @@SESSION.time_zone")
-	if err != nil {
-		return "", fmt.Errorf("read session time zone: %w", err)
-	}
-	zone, err := res.GetString(0, 0)
-	if err != nil {
-		return "", fmt.Errorf("read session time zone: %w", err)
-	}
-	if _, err := conn.Execute("SET time_zone = '+00:00'"); err != nil {
-		return "", fmt.Errorf("set session time zone to UTC: %w", err)
-	}
-	return zone, nil
-}
-
-// columnType is the DATA_TYPE (lower case) of column col of table t.
-func columnType(conn *client.Conn, t, col string) (string, error) {
-	db, tbl, _ := strings.Cut(t, ".")
-	res, err := conn.Execute("SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?", db, tbl, col)
-	if err != nil {
-		return "", fmt.Errorf("read type of column %s: %w", col, err)
-	}
-	if res.RowNumber() == 0 {
-		return "", fmt.Errorf("table has no column %q (the time column: --time-column, router timestamp_column, else created_at)", col)
-	}
-	return res.GetString(0, 0)
-}
-
 // replayRows selects the chosen rows of table t and routes them. zone is
 // the session's time zone before utcSession.
 func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOpts) ([]*kgo.Record, error) {
 	rc := cfg.Router.For(t)
-	qt, err := quoteTableName(t)
+	qt, err := source.QuoteTable(t)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +163,7 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 	}
 	var timeType string
 	if o.since != "" || o.until != "" {
-		if timeType, err = columnType(conn, t, timeCol); err != nil {
+		if timeType, err = source.ColumnType(conn, t, timeCol); err != nil {
 			return nil, fmt.Errorf("replay %s: %w", t, err)
 		}
 	}
@@ -203,12 +171,12 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 	var where []string
 	var args []any
 	if len(o.eventIDs) > 0 {
-		where = append(where, quoteIdent(rc.EventIDColumn)+" IN ("+strings.TrimSuffix(strings.Repeat("?,", len(o.eventIDs)), ",")+")")
+		where = append(where, source.QuoteIdent(rc.EventIDColumn)+" IN ("+strings.TrimSuffix(strings.Repeat("?,", len(o.eventIDs)), ",")+")")
 		for _, id := range o.eventIDs {
 			args = append(args, id)
 		}
 	}
-	for _, c := range []struct{ v, cond string }{{o.since, quoteIdent(timeCol) + " >= "}, {o.until, quoteIdent(timeCol) + " < "}} {
+	for _, c := range []struct{ v, cond string }{{o.since, source.QuoteIdent(timeCol) + " >= "}, {o.until, source.QuoteIdent(timeCol) + " < "}} {
 		if c.v == "" {
 			continue
 		}
@@ -226,7 +194,7 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 			args = append(args, v)
 		default:
 			if !zoneChecked {
-				if err := checkZone(conn, zone); err != nil {
+				if err := source.CheckZone(conn, zone); err != nil {
 					return nil, fmt.Errorf("replay %s: %w", t, err)
 				}
 				zoneChecked = true
@@ -239,13 +207,13 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 			args = append(args, v, from, to)
 		}
 	}
-	for _, c := range []struct{ v, cond string }{{o.aggregateType, quoteIdent(rc.AggregateTypeColumn) + " = ?"}, {o.aggregID, quoteIdent(rc.AggregateIDColumn) + " = ?"}} {
+	for _, c := range []struct{ v, cond string }{{o.aggregateType, source.QuoteIdent(rc.AggregateTypeColumn) + " = ?"}, {o.aggregID, source.QuoteIdent(rc.AggregateIDColumn) + " = ?"}} {
 		if c.v != "" {
 			where = append(where, c.cond)
 			args = append(args, c.v)
 		}
 	}
-	order := quoteIdent(timeCol)
+	order := source.QuoteIdent(timeCol)
 	seq, err := autoIncrementColumn(conn, t)
 	if err != nil {
 		return nil, fmt.Errorf("replay %s: %w", t, err)
@@ -253,7 +221,7 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 	if seq != "" {
 		// Rows of one statement share a time; the auto-increment value
 		// is their write order (ties otherwise: docs/application-kit.md).
-		order += ", " + quoteIdent(seq)
+		order += ", " + source.QuoteIdent(seq)
 	}
 	q := "SELECT * FROM " + qt + " WHERE " + strings.Join(where, " AND ") + " ORDER BY " + order +
 		fmt.Sprintf(" LIMIT %d", o.maxRows+1)
@@ -279,20 +247,6 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 		out = append(out, rec)
 	}
 	return out, nil
-}
-
-// checkZone fails when the server cannot convert a time to zone (a named
-// zone without the time zone tables: CONVERT_TZ gives NULL, and a range
-// compared with NULL selects nothing, silently).
-func checkZone(conn *client.Conn, zone string) error {
-	res, err := conn.Execute("SELECT CONVERT_TZ('2000-01-01 00:00:00', '+00:00', ?) IS NULL", zone)
-	if err != nil {
-		return fmt.Errorf("check time zone %s: %w", zone, err)
-	}
-	if null, _ := res.GetInt(0, 0); null != 0 {
-		return fmt.Errorf("the server cannot convert times to its time zone %q (no time zone tables: load them with mariadb-tzinfo-to-sql, or mysql_tzinfo_to_sql on MySQL)", zone)
-	}
-	return nil
 }
 
 // sqlTime turns an RFC 3339 time into DATETIME text in UTC (absolute:

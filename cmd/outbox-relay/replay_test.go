@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // Without CREATE, a topic that does not exist stops replay before anything

@@ -51,7 +51,7 @@ type Result struct {
 // to UTC), waits for the committed checkpoint to cover them, reads the
 // topics, and returns the report. Read-only: it writes nothing anywhere.
 func Run(ctx context.Context, cfg config.Config, conn *client.Conn, o Options) (Result, error) {
-	zone, err := utcSession(conn)
+	zone, err := source.UTCSession(conn)
 	if err != nil {
 		return Result{}, err
 	}
@@ -69,7 +69,7 @@ func Run(ctx context.Context, cfg config.Config, conn *client.Conn, o Options) (
 	}
 	// Every row read was committed before the executed set read now; the
 	// checkpoint containing it covers them all.
-	head, flavor, err := executedSet(conn)
+	head, flavor, err := source.Executed(conn)
 	if err != nil {
 		return Result{}, fmt.Errorf("audit: %w", err)
 	}
@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg config.Config, conn *client.Conn, o Options) (
 	// Small fetches, one at a time: a fetch's records are decompressed and
 	// decoded at once (JSON payloads compress tenfold: 1 MB fetched is some
 	// 10 MB of records), and nothing of them is kept but each one's id.
-	if err := readRange(ctx, k, ends, from, func(r *kgo.Record) {
+	if err := clients.ReadRange(ctx, k, ends, from, func(r *kgo.Record) {
 		a.Record(Record{ID: headerValue(r, "id"), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 			Timestamp: r.Timestamp, Replayed: hasHeader(r, ReplayedHeader), DeadLetter: dead[r.Topic]})
 	}, kgo.FetchMaxBytes(1<<20), kgo.FetchMaxPartitionBytes(1<<20), kgo.MaxConcurrentFetches(1)); err != nil {
@@ -133,21 +133,6 @@ func DeadLetterTopics(cfg config.Config) []string {
 		}
 	}
 	return out
-}
-
-// executedSet reads the server's executed GTID set: MariaDB's
-// gtid_binlog_pos (written to the binlog before the commit is visible),
-// MySQL's gtid_executed.
-func executedSet(conn *client.Conn) (string, string, error) {
-	vars, err := source.Variables(conn)
-	if err != nil {
-		return "", "", fmt.Errorf("read server variables: %w", err)
-	}
-	srv, err := source.Describe(conn, "", vars)
-	if err != nil {
-		return "", "", fmt.Errorf("read executed gtid set: %w", err)
-	}
-	return srv.Head, srv.Flavor, nil
 }
 
 // waitCovered waits up to wait for the committed checkpoint to contain
@@ -262,70 +247,6 @@ func offsets(ctx context.Context, cfg config.Config, kopts []kgo.Opt, topics []s
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// readRange reads every partition from from (nil: the start) to its end
-// offset with read_committed.
-func readRange(ctx context.Context, k clients.Kafka, ends, from map[string]map[int32]int64, fn func(*kgo.Record), extra ...kgo.Opt) error {
-	parts := map[string]map[int32]kgo.Offset{}
-	left := 0
-	for t, ps := range ends {
-		for p, end := range ps {
-			start := from[t][p]
-			if end <= start {
-				continue
-			}
-			if parts[t] == nil {
-				parts[t] = map[int32]kgo.Offset{}
-			}
-			parts[t][p] = kgo.NewOffset().At(start)
-			left++
-		}
-	}
-	if left == 0 {
-		return nil
-	}
-	cl, err := kgo.NewClient(k.DeadLetterReader(parts, extra...)...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
-	done := map[string]map[int32]bool{}
-	for left > 0 {
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		fs := cl.PollFetches(pctx)
-		expired := pctx.Err() != nil
-		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if expired {
-			return fmt.Errorf("read topics: no record for 30s with %d partitions unread", left)
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("read %s[%d]: %w", t, p, err) })
-		if ferr != nil {
-			return ferr
-		}
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			end := ends[p.Topic][p.Partition]
-			for _, r := range p.Records {
-				if r.Offset < end && !r.Attrs.IsControl() {
-					fn(r)
-				}
-			}
-			// Control records (commit markers) are kept so the reader
-			// knows when it has passed the end offset.
-			if done[p.Topic] == nil {
-				done[p.Topic] = map[int32]bool{}
-			}
-			if !done[p.Topic][p.Partition] && len(p.Records) > 0 && p.Records[len(p.Records)-1].Offset+1 >= end {
-				done[p.Topic][p.Partition] = true
-				left--
-			}
-		})
-	}
-	return nil
 }
 
 func headerValue(r *kgo.Record, key string) string {

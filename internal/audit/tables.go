@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/router"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // tables reads the outbox tables for the audit.
@@ -39,7 +40,7 @@ func (s *tables) timeCol(rc config.RouterConfig) string {
 // in the session's zone (UTC), a DATETIME is local time in the zone
 // DEFAULT CURRENT_TIMESTAMP filled it in (as replay compares).
 func (s *tables) timeTerms(t, col string) (utcExpr func(string) string, bound string, err error) {
-	typ, err := columnType(s.conn, t, col)
+	typ, err := source.ColumnType(s.conn, t, col)
 	if err != nil {
 		return nil, "", fmt.Errorf("audit %s: %w", t, err)
 	}
@@ -47,7 +48,7 @@ func (s *tables) timeTerms(t, col string) (utcExpr func(string) string, bound st
 		return func(e string) string { return e }, "?", nil
 	}
 	if !s.zoneOK {
-		if err := checkZone(s.conn, s.zone); err != nil {
+		if err := source.CheckZone(s.conn, s.zone); err != nil {
 			return nil, "", fmt.Errorf("audit %s: %w", t, err)
 		}
 		s.zoneOK = true
@@ -62,7 +63,7 @@ const sqlTimeLayout = "2006-01-02 15:04:05.999999"
 // notes the topics they route to.
 func (s *tables) rows(t string, since, until time.Time, fn func(id []byte)) error {
 	rc := s.cfg.Router.For(t)
-	qt, err := quoteTableName(t)
+	qt, err := source.QuoteTable(t)
 	if err != nil {
 		return err
 	}
@@ -80,10 +81,10 @@ func (s *tables) rows(t string, since, until time.Time, fn func(id []byte)) erro
 		return fmt.Errorf("audit %s: %w", t, err)
 	}
 	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IS NOT NULL AND %s >= %s",
-		quoteIdent(rc.EventIDColumn), quoteIdent(rc.AggregateTypeColumn), qt, quoteIdent(rc.EventIDColumn), quoteIdent(col), bound)
+		source.QuoteIdent(rc.EventIDColumn), source.QuoteIdent(rc.AggregateTypeColumn), qt, source.QuoteIdent(rc.EventIDColumn), source.QuoteIdent(col), bound)
 	args := []any{since.Format(sqlTimeLayout)}
 	if !until.IsZero() {
-		q += fmt.Sprintf(" AND %s < %s", quoteIdent(col), bound)
+		q += fmt.Sprintf(" AND %s < %s", source.QuoteIdent(col), bound)
 		args = append(args, until.Format(sqlTimeLayout))
 	}
 	stmt, err := s.conn.Prepare(q)
@@ -144,7 +145,7 @@ func (s *tables) lookup(ids []string) (map[string]bool, error) {
 	const chunk = 1000
 	for _, t := range s.cfg.Source.Tables {
 		rc := s.cfg.Router.For(t)
-		qt, err := quoteTableName(t)
+		qt, err := source.QuoteTable(t)
 		if err != nil {
 			return nil, err
 		}
@@ -154,7 +155,7 @@ func (s *tables) lookup(ids []string) (map[string]bool, error) {
 			for i, id := range part {
 				args[i] = id
 			}
-			res, err := s.conn.Execute(fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)", quoteIdent(rc.EventIDColumn), qt, quoteIdent(rc.EventIDColumn), placeholders(len(part))), args...)
+			res, err := s.conn.Execute(fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s)", source.QuoteIdent(rc.EventIDColumn), qt, source.QuoteIdent(rc.EventIDColumn), source.Placeholders(len(part))), args...)
 			if err != nil {
 				return nil, fmt.Errorf("audit %s: look up event ids: %w", t, err)
 			}
@@ -172,7 +173,7 @@ func (s *tables) oldest() (time.Time, error) {
 	var oldest time.Time
 	for _, t := range s.cfg.Source.Tables {
 		col := s.timeCol(s.cfg.Router.For(t))
-		qt, err := quoteTableName(t)
+		qt, err := source.QuoteTable(t)
 		if err != nil {
 			return oldest, err
 		}
@@ -180,7 +181,7 @@ func (s *tables) oldest() (time.Time, error) {
 		if err != nil {
 			return oldest, err
 		}
-		res, err := s.conn.Execute(fmt.Sprintf("SELECT DATE_FORMAT(%s, '%%Y-%%m-%%d %%H:%%i:%%s.%%f') FROM %s", utc("MIN("+quoteIdent(col)+")"), qt))
+		res, err := s.conn.Execute(fmt.Sprintf("SELECT DATE_FORMAT(%s, '%%Y-%%m-%%d %%H:%%i:%%s.%%f') FROM %s", utc("MIN("+source.QuoteIdent(col)+")"), qt))
 		if err != nil {
 			return oldest, fmt.Errorf("audit %s: read the oldest row's time: %w", t, err)
 		}
@@ -202,18 +203,6 @@ func (s *tables) oldest() (time.Time, error) {
 // The SQL helpers below are those of cmd/outbox-relay's prune and replay,
 // which read the same tables.
 
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
-
-func quoteTableName(t string) (string, error) {
-	db, tbl, ok := strings.Cut(t, ".")
-	if !ok {
-		return "", fmt.Errorf("table %q is not db.table", t)
-	}
-	return quoteIdent(db) + "." + quoteIdent(tbl), nil
-}
-
-func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
-
 // tableRouter builds the router of one table's settings, as `run` does.
 func tableRouter(rc config.RouterConfig, pipeline, table string) (*router.Router, error) {
 	rcfg, err := clients.Router(rc)
@@ -222,49 +211,4 @@ func tableRouter(rc config.RouterConfig, pipeline, table string) (*router.Router
 	}
 	rcfg.CloudEventsSource = rc.CloudEventsSourceFor(pipeline, table)
 	return router.New(rcfg)
-}
-
-// utcSession sets conn's session time zone to UTC and returns the zone
-// before: the zone DEFAULT CURRENT_TIMESTAMP filled DATETIME columns in for
-// applications that left it alone.
-func utcSession(conn *client.Conn) (string, error) {
-	res, err := conn.Execute("SELECT @@SESSION.time_zone")
-	if err != nil {
-		return "", fmt.Errorf("read session time zone: %w", err)
-	}
-	zone, err := res.GetString(0, 0)
-	if err != nil {
-		return "", fmt.Errorf("read session time zone: %w", err)
-	}
-	if _, err := conn.Execute("SET time_zone = '+00:00'"); err != nil {
-		return "", fmt.Errorf("set session time zone to UTC: %w", err)
-	}
-	return zone, nil
-}
-
-// columnType is the DATA_TYPE (lower case) of column col of table t.
-func columnType(conn *client.Conn, t, col string) (string, error) {
-	db, tbl, _ := strings.Cut(t, ".")
-	res, err := conn.Execute("SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?", db, tbl, col)
-	if err != nil {
-		return "", fmt.Errorf("read type of column %s: %w", col, err)
-	}
-	if res.RowNumber() == 0 {
-		return "", fmt.Errorf("table has no column %q (the time column: --time-column, router timestamp_column, else created_at)", col)
-	}
-	return res.GetString(0, 0)
-}
-
-// checkZone fails when the server cannot convert a time to zone (a named
-// zone without the time zone tables: CONVERT_TZ gives NULL, and a range
-// compared with NULL selects nothing, silently).
-func checkZone(conn *client.Conn, zone string) error {
-	res, err := conn.Execute("SELECT CONVERT_TZ('2000-01-01 00:00:00', '+00:00', ?) IS NULL", zone)
-	if err != nil {
-		return fmt.Errorf("check time zone %s: %w", zone, err)
-	}
-	if null, _ := res.GetInt(0, 0); null != 0 {
-		return fmt.Errorf("the server cannot convert times to its time zone %q (no time zone tables: load them with mariadb-tzinfo-to-sql, or mysql_tzinfo_to_sql on MySQL)", zone)
-	}
-	return nil
 }
