@@ -280,10 +280,7 @@ func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, e
 		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, classify(err))
 	}
 	info := topicInfo{maxBytes: maxBatchBytes}
-	details, err := s.adm.ListTopics(ctx, topic)
-	if err == nil {
-		err = details[topic].Err
-	}
+	details, err := s.listCreated(ctx, topic, refused == nil)
 	if err != nil && refused != nil && errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return topicInfo{}, missingTopic(topic, refused, err)
 	}
@@ -314,6 +311,31 @@ func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, e
 		s.limits.set(topic, info.maxBytes)
 	}
 	return info, nil
+}
+
+// listCreated describes topic. Created (or found existing) a moment ago, a
+// topic can still be unknown to the broker that answers the metadata
+// request (Apache Kafka propagates new topics to every broker's metadata
+// cache asynchronously): when created is true, an UNKNOWN_TOPIC_OR_PARTITION
+// answer is asked again until ctx ends, not taken as the topic's absence
+// (that would stop the pipeline for a topic that exists).
+func (s *kafkaSink) listCreated(ctx context.Context, topic string, created bool) (kadm.TopicDetails, error) {
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		details, err := s.adm.ListTopics(ctx, topic)
+		if err == nil {
+			err = details[topic].Err
+		}
+		if err == nil || !created || !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return details, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return details, err
+		case <-t.C:
+		}
+	}
 }
 
 // recordSize is rec's size as the only record of a record batch, counted as

@@ -409,3 +409,76 @@ func (w *txnStates) answer(req kmsg.Request, fill func(*kmsg.DescribeTransaction
 		fill(st)
 	})
 }
+
+// createdNotListed makes c answer the first CreateTopics for topic as a
+// success without creating it; the topic is created for real after delay
+// (never if delay < 0). This is Apache Kafka right after a creation: the
+// controller has the topic, the broker that answers metadata does not yet.
+func createdNotListed(t *testing.T, c *kfake.Cluster, topic string, delay time.Duration) {
+	t.Helper()
+	var faked atomic.Bool
+	c.ControlKey(int16(kmsg.CreateTopics), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.CreateTopicsRequest)
+		if len(req.Topics) != 1 || req.Topics[0].Topic != topic || !faked.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+		resp.Version = req.Version
+		rt := kmsg.NewCreateTopicsResponseTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, req.Topics[0].NumPartitions, req.Topics[0].ReplicationFactor
+		resp.Topics = append(resp.Topics, rt)
+		if delay >= 0 {
+			time.AfterFunc(delay, func() {
+				cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+				if err != nil {
+					return
+				}
+				defer cl.Close()
+				_, _ = kadm.NewClient(cl).CreateTopic(context.Background(), 3, 1, nil, topic)
+			})
+		}
+		return resp, nil, true
+	})
+}
+
+// A topic the sink has just created, not yet in the metadata the broker
+// answers with, is asked for again until it shows: the pipeline does not
+// stop on UNKNOWN_TOPIC_OR_PARTITION for a topic that exists. One that
+// never shows is an error once the request timeout has passed.
+func TestEnsureTopicWaitsForANewTopicToShowInMetadata(t *testing.T) {
+	t.Run("shows after 300 ms", func(t *testing.T) {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, ctx := txnSink(t, c)
+		createdNotListed(t, c, "orders", 300*time.Millisecond)
+		info, err := s.ensureTopic(ctx, "orders")
+		if err != nil {
+			t.Fatalf("ensure a topic that shows in metadata 300 ms after its creation: %v", err)
+		}
+		if info.partitions != 3 {
+			t.Fatalf("partitions %d, want 3", info.partitions)
+		}
+	})
+	t.Run("never shows", func(t *testing.T) {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, ctx := txnSink(t, c)
+		s.timeout = 500 * time.Millisecond
+		createdNotListed(t, c, "orders", -1)
+		start := time.Now()
+		_, err = s.ensureTopic(ctx, "orders")
+		if !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			t.Fatalf("ensure a created topic that never shows in metadata: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("gave up after %v, want about the request timeout (500 ms)", took)
+		}
+	})
+}
