@@ -5,7 +5,9 @@
 // + outbox row in one transaction, one transaction rolled back), a
 // read_committed consumer that prints what it receives, and a notification
 // service built on package inbox that is killed between its database commit
-// and its offset commit and still notifies each alarm exactly once. Ctrl-C
+// and its offset commit and still notifies each alarm exactly once. The
+// three services send their spans over OTLP to a receiver inside the demo,
+// which prints one alarm's trace: alarm service -> relay -> notifier. Ctrl-C
 // (SIGINT) or SIGTERM stops everything it started and exits 0.
 //
 // Usage: go build -o bin/demo ./examples/demo && bin/demo --relay ./bin/outbox-relay [--once]
@@ -31,7 +33,10 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/internal/otlpreceiver"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -45,9 +50,10 @@ func main() {
 	notifier := flag.Bool("notifier", false, "run as the notification service (started by the demo itself)")
 	dsn := flag.String("dsn", "", "notification service: database/sql DSN")
 	crashAfter := flag.Int("crash-after", 0, "notification service: SIGKILL itself after this many database commits")
+	otlp := flag.String("otlp", "", "notification service: OTLP/HTTP receiver of its spans")
 	flag.Parse()
 	if *notifier {
-		os.Exit(notifierMain(*dsn, *kafkaAddr, *crashAfter))
+		os.Exit(notifierMain(*dsn, *kafkaAddr, *otlp, *crashAfter))
 	}
 	if err := run(*relayBin, *dbPort, *kafkaAddr, *once); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -128,6 +134,16 @@ func run(relayBin string, dbPort int, kafkaAddr string, once bool) (err error) {
 	defer os.RemoveAll(dir)
 	var ps procs
 	defer ps.stopAll()
+	rcv, err := otlpreceiver.Start() // the services' spans (an OpenTelemetry Collector in production)
+	if err != nil {
+		return err
+	}
+	defer rcv.Close() // after the processes have stopped
+	appTP, err := tracerProvider(ctx, rcv.HTTPURL, "alarm-service")
+	if err != nil {
+		return err
+	}
+	defer shutdown(appTP)
 
 	fmt.Println("== starting MariaDB (binlog ROW, FULL image, FULL metadata, GTID) and the embedded Kafka broker")
 	fmt.Printf("   mariadb on %s, kafka on %s\n", dbAddr, kafkaAddr)
@@ -152,7 +168,8 @@ func run(relayBin string, dbPort int, kafkaAddr string, once bool) (err error) {
 		`CREATE TABLE IF NOT EXISTS iot.outbox (
 			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(64) NOT NULL UNIQUE,
 			aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, event_type VARCHAR(64) NOT NULL,
-			payload JSON NOT NULL, created_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))`,
+			payload JSON NOT NULL, tracingspancontext VARCHAR(1024) NULL,
+			created_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3))`,
 		inbox.DDL("iot.consumed_event"),
 		`CREATE TABLE IF NOT EXISTS iot.notification (
 			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(64) NOT NULL,
@@ -175,17 +192,21 @@ source:
   start: now
 kafka:
   brokers: ["%s"]
+router:
+  tracing_column: tracingspancontext
+tracing:
+  otlp_endpoint: %s
 http:
   listen: 127.0.0.1:0
 log:
   format: console
-`, dbAddr, kafkaAddr)
+`, dbAddr, kafkaAddr, rcv.HTTPURL)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
 	fmt.Println("== starting the relay:", relayBin, "run --config", cfgPath)
 	relay := exec.Command(relayBin, "run", "--config", cfgPath)
-	relay.Env = append(os.Environ(), "RELAY_MYSQL_PASSWORD=relay-demo")
+	relay.Env = append(os.Environ(), "RELAY_MYSQL_PASSWORD=relay-demo", "OTEL_BSP_SCHEDULE_DELAY=100") // spans out every 100 ms
 	relay.Stdout, relay.Stderr = prefixWriter{"relay"}, prefixWriter{"relay"}
 	relay.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := relay.Start(); err != nil {
@@ -211,7 +232,7 @@ log:
 	}
 	defer app.Close()
 	fmt.Println("== the alarm service writes alarms with package outbox: business row + outbox row in ONE transaction")
-	committed, err := writeAlarms(ctx, app, 1, 5, true)
+	committed, err := writeAlarms(ctx, app, appTP.Tracer("alarm-service"), 1, 5, true)
 	if err != nil {
 		return err
 	}
@@ -244,7 +265,10 @@ log:
 		}
 		fmt.Printf("== %d events committed, rolled-back ones never published; consumer received %d\n", committed, received)
 		if round == 1 {
-			if _, err := notifyRound(ctx, &ps, app, dsn, kafkaAddr, committed); err != nil {
+			if _, err := notifyRound(ctx, &ps, app, dsn, kafkaAddr, rcv.HTTPURL, committed); err != nil {
+				return err
+			}
+			if err := showTrace(ctx, rcv); err != nil {
 				return err
 			}
 		}
@@ -258,7 +282,7 @@ log:
 			return nil
 		case <-time.After(3 * time.Second):
 		}
-		n, err := writeAlarms(ctx, app, round*100, 1, false)
+		n, err := writeAlarms(ctx, app, appTP.Tracer("alarm-service"), round*100, 1, false)
 		if err != nil {
 			return err
 		}
@@ -309,15 +333,20 @@ var devices = []string{"boiler-1", "freezer-2", "boiler-7"}
 
 // writeAlarms commits n alarms (and, if withRollback, one rolled back) the
 // way the alarm service does: the alarm_record row and its event, written
-// with package outbox, in one transaction. It returns how many committed.
-func writeAlarms(ctx context.Context, db *sql.DB, first, n int, withRollback bool) (int, error) {
-	w, err := outbox.New("iot.outbox")
+// with package outbox, in one transaction, in a span of tracer (its context
+// goes into the outbox row's tracing column). It returns how many committed.
+func writeAlarms(ctx context.Context, db *sql.DB, tracer trace.Tracer, first, n int, withRollback bool) (int, error) {
+	cols := outbox.DefaultColumns
+	cols.TracingSpanContext = "tracingspancontext"
+	w, err := outbox.New("iot.outbox", outbox.WithColumns(cols))
 	if err != nil {
 		return 0, err
 	}
 	tx := func(i int, commit bool) error {
 		dev := devices[i%len(devices)]
 		temp := 85 + i
+		ctx, span := tracer.Start(ctx, "raise alarm")
+		defer span.End()
 		t, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err

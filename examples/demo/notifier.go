@@ -22,15 +22,21 @@ import (
 // itself with SIGKILL right after the database commit of the N-th alarm it
 // applies, before that offset commit: the next incarnation gets those
 // records again and skips them as duplicates.
-func notifierMain(dsn, broker string, crashAfter int) int {
+func notifierMain(dsn, broker, otlp string, crashAfter int) int {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		fmt.Println("notifier:", err)
 		return 1
 	}
 	defer db.Close()
+	tp, err := tracerProvider(context.Background(), otlp, "notifier")
+	if err != nil {
+		fmt.Println("notifier:", err)
+		return 1
+	}
+	defer shutdown(tp)
 	applied := 0
-	store := &inbox.Store{DB: db, Name: "alarm-notification", AfterCommit: func(r *kgo.Record, o inbox.Outcome) {
+	store := &inbox.Store{DB: db, Name: "alarm-notification", TracerProvider: tp, AfterCommit: func(r *kgo.Record, o inbox.Outcome) {
 		id, _ := inbox.EventID(r)
 		if o == inbox.Duplicate {
 			fmt.Printf("duplicate %s: already notified, skipped (record redelivered because the offset was never committed)\n", id)
@@ -69,20 +75,20 @@ func notifierMain(dsn, broker string, crashAfter int) int {
 }
 
 // startNotifier runs this binary as the notification service.
-func (p *procs) startNotifier(dsn, broker string, crashAfter int) (*exec.Cmd, error) {
+func (p *procs) startNotifier(dsn, broker, otlp string, crashAfter int) (*exec.Cmd, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	return p.start("notifier", self, "--notifier", "--dsn", dsn, "--kafka", broker, "--crash-after", fmt.Sprint(crashAfter))
+	return p.start("notifier", self, "--notifier", "--dsn", dsn, "--kafka", broker, "--otlp", otlp, "--crash-after", fmt.Sprint(crashAfter))
 }
 
 // notifyRound shows window 4 closed: the notifier is killed between its
 // database commit and its offset commit, restarted, and every committed
 // alarm is notified exactly once.
-func notifyRound(ctx context.Context, ps *procs, app *sql.DB, dsn, broker string, committed int) (*exec.Cmd, error) {
+func notifyRound(ctx context.Context, ps *procs, app *sql.DB, dsn, broker, otlp string, committed int) (*exec.Cmd, error) {
 	fmt.Println("== the notification service (package inbox) consumes the alarms; it will be killed after its 3rd database commit")
-	first, err := ps.startNotifier(dsn, broker, 3)
+	first, err := ps.startNotifier(dsn, broker, otlp, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +103,7 @@ func notifyRound(ctx context.Context, ps *procs, app *sql.DB, dsn, broker string
 	}
 	ps.forget(first)
 	fmt.Println("== notifier killed between DB commit and offset commit; restarting it (Kafka delivers the uncommitted records again)")
-	second, err := ps.startNotifier(dsn, broker, 0)
+	second, err := ps.startNotifier(dsn, broker, otlp, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -58,15 +58,45 @@ const (
 // Config is the whole relay configuration. The zero value is not valid; use
 // Default or Load.
 type Config struct {
-	Name   string       `yaml:"name"`
-	Source Source       `yaml:"source"`
-	Kafka  Kafka        `yaml:"kafka"`
-	Router RouterConfig `yaml:"router"`
-	HA     HA           `yaml:"ha"`
-	HTTP   HTTP         `yaml:"http"`
-	Log    Log          `yaml:"log"`
-	Audit  Audit        `yaml:"audit"`
+	Name    string       `yaml:"name"`
+	Source  Source       `yaml:"source"`
+	Kafka   Kafka        `yaml:"kafka"`
+	Router  RouterConfig `yaml:"router"`
+	HA      HA           `yaml:"ha"`
+	HTTP    HTTP         `yaml:"http"`
+	Log     Log          `yaml:"log"`
+	Audit   Audit        `yaml:"audit"`
+	Tracing Tracing      `yaml:"tracing"`
 }
+
+// Tracing is the relay's own spans: one per outbox row published, a child
+// of the trace context the row carried (router.tracing_column), exported
+// over OTLP. See docs/tracing.md.
+type Tracing struct {
+	// OTLPEndpoint is the OTLP receiver spans are sent to: an http:// or
+	// https:// URL. OTLP/HTTP adds the path /v1/traces to a URL without
+	// one (http://collector:4318); OTLP/gRPC takes host and port
+	// (http://collector:4317; https:// for TLS). Empty (the default): no
+	// spans, and no cost. Headers the receiver needs (an API key) come
+	// from OTEL_EXPORTER_OTLP_HEADERS, never from this file.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// OTLPProtocol is http/protobuf (the default) or grpc.
+	OTLPProtocol OTLPProtocol `yaml:"otlp_protocol"`
+	// SampleRatio is the share of rows whose span is sampled when the row
+	// carries no trace context (between 0 and 1; default 1). A row's
+	// context decides for its own span (sampled or not), as
+	// OTEL_TRACES_SAMPLER=parentbased_traceidratio does.
+	SampleRatio float64 `yaml:"sample_ratio"`
+}
+
+// OTLPProtocol is the OTLP transport of tracing.otlp_endpoint.
+type OTLPProtocol string
+
+// Values of tracing.otlp_protocol.
+const (
+	OTLPHTTP OTLPProtocol = "http/protobuf"
+	OTLPGRPC OTLPProtocol = "grpc"
+)
 
 // Audit is the background audit of `run`: every Interval, the check of
 // `outbox-relay audit` over the trailing Window, its outcome exported as
@@ -357,10 +387,11 @@ func defaults() Config {
 			OnError:           "fail",
 			InvalidOp:         "warn",
 		},
-		HA:    HA{LockTopic: "outbox-relay.lock", SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second},
-		HTTP:  HTTP{Listen: "127.0.0.1:9464", ExitGrace: 15 * time.Second},
-		Log:   Log{Format: LogJSON, Level: LevelInfo, ProgressInterval: 10 * time.Second},
-		Audit: Audit{Window: time.Hour, Delay: time.Minute, Margin: 5 * time.Minute, Wait: 10 * time.Second},
+		HA:      HA{LockTopic: "outbox-relay.lock", SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second},
+		HTTP:    HTTP{Listen: "127.0.0.1:9464", ExitGrace: 15 * time.Second},
+		Log:     Log{Format: LogJSON, Level: LevelInfo, ProgressInterval: 10 * time.Second},
+		Audit:   Audit{Window: time.Hour, Delay: time.Minute, Margin: 5 * time.Minute, Wait: 10 * time.Second},
+		Tracing: Tracing{OTLPProtocol: OTLPHTTP, SampleRatio: 1},
 	}
 }
 

@@ -216,3 +216,37 @@ func TestBackgroundAuditIsOffByDefaultWithAnHourWindow(t *testing.T) {
 		}
 	}
 }
+
+// Spans are off unless tracing.otlp_endpoint is set; a set section is
+// read; a bad one names its key; credentials written into the endpoint are
+// refused without being repeated.
+func TestTracingIsOffByDefaultAndRefusesCredentialsInTheEndpoint(t *testing.T) {
+	raw, _ := os.ReadFile("testdata/minimal.good.yaml")
+	cfg, err := Parse(raw, env(map[string]string{"RELAY_MYSQL_PASSWORD": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := cfg.Tracing; tr.OTLPEndpoint != "" || tr.OTLPProtocol != OTLPHTTP || tr.SampleRatio != 1 {
+		t.Fatalf("tracing defaults: %+v", tr)
+	}
+	raw, _ = os.ReadFile("testdata/tracing.good.yaml")
+	if cfg, err = Parse(raw, env(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if tr := cfg.Tracing; tr.OTLPEndpoint != "http://otel-collector:4317" || tr.OTLPProtocol != OTLPGRPC || tr.SampleRatio != 0.25 {
+		t.Fatalf("tracing values not read: %+v", tr)
+	}
+	for file, key := range map[string]string{
+		"tracing-endpoint-scheme": "tracing.otlp_endpoint", "tracing-endpoint-credentials": "tracing.otlp_endpoint",
+		"tracing-sample-ratio": "tracing.sample_ratio", "tracing-protocol": "tracing.otlp_protocol",
+	} {
+		raw, _ := os.ReadFile("testdata/" + file + ".bad.yaml")
+		_, err := Parse(raw, env(nil))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: got %v, want an error naming %s", file, err, key)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: the error repeats the credentials: %v", file, err)
+		}
+	}
+}

@@ -121,6 +121,8 @@ func hint(t reflect.Type) string {
 		return fmt.Sprintf("write a whole number from %d to %d", -(int64(1) << (bits - 1)), int64(1)<<(bits-1)-1)
 	case t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uint64:
 		return fmt.Sprintf("write a whole number from 0 to %d", uint64(1)<<t.Bits()-1)
+	case t.Kind() == reflect.Float64:
+		return "write a number such as 0.25"
 	case t.Kind() == reflect.String:
 		return "write a single value (quote it if it contains \": \", \" #\" or starts with a special character)"
 	case t.Kind() == reflect.Slice:

@@ -102,6 +102,8 @@ func property(k Key, t reflect.Type, byPath map[string]Key) map[string]any {
 		s = map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}}
 	case t.Kind() == reflect.Bool:
 		s = orVar(map[string]any{"type": "boolean"})
+	case t.Kind() == reflect.Float64:
+		s = orVar(map[string]any{"type": "number"})
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
 		lo, hi := intBounds(t)
 		n := map[string]any{"type": "integer", "minimum": json.Number(lo), "maximum": json.Number(hi)}
@@ -135,7 +137,7 @@ func property(k Key, t reflect.Type, byPath map[string]Key) map[string]any {
 		switch {
 		case t.Kind() == reflect.Bool:
 			s["default"], _ = strconv.ParseBool(k.Default)
-		case t != durationType && t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		case t != durationType && t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64, t.Kind() == reflect.Float64:
 			s["default"] = json.Number(k.Default)
 		case t.Kind() == reflect.String || t == durationType:
 			s["default"] = k.Default

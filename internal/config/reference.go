@@ -163,6 +163,8 @@ var keyExamples = map[string]string{
 	"router.topic_prefix":                  "events.",
 	"router.cloudevents_source":            "https://alarms.example.com/outbox",
 	"router.tracing_column":                "tracingspancontext",
+	"tracing.otlp_endpoint":                "http://otel-collector:4318",
+	"tracing.sample_ratio":                 "0.1",
 	"router.additional_fields":             "[{column: tenant_id, placement: header, alias: tenant}]",
 	"router.additional_fields[].column":    "tenant_id",
 	"router.additional_fields[].placement": "header",
@@ -299,6 +301,8 @@ func typeName(t reflect.Type) string {
 		return "string"
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
 		return "integer"
+	case t.Kind() == reflect.Float64:
+		return "number"
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
 		return "list of strings"
 	case t.Kind() == reflect.Slice:
@@ -323,6 +327,8 @@ func yamlText(v reflect.Value) string {
 		return strconv.FormatInt(v.Int(), 10)
 	case v.Kind() >= reflect.Uint && v.Kind() <= reflect.Uint64:
 		return strconv.FormatUint(v.Uint(), 10)
+	case v.Kind() == reflect.Float64:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
 	}
 	return ""
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -198,6 +199,7 @@ func (c *Config) Validate() error {
 	if a := c.Audit; a.Delay < 0 || a.Margin < 0 || a.Wait < 0 {
 		bad("audit.delay %s, audit.margin %s, audit.wait %s: none may be negative", a.Delay, a.Margin, a.Wait)
 	}
+	c.validateTracing(bad)
 	switch c.Log.Format {
 	case LogJSON, LogConsole:
 	default:
@@ -237,3 +239,37 @@ func validInstanceID(id string) bool {
 // one interval after the answer to the last one: that margin must hold two
 // intervals, so that one late answer does not lose the lease.
 func MinSessionTimeout(heartbeat time.Duration) time.Duration { return 4 * heartbeat }
+
+// validateTracing checks the tracing section with bad.
+func (c *Config) validateTracing(bad func(string, ...any)) {
+	t := c.Tracing
+	if t.OTLPEndpoint != "" {
+		u, err := url.Parse(t.OTLPEndpoint)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			bad("tracing.otlp_endpoint: %q: write an http:// or https:// URL, such as http://otel-collector:4318", redactURL(t.OTLPEndpoint))
+		case u.User != nil:
+			bad("tracing.otlp_endpoint: credentials in the URL are not taken: set OTEL_EXPORTER_OTLP_HEADERS (never logged) instead")
+		}
+	}
+	switch t.OTLPProtocol {
+	case OTLPHTTP, OTLPGRPC:
+	default:
+		bad("tracing.otlp_protocol: %q: write http/protobuf or grpc", t.OTLPProtocol)
+	}
+	if !(t.SampleRatio >= 0 && t.SampleRatio <= 1) { // NaN too
+		bad("tracing.sample_ratio: %v: must be between 0 and 1", t.SampleRatio)
+	}
+}
+
+// redactURL is u without what its user information would reveal.
+func redactURL(u string) string {
+	if p, err := url.Parse(u); err == nil && p.User != nil {
+		p.User = url.User("REDACTED")
+		return p.String()
+	}
+	if i := strings.Index(u, "@"); i >= 0 {
+		return "REDACTED@" + u[i+1:]
+	}
+	return u
+}

@@ -23,6 +23,7 @@ import (
 // Metrics holds every metric the relay updates.
 type Metrics struct {
 	Registry *prometheus.Registry
+	Version  string // the relay's version, as outbox_relay_build_info says
 
 	Events             *prometheus.CounterVec // by topic and outcome: records committed to Kafka
 	SourceTransactions prometheus.Counter
@@ -81,7 +82,7 @@ type Metrics struct {
 
 // New registers the metrics on a fresh registry.
 func New(version string) *Metrics {
-	m := &Metrics{Registry: prometheus.NewRegistry()}
+	m := &Metrics{Registry: prometheus.NewRegistry(), Version: version}
 	m.Events = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_relay_events_total",
 		Help: "Records committed to Kafka, by topic and outcome (published, or dead_letter for bad rows).",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
+	"github.com/outbox-relay/outbox-relay/internal/spans"
 	"github.com/outbox-relay/outbox-relay/router"
 )
 
@@ -63,7 +64,11 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 		}
 		return out, fmt.Errorf("topic %s: max.message.bytes is now %d (was %d): start again with it", rec.Topic, info.maxBytes, was)
 	}
-	return out, checkStamp(out.kafka, info)
+	if err := checkStamp(out.kafka, info); err != nil {
+		return out, err
+	}
+	l.r.spans.Start(out.kafka, spans.Row{EventID: rec.EventID, Table: rt.table, CommitTime: row.CommitTime})
+	return out, nil
 }
 
 // deadLetter builds the record that carries a bad row to the dead-letter

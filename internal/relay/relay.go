@@ -33,6 +33,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/spans"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
 	"github.com/outbox-relay/outbox-relay/source"
@@ -80,6 +81,9 @@ type Relay struct {
 	// run attempts alone): identity.go. Owned by the goroutine of Run.
 	had     *known
 	elector *ha.Elector
+	// spans are the relay's own spans (nil: off); set by Run for its
+	// duration, read by the loop (records.go) and the sinks.
+	spans *spans.Tracer
 	// tables are source.tables as checkpoints record them.
 	tables []string
 }
@@ -155,8 +159,26 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 // once, so a misconfiguration fails fast; later ones are retried with
 // back-off and jitter.
 func (r *Relay) Run(ctx context.Context) error {
+	tr, err := spans.New(ctx, r.cfg.Tracing, spans.Options{Pipeline: r.cfg.Name, Version: r.metrics.Version})
+	if err != nil {
+		return err
+	}
+	r.spans = tr
+	defer func() {
+		// The spans ended so far go out, within a bound: a receiver that
+		// does not answer does not hold the stop up.
+		sctx, cancel := context.WithTimeout(context.Background(), spanShutdown)
+		defer cancel()
+		if err := tr.Shutdown(sctx); err != nil {
+			r.log.Warn().Err(err).Msg("spans not exported at stop")
+		}
+		r.spans = nil
+	}()
 	return r.elect(ctx)
 }
+
+// spanShutdown bounds the export of the last spans when Run returns.
+const spanShutdown = 5 * time.Second
 
 var errSourceStream = newError(Transient, "binlog", "binlog stream ended")
 
@@ -281,7 +303,7 @@ func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error 
 	}
 	sopts := sinkOptions{timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group, lease: ls}
+		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group, lease: ls, traced: r.spans != nil}
 	lanes := newSinks(runCtx, cl, laneCl, checkCl, r.store, sopts, exactlyOnce)
 	defer func() {
 		// A failed attempt ends its open Kafka transactions at once, so that

@@ -155,6 +155,10 @@ type sinkOptions struct {
 	// lease is the term the sink publishes for (nil without an election):
 	// once it is lost the sink produces and commits nothing more.
 	lease *ha.Lease
+	// traced: the relay's own spans are on (internal/spans); records the
+	// loop traced carry their span in their Context, which the sink keeps
+	// under its produce context and ends once they are published.
+	traced bool
 }
 
 func newKafkaSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *kafkaSink {

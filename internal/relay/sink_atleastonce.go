@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/spans"
 )
 
 // atLeastOnceSink is the sink of kafka.delivery at-least-once: records are
@@ -72,6 +73,9 @@ func (s *atLeastOnceSink) newBatch() *aloBatch {
 	b := &aloBatch{}
 	b.promise = func(r *kgo.Record, err error) {
 		s.promise(r, err) // the error is recorded before the count drops
+		if s.traced {
+			spans.End(r, err)
+		}
 		s.unacked.Add(-1)
 		s.unackedBytes.Add(-int64(len(r.Key) + len(r.Value)))
 		if b.pending.Add(-1) == 0 {
@@ -117,6 +121,9 @@ func (s *atLeastOnceSink) produce(ctx context.Context, rec *kgo.Record) error {
 	s.unacked.Add(1)
 	s.unackedBytes.Add(int64(len(rec.Key) + len(rec.Value)))
 	s.cur.pending.Add(1)
+	if s.traced {
+		spans.Rebase(s.pctx, rec)
+	}
 	s.cl.Produce(s.pctx, rec, s.cur.promise)
 	return nil
 }

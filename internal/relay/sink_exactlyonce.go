@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/spans"
 )
 
 // exactlyOnceSink is the sink of kafka.delivery exactly-once: each batch is
@@ -52,6 +53,10 @@ type exactlyOnceSink struct {
 	checkFails  int
 	checkPaused time.Time
 	checkWarned bool
+
+	// tracedRecs are the traced records of the open transaction (only
+	// with sinkOptions.traced): their spans end with its commit or abort.
+	tracedRecs []*kgo.Record
 }
 
 func newExactlyOnceSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *exactlyOnceSink {
@@ -95,8 +100,22 @@ func (s *exactlyOnceSink) produce(_ context.Context, rec *kgo.Record) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
+	if s.traced && rec.Context != nil {
+		spans.Rebase(s.pctx, rec)
+		s.tracedRecs = append(s.tracedRecs, rec)
+	}
 	s.cl.Produce(s.pctx, rec, s.promise)
 	return nil
+}
+
+// endSpans ends the spans of the open transaction's traced records:
+// published when err is nil.
+func (s *exactlyOnceSink) endSpans(err error) {
+	for i, rec := range s.tracedRecs {
+		spans.End(rec, err)
+		s.tracedRecs[i] = nil
+	}
+	s.tracedRecs = s.tracedRecs[:0]
 }
 
 // seal runs commitBatch in the attempt's goroutines: its result arrives on
@@ -174,6 +193,7 @@ func (s *exactlyOnceSink) commitBatch(ctx context.Context, cp *checkpoint.Checkp
 		return nil, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
 	}
 	s.open, s.began = false, time.Time{}
+	s.endSpans(nil)
 	s.keepCommittedEpoch(ctx, before, known)
 	if settle {
 		s.settleAfterCommit()
@@ -214,6 +234,7 @@ func (s *exactlyOnceSink) abort(ctx context.Context) error {
 	if !s.open {
 		return nil
 	}
+	defer s.endSpans(spans.ErrNotPublished) // aborted, or its outcome unknown: published again
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	err := s.cl.AbortBufferedRecords(ctx)

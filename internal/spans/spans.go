@@ -1,0 +1,237 @@
+// Package spans is the relay's own OpenTelemetry spans: one per outbox row
+// published, a child of the trace context the row carried
+// (router.tracing_column), exported over OTLP (tracing.otlp_endpoint).
+//
+// Contract:
+//   - Off (a nil *Tracer, the default) it costs the callers a nil check per
+//     row and nothing else.
+//   - Start is called by the relay loop's goroutine once a row has become a
+//     record. It starts the span, keeps it in the record's Context and
+//     writes the span's context into the record's traceparent/tracestate
+//     headers, so that the consumer's span is the relay span's child.
+//   - End is called, from any goroutine, once the record is published
+//     (exactly-once: its Kafka transaction committed; at-least-once:
+//     acknowledged) or will not be (its transaction aborted); a record
+//     that Start did not trace is ignored.
+//   - Spans are exported in batches by the SDK's goroutine, owned by the
+//     Tracer and joined by Shutdown. A collector that is slow or down
+//     never holds the relay back: spans beyond the queue are dropped.
+package spans
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+// scope is the instrumentation scope of the relay's spans.
+const scope = "github.com/outbox-relay/outbox-relay"
+
+// Tracer starts and ends the relay's spans. The nil *Tracer is valid: off.
+type Tracer struct {
+	tp     *sdktrace.TracerProvider
+	tracer trace.Tracer
+	prop   propagation.TraceContext
+}
+
+// Options are what New needs besides the configuration.
+type Options struct {
+	Pipeline string // the relay's name (resource attribute)
+	Version  string // service.version
+	// Exporter replaces the OTLP exporter (tests, the demo); nil: the one
+	// tracing.otlp_endpoint and tracing.otlp_protocol name.
+	Exporter sdktrace.SpanExporter
+}
+
+// New returns the Tracer cfg asks for: nil when tracing.otlp_endpoint is
+// empty and opts.Exporter is nil. It starts the SDK's export goroutine;
+// Shutdown joins it.
+func New(ctx context.Context, cfg config.Tracing, opts Options) (*Tracer, error) {
+	exp := opts.Exporter
+	if exp == nil {
+		if cfg.OTLPEndpoint == "" {
+			return nil, nil
+		}
+		var err error
+		if exp, err = otlpExporter(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	res := resource.NewSchemaless(
+		attribute.String("service.name", "outbox-relay"),
+		attribute.String("service.version", opts.Version),
+		attribute.String("outbox_relay.pipeline", opts.Pipeline),
+	)
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
+		sdktrace.WithBatcher(exp), // drops spans when its queue is full: never blocks End
+	)
+	return &Tracer{tp: tp, tracer: tp.Tracer(scope)}, nil
+}
+
+// otlpExporter is the OTLP exporter of cfg (validated: an http or https
+// URL, a known protocol). Nothing connects before the first export.
+func otlpExporter(ctx context.Context, cfg config.Tracing) (sdktrace.SpanExporter, error) {
+	u, err := url.Parse(cfg.OTLPEndpoint)
+	if err != nil {
+		return nil, fmt.Errorf("parse tracing.otlp_endpoint: %w", err)
+	}
+	switch cfg.OTLPProtocol {
+	case config.OTLPGRPC:
+		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(u.String()))
+		if err != nil {
+			return nil, fmt.Errorf("create otlp grpc exporter: %w", err)
+		}
+		return exp, nil
+	default:
+		if u.Path == "" || u.Path == "/" {
+			u.Path = "/v1/traces" // as OTEL_EXPORTER_OTLP_ENDPOINT: a base URL
+		}
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))
+		if err != nil {
+			return nil, fmt.Errorf("create otlp http exporter: %w", err)
+		}
+		return exp, nil
+	}
+}
+
+// Shutdown exports the spans ended so far and stops the export goroutine,
+// within ctx's deadline.
+func (t *Tracer) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	if err := t.tp.Shutdown(ctx); err != nil {
+		return fmt.Errorf("shut down span exporter: %w", err)
+	}
+	return nil
+}
+
+// Row is what a span says of the row it publishes.
+type Row struct {
+	EventID    string
+	Table      string    // schema.table
+	CommitTime time.Time // the source transaction's commit (binlog) time
+}
+
+// commitTimeKey keys the row's commit time in a traced record's Context.
+type commitTimeKey struct{}
+
+// Start starts the span of publishing rec, a child of the trace context in
+// rec's traceparent/tracestate headers (none: a new trace), and writes the
+// span's own context into those headers when it is sampled. A span that is
+// not sampled leaves rec as it was.
+func (t *Tracer) Start(rec *kgo.Record, row Row) {
+	if t == nil {
+		return
+	}
+	parent := t.prop.Extract(context.Background(), headers{rec})
+	ctx, span := t.tracer.Start(parent, "publish "+rec.Topic,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "kafka"),
+			attribute.String("messaging.operation.type", "publish"),
+			attribute.String("messaging.destination.name", rec.Topic),
+			attribute.String("messaging.message.id", row.EventID),
+			attribute.String("messaging.kafka.message.key", string(rec.Key)),
+			attribute.String("outbox_relay.source.table", row.Table),
+		))
+	if !span.IsRecording() {
+		return
+	}
+	t.prop.Inject(ctx, headers{rec})
+	rec.Context = context.WithValue(ctx, commitTimeKey{}, row.CommitTime)
+}
+
+// Rebase gives a traced record the context it is produced under (its
+// cancellation fails the record, as franz-go's Produce does with the
+// context it is given), keeping its span; other records are left as they
+// are. Call it just before Produce.
+func Rebase(ctx context.Context, rec *kgo.Record) {
+	if rec.Context == nil {
+		return
+	}
+	t, _ := rec.Context.Value(commitTimeKey{}).(time.Time)
+	rec.Context = context.WithValue(trace.ContextWithSpan(ctx, trace.SpanFromContext(rec.Context)), commitTimeKey{}, t)
+}
+
+// ErrNotPublished is what End records on a span whose record's Kafka
+// transaction was aborted: the row is published again by a later attempt,
+// under a span of its own.
+var ErrNotPublished = errors.New("kafka transaction aborted: the row is published again from the committed checkpoint")
+
+// End ends rec's span, if Start traced it: published when err is nil, with
+// its partition, offset and the delay from the source commit; failed with
+// err otherwise.
+func End(rec *kgo.Record, err error) {
+	if rec.Context == nil {
+		return
+	}
+	span := trace.SpanFromContext(rec.Context)
+	if !span.IsRecording() {
+		return
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
+		return
+	}
+	now := time.Now()
+	attrs := []attribute.KeyValue{
+		attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
+		attribute.Int64("messaging.kafka.offset", rec.Offset),
+	}
+	if t, ok := rec.Context.Value(commitTimeKey{}).(time.Time); ok && !t.IsZero() {
+		attrs = append(attrs, attribute.Int64("outbox_relay.commit_to_publish_ms", now.Sub(t).Milliseconds()))
+	}
+	span.SetAttributes(attrs...)
+	span.End(trace.WithTimestamp(now))
+}
+
+// headers is a record's headers as the W3C propagator reads and writes
+// them: Set replaces a header of the same key.
+type headers struct{ r *kgo.Record }
+
+func (h headers) Get(key string) string {
+	for _, x := range h.r.Headers {
+		if x.Key == key {
+			return string(x.Value)
+		}
+	}
+	return ""
+}
+
+func (h headers) Set(key, value string) {
+	for i, x := range h.r.Headers {
+		if x.Key == key {
+			h.r.Headers[i].Value = []byte(value)
+			return
+		}
+	}
+	h.r.Headers = append(h.r.Headers, kgo.RecordHeader{Key: key, Value: []byte(value)})
+}
+
+func (h headers) Keys() []string {
+	keys := make([]string, len(h.r.Headers))
+	for i, x := range h.r.Headers {
+		keys[i] = x.Key
+	}
+	return keys
+}
