@@ -83,8 +83,17 @@ test: deps vet test-unit test-integration
 # (KAFKA_SASL=1).
 KAFKA_TEST_PORT ?= 29092
 KAFKA_ACL_PORT ?= 29192
+KAFKA_KIT_PORT ?= 29292
+# The kit's tests whose point is what a broker stores and answers (the
+# audit's reads by timestamp, the relay's spans with the offsets they name)
+# run against Apache Kafka too, on a broker of their own.
+KIT_KAFKA_RUN := TestAudit|TestBackgroundAudit|TestTraceContext|TestRelaySpan
 test-kafka: deps
 	@SHARDS=$(ITEST_SHARDS) KAFKA_BASE_PORT=$(KAFKA_TEST_PORT) internal/itest/shards.sh || exit 1; \
+	export KAFKA_PORT=$(KAFKA_KIT_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-kit-XXXXXX); \
+	deploy/dev/kafka.sh start || exit 1; \
+	RELAY_TEST_KAFKA=127.0.0.1:$(KAFKA_KIT_PORT) $(GO) test -count=1 -tags integration -timeout 10m -run '$(KIT_KAFKA_RUN)' ./internal/kititest/; rc=$$?; \
+	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; [ $$rc -eq 0 ] || exit $$rc; \
 	export KAFKA_SASL=1 KAFKA_PORT=$(KAFKA_ACL_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-acl-XXXXXX); \
 	deploy/dev/kafka.sh start || exit 1; \
 	RELAY_TEST_KAFKA_ACL=127.0.0.1:$(KAFKA_ACL_PORT),127.0.0.1:$$(($(KAFKA_ACL_PORT) + 2)) \

@@ -347,9 +347,17 @@ func (e *Elector) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32)
 	e.own = false
 	cur := e.cur
 	e.mu.Unlock()
-	if cur != nil {
-		cur.Lose("group session lost")
+	if cur == nil {
+		return
 	}
+	if silent := time.Since(time.Unix(0, e.lastOK.Load())); silent > e.heartbeat+e.heartbeat/2 {
+		// The coordinator stopped answering before the session ended: Kafka,
+		// not another instance, took the lease. The state reads
+		// kafka_unreachable until a group request is answered again, never
+		// standby (which says another instance covers).
+		e.metrics.LeaseUntil(time.Now())
+	}
+	cur.Lose("group session lost")
 }
 
 // Acquire waits until this member holds the lease and returns the new term;

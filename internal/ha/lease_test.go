@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
 func TestLeaseLoseRunsStopsOnce(t *testing.T) {
@@ -22,5 +25,33 @@ func TestLeaseLoseRunsStopsOnce(t *testing.T) {
 	var none *Lease
 	if none.Err() != nil || none.Lost() != nil {
 		t.Fatal("no lease must mean never lost")
+	}
+}
+
+// A group session lost after the coordinator stopped answering (a broker
+// outage) reads kafka_unreachable at once, never standby, which says
+// another instance covers; lost while the coordinator answers (it ended
+// the session itself), it reads standby.
+func TestGroupSessionLostToASilentCoordinatorReadsKafkaUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		silent time.Duration
+		want   metrics.State
+	}{{3 * time.Second, metrics.StateKafkaUnreachable}, {100 * time.Millisecond, metrics.StateStandby}} {
+		m := metrics.New("test")
+		e := &Elector{metrics: m, topic: "lock", heartbeat: time.Second}
+		now := time.Now()
+		e.lastOK.Store(now.Add(-tc.silent).UnixNano())
+		m.LeaseUntil(now.Add(-tc.silent + 4*time.Second)) // the guard has not passed
+		l := NewLease(context.Background())
+		l.metrics = m
+		e.cur, e.own = l, true
+		m.SetState(metrics.StateStreaming)
+		e.onLost(context.Background(), nil, map[string][]int32{"lock": {0}})
+		if !errors.Is(l.Err(), ErrLeaseLost) {
+			t.Fatalf("silent %v: the lease is not lost: %v", tc.silent, l.Err())
+		}
+		if got := m.State(); got != tc.want {
+			t.Errorf("coordinator silent for %v when the session was lost: state %s, want %s", tc.silent, got, tc.want)
+		}
 	}
 }
