@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outbox-relay/outbox-relay/internal/recordheaders"
 )
 
 // tracerName is the instrumentation scope of the consumer's spans.
@@ -26,7 +28,7 @@ func (s *Store) startSpan(ctx context.Context, r *kgo.Record, id string) (contex
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier{r})
+	ctx = propagation.TraceContext{}.Extract(ctx, recordheaders.Carrier{R: r})
 	return tp.Tracer(tracerName).Start(ctx, "process "+r.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
@@ -49,28 +51,4 @@ func endSpan(span trace.Span, o Outcome, err error) {
 		span.SetAttributes(attribute.String("outbox_relay.inbox.outcome", o.String()))
 	}
 	span.End()
-}
-
-// headerCarrier reads a record's headers for the W3C propagator.
-type headerCarrier struct{ r *kgo.Record }
-
-func (c headerCarrier) Get(key string) string {
-	for _, h := range c.r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
-func (c headerCarrier) Set(key, value string) {
-	c.r.Headers = append(c.r.Headers, kgo.RecordHeader{Key: key, Value: []byte(value)})
-}
-
-func (c headerCarrier) Keys() []string {
-	keys := make([]string, len(c.r.Headers))
-	for i, h := range c.r.Headers {
-		keys[i] = h.Key
-	}
-	return keys
 }

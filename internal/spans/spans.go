@@ -37,6 +37,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/recordheaders"
 )
 
 // scope is the instrumentation scope of the relay's spans.
@@ -141,7 +142,7 @@ func (t *Tracer) Start(rec *kgo.Record, row Row) {
 	if t == nil {
 		return
 	}
-	parent := t.prop.Extract(context.Background(), headers{rec})
+	parent := t.prop.Extract(context.Background(), recordheaders.Carrier{R: rec})
 	ctx, span := t.tracer.Start(parent, "publish "+rec.Topic,
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
@@ -155,7 +156,7 @@ func (t *Tracer) Start(rec *kgo.Record, row Row) {
 	if !span.IsRecording() {
 		return
 	}
-	t.prop.Inject(ctx, headers{rec})
+	t.prop.Inject(ctx, recordheaders.Carrier{R: rec})
 	rec.Context = context.WithValue(ctx, commitTimeKey{}, row.CommitTime)
 }
 
@@ -203,35 +204,4 @@ func End(rec *kgo.Record, err error) {
 	}
 	span.SetAttributes(attrs...)
 	span.End(trace.WithTimestamp(now))
-}
-
-// headers is a record's headers as the W3C propagator reads and writes
-// them: Set replaces a header of the same key.
-type headers struct{ r *kgo.Record }
-
-func (h headers) Get(key string) string {
-	for _, x := range h.r.Headers {
-		if x.Key == key {
-			return string(x.Value)
-		}
-	}
-	return ""
-}
-
-func (h headers) Set(key, value string) {
-	for i, x := range h.r.Headers {
-		if x.Key == key {
-			h.r.Headers[i].Value = []byte(value)
-			return
-		}
-	}
-	h.r.Headers = append(h.r.Headers, kgo.RecordHeader{Key: key, Value: []byte(value)})
-}
-
-func (h headers) Keys() []string {
-	keys := make([]string, len(h.r.Headers))
-	for i, x := range h.r.Headers {
-		keys[i] = x.Key
-	}
-	return keys
 }
