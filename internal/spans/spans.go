@@ -171,6 +171,20 @@ func Rebase(ctx context.Context, rec *kgo.Record) {
 	rec.Context = context.WithValue(trace.ContextWithSpan(ctx, trace.SpanFromContext(rec.Context)), commitTimeKey{}, t)
 }
 
+// Untrace undoes Start on rec, whose first n headers are those it had
+// before: Start appended the others (the traceparent of a row that had
+// none). The record goes out as it came, without the relay's span, which is
+// never ended nor exported. The relay calls it when those headers would
+// take the record over its topic's max.message.bytes.
+func Untrace(rec *kgo.Record, n int) {
+	if rec.Context == nil {
+		return
+	}
+	clear(rec.Headers[n:])
+	rec.Headers = rec.Headers[:n]
+	rec.Context = nil
+}
+
 // ErrNotPublished is what End records on a span whose record's Kafka
 // transaction was aborted: the row is published again by a later attempt,
 // under a span of its own.
