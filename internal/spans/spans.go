@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -56,6 +57,11 @@ type Options struct {
 	// Exporter replaces the OTLP exporter (tests, the demo); nil: the one
 	// tracing.otlp_endpoint and tracing.otlp_protocol name.
 	Exporter sdktrace.SpanExporter
+	// OnError takes what the SDK fails to do (an export the receiver
+	// refused or never answered): New makes it OpenTelemetry's error
+	// handler, which is process-wide and otherwise prints plain text to
+	// stderr, beside the relay's own log lines. Nil: left as it is.
+	OnError func(error)
 }
 
 // New returns the Tracer cfg asks for: nil when tracing.otlp_endpoint is
@@ -71,6 +77,9 @@ func New(ctx context.Context, cfg config.Tracing, opts Options) (*Tracer, error)
 		if exp, err = otlpExporter(ctx, cfg); err != nil {
 			return nil, err
 		}
+	}
+	if opts.OnError != nil {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(opts.OnError))
 	}
 	res := resource.NewSchemaless(
 		attribute.String("service.name", "outbox-relay"),
