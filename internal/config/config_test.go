@@ -218,7 +218,8 @@ func TestBackgroundAuditIsOffByDefaultWithAnHourWindow(t *testing.T) {
 }
 
 // Spans are off unless tracing.otlp_endpoint is set; a set section is
-// read; a bad one names its key; credentials written into the endpoint are
+// read; a bad one names its key; credentials written into the endpoint (its
+// user information, or a query the exporter would drop: an API key) are
 // refused without being repeated.
 func TestTracingIsOffByDefaultAndRefusesCredentialsInTheEndpoint(t *testing.T) {
 	raw, _ := os.ReadFile("testdata/minimal.good.yaml")
@@ -239,6 +240,7 @@ func TestTracingIsOffByDefaultAndRefusesCredentialsInTheEndpoint(t *testing.T) {
 	for file, key := range map[string]string{
 		"tracing-endpoint-scheme": "tracing.otlp_endpoint", "tracing-endpoint-credentials": "tracing.otlp_endpoint",
 		"tracing-sample-ratio": "tracing.sample_ratio", "tracing-protocol": "tracing.otlp_protocol",
+		"tracing-endpoint-query": "tracing.otlp_endpoint", "tracing-endpoint-query-scheme": "tracing.otlp_endpoint",
 	} {
 		raw, _ := os.ReadFile("testdata/" + file + ".bad.yaml")
 		_, err := Parse(raw, env(nil))

@@ -250,6 +250,9 @@ func (c *Config) validateTracing(bad func(string, ...any)) {
 			bad("tracing.otlp_endpoint: %q: write an http:// or https:// URL, such as http://otel-collector:4318", redactURL(t.OTLPEndpoint))
 		case u.User != nil:
 			bad("tracing.otlp_endpoint: credentials in the URL are not taken: set OTEL_EXPORTER_OTLP_HEADERS (never logged) instead")
+		case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+			// The OTLP exporters take the scheme, host, port and path only.
+			bad("tracing.otlp_endpoint: a query or fragment is not sent to the receiver: write scheme, host, port and path; an API key goes in OTEL_EXPORTER_OTLP_HEADERS (never logged)")
 		}
 	}
 	switch t.OTLPProtocol {
@@ -262,8 +265,12 @@ func (c *Config) validateTracing(bad func(string, ...any)) {
 	}
 }
 
-// redactURL is u without what its user information would reveal.
+// redactURL is u without what its user information, query or fragment
+// would reveal.
 func redactURL(u string) string {
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		u = u[:i] + "?REDACTED"
+	}
 	if p, err := url.Parse(u); err == nil && p.User != nil {
 		p.User = url.User("REDACTED")
 		return p.String()

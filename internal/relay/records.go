@@ -67,7 +67,16 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 	if err := checkStamp(out.kafka, info); err != nil {
 		return out, err
 	}
-	l.r.spans.Start(out.kafka, spans.Row{EventID: rec.EventID, Table: rt.table, CommitTime: row.CommitTime})
+	if l.r.spans != nil {
+		n := len(out.kafka.Headers)
+		l.r.spans.Start(out.kafka, spans.Row{EventID: rec.EventID, Table: rt.table, CommitTime: row.CommitTime})
+		if recordSize(out.kafka) > info.maxBytes {
+			// The span's traceparent, added to a row that had none, takes a
+			// record at its topic's limit over it: the row goes out as it
+			// came, without the relay's span.
+			spans.Untrace(out.kafka, n)
+		}
+	}
 	return out, nil
 }
 

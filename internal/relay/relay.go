@@ -159,7 +159,10 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 // once, so a misconfiguration fails fast; later ones are retried with
 // back-off and jitter.
 func (r *Relay) Run(ctx context.Context) error {
-	tr, err := spans.New(ctx, r.cfg.Tracing, spans.Options{Pipeline: r.cfg.Name, Version: r.metrics.Version})
+	tr, err := spans.New(ctx, r.cfg.Tracing, spans.Options{Pipeline: r.cfg.Name, Version: r.metrics.Version,
+		OnError: func(err error) {
+			r.log.Warn().Err(err).Msg("tracing: spans not exported (the rows are published; their spans are dropped)")
+		}})
 	if err != nil {
 		return err
 	}

@@ -304,7 +304,7 @@ func (h *harness) start() *attempt {
 	}
 	opts := sinkOptions{timeout: cfg.Kafka.RequestTimeout,
 		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits}
+		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits, traced: r.spans != nil}
 	first := newExactlyOnceSink(context.Background(), cl, r.store, opts)
 	a.snk = first
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)

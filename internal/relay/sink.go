@@ -288,6 +288,10 @@ func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, e
 	if err != nil && refused != nil && errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return topicInfo{}, missingTopic(topic, refused, err)
 	}
+	if err != nil && refused == nil && errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return topicInfo{}, fmt.Errorf("describe topic %s: %w (created, or found existing, it is still not in the brokers' metadata after %s, kafka.request_timeout: "+
+			"a topic marked for deletion is not, until its deletion completes; retried)", topic, classify(err), s.timeout)
+	}
 	if err != nil {
 		return topicInfo{}, fmt.Errorf("describe topic %s: %w", topic, classify(err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -481,4 +482,43 @@ func TestEnsureTopicWaitsForANewTopicToShowInMetadata(t *testing.T) {
 			t.Fatalf("gave up after %v, want about the request timeout (500 ms)", took)
 		}
 	})
+}
+
+// A topic the brokers say exists (TOPIC_ALREADY_EXISTS) and never list (it
+// is marked for deletion) ends ensureTopic within the request timeout with
+// an error that names the topic and says why it is not listed, not a bare
+// UNKNOWN_TOPIC_OR_PARTITION from a "describe" the operator never asked
+// for.
+func TestEnsureTopicMarkedForDeletionEndsNamingIt(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, ctx := txnSink(t, c)
+	s.timeout = 500 * time.Millisecond
+	c.ControlKey(int16(kmsg.CreateTopics), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.CreateTopicsRequest)
+		resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+		resp.Version = req.Version
+		for _, rt := range req.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic, st.ErrorCode = rt.Topic, kerr.TopicAlreadyExists.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	start := time.Now()
+	_, err = s.ensureTopic(ctx, "orders")
+	took := time.Since(start)
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) || fatal(err) {
+		t.Fatalf("ensure a topic that exists and is never listed: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, fatal(err))
+	}
+	if took > 5*time.Second {
+		t.Fatalf("gave up after %v, want about the request timeout (500 ms)", took)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "orders") || !strings.Contains(msg, "marked for deletion") || !strings.Contains(msg, "500ms") {
+		t.Errorf("error %q: want the topic, how long it was asked for and the likely cause (marked for deletion)", msg)
+	}
 }

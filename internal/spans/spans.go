@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -57,6 +58,11 @@ type Options struct {
 	// Exporter replaces the OTLP exporter (tests, the demo); nil: the one
 	// tracing.otlp_endpoint and tracing.otlp_protocol name.
 	Exporter sdktrace.SpanExporter
+	// OnError takes what the SDK fails to do (an export the receiver
+	// refused or never answered): New makes it OpenTelemetry's error
+	// handler, which is process-wide and otherwise prints plain text to
+	// stderr, beside the relay's own log lines. Nil: left as it is.
+	OnError func(error)
 }
 
 // New returns the Tracer cfg asks for: nil when tracing.otlp_endpoint is
@@ -72,6 +78,9 @@ func New(ctx context.Context, cfg config.Tracing, opts Options) (*Tracer, error)
 		if exp, err = otlpExporter(ctx, cfg); err != nil {
 			return nil, err
 		}
+	}
+	if opts.OnError != nil {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(opts.OnError))
 	}
 	res := resource.NewSchemaless(
 		attribute.String("service.name", "outbox-relay"),
@@ -170,6 +179,20 @@ func Rebase(ctx context.Context, rec *kgo.Record) {
 	}
 	t, _ := rec.Context.Value(commitTimeKey{}).(time.Time)
 	rec.Context = context.WithValue(trace.ContextWithSpan(ctx, trace.SpanFromContext(rec.Context)), commitTimeKey{}, t)
+}
+
+// Untrace undoes Start on rec, whose first n headers are those it had
+// before: Start appended the others (the traceparent of a row that had
+// none). The record goes out as it came, without the relay's span, which is
+// never ended nor exported. The relay calls it when those headers would
+// take the record over its topic's max.message.bytes.
+func Untrace(rec *kgo.Record, n int) {
+	if rec.Context == nil {
+		return
+	}
+	clear(rec.Headers[n:])
+	rec.Headers = rec.Headers[:n]
+	rec.Context = nil
 }
 
 // ErrNotPublished is what End records on a span whose record's Kafka

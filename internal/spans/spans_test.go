@@ -2,10 +2,13 @@ package spans
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -209,6 +212,43 @@ func TestShutdownIsBoundedByItsContext(t *testing.T) {
 		t.Fatalf("Shutdown took %v with a 200 ms context", took)
 	}
 }
+
+// What the SDK fails to do (an export the receiver refused) reaches the
+// relay's log through Options.OnError, not OpenTelemetry's default handler,
+// which prints plain text to stderr between the relay's JSON lines, once per
+// failed export while the receiver is down.
+func TestExportErrorsGoToOnError(t *testing.T) {
+	prev := otel.GetErrorHandler()
+	t.Cleanup(func() { otel.SetErrorHandler(prev) })
+	var mu sync.Mutex
+	var got []error
+	tr, err := New(context.Background(), config.Tracing{SampleRatio: 1}, Options{Exporter: refusingExporter{},
+		OnError: func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := record()
+	tr.Start(r, Row{})
+	End(r, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tr.Shutdown(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) == 0 || !errors.Is(got[0], errRefused) {
+		t.Fatalf("OnError got %v, want the export's error", got)
+	}
+}
+
+var errRefused = errors.New("receiver refused the spans (test)")
+
+// refusingExporter fails every export.
+type refusingExporter struct{}
+
+func (refusingExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error {
+	return errRefused
+}
+func (refusingExporter) Shutdown(context.Context) error { return nil }
 
 // hungExporter never answers until its context ends.
 type hungExporter struct{}
