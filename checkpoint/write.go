@@ -1,0 +1,128 @@
+package checkpoint
+
+// Writing a checkpoint from the checkpoint commands (under the pipeline's
+// transactional ids, fencing its producers), and waiting until a committed
+// checkpoint is visible to read_committed readers (the commands, and the
+// relay at its stop).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TransactionalIDs are the transactional ids the pipeline name writes its
+// Kafka transactions under: name, and with kafka.transaction_lanes 2 also
+// name followed by "#2" ('#' is in no pipeline name, so the id is no other
+// pipeline's). A relay initialises both at every start, whatever its lanes,
+// and Write fences both.
+func TransactionalIDs(name string) []string {
+	return []string{name, name + "#2"}
+}
+
+// Write commits cp for name (nil writes a tombstone: no checkpoint) in a
+// Kafka transaction whose transactional id is name, the relay's own, after
+// initialising its second one (TransactionalIDs): it fences a running relay
+// of that name in both its lanes, which then stops, and aborts their open
+// transactions. lanes is the pipeline's kafka.transaction_lanes: with 1, a
+// principal not allowed the second id (so no relay under it wrote with it)
+// is not an error.
+//
+// The order is the relay's own (name, then the second id, then the write):
+// a relay that initialises name after Write did fences Write, whose commit
+// then fails; one that initialised name before is fenced in its first
+// lane, and its second lane never commits after a first-lane commit
+// failed (or, name being initialised by another, at all: see the relay's
+// check before a second-lane commit).
+func (s *Store) Write(ctx context.Context, name string, lanes int, cp *Checkpoint) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID(name)}, s.opts...)...)
+	if err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	defer cl.Close()
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("write checkpoint: init transactional producer %s: %w", name, err)
+	}
+	if err := s.fence(ctx, TransactionalIDs(name)[1]); err != nil {
+		if lanes > 1 || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			return fmt.Errorf("write checkpoint: %w", err)
+		}
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	rec := s.Tombstone(name)
+	if cp != nil {
+		rec = s.Record(cp)
+	}
+	written, err := cl.ProduceSync(ctx, rec).First()
+	if err != nil {
+		_ = cl.EndTransaction(ctx, kgo.TryAbort)
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("write checkpoint: commit: %w", err)
+	}
+	return s.AwaitVisible(ctx, kadm.NewClient(cl), written.Offset)
+}
+
+// fence initialises the transactional id: a producer that used it can
+// commit nothing more, and its open transaction is aborted (or, already
+// being committed, completed) before this returns.
+func (s *Store) fence(ctx context.Context, id string) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID(id)}, s.opts...)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("init transactional producer %s: %w", id, err)
+	}
+	return nil
+}
+
+// ErrNotVisible is returned by AwaitVisible when its context ends before a
+// committed checkpoint record is visible to read_committed readers (an older
+// open transaction on the topic holds the last stable offset below it). The
+// record stays committed: it becomes visible once that transaction ends.
+var ErrNotVisible = errors.New("committed checkpoint not yet visible")
+
+// AwaitVisible waits until the checkpoint record at offset is below the
+// topic's last stable offset, so that Load returns it (or something newer).
+// A broker answers a transaction's commit before it has written the commit
+// markers; a reader that comes right after would still see the previous
+// checkpoint. It polls every few milliseconds until ctx ends, or until a
+// Kafka error that retrying cannot fix (not authorised).
+func (s *Store) AwaitVisible(ctx context.Context, adm *kadm.Client, offset int64) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var lso int64 = -1
+	for {
+		l, err := adm.ListCommittedOffsets(ctx, s.topic)
+		if err == nil {
+			if o, ok := l.Lookup(s.topic, 0); ok && o.Err == nil {
+				if lso = o.Offset; lso > offset {
+					return nil
+				}
+			} else if ok {
+				err = o.Err
+			}
+		}
+		if err != nil && ctx.Err() == nil && !transient(err) {
+			return fmt.Errorf("await checkpoint at offset %d of %s: %w", offset, s.topic, err)
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+			return fmt.Errorf("await checkpoint at offset %d of %s (last stable offset %d): %w: %w", offset, s.topic, lso, ErrNotVisible, err)
+		case <-tick.C:
+		}
+	}
+}
