@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/audit"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/source"
@@ -338,7 +339,7 @@ func (p *pruner) table(ctx context.Context, t string) error {
 			return fmt.Errorf("prune %s: %w", t, err)
 		}
 		head = withoutOwnDelete(head, p.ownGTIDs)
-		covered, cp, err := p.waitCovered(ctx, head, flavor)
+		covered, cp, err := audit.WaitCovered(ctx, p.cfg, p.store, head, flavor, p.o.wait, "the pruned server")
 		if err != nil {
 			return fmt.Errorf("prune %s: %w", t, err)
 		}
@@ -470,44 +471,6 @@ func tuplePlaceholders(n int) string {
 		return "?"
 	}
 	return "(" + source.Placeholders(n) + ")"
-}
-
-// waitCovered polls the committed checkpoint until it contains head, for
-// at most --wait.
-func (p *pruner) waitCovered(ctx context.Context, head, flavor string) (bool, *checkpoint.Checkpoint, error) {
-	want, err := binlog.ParseSet(flavor, head)
-	if err != nil {
-		return false, nil, err
-	}
-	deadline := time.Now().Add(p.o.wait)
-	for {
-		lctx, cancel := context.WithTimeout(ctx, p.cfg.Kafka.RequestTimeout+checkpoint.DefaultStableWait)
-		cp, err := p.store.Load(lctx, p.cfg.Name)
-		cancel()
-		if err != nil {
-			return false, nil, fmt.Errorf("load checkpoint: %w", err)
-		}
-		if cp != nil {
-			if cp.Flavor != flavor {
-				return false, cp, fmt.Errorf("the checkpoint is of a %s server, the pruned server is %s", cp.Flavor, flavor)
-			}
-			have, err := binlog.ParseSet(cp.Flavor, cp.GTIDSet)
-			if err != nil {
-				return false, cp, err
-			}
-			if have.Contain(want) {
-				return true, cp, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return false, cp, nil
-		}
-		select {
-		case <-ctx.Done():
-			return false, cp, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }
 
 // withoutOwnDelete lowers head (a MariaDB GTID position: the last GTID

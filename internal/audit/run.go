@@ -77,7 +77,7 @@ func Run(ctx context.Context, cfg config.Config, conn *client.Conn, o Options) (
 	if err != nil {
 		return Result{}, err
 	}
-	covered, cp, err := waitCovered(ctx, cfg, k.CheckpointStore(), head, flavor, o.Wait)
+	covered, cp, err := WaitCovered(ctx, cfg, k.CheckpointStore(), head, flavor, o.Wait, "the audited server")
 	if err != nil {
 		return Result{}, fmt.Errorf("audit: %w", err)
 	}
@@ -135,9 +135,11 @@ func DeadLetterTopics(cfg config.Config) []string {
 	return out
 }
 
-// waitCovered waits up to wait for the committed checkpoint to contain
-// head; it reports whether it does, and the checkpoint.
-func waitCovered(ctx context.Context, cfg config.Config, store *checkpoint.Store, head, flavor string, wait time.Duration) (bool, *checkpoint.Checkpoint, error) {
+// WaitCovered waits up to wait for the committed checkpoint of cfg's
+// pipeline to contain head, the GTID set server (what a mismatch names:
+// "the audited server") has executed; it reports whether it does, and the
+// checkpoint. prune waits the same way before it deletes.
+func WaitCovered(ctx context.Context, cfg config.Config, store *checkpoint.Store, head, flavor string, wait time.Duration, server string) (bool, *checkpoint.Checkpoint, error) {
 	want, err := binlog.ParseSet(flavor, head)
 	if err != nil {
 		return false, nil, err
@@ -152,7 +154,7 @@ func waitCovered(ctx context.Context, cfg config.Config, store *checkpoint.Store
 		}
 		if cp != nil {
 			if cp.Flavor != flavor {
-				return false, cp, fmt.Errorf("the checkpoint is of a %s server, the audited server is %s", cp.Flavor, flavor)
+				return false, cp, fmt.Errorf("the checkpoint is of a %s server, %s is %s", cp.Flavor, server, flavor)
 			}
 			have, err := binlog.ParseSet(cp.Flavor, cp.GTIDSet)
 			if err != nil {
