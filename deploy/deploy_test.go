@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -23,9 +24,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"gopkg.in/yaml.v3"
+	sigsyaml "sigs.k8s.io/yaml"
+
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
-	"gopkg.in/yaml.v3"
 )
 
 func files(t *testing.T, exts ...string) []string {
@@ -95,6 +99,36 @@ func parseRelayConfig(t *testing.T, where, raw string) {
 	if _, err := config.Parse([]byte(raw), func(string) (string, bool) { return "x", true }); err != nil {
 		t.Errorf("%s: %v", where, err)
 	}
+	if err := validateSchema(raw); err != nil {
+		t.Errorf("%s: `outbox-relay config schema` refuses it: %v", where, err)
+	}
+}
+
+// validateSchema validates a relay configuration against the JSON Schema
+// `outbox-relay config schema` prints, with a JSON Schema library.
+func validateSchema(raw string) error {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(config.JSONSchema()))
+	if err != nil {
+		return fmt.Errorf("the schema is not JSON: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	if err := c.AddResource(config.SchemaID, doc); err != nil {
+		return err
+	}
+	schema, err := c.Compile(config.SchemaID)
+	if err != nil {
+		return err
+	}
+	j, err := sigsyaml.YAMLToJSON([]byte(raw))
+	if err != nil {
+		return err
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(j))
+	if err != nil {
+		return err
+	}
+	return schema.Validate(inst)
 }
 
 func TestRelayConfigsValidate(t *testing.T) {

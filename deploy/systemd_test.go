@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -92,18 +94,28 @@ func TestSystemdUnit(t *testing.T) {
 	}
 }
 
-// A configuration error (a typo in relay.yaml) makes the unit's pre-start
-// check exit with a status RestartPreventExitStatus= lists: otherwise
-// systemd restarts the unit every RestartSec, forever, on a mistake only an
-// operator can fix.
-func TestSystemdPreStartCheckStopsRestartsOnConfigError(t *testing.T) {
-	pre := unitValues(t, "ExecStartPre")
-	if len(pre) != 1 {
-		t.Fatalf("ExecStartPre: %v", pre)
+// A configuration error (a typo in relay.yaml) stops the unit for good:
+// otherwise systemd restarts it every RestartSec, forever, on a mistake only
+// an operator can fix. RestartPreventExitStatus= applies to the main
+// process only, never to ExecStartPre= or ExecStartPost= (systemd.service(5);
+// systemd/systemd#11868): a command there whose failure fails the start
+// (no "-" prefix) restarts the unit whatever it exits with. So the main
+// process, `run`, must exit with a listed status on each mistake.
+func TestSystemdUnitStopsRestartingOnConfigError(t *testing.T) {
+	for _, key := range []string{"ExecStartPre", "ExecStartPost"} {
+		for _, v := range unitValues(t, key) {
+			if !strings.HasPrefix(v, "-") {
+				t.Errorf("%s=%s: its failure fails the start, and RestartPreventExitStatus= does not apply to it: systemd restarts the unit forever", key, v)
+			}
+		}
 	}
-	args := strings.Fields(pre[0])
-	if len(args) < 2 || filepath.Base(args[0]) != "outbox-relay" || args[1] != "check" {
-		t.Fatalf("ExecStartPre=%s: want outbox-relay check", pre[0])
+	start := unitValues(t, "ExecStart")
+	if len(start) != 1 {
+		t.Fatalf("ExecStart: %v", start)
+	}
+	args := strings.Fields(start[0])
+	if len(args) < 2 || filepath.Base(args[0]) != "outbox-relay" || args[1] != "run" {
+		t.Fatalf("ExecStart=%s: want outbox-relay run", start[0])
 	}
 	bin := filepath.Join(t.TempDir(), "outbox-relay")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/outbox-relay").CombinedOutput(); err != nil {
@@ -126,7 +138,10 @@ func TestSystemdPreStartCheckStopsRestartsOnConfigError(t *testing.T) {
 				a[i+1] = path
 			}
 		}
-		out, err := exec.Command(bin, a...).CombinedOutput()
+		// A relay that does not refuse the file runs on: the deadline ends it.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, bin, a...).CombinedOutput()
+		cancel()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
@@ -134,7 +149,7 @@ func TestSystemdPreStartCheckStopsRestartsOnConfigError(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !slices.Contains(prevent, strconv.Itoa(code)) {
-			t.Errorf("%s: pre-start check exits %d, not in RestartPreventExitStatus %v: systemd restarts the unit forever\n%s", name, code, prevent, out)
+			t.Errorf("%s: the main process exits %d, not in RestartPreventExitStatus %v: systemd restarts the unit forever\n%s", name, code, prevent, out)
 		}
 	}
 }

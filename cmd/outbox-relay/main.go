@@ -78,8 +78,8 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		return relay.ExitCode(err)
 	}
 	if errors.Is(err, config.ErrInvalid) {
-		// The same in every command: `check` as systemd's ExecStartPre
-		// then stops the restart loop (RestartPreventExitStatus=78).
+		// The same in every command: `check` run by hand or by a
+		// supervisor means the same as `run` (README "Exit codes").
 		return relay.ExitConfig
 	}
 	return relay.ExitError

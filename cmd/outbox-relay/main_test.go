@@ -5,8 +5,11 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -70,6 +73,14 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"replay", "--config", syntax, "--event-id", "x"}, 78, "", "fix the YAML syntax"},
 		{[]string{"prune", "--config", bad, "--older-than", "7d"}, 78, "", "invalid configuration"},
 		{[]string{"dead-letter", "list", "--config", bad}, 78, "", "invalid configuration"},
+		{[]string{"dead-letter", "replay", "--config", syntax, "--yes"}, 78, "", "fix the YAML syntax"},
+		{[]string{"audit", "--config", bad, "--since", "1h"}, 78, "", "invalid configuration"},
+		{[]string{"audit", "--config", syntax, "--since", "1h"}, 78, "", "fix the YAML syntax"},
+		{[]string{"checkpoint", "history", "--config", bad}, 78, "", "invalid configuration"},
+		{[]string{"checkpoint", "set", "--config", syntax, "--to", "now"}, 78, "", "fix the YAML syntax"},
+		{[]string{"checkpoint", "skip", "--config", bad, "--gtid", "0-1-1"}, 78, "", "invalid configuration"},
+		{[]string{"checkpoint", "reset", "--config", syntax, "--yes"}, 78, "", "fix the YAML syntax"},
+		{[]string{"checkpoint", "tables", "--config", bad, "--yes"}, 78, "", "invalid configuration"},
 		{[]string{"check", "--help"}, 0, "--json", ""},
 		{[]string{"checkpoint"}, 0, "Available Commands:", ""},
 		{[]string{"checkpoint", "--help"}, 0, "Available Commands:", ""},
@@ -104,6 +115,24 @@ func TestExitCodes(t *testing.T) {
 			}
 		})
 	}
+	// Every command that reads --config has a case above for a bad file.
+	pinned := map[string]bool{}
+	for _, tc := range tests {
+		if tc.code == 78 {
+			pinned[strings.Join(tc.args[:slices.Index(tc.args, "--config")], " ")] = true
+		}
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		name := strings.TrimPrefix(c.CommandPath(), "outbox-relay ")
+		if c.Runnable() && c.Flags().Lookup("config") != nil && !pinned[name] {
+			t.Errorf("%s reads --config and has no case for a bad file (exit 78): add one", name)
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
 }
 
 // TestHelpGolden pins the help of every command: each has a description,

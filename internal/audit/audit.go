@@ -1,9 +1,13 @@
 // Package audit reconciles a pipeline's outbox rows with the records on its
 // Kafka topics: which rows were published once, are missing, pending or
-// duplicated, and which records have no row (phantoms). It does no I/O: the
-// caller streams the rows of a time window (Row), then the records read
-// from the topics (Record), looks up the unmatched records' ids
-// (Unmatched) and asks for the Report. Memory is one small entry per
+// duplicated, and which records have no row (phantoms). The reconciliation
+// (this file) does no I/O: the caller streams the rows of a time window
+// (Row), then the records read from the topics (Record), looks up the
+// unmatched records' ids (Unmatched) and asks for the Report. Run (run.go,
+// tables.go) is that caller for `outbox-relay audit`: it reads the rows on a
+// source connection and the topics with Kafka clients of its own, read-only;
+// Background (background.go) runs it on an interval inside `run` and exports
+// the outcome as metrics. Memory is one small entry per
 // distinct event id of the window (the id's bytes and four counters), plus
 // the unmatched records; no record value is kept.
 package audit

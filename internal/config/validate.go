@@ -20,6 +20,22 @@ func (c *Config) Validate() error {
 	if !namePattern.MatchString(c.Name) {
 		bad("name: %q: write 1-200 characters of letters, digits, '.', '_' or '-'", c.Name)
 	}
+	c.validateSource(bad)
+	c.validateKafka(bad)
+	c.validateRouter(bad)
+	c.validateHA(bad)
+	c.validateHTTP(bad)
+	c.validateAudit(bad)
+	c.validateTracing(bad)
+	c.validateLog(bad)
+	if len(problems) > 0 {
+		return &ValidationError{Problems: problems}
+	}
+	return nil
+}
+
+// validateSource checks the source section.
+func (c *Config) validateSource(bad func(string, ...any)) {
 	s := c.Source
 	if len(s.Hosts) == 0 {
 		bad("source.hosts: empty: list the servers to replicate from, such as [\"db1:3306\"]")
@@ -83,6 +99,10 @@ func (c *Config) Validate() error {
 	if s.HeartbeatPeriod <= 0 {
 		bad("source.heartbeat_period: %s: write a positive duration such as 5s", s.HeartbeatPeriod)
 	}
+}
+
+// validateKafka checks the kafka section.
+func (c *Config) validateKafka(bad func(string, ...any)) {
 	k := c.Kafka
 	if len(k.Brokers) == 0 {
 		bad("kafka.brokers: empty: list bootstrap brokers, such as [\"kafka1:9092\"]")
@@ -133,6 +153,10 @@ func (c *Config) Validate() error {
 	for _, e := range k.validateProducer() {
 		bad("%v", e)
 	}
+}
+
+// validateRouter checks the router and its per-table entries.
+func (c *Config) validateRouter(bad func(string, ...any)) {
 	tables := slices.Sorted(func(yield func(string) bool) {
 		for t := range c.Router.Tables {
 			if !yield(t) {
@@ -141,7 +165,7 @@ func (c *Config) Validate() error {
 		}
 	})
 	for _, t := range tables {
-		if !slices.Contains(s.Tables, t) {
+		if !slices.Contains(c.Source.Tables, t) {
 			bad("router.tables.%s: not in source.tables: add it there or remove this entry", t)
 		}
 	}
@@ -153,10 +177,14 @@ func (c *Config) Validate() error {
 			bad("router.tables.%s.%v", t, e)
 		}
 	}
+}
+
+// validateHA checks the ha section.
+func (c *Config) validateHA(bad func(string, ...any)) {
 	h := c.HA
 	if err := checkTopic(h.LockTopic); err != nil {
 		bad("ha.lock_topic: %v", err)
-	} else if h.LockTopic == k.CheckpointTopic {
+	} else if h.LockTopic == c.Kafka.CheckpointTopic {
 		bad("ha.lock_topic: %q: must differ from kafka.checkpoint_topic", h.LockTopic)
 	}
 	if h.SessionTimeout < time.Second {
@@ -179,6 +207,11 @@ func (c *Config) Validate() error {
 			"or a session_timeout of at least %s",
 			h.HeartbeatInterval, h.SessionTimeout, h.SessionTimeout-2*h.HeartbeatInterval, h.SessionTimeout/4, MinSessionTimeout(h.HeartbeatInterval))
 	}
+}
+
+// validateHTTP checks the http section.
+func (c *Config) validateHTTP(bad func(string, ...any)) {
+	k := c.Kafka
 	if l := c.HTTP.Listen; l != "" {
 		if err := checkHostPort(l, true); err != nil {
 			bad("http.listen: %q %v", l, err)
@@ -190,6 +223,10 @@ func (c *Config) Validate() error {
 	if st := c.HTTP.StallTimeout; st < 0 || st > 0 && st <= k.CheckpointInterval+k.RequestTimeout {
 		bad("http.stall_timeout: %s: must exceed kafka.checkpoint_interval + kafka.request_timeout (%s), or 0 for the default", st, k.CheckpointInterval+k.RequestTimeout)
 	}
+}
+
+// validateAudit checks the audit section.
+func (c *Config) validateAudit(bad func(string, ...any)) {
 	if a := c.Audit; a.Interval != 0 && a.Interval < time.Second {
 		bad("audit.interval: %s: write 0 (no background audit) or at least 1s", a.Interval)
 	}
@@ -199,7 +236,10 @@ func (c *Config) Validate() error {
 	if a := c.Audit; a.Delay < 0 || a.Margin < 0 || a.Wait < 0 {
 		bad("audit.delay %s, audit.margin %s, audit.wait %s: none may be negative", a.Delay, a.Margin, a.Wait)
 	}
-	c.validateTracing(bad)
+}
+
+// validateLog checks the log section.
+func (c *Config) validateLog(bad func(string, ...any)) {
 	switch c.Log.Format {
 	case LogJSON, LogConsole:
 	default:
@@ -213,10 +253,6 @@ func (c *Config) Validate() error {
 	if c.Log.ProgressInterval < 0 {
 		bad("log.progress_interval: %s: write a positive duration, or 0 to disable", c.Log.ProgressInterval)
 	}
-	if len(problems) > 0 {
-		return &ValidationError{Problems: problems}
-	}
-	return nil
 }
 
 // validInstanceID: a group instance id this project writes (Kafka's rules

@@ -311,13 +311,13 @@ func TestCheckpointSetBehindOpenTransaction(t *testing.T) {
 }
 
 // check passes a checkpoint older than the retention setting while nothing
-// after it is purged. The failure guarded against:
-// deploy/systemd/outbox-relay.service runs `outbox-relay check` as
-// ExecStartPre. check FAILs "binlog retention" (exit 1) as soon as the
+// after it is purged. The failure guarded against, where a supervisor
+// runs `outbox-relay check` before `run` (a systemd ExecStartPre, as
+// deploy/systemd/outbox-relay.service once did). check FAILs "binlog retention" (exit 1) as soon as the
 // checkpoint is older than the server's retention setting, whether or not
 // anything was purged (a server purges only at a rotation, and with GTIDs
 // nothing is lost while the binlogs after the checkpoint are there). Its
-// own fix says "start the relay now", but under the unit that is
+// own fix says "start the relay now", but under such a unit that is
 // impossible: ExecStartPre fails, Restart=on-failure (exit 1 is not in
 // RestartPreventExitStatus) retries every 10s forever, `run` never starts,
 // no /metrics is ever served (so OutboxRelayStoppedFatal never fires). Here

@@ -13,6 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 )
 
 // An XA COMMIT read again after a restart, already published, is recognised
@@ -195,4 +196,222 @@ var _ = errors.Is
 
 func newMDSet() *mysql.MariadbGTIDSet {
 	return &mysql.MariadbGTIDSet{Sets: map[uint32]*mysql.MariadbGTID{}}
+}
+
+// XA: the rows of a prepared transaction are held and published once, at
+// its XA COMMIT's position (after the transactions committed in between).
+func TestLoopXACommit(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2), s.insert("customer", "3", 1))
+		s.tx(s.insert("order", "1", 1))
+		s.tx()
+		s.xaCommit("7831,,1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, nil)
+}
+
+// XA ROLLBACK after XA PREPARE: nothing of it is published.
+func TestLoopXARollback(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2))
+		s.xaPrepare("7832,,1", s.insert("order", "1", 1))
+		s.tx(s.insert("order", "1", 1))
+		s.xaRollback("7831,,1")
+		s.xaCommit("7832,,1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, nil)
+}
+
+// XA prepared, the relay stopped with transactions after the prepare
+// published: the checkpoint says where to read again (Resume); the restart
+// reads from there, publishes nothing twice, and the XA rows exactly once
+// at their commit.
+func TestLoopXAPreparedAcrossRestart(t *testing.T) {
+	build := func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2))
+		s.tx(s.insert("order", "1", 1))
+		s.tx()
+		s.tx(s.insert("order", "2", 1))
+		s.xaCommit("7831,,1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}
+	matrix(t, build, nil)
+
+	flavors(t, func(t *testing.T, flavor string) {
+		s := build(flavor)
+		h := newHarness(t, s, nil)
+		a := h.start()
+		a.feed(s.through(4))
+		if err := a.term(); err != nil {
+			t.Fatal(err)
+		}
+		cp := h.load()
+		if cp.GTIDSet != s.set(4) || !cp.Replays() || cp.From() != s.set(1) || len(cp.XA.Prepared) != 1 ||
+			cp.XA.Prepared[0] != (checkpoint.PreparedXA{XID: "7831,,1", GTID: s.gtid(2), Rows: 2}) {
+			t.Fatalf("checkpoint after the prepare: %+v (xa %+v), want gtid_set %s, resume %s, 7831,,1 prepared at %s with 2 rows",
+				cp, cp.XA, s.set(4), s.set(1), s.gtid(2))
+		}
+		a = h.start()
+		if a.from != s.set(1) {
+			t.Fatalf("restart reads from %q, want %q (before the prepare)", a.from, s.set(1))
+		}
+		a.finish()
+		h.verify()
+	})
+}
+
+// Several XA transactions prepared, interleaved with others, committed in
+// the reverse order: each aggregate gets its rows in commit order.
+func TestLoopXAInterleavedCommittedInReverse(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("x1", s.insert("order", "1", 2))
+		s.xaPrepare("x2", s.insert("order", "1", 1), s.insert("customer", "2", 1))
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("x3", s.insert("order", "1", 2))
+		s.tx()
+		s.xaCommit("x3")
+		s.xaCommit("x2")
+		s.tx(s.insert("customer", "2", 1))
+		s.xaCommit("x1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, nil)
+}
+
+// The same, committed in the order they were prepared: after a restart the
+// loop reads again from before the earliest prepared transaction still
+// pending, and meets on the way the XA COMMIT of one prepared before that
+// position and already published.
+func TestLoopXAInterleavedCommittedInPrepareOrder(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("x1", s.insert("order", "1", 2))
+		s.xaPrepare("x2", s.insert("order", "1", 1), s.insert("customer", "2", 1))
+		s.tx(s.insert("order", "1", 1))
+		s.xaCommit("x1")
+		s.tx(s.insert("customer", "2", 1))
+		s.xaCommit("x2")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, nil)
+}
+
+// XA COMMIT of a transaction whose prepare the relay never read: it cannot
+// publish its rows, so it stops (fatal), at every restart, and the
+// checkpoint stays before it.
+func TestLoopXACommitOfUnknownXID(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaCommit("7831,,1")
+		s.tx(s.insert("order", "1", 1))
+		h := newHarness(t, s, nil)
+		for range 2 {
+			a := h.start()
+			a.feedAll()
+			err := a.wait()
+			if !errors.Is(err, ErrUnknownXA) || !fatal(err) {
+				t.Fatalf("XA COMMIT of an unknown xid: %v, want fatal ErrUnknownXA", err)
+			}
+		}
+		if cp := h.load(); cp.GTIDSet != s.set(1) {
+			t.Errorf("checkpoint at %q, want %q (before the XA COMMIT)", cp.GTIDSet, s.set(1))
+		}
+		h.verifyPublished(s.want[:1])
+		h.verifyHistory()
+		h.verifyNoOpenTransaction()
+	})
+}
+
+// XA COMMIT ONE PHASE: the rows are published at once; without rows there
+// is nothing to publish (and no unknown xid). One larger than max_records
+// is committed in parts like any transaction.
+func TestLoopXAOnePhase(t *testing.T) {
+	matrix(t, func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaOnePhase("x1", s.insert("order", "1", 2))
+		s.xaOnePhase("x2")
+		s.tx(s.insert("order", "1", 1))
+		s.xaOnePhase("x3", s.insert("order", "1", 3), s.insert("customer", "2", 2))
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}, maxRecords(3))
+}
+
+// An XA COMMIT whose held rows outnumber max_records is committed in parts,
+// like any large transaction. A crash after such a part (before the XA
+// COMMIT's position is committed) must resume it.
+func TestLoopXACommitSplitByMaxRecords(t *testing.T) {
+	build := func(flavor string) *script {
+		s := newScript(flavor)
+		s.tx(s.insert("order", "1", 1))
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2), s.insert("order", "2", 2))
+		s.xaCommit("7831,,1")
+		s.tx(s.insert("order", "1", 1))
+		return s
+	}
+	flavors(t, func(t *testing.T, flavor string) {
+		s := build(flavor)
+		h := newHarness(t, s, maxRecords(3))
+		h.batch = 0
+		a := h.start()
+		a.feed(s.through(1)) // one batch: committed
+		// One batch: the XA COMMIT's 4 rows (a part of 3 committed, 1 more
+		// produced) and the next transaction's row, not its commit.
+		a.feed(s.through(3) + 1)
+		if err := a.crash(); !errors.Is(err, errCrash) {
+			t.Fatal(err)
+		}
+		if cp := h.load(); cp.GTIDSet != s.set(2) || cp.Partial == nil || *cp.Partial != (checkpoint.Partial{GTID: s.gtid(3), Rows: 3}) {
+			t.Fatalf("checkpoint after the crash %+v partial %+v, want 3 rows of the XA COMMIT %s published", cp, cp.Partial, s.gtid(3))
+		}
+		a = h.start()
+		a.feedAll()
+		if err := a.term(); err != nil {
+			t.Fatalf("restart after a crash inside the XA COMMIT's publication: %v", err)
+		}
+		h.verify()
+	})
+	matrix(t, build, maxRecords(3))
+}
+
+// A relay started from an empty GTID set (source.start: earliest on a new
+// server) whose first transaction is a prepared XA transaction: a restart
+// before its commit must read it again.
+func TestLoopXAPreparedAtEmptyPosition(t *testing.T) {
+	flavors(t, func(t *testing.T, flavor string) {
+		s := newScript(flavor)
+		s.xaPrepare("7831,,1", s.insert("order", "1", 2))
+		s.tx(s.insert("order", "1", 1))
+		s.xaCommit("7831,,1")
+		h := newHarness(t, s, nil)
+		a := h.start()
+		a.feed(s.through(2))
+		if err := a.term(); err != nil {
+			t.Fatal(err)
+		}
+		cp := h.load()
+		if !cp.Replays() || cp.From() != "" {
+			t.Fatalf("checkpoint %+v: a restart reads from %q, want the empty set (before the prepare)", cp, cp.From())
+		}
+		a = h.start()
+		a.feedAll()
+		if err := a.term(); err != nil {
+			t.Fatalf("restart before the XA COMMIT of the first transaction: %v", err)
+		}
+		h.verify()
+	})
 }

@@ -14,8 +14,11 @@
 //     acknowledged) or will not be (its transaction aborted); a record
 //     that Start did not trace is ignored.
 //   - Spans are exported in batches by the SDK's goroutine, owned by the
-//     Tracer and joined by Shutdown. A collector that is slow or down
-//     never holds the relay back: spans beyond the queue are dropped.
+//     Tracer and joined by Shutdown within its context; an export to a
+//     collector that does not answer runs on past it until the SDK's
+//     export timeout (OTEL_BSP_EXPORT_TIMEOUT, 30 s). A collector that is
+//     slow or down never holds the relay back: spans beyond the queue are
+//     dropped.
 package spans
 
 import (
@@ -67,7 +70,7 @@ type Options struct {
 
 // New returns the Tracer cfg asks for: nil when tracing.otlp_endpoint is
 // empty and opts.Exporter is nil. It starts the SDK's export goroutine;
-// Shutdown joins it.
+// Shutdown joins it (within its context: see the package doc).
 func New(ctx context.Context, cfg config.Tracing, opts Options) (*Tracer, error) {
 	exp := opts.Exporter
 	if exp == nil {
@@ -121,8 +124,9 @@ func otlpExporter(ctx context.Context, cfg config.Tracing) (sdktrace.SpanExporte
 	}
 }
 
-// Shutdown exports the spans ended so far and stops the export goroutine,
-// within ctx's deadline.
+// Shutdown exports the spans ended so far and stops the export goroutine;
+// it returns by ctx's deadline, while an export a collector does not answer
+// may run on until the SDK's export timeout.
 func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
