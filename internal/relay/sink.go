@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
@@ -328,8 +329,10 @@ func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, e
 // answer is asked again until ctx ends, not taken as the topic's absence
 // (that would stop the pipeline for a topic that exists).
 func (s *kafkaSink) listCreated(ctx context.Context, topic string, created bool) (kadm.TopicDetails, error) {
+	list := func(ctx context.Context, topic string) (kadm.TopicDetails, error) { return s.adm.ListTopics(ctx, topic) }
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-		details, err := s.adm.ListTopics(ctx, topic)
+		details, err := list(ctx, topic)
+		list = s.metadataNow // asked again: past the client's cache
 		if err == nil {
 			err = details[topic].Err
 		}
@@ -344,6 +347,38 @@ func (s *kafkaSink) listCreated(ctx context.Context, topic string, created bool)
 		case <-t.C:
 		}
 	}
+}
+
+// metadataNow is topic's metadata as a broker tells it now. kadm answers
+// from franz-go's metadata cache, which keeps an answer for up to
+// MetadataMinAge (5 s by default), an UNKNOWN_TOPIC_OR_PARTITION included:
+// asked through it, a topic created a moment ago would stay unknown that
+// long after the brokers list it.
+func (s *kafkaSink) metadataNow(ctx context.Context, topic string) (kadm.TopicDetails, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return nil, err
+	}
+	details := kadm.TopicDetails{}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		d := kadm.TopicDetail{Topic: topic, Partitions: kadm.PartitionDetails{}, Err: kerr.ErrorForCode(t.ErrorCode)}
+		for _, p := range t.Partitions {
+			d.Partitions[p.Partition] = kadm.PartitionDetail{Topic: topic, Partition: p.Partition,
+				Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, Err: kerr.ErrorForCode(p.ErrorCode)}
+		}
+		details[topic] = d
+	}
+	if _, ok := details[topic]; !ok {
+		return nil, fmt.Errorf("describe topic %s: the metadata answer does not name it", topic)
+	}
+	return details, nil
 }
 
 // recordSize is rec's size as the only record of a record batch, counted as

@@ -456,9 +456,15 @@ func TestEnsureTopicWaitsForANewTopicToShowInMetadata(t *testing.T) {
 		defer c.Close()
 		s, ctx := txnSink(t, c)
 		createdNotListed(t, c, "orders", 300*time.Millisecond)
+		start := time.Now()
 		info, err := s.ensureTopic(ctx, "orders")
 		if err != nil {
 			t.Fatalf("ensure a topic that shows in metadata 300 ms after its creation: %v", err)
+		}
+		// Soon after it shows, not after franz-go's metadata cache (5 s)
+		// let go of the first UNKNOWN_TOPIC_OR_PARTITION answer.
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("ensure took %v for a topic listed 300 ms after its creation, want well under the client's 5 s metadata cache", took)
 		}
 		if info.partitions != 3 {
 			t.Fatalf("partitions %d, want 3", info.partitions)
