@@ -52,11 +52,11 @@ vet:
 	$(GO) vet -tags failpoint ./internal/relay/
 
 # Unit tests of the pure packages (no database, no broker) and the checks of
-# deploy/; installs nothing. Tests that need promtool skip without it (the
-# integration target requires it); tests driven by real time (session
-# timeouts, throttled brokers) and the shipped-binary build check run under
-# -tags integration only. deploy/release_test.go builds the release and the
-# image into a temporary directory (minutes on a cold build cache).
+# deploy/; installs nothing, and `go test ./...` alone takes under a minute.
+# Tests driven by real time (session timeouts, throttled brokers), promtool's
+# rule tests, the release and image build (deploy/release_test.go, minutes on
+# a cold build cache) and the shipped-binary build check run under -tags
+# integration only (test-integration).
 test-unit:
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -tags failpoint -run Failpoint ./internal/relay/

@@ -170,6 +170,7 @@ func TestSinkSendNow(t *testing.T) {
 // checkpoint reads to the end, and a read_committed consumer sees every
 // row exactly once, in order.
 func TestLanesReleaseDisturbedChunk(t *testing.T) {
+	realTime(t)
 	for _, lanes := range []int{2, 1} {
 		for _, how := range []string{"partition-error", "txn-abortable", "conn-drop", "fence", "sigterm", "crash", "lease-lost", "too-large"} {
 			t.Run(fmt.Sprintf("%s/lanes=%d", how, lanes), func(t *testing.T) {
@@ -346,6 +347,7 @@ func releaseDisturbed(t *testing.T, lanes int, how string) {
 // published once and in order (that the goroutines sendNow's Flush starts
 // end is TestSendNowConcurrentFlush's).
 func TestLanesReleaseManyChunks(t *testing.T) {
+	realTime(t)
 	for _, lanes := range []int{2, 1} {
 		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) {
 			s := newScript("mariadb").behind()

@@ -188,6 +188,7 @@ func TestCommittedAsOurs(t *testing.T) {
 // unanswered one never holds the EndTxn behind it on the same connection
 // until the commit's time runs out.
 func TestLanesSlowQuestionLetsCommitGoOn(t *testing.T) {
+	realTime(t)
 	for _, mode := range []string{"loading", "hang"} {
 		t.Run(mode, func(t *testing.T) { slowQuestion(t, mode) })
 	}

@@ -46,6 +46,7 @@ func splitHeartbeatScript(flavor string) *script {
 // commit in flight for 30 ms (a heartbeat then finds the commit running):
 // every row exactly once, each aggregate in order, no checkpoint backwards.
 func TestPartialSplitAtBoundWithHeartbeatsStopEvery(t *testing.T) {
+	realTime(t)
 	for _, flavor := range []string{"mariadb", "mysql"} {
 		for _, stop := range []string{"term", "crash"} {
 			for _, v := range []string{"plain", "slow", "dead-letter"} {

@@ -211,6 +211,7 @@ func randomChains(t *testing.T, seeds int, timed bool) {
 // end every row of the transactions not skipped is published once, in
 // order per aggregate, and nothing of a skipped one beyond its partial.
 func TestPipelineRandomStopsAndSkips(t *testing.T) {
+	realTime(t)
 	seeds := 10
 	if testing.Short() {
 		seeds = 3

@@ -256,6 +256,7 @@ func TestPipelineLeaseLostAroundInFlightCommit(t *testing.T) {
 // published). The failed commit must be reported, not dropped by
 // settleInflight.
 func TestPipelineFatalStopWhileInFlightCommitFails(t *testing.T) {
+	realTime(t)
 	for _, held := range []bool{false, true} {
 		t.Run(map[bool]string{false: "nothing-held", true: "records-held"}[held], func(t *testing.T) {
 			s := newScript("mariadb")

@@ -39,6 +39,7 @@ func slowCommitScript(flavor string) *script {
 // SIGTERM and crash after every event while every commit is in flight for
 // 40 ms (records routed meanwhile are held), with batches split at 2 records.
 func TestPipelineSlowCommitStopAfterEveryEvent(t *testing.T) {
+	realTime(t)
 	for _, flavor := range []string{"mariadb", "mysql"} {
 		for _, stop := range []string{"term", "crash"} {
 			for _, batch := range []int{1, 0} {
@@ -99,6 +100,7 @@ func TestPipelineCommitFailsWhileHoldingRecords(t *testing.T) {
 // commit latency would fire on slow topic creation, binlog reads, XA
 // look-ups.
 func TestPipelineTxnSecondsExcludesLoopWork(t *testing.T) {
+	realTime(t)
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))
 	s.tx(s.insert("customer", "7", 1)) // a new topic: created while the first commit is in flight

@@ -329,7 +329,9 @@ func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, e
 // answer is asked again until ctx ends, not taken as the topic's absence
 // (that would stop the pipeline for a topic that exists).
 func (s *kafkaSink) listCreated(ctx context.Context, topic string, created bool) (kadm.TopicDetails, error) {
-	list := func(ctx context.Context, topic string) (kadm.TopicDetails, error) { return s.adm.ListTopics(ctx, topic) }
+	list := func(ctx context.Context, topic string) (kadm.TopicDetails, error) {
+		return s.adm.ListTopics(ctx, topic)
+	}
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		details, err := list(ctx, topic)
 		list = s.metadataNow // asked again: past the client's cache

@@ -110,6 +110,7 @@ func TestExactlyOnceAbort(t *testing.T) {
 // not ErrFenced; a fence by another instance within the timeout stays
 // ErrFenced.
 func TestExactlyOnceTimedOutIsNotFenced(t *testing.T) {
+	realTime(t)
 	ctx := context.Background()
 	opts := aloOptions
 	opts.txn, opts.txnTimeout = true, time.Second
