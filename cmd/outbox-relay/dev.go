@@ -10,9 +10,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/internal/devkafka"
 )
 
 func newDevCmd() *cobra.Command {
@@ -47,7 +47,7 @@ func newDevCmd() *cobra.Command {
 	return cmd
 }
 
-// devKafka runs franz-go's kfake as a single embedded broker until a signal.
+// devKafka runs the embedded broker (internal/devkafka) until a signal.
 func devKafka(listen, dataDir string) error {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -57,20 +57,9 @@ func devKafka(listen, dataDir string) error {
 	if err != nil || port < 0 || port > 65535 {
 		return usageErr("--listen %q: port %q is not a number from 0 to 65535", listen, portStr)
 	}
-	opts := []kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.Ports(port),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(host, portStr))
-		}),
-		kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "900000"}),
-	}
-	if dataDir != "" {
-		opts = append(opts, kfake.DataDir(dataDir))
-	}
-	c, err := kfake.NewCluster(opts...)
+	c, err := devkafka.Start(host, port, dataDir)
 	if err != nil {
-		return fmt.Errorf("start embedded kafka: %w", err)
+		return err
 	}
 	fmt.Printf("embedded kafka listening on %s\n", c.ListenAddrs()[0])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
