@@ -231,6 +231,83 @@ func (r *Relay) secondLane(ctx context.Context, limits *topicLimits, place *plac
 	return cl, check, nil
 }
 
+// attemptClients are an attempt's Kafka clients: the producer of the first
+// lane, with an admin client over it, and when there is a second lane its
+// producer and the client that asks about its transactions.
+type attemptClients struct {
+	cl, lane, check *kgo.Client
+	adm             *kadm.Client
+}
+
+// close closes the clients, the second lane's first.
+func (c *attemptClients) close() {
+	if c.lane != nil {
+		c.check.Close()
+		c.lane.Close()
+	}
+	c.cl.Close()
+}
+
+// openKafka connects an attempt to Kafka: the producer answers a ping within
+// kafka.request_timeout, the checkpoint topic exists, and under exactly-once
+// the producer ids are initialised (fencing any older instance and aborting
+// its open transaction, so the checkpoint read next is final) and the second
+// lane opened. On an error nothing stays open.
+func (r *Relay) openKafka(ctx context.Context, limits *topicLimits, place *placements) (*attemptClients, error) {
+	cl, err := kgo.NewClient(producerOpts(r.kafka, 0, limits, place, r.metrics)...)
+	if err != nil {
+		return nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	kc := &attemptClients{cl: cl, adm: kadm.NewClient(cl)}
+	if err := r.connectKafka(ctx, kc, limits, place); err != nil {
+		kc.close()
+		return nil, err
+	}
+	return kc, nil
+}
+
+func (r *Relay) connectKafka(ctx context.Context, kc *attemptClients, limits *topicLimits, place *placements) error {
+	pingCtx, pingCancel := context.WithTimeout(ctx, r.cfg.Kafka.RequestTimeout)
+	err := kc.cl.Ping(pingCtx)
+	pingCancel()
+	if err != nil {
+		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", ErrKafkaUnreachable, r.cfg.Kafka.Brokers, err)
+	}
+	if err := r.store.EnsureTopic(ctx, kc.adm, r.cfg.Kafka.ReplicationFactor); err != nil {
+		return classify(err) // not authorised for the checkpoint topic: a configuration stop
+	}
+	if r.cfg.Kafka.Delivery != config.ExactlyOnce {
+		return nil
+	}
+	if _, _, err := kc.cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("init transactional producer %s: %w", r.cfg.Name, classify(err))
+	}
+	kc.lane, kc.check, err = r.secondLane(ctx, limits, place)
+	return err
+}
+
+// sinkOptions are the options of an attempt's sinks.
+func (r *Relay) sinkOptions(limits *topicLimits, place *placements, group *goroutines, ls *ha.Lease) sinkOptions {
+	return sinkOptions{timeout: r.cfg.Kafka.RequestTimeout,
+		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
+		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group, lease: ls, traced: r.spans != nil}
+}
+
+// abortOpen ends a failed attempt's open Kafka transactions at once, so that
+// read_committed consumers of their partitions (and of the shared checkpoint
+// topic) are not held up until the broker times them out.
+func (r *Relay) abortOpen(lanes []sink) {
+	for _, snk := range lanes {
+		if snk.isOpen() {
+			actx, acancel := context.WithTimeout(context.Background(), r.cfg.Kafka.RequestTimeout)
+			if err := snk.abort(actx); err != nil {
+				r.log.Warn().Err(err).Msg("abort the open kafka transaction of the failed attempt")
+			}
+			acancel()
+		}
+	}
+}
+
 // attempt runs one pipeline from the committed checkpoint, under ls, the
 // term's lease (nil without an election), which its loop and sinks check
 // before every produce, checkpoint write and commit.
@@ -247,40 +324,12 @@ func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error 
 	limits := &topicLimits{}
 	place := newPlacements(r.cfg.Kafka.OnPartitionsAdded, r.log)
 	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce
-	cl, err := kgo.NewClient(producerOpts(r.kafka, 0, limits, place, r.metrics)...)
+	kc, err := r.openKafka(ctx, limits, place)
 	if err != nil {
-		return fmt.Errorf("create kafka client: %w", err)
+		return err
 	}
-	defer cl.Close()
-
-	pingCtx, pingCancel := context.WithTimeout(ctx, r.cfg.Kafka.RequestTimeout)
-	err = cl.Ping(pingCtx)
-	pingCancel()
-	if err != nil {
-		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", ErrKafkaUnreachable, r.cfg.Kafka.Brokers, err)
-	}
-	adm := kadm.NewClient(cl)
-	if err := r.store.EnsureTopic(ctx, adm, r.cfg.Kafka.ReplicationFactor); err != nil {
-		return classify(err) // not authorised for the checkpoint topic: a configuration stop
-	}
-	if exactlyOnce {
-		// Initialising the producer id fences any older instance and aborts its
-		// open transaction, so the checkpoint read next is final.
-		if _, _, err := cl.ProducerID(ctx); err != nil {
-			return fmt.Errorf("init transactional producer %s: %w", r.cfg.Name, classify(err))
-		}
-	}
-	var laneCl, checkCl *kgo.Client // the second lane's producer and its question's client, if any
-	if exactlyOnce {
-		if laneCl, checkCl, err = r.secondLane(ctx, limits, place); err != nil {
-			return err
-		}
-		if laneCl != nil {
-			defer laneCl.Close()
-			defer checkCl.Close()
-		}
-	}
-	cp, placed, cpTopic, err := r.loadCheckpoint(ctx, adm)
+	defer kc.close()
+	cp, placed, cpTopic, err := r.loadCheckpoint(ctx, kc.adm)
 	if err != nil {
 		return classify(err)
 	}
@@ -304,24 +353,8 @@ func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error 
 	if err != nil {
 		return err
 	}
-	sopts := sinkOptions{timeout: r.cfg.Kafka.RequestTimeout,
-		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group, lease: ls, traced: r.spans != nil}
-	lanes := newSinks(runCtx, cl, laneCl, checkCl, r.store, sopts, exactlyOnce)
-	defer func() {
-		// A failed attempt ends its open Kafka transactions at once, so that
-		// read_committed consumers of their partitions (and of the shared
-		// checkpoint topic) are not held up until the broker times them out.
-		for _, snk := range lanes {
-			if snk.isOpen() {
-				actx, acancel := context.WithTimeout(context.Background(), r.cfg.Kafka.RequestTimeout)
-				if err := snk.abort(actx); err != nil {
-					r.log.Warn().Err(err).Msg("abort the open kafka transaction of the failed attempt")
-				}
-				acancel()
-			}
-		}
-	}()
+	lanes := newSinks(runCtx, kc.cl, kc.lane, kc.check, r.store, r.sinkOptions(limits, place, group, ls), exactlyOnce)
+	defer r.abortOpen(lanes)
 	l, err := newLoop(r, srv, cp, from, lanes[0])
 	if err != nil {
 		return err
