@@ -59,7 +59,7 @@ type Elector struct {
 
 	cl       *kgo.Client
 	clCancel context.CancelFunc // cl's context (kgo.WithContext): ends its requests in flight
-	lastOK   atomic.Int64 // unix nanos: when the last answered group request was sent
+	lastOK   atomic.Int64       // unix nanos: when the last answered group request was sent
 	assigned chan struct{}
 	refused  chan error // the coordinator refuses the membership for good
 
