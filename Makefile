@@ -9,7 +9,7 @@ DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-demo test test-unit test-integration test-kafka fuzz demo bench bench-kafka bench-audit bench-debezium vet clean release image image-docker
+.PHONY: all build deps deps-demo test test-unit test-integration test-kafka fuzz fuzz-brief demo bench bench-kafka bench-audit bench-debezium vet clean release image image-docker
 
 all: build
 
@@ -73,7 +73,7 @@ test-integration: deps
 	SHARDS=$(ITEST_SHARDS) internal/itest/shards.sh; rc=$$?; \
 	wait $$others || rc=1; exit $$rc
 
-test: deps vet test-unit test-integration
+test: deps vet test-unit test-integration fuzz-brief
 
 # The integration and crash suites against Apache Kafka (fetched from Maven
 # Central by deploy/dev/kafka.sh, cached): ITEST_SHARDS shards, each with a
@@ -100,13 +100,18 @@ test-kafka: deps
 		$(GO) test -count=1 -tags integration -timeout 10m -run TestLeastPrivilegeKafka ./internal/acltest/; rc=$$?; \
 	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; exit $$rc
 
-# Each target for FUZZTIME; `make test` runs their seed corpora only.
+# Each target for FUZZTIME; `go test` runs their seed corpora only, `make
+# test` fuzzes each for FUZZ_BRIEF (fuzz-brief).
 FUZZTIME ?= 30s
+FUZZ_BRIEF ?= 5s
 fuzz:
 	$(GO) test ./router/ -run '^$$' -fuzz FuzzRoute -fuzztime $(FUZZTIME)
 	$(GO) test ./router/ -run '^$$' -fuzz '^FuzzTraceHeaders$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzDecodeInsertRows$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
+
+fuzz-brief:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_BRIEF)
 
 # Benchmarks (not part of make test): one Kafka transaction timed, catch-up
 # throughput against a tuned naive baseline, latency, memory, CPU profile, on

@@ -20,7 +20,9 @@ const redacted = "'<redacted>'"
 // BY|AS|USING, REPLACE (ALTER USER), PASSWORD('x') (and OLD_PASSWORD),
 // BY PASSWORD 'hash', SET PASSWORD ... = 'x', and NAME_PASSWORD = 'x' or
 // PASSWORD 'x' (CHANGE MASTER ... MASTER_PASSWORD, CREATE SERVER ...
-// OPTIONS (PASSWORD 'x')), whether quoted with ' or ", with backslash
+// OPTIONS (PASSWORD 'x')), a FEDERATED or CONNECT table's CONNECTION [=] 'dsn'
+// and CONNECT's OPTION_LIST [=] '...' (whole: they hold a user and password
+// in a syntax of their own), whether quoted with ' or ", with backslash
 // escapes or doubled quotes, with a character set introducer or not. An
 // unterminated credential literal (a statement cut short) is redacted to
 // the end.
@@ -118,6 +120,8 @@ func secretSpans(q string) [][2]int {
 		switch {
 		case prev.kind == 'w' && strings.HasSuffix(prev.text, "PASSWORD"):
 			secret = true // BY PASSWORD 'hash', OPTIONS (PASSWORD 'x')
+		case prev.kind == 'w' && dsnOption(prev.text), prev.kind == 'p' && prev.text == "=" && j > 0 && dsnOption(toks[j-1].text):
+			secret = true // CONNECTION [=] 'mysql://u:pw@h/db/t', OPTION_LIST='user=u,password=pw'
 		case prev.kind == 'w' && identified && (prev.text == "BY" || prev.text == "AS" || prev.text == "USING" || prev.text == "REPLACE"):
 			secret = true
 		case prev.kind == 'p' && prev.text == "(" && j > 0 && toks[j-1].kind == 'w' && strings.HasSuffix(toks[j-1].text, "PASSWORD"):
@@ -131,6 +135,11 @@ func secretSpans(q string) [][2]int {
 	}
 	return spans
 }
+
+// dsnOption reports whether a table option named word holds a connection
+// string with its credentials: a FEDERATED or CONNECT table's CONNECTION,
+// CONNECT's OPTION_LIST.
+func dsnOption(word string) bool { return word == "CONNECTION" || word == "OPTION_LIST" }
 
 // sqlTokens splits q into tokens, skipping white space and comments; a
 // backquoted identifier is a word. A literal left open runs to the end.

@@ -34,6 +34,11 @@ func TestRedactStatementHidesCredentials(t *testing.T) {
 		{"CREATE USER u IDENTIFIED BY 'a\\\\' , v IDENTIFIED BY 'secret'", "secret", ", v IDENTIFIED"},
 		{"/*!80000 CREATE USER u IDENTIFIED BY 'secret' */", "secret", "CREATE USER u"},
 		{"CREATE USER `we'ird`@'%' IDENTIFIED BY 'secret'", "secret", "`we'ird`"},
+		// The DSN of a FEDERATED or CONNECT table, and CONNECT's option list.
+		{"CREATE TABLE app.fed (id INT) ENGINE=FEDERATED CONNECTION='mysql://relay:secret@db2:3306/app/outbox'", "secret", "ENGINE=FEDERATED"},
+		{"ALTER TABLE app.outbox ENGINE=CONNECT TABLE_TYPE=MYSQL connection = \"mysql://u:secret@h/db/t\"", "secret", "TABLE_TYPE=MYSQL"},
+		{"CREATE TABLE t (id INT) ENGINE=CONNECT TABLE_TYPE=ODBC CONNECTION 'DSN=x;UID=u;PWD=secret'", "secret", "TABLE_TYPE=ODBC"},
+		{"CREATE TABLE t (id INT) ENGINE=CONNECT TABLE_TYPE=MYSQL OPTION_LIST='user=u,password=secret'", "secret", "TABLE_TYPE=MYSQL"},
 	} {
 		got := RedactStatement(c.q)
 		if strings.Contains(got, c.secret) || strings.Contains(got, "pw") && strings.Contains(c.q, "'pw'") {

@@ -62,6 +62,49 @@ func TestCheckAndRunRefuseCleartextLogin(t *testing.T) {
 	}
 }
 
+// A login opt-in that weakens the transport (here
+// source.allow_public_key_retrieval on a plaintext connection): `check`
+// lists it as a WARN transport item with its fix, and `run` logs it at
+// start, before it connects.
+func TestCheckAndRunWarnAboutInsecureTransport(t *testing.T) {
+	srv := hostiledb.Start(t, hostiledb.ClearPassword)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cfg := loginConfig(t, srv.Addr, kc.ListenAddrs())
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = []byte(strings.Replace(string(b), "  server_id: 4242\n", "  server_id: 4242\n  allow_public_key_retrieval: true\n", 1))
+	if err := os.WriteFile(cfg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const warned = "source.allow_public_key_retrieval: the password is encrypted with any RSA key"
+	_, out, errOut := runCapturing(t, "check", "--config", cfg)
+	var item string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, warned) {
+			item = line
+		}
+	}
+	if !strings.Contains(item, "WARN") || !strings.Contains(item, "transport") {
+		t.Fatalf("check lists no WARN transport item saying %q:\n%s%s", warned, out, errOut)
+	}
+	errOut = stderrOf(t, func() { _, out, _ = run(t, "run", "--config", cfg) })
+	var logged string
+	for _, line := range strings.Split(out+errOut, "\n") {
+		if strings.Contains(line, "insecure transport") && strings.Contains(line, warned) {
+			logged = line
+		}
+	}
+	if !strings.Contains(logged, `"level":"warn"`) || !strings.Contains(logged, "server_public_key_file") {
+		t.Fatalf("run logged no warning naming %q and its fix:\n%s%s", warned, out, errOut)
+	}
+}
+
 // A server that answers with endless continuation packets makes `check`
 // fail with the bound named, not grow without limit.
 func TestCheckStopsAnEndlessPacket(t *testing.T) {
@@ -74,6 +117,27 @@ func TestCheckStopsAnEndlessPacket(t *testing.T) {
 	if srv.Sent() > 64<<20 {
 		t.Fatalf("the server got %d bytes of its endless packet taken, want a bounded read", srv.Sent())
 	}
+}
+
+// stderrOf returns what fn wrote to the process's stderr (the log of `run`).
+func stderrOf(t *testing.T, fn func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w
+	done := make(chan []byte)
+	go func() {
+		var b bytes.Buffer
+		_, _ = io.Copy(&b, r)
+		done <- b.Bytes()
+	}()
+	fn()
+	os.Stderr = saved
+	w.Close()
+	return string(<-done)
 }
 
 // runCapturing is run with the process's stdout captured too (check

@@ -58,7 +58,8 @@ type Elector struct {
 	guard     time.Duration // how long without an answered group request the lease is trusted
 
 	cl       *kgo.Client
-	lastOK   atomic.Int64 // unix nanos: when the last answered group request was sent
+	clCancel context.CancelFunc // cl's context (kgo.WithContext): ends its requests in flight
+	lastOK   atomic.Int64       // unix nanos: when the last answered group request was sent
 	assigned chan struct{}
 	refused  chan error // the coordinator refuses the membership for good
 
@@ -198,8 +199,10 @@ func (e *Elector) Join(ctx context.Context) error {
 	}
 	opts := e.c.Kafka.LockGroup(clients.LockMember{InstanceID: e.instanceID, ClientID: e.clientID, Hooks: e,
 		Assigned: e.onAssigned, Revoked: e.onRevoked, Lost: e.onLost})
-	cl, err := kgo.NewClient(opts...)
+	cctx, ccancel := context.WithCancel(context.Background())
+	cl, err := kgo.NewClient(append(opts, kgo.WithContext(cctx))...)
 	if err != nil {
+		ccancel()
 		return fmt.Errorf("create kafka group client: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
@@ -209,6 +212,7 @@ func (e *Elector) Join(ctx context.Context) error {
 	}
 	cancel()
 	if err != nil {
+		ccancel()
 		cl.Close()
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -234,7 +238,7 @@ func (e *Elector) Join(ctx context.Context) error {
 	e.lastOK.Store(now.UnixNano())
 	e.metrics.KafkaSeen(now)
 	e.metrics.LeaseUntil(now.Add(e.guard))
-	e.cl = cl
+	e.cl, e.clCancel = cl, ccancel
 	return nil
 }
 
@@ -275,8 +279,13 @@ func (e *Elector) Leave() {
 		e.log.Debug().Err(err).Str("group", e.group).Msg("leave the lock group")
 	}
 	cancel()
+	// Close waits for the group's management loop, which may wait in a
+	// JoinGroup the coordinator never answers (a frozen broker) for the
+	// rebalance timeout plus kafka.request_timeout: minutes after SIGTERM.
+	// The leave above had its bound; what is still in flight is given up.
+	e.clCancel()
 	e.cl.Close()
-	e.cl = nil
+	e.cl, e.clCancel = nil, nil
 	e.mu.Lock()
 	e.own = false
 	e.mu.Unlock()

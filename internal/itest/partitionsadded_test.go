@@ -234,6 +234,61 @@ func TestPartitionsAddedStopOrAdopt(t *testing.T) {
 	}
 }
 
+// An output topic deleted and created again with fewer partitions than the
+// checkpoint places keys by, between two runs: the default
+// (kafka.on_partitions_added keep) cannot keep placing keys by the recorded
+// count, so the relay stops before publishing to it, naming the topic, both
+// counts and the fix (exit 78); adopt for one start places keys by the new
+// count from then on.
+func TestOutputTopicRecreatedWithFewerPartitionsStops(t *testing.T) {
+	k, s, cfg := env.Pipeline(t)
+	topic := cfg.Router.TopicPrefix + "alarm"
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	writeAlarms(t, s, cfg, 32, "a")
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	deleteTopic(t, k, topic)
+	createTopic(t, k, topic, 1, nil)
+
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 1, Devices: 1, Tag: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	err := r.StoppedWith(t)
+	if !errors.Is(err, relay.ErrPartitionsChanged) || relay.ExitCode(err) != relay.ExitConfig ||
+		!strings.Contains(err.Error(), topic) || !strings.Contains(err.Error(), "has 1 partitions, fewer than the 3") ||
+		!strings.Contains(err.Error(), "kafka.on_partitions_added: adopt") {
+		t.Fatalf("stopped with %v (exit %d), want the topic, 1 and 3 and the fix named (exit %d)", err, relay.ExitCode(err), relay.ExitConfig)
+	}
+	if got := ids(Consume(t, k.Brokers, topic), topic); len(got) != 0 {
+		t.Fatalf("published %v to the recreated topic before stopping", got)
+	}
+
+	cfg.Kafka.OnPartitionsAdded = config.PartitionsAdopt
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	writeAlarms(t, s, cfg, 2, "c")
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if cp := loadCheckpoint(t, cfg); cp.Partitions[topic] != 1 {
+		t.Fatalf("checkpoint records %v partitions for %s, want 1 (adopted)", cp.Partitions, topic)
+	}
+	// The row written before the stop (b) and the two after (c), once.
+	got := ids(Consume(t, k.Brokers, topic), topic)
+	for _, id := range got {
+		if !strings.HasPrefix(id, s.Name+"-bw") && !strings.HasPrefix(id, s.Name+"-cw") {
+			t.Fatalf("published %v to the recreated topic, want only the 3 rows written since", got)
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("published %v to the recreated topic, want the 3 rows written since", got)
+	}
+}
+
 // The partition counts a checkpoint places keys by outlive the operator's
 // commands that replace the position: after `checkpoint reset` (the relay
 // starts at source.start), after a second reset, and after a reset then
