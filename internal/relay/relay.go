@@ -293,13 +293,27 @@ func (r *Relay) sinkOptions(limits *topicLimits, place *placements, group *gorou
 		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group, lease: ls, traced: r.spans != nil}
 }
 
+// stopAbortTimeout bounds the abort of a stopping relay's open transaction.
+// A broker that does not answer has already held the stop for up to
+// kafka.request_timeout on the last flush; waiting as long again for the
+// abort would pass the service manager's stop timeout (systemd's
+// TimeoutStopSec and the pod's grace period, 60 s). An abort left undone is
+// safe: the broker aborts the transaction at kafka.transaction_timeout.
+const stopAbortTimeout = 5 * time.Second
+
 // abortOpen ends a failed attempt's open Kafka transactions at once, so that
 // read_committed consumers of their partitions (and of the shared checkpoint
-// topic) are not held up until the broker times them out.
-func (r *Relay) abortOpen(lanes []sink) {
+// topic) are not held up until the broker times them out. Each abort may
+// take kafka.request_timeout, or stopAbortTimeout once ctx (the run's) has
+// ended: the relay is stopping.
+func (r *Relay) abortOpen(ctx context.Context, lanes []sink) {
+	timeout := r.cfg.Kafka.RequestTimeout
+	if ctx.Err() != nil {
+		timeout = min(timeout, stopAbortTimeout)
+	}
 	for _, snk := range lanes {
 		if snk.isOpen() {
-			actx, acancel := context.WithTimeout(context.Background(), r.cfg.Kafka.RequestTimeout)
+			actx, acancel := context.WithTimeout(context.Background(), timeout)
 			if err := snk.abort(actx); err != nil {
 				r.log.Warn().Err(err).Msg("abort the open kafka transaction of the failed attempt")
 			}
@@ -354,7 +368,7 @@ func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error 
 		return err
 	}
 	lanes := newSinks(runCtx, kc.cl, kc.lane, kc.check, r.store, r.sinkOptions(limits, place, group, ls), exactlyOnce)
-	defer r.abortOpen(lanes)
+	defer r.abortOpen(ctx, lanes)
 	l, err := newLoop(r, srv, cp, from, lanes[0])
 	if err != nil {
 		return err
