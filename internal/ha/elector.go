@@ -369,12 +369,20 @@ func (e *Elector) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32)
 	cur.Lose("group session lost")
 }
 
+// standbyCheckInterval is how often a standby compares its settings with
+// the lease holder's (agreeWithHolder): one DescribeGroups request; the
+// first within a second of Acquire.
+const standbyCheckInterval = 10 * time.Second
+
 // Acquire waits until this member holds the lease and returns the new term;
 // nil once ctx ends or when the coordinator refuses the membership (then
-// with the error).
+// with the error). Waiting, a standby checks every standbyCheckInterval that
+// it could take the lease over from its holder, and returns the
+// configuration error when it could not (agreeWithHolder).
 func (e *Elector) Acquire(ctx context.Context) (*Lease, error) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var checked time.Time // the standby's last check of the lease holder
 	for {
 		select {
 		case <-ctx.Done():
@@ -383,6 +391,15 @@ func (e *Elector) Acquire(ctx context.Context) (*Lease, error) {
 			return nil, err
 		case <-tick.C:
 			e.metrics.Progress() // the standby loop is alive
+			e.mu.Lock()
+			own := e.own
+			e.mu.Unlock()
+			if !own && time.Since(checked) >= standbyCheckInterval {
+				checked = time.Now()
+				if err := e.agreeWithHolder(ctx); err != nil && ctx.Err() == nil {
+					return nil, err
+				}
+			}
 			continue
 		case <-e.assigned:
 		}

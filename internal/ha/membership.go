@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -112,6 +113,47 @@ func (e *Elector) awaitInstanceID(ctx context.Context) error {
 // when it next acquires it. The same for members that capture other tables
 // or map them to other topics (captureTag, carried in the client id).
 func (e *Elector) agree(ctx context.Context) error {
+	members, ok := e.members(ctx, "members' lock topics not checked")
+	if !ok {
+		return nil
+	}
+	for _, m := range members {
+		if err := e.disagreement(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// agreeWithHolder is a standby's check of the member that holds the lease
+// (partition 0 of the lock topic): a holder this instance disagrees with
+// (another fingerprint, other captured tables or topic mapping) is one it
+// could not take over from, so the standby refuses now, at its start,
+// instead of at the failover it waits for. agree sees only the members
+// present when the lease is assigned; a member that joins after that is
+// checked here. Other standbys are not compared (each checks the holder).
+// Best effort, as agree.
+func (e *Elector) agreeWithHolder(ctx context.Context) error {
+	members, ok := e.members(ctx, "the lease holder's settings not checked")
+	if !ok {
+		return nil
+	}
+	for _, m := range members {
+		if m.ClientID == e.clientID || !holdsPartition0(m, e.topic) {
+			continue
+		}
+		if err := e.disagreement(m); err != nil {
+			return fmt.Errorf("%w (this instance is its standby: it could not take the lease over)", err)
+		}
+	}
+	return nil
+}
+
+// members are the lock group's members as the coordinator describes them;
+// false (logged with what is skipped) when it does not answer: Kafka just
+// assigned the lease, or the group is rebalancing, so a failed description
+// is likely passing and must not block a takeover.
+func (e *Elector) members(ctx context.Context, skipped string) ([]kadm.DescribedGroupMember, bool) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
 	defer cancel()
 	groups, err := kadm.NewClient(e.cl).DescribeGroups(ctx, e.group)
@@ -119,38 +161,56 @@ func (e *Elector) agree(ctx context.Context) error {
 		err = groups.Error()
 	}
 	if err != nil {
-		// Best effort: Kafka just assigned the lease, so a failed
-		// description is likely passing, and must not block a takeover.
-		e.log.Warn().Err(err).Msg("describe the lock group: members' lock topics not checked")
-		return nil
+		e.log.Warn().Err(err).Msg("describe the lock group: " + skipped)
+		return nil, false
 	}
+	var out []kadm.DescribedGroupMember
 	for _, g := range groups {
-		for _, m := range g.Members {
-			prefix := e.fingerprint() + "-"
-			if !strings.HasPrefix(m.ClientID, prefix) {
-				return fmt.Errorf("%w: instances of pipeline %s disagree on kafka.checkpoint_topic, kafka.delivery or "+
-					"ha.lock_topic: member %s (%s) is not %s; a standby taking over with another checkpoint would publish "+
-					"from another position: give every instance of one name the same settings", config.ErrInvalid,
-					e.cfg.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
-			}
-			if tag := memberCapture(m.ClientID, prefix); tag != "" && tag != e.captureTag() {
-				return fmt.Errorf("%w: instances of pipeline %s capture different things: member %s (%s) has other source.tables "+
-					"or another topic mapping of the router (topic_prefix, topic_regex, topic_replacement, aggregate columns) than this one "+
-					"(%s); taking over each other's checkpoint, one would never publish the rows of the tables only the other captures: "+
-					"give every instance of one name the same source.tables and router (to change them on purpose: docs/cli.md, "+
-					"\"A pipeline's identity\")", config.ErrInvalid, e.cfg.Name, m.ClientHost, m.ClientID,
-					strings.Join(checkpoint.TablesOf(e.cfg.Source.Tables), ", "))
-			}
-			meta, ok := m.Join.AsConsumer()
-			if !ok || len(meta.Topics) == 0 {
-				continue // between generations, a member may show no subscription
-			}
-			if len(meta.Topics) != 1 || meta.Topics[0] != e.topic {
-				return fmt.Errorf("%w: instances of pipeline %s disagree on ha.lock_topic: this one uses %q, member %s (%s) "+
-					"subscribes to %v; give every instance of one name the same settings", config.ErrInvalid,
-					e.cfg.Name, e.topic, m.ClientHost, m.ClientID, meta.Topics)
-			}
+		out = append(out, g.Members...)
+	}
+	return out, true
+}
+
+// holdsPartition0 reports whether m is assigned partition 0 of topic.
+func holdsPartition0(m kadm.DescribedGroupMember, topic string) bool {
+	a, ok := m.Assigned.AsConsumer()
+	if !ok {
+		return false
+	}
+	for _, t := range a.Topics {
+		if t.Topic == topic && slices.Contains(t.Partitions, 0) {
+			return true
 		}
+	}
+	return false
+}
+
+// disagreement is why m cannot be an instance of this pipeline beside this
+// one (a configuration error), or nil.
+func (e *Elector) disagreement(m kadm.DescribedGroupMember) error {
+	prefix := e.fingerprint() + "-"
+	if !strings.HasPrefix(m.ClientID, prefix) {
+		return fmt.Errorf("%w: instances of pipeline %s disagree on kafka.checkpoint_topic, kafka.delivery or "+
+			"ha.lock_topic: member %s (%s) is not %s; a standby taking over with another checkpoint would publish "+
+			"from another position: give every instance of one name the same settings", config.ErrInvalid,
+			e.cfg.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
+	}
+	if tag := memberCapture(m.ClientID, prefix); tag != "" && tag != e.captureTag() {
+		return fmt.Errorf("%w: instances of pipeline %s capture different things: member %s (%s) has other source.tables "+
+			"or another topic mapping of the router (topic_prefix, topic_regex, topic_replacement, aggregate columns) than this one "+
+			"(%s); taking over each other's checkpoint, one would never publish the rows of the tables only the other captures: "+
+			"give every instance of one name the same source.tables and router (to change them on purpose: docs/cli.md, "+
+			"\"A pipeline's identity\")", config.ErrInvalid, e.cfg.Name, m.ClientHost, m.ClientID,
+			strings.Join(checkpoint.TablesOf(e.cfg.Source.Tables), ", "))
+	}
+	meta, ok := m.Join.AsConsumer()
+	if !ok || len(meta.Topics) == 0 {
+		return nil // between generations, a member may show no subscription
+	}
+	if len(meta.Topics) != 1 || meta.Topics[0] != e.topic {
+		return fmt.Errorf("%w: instances of pipeline %s disagree on ha.lock_topic: this one uses %q, member %s (%s) "+
+			"subscribes to %v; give every instance of one name the same settings", config.ErrInvalid,
+			e.cfg.Name, e.topic, m.ClientHost, m.ClientID, meta.Topics)
 	}
 	return nil
 }

@@ -1,7 +1,11 @@
 package ha
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
@@ -39,4 +43,104 @@ func TestCaptureTagNamesWhatAPipelinePublishes(t *testing.T) {
 	if got := memberCapture(prefix+"xyz", prefix); got != "" {
 		t.Fatalf("memberCapture of an older build's client id: %q, want none", got)
 	}
+}
+
+// A standby that captures other tables than the lease holder refuses at
+// once with a configuration error naming the difference, rather than at
+// the failover it waits for (taking over the holder's checkpoint it would
+// never publish the rows of the tables only the holder captures). A
+// standby that agrees with the holder waits on, and the holder keeps its
+// lease.
+func TestStandbyRefusesAHolderThatCapturesOtherTables(t *testing.T) {
+	realTime(t)
+	ec := newElectionCluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := capturing(t, ec, "app.outbox")
+	held, err := a.Acquire(ctx)
+	if err != nil || held == nil {
+		t.Fatalf("the only member acquires the lease: %v", err)
+	}
+	b, c := capturing(t, ec, "app.outbox", "app.audit"), capturing(t, ec, "app.outbox")
+	bDone, cDone := acquireResult(ctx, b), acquireResult(ctx, c)
+	select {
+	case r := <-bDone:
+		if !errors.Is(r.err, config.ErrInvalid) || !strings.Contains(r.err.Error(), "capture different things") ||
+			!strings.Contains(r.err.Error(), "standby") {
+			t.Fatalf("the standby that captures other tables: lease %v, %v; want a configuration error saying so", r.l != nil, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the standby that captures other tables was still waiting for the lease after 10 s")
+	}
+	// c has compared itself with the holder (its first check comes within a
+	// second of Acquire) and waits on.
+	select {
+	case r := <-cDone:
+		t.Fatalf("the standby that agrees with the holder stopped waiting: lease %v, %v", r.l != nil, r.err)
+	case <-time.After(2 * time.Second):
+	}
+	if err := held.Err(); err != nil {
+		t.Fatalf("the holder lost its lease to a misconfigured standby: %v", err)
+	}
+}
+
+// A lease handed over in a lock group whose live members capture different
+// tables ends in a configuration error naming the difference, whichever
+// member gets the lease and whether or not the other one was in the group
+// when it did: the one that gets it refuses (agree), or the other one
+// refuses as its standby (agreeWithHolder).
+func TestHandOverAmongMembersThatCaptureOtherTablesIsRefused(t *testing.T) {
+	realTime(t)
+	ec := newElectionCluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := capturing(t, ec, "app.outbox")
+	held, err := a.Acquire(ctx)
+	if err != nil || held == nil {
+		t.Fatalf("the only member acquires the lease: %v", err)
+	}
+	b, c := capturing(t, ec, "app.outbox", "app.audit"), capturing(t, ec, "app.outbox")
+	bDone, cDone := acquireResult(ctx, b), acquireResult(ctx, c)
+	a.End(held) // the holder stops cleanly
+	a.Leave()
+	deadline := time.After(20 * time.Second)
+	for {
+		var r acquireOutcome
+		select {
+		case r = <-bDone:
+		case r = <-cDone:
+		case <-deadline:
+			t.Fatal("no member refused within 20 s of the hand-over among members that capture different things")
+		}
+		if r.err == nil {
+			continue // the lease taken: the other member must refuse
+		}
+		if !errors.Is(r.err, config.ErrInvalid) || !strings.Contains(r.err.Error(), "capture different things") {
+			t.Fatalf("refusal %v, want a configuration error saying the members capture different things", r.err)
+		}
+		return
+	}
+}
+
+type acquireOutcome struct {
+	l   *Lease
+	err error
+}
+
+// acquireResult returns a channel that gets what e.Acquire returns.
+func acquireResult(ctx context.Context, e *Elector) <-chan acquireOutcome {
+	ch := make(chan acquireOutcome, 1)
+	go func() {
+		l, err := e.Acquire(ctx)
+		ch <- acquireOutcome{l, err}
+	}()
+	return ch
+}
+
+// capturing is a joined member of ec's pipeline that captures tables.
+func capturing(t *testing.T, ec *electionCluster, tables ...string) *Elector {
+	t.Helper()
+	c := ec.config(t)
+	c.Relay.Source.Tables = tables
+	return joined(t, c)
 }
