@@ -332,15 +332,22 @@ func (s *kafkaSink) listCreated(ctx context.Context, topic string, created bool)
 	list := func(ctx context.Context, topic string) (kadm.TopicDetails, error) {
 		return s.adm.ListTopics(ctx, topic)
 	}
+	var unknown kadm.TopicDetails // the last UNKNOWN_TOPIC_OR_PARTITION answer
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		details, err := list(ctx, topic)
 		list = s.metadataNow // asked again: past the client's cache
+		if err != nil && unknown != nil && ctx.Err() != nil {
+			// The deadline cut a request short: the answer is still
+			// the last one, the topic not listed.
+			return unknown, unknown[topic].Err
+		}
 		if err == nil {
 			err = details[topic].Err
 		}
 		if err == nil || !created || !errors.Is(err, kerr.UnknownTopicOrPartition) {
 			return details, err
 		}
+		unknown = details
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -378,7 +385,7 @@ func (s *kafkaSink) metadataNow(ctx context.Context, topic string) (kadm.TopicDe
 		details[topic] = d
 	}
 	if _, ok := details[topic]; !ok {
-		return nil, fmt.Errorf("describe topic %s: the metadata answer does not name it", topic)
+		return nil, fmt.Errorf("the metadata answer does not name topic %s", topic) // the caller says "describe topic"
 	}
 	return details, nil
 }
