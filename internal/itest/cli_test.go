@@ -167,7 +167,7 @@ func TestCheckCommand(t *testing.T) {
 		setGlobal(t, "binlog_expire_logs_seconds", "1", "0")
 		Eventually(t, time.Minute, func() error {
 			// WARN, never FAIL: whether anything is purged is the checkpoint
-			// item's to say (below), and ExecStartPre must not block a relay.
+			// item's to say (below), and a check before `run` must not block a relay.
 			if it, _ := check(cfg).Find("binlog retention"); it.Status != preflight.Warn || !strings.Contains(it.Detail, "retention is 1s") {
 				return fmt.Errorf("retention item %+v", it)
 			}

@@ -154,7 +154,7 @@ func TestFailoverWaitsForReplicaBehind(t *testing.T) {
 	if st := hostState(p, b.Addr); st != "behind" {
 		t.Fatalf("host %s is %q, want behind", b.Addr, st)
 	}
-	// check passes (a systemd ExecStartPre does not block the start): a is
+	// check passes (a check before `run` does not block the start): a is
 	// down, b behind.
 	r := preflight.Run(context.Background(), cfg)
 	if !r.OK() {

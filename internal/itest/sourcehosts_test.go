@@ -121,7 +121,7 @@ func TestReplicaWithoutLogSlaveUpdatesNotChosen(t *testing.T) {
 	// B's binlog lacks what it applies; the relay does not stream
 	// from it (it waits for a).
 	waitHostState(t, p, b.Addr, "purged")
-	// check, as ExecStartPre of a restarted unit would run it now.
+	// check, as an operator would run it before restarting the unit now.
 	rep := preflight.Run(context.Background(), cfg)
 	for _, it := range rep {
 		if strings.HasPrefix(it.Target, "source") && it.Status != preflight.Pass {
@@ -249,8 +249,8 @@ func TestResetMasterOnPrimaryStopsAsDiverged(t *testing.T) {
 }
 
 // check on two hosts at once passes: their stream probes do not collide.
-// The failure guarded against: `check` on two hosts at once (both units'
-// ExecStartPre after a power cut or a fleet-wide restart; docs/ha.md:
+// The failure guarded against: `check` on two hosts at once (run before
+// `run` on both after a power cut or a fleet-wide restart; docs/ha.md:
 // instances on different hosts share one configuration, so one
 // source.server_id). Both stream probes register with
 // ProbeServerID(source.server_id), the same id: the server drops the first
@@ -413,8 +413,8 @@ func TestResetReplicaHeldWhileAnotherHostHasTransactions(t *testing.T) {
 
 // A reset replica alone in source.hosts fails check and stops the relay as
 // purged. The failure guarded against: the same replica alone in
-// source.hosts: `check` must not pass it (passing it would let ExecStartPre
-// start the unit), and the relay stops on it as purged (exit 66: its
+// source.hosts: `check` must not pass it (passing it would let a check before
+// `run` start the unit), and the relay stops on it as purged (exit 66: its
 // binlogs after the checkpoint are gone), not as diverged.
 func TestResetReplicaAloneFailsCheckAndStopsAsPurged(t *testing.T) {
 	resetReplica(t, true)

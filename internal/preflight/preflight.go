@@ -396,7 +396,7 @@ func checkRetention(vars map[string]string, cp *checkpoint.Checkpoint, c collect
 // never FAILs: a server purges only at a binlog rotation, and whether the
 // binlogs after the checkpoint are still there is what the "binlog
 // positions", "position" and "stream" items find out. An old checkpoint is
-// a warning to start the relay (systemd's ExecStartPre must not keep a
+// a warning to start the relay (a check run before `run` must not keep a
 // relay that would resume fine from starting).
 func judgeRetention(retention time.Duration, err error, cp *checkpoint.Checkpoint, c collector) {
 	switch {

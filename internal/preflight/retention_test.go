@@ -10,7 +10,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/source"
 )
 
-// The retention item never FAILs (the unit's ExecStartPre must not keep a
+// The retention item never FAILs (a check run before `run` must not keep a
 // relay that would resume from starting): an old checkpoint WARNs, an
 // unreadable RDS retention WARNs with the grant that fixes it, and it reads
 // the settings as source.Retention does.
@@ -44,8 +44,8 @@ func TestRetentionItemWarnsNeverFails(t *testing.T) {
 }
 
 // check's retention item honours binlog_expire_logs_auto_purge=OFF as
-// source.Retention does. The failure guarded against: `check` (the systemd
-// unit's ExecStartPre) judges retention with its own reading of the
+// source.Retention does. The failure guarded against: `check` (run before
+// `run` by an operator or a script) judges retention with its own reading of the
 // settings, which disagrees with source.Retention (the purge-margin
 // metric's): MySQL 8.0.29+ binlog_expire_logs_auto_purge=OFF means never
 // purged by age (docs/mysql.md, source.NoExpiry), yet check FAILs the host

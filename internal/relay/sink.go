@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -299,7 +300,9 @@ func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, e
 	if refused != nil {
 		noteCreateRefused(s.log, topic, refused)
 	}
-	info.partitions = int32(len(details[topic].Partitions))
+	if info.partitions, err = listedPartitions(topic, details[topic]); err != nil {
+		return topicInfo{}, fmt.Errorf("describe topic %s: %w (retried)", topic, err)
+	}
 	if err := s.place.learn(topic, info.partitions); err != nil {
 		return topicInfo{}, err
 	}
@@ -332,15 +335,28 @@ func (s *kafkaSink) listCreated(ctx context.Context, topic string, created bool)
 	list := func(ctx context.Context, topic string) (kadm.TopicDetails, error) {
 		return s.adm.ListTopics(ctx, topic)
 	}
+	var unknown kadm.TopicDetails // the last answer without the topic or one of its partitions
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		details, err := list(ctx, topic)
 		list = s.metadataNow // asked again: past the client's cache
+		if err != nil && unknown != nil && ctx.Err() != nil {
+			// The deadline cut a request short: the answer is still
+			// the last one, the topic not listed.
+			_, err := listedPartitions(topic, unknown[topic])
+			return unknown, cmp.Or(unknown[topic].Err, err)
+		}
 		if err == nil {
 			err = details[topic].Err
 		}
-		if err == nil || !created || !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		again := created && errors.Is(err, kerr.UnknownTopicOrPartition)
+		if err == nil {
+			_, err = listedPartitions(topic, details[topic])
+			again = created // a partition not listed yet
+		}
+		if err == nil || !again {
 			return details, err
 		}
+		unknown = details
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -349,6 +365,23 @@ func (s *kafkaSink) listCreated(ctx context.Context, topic string, created bool)
 		case <-t.C:
 		}
 	}
+}
+
+// listedPartitions is the partition count of topic's metadata d, which
+// lists every partition from 0 on (as franz-go's producer requires): an
+// answer with a gap is not a topic with fewer partitions (the placement
+// records the count for good, explicit partitions are checked against it).
+func listedPartitions(topic string, d kadm.TopicDetail) (int32, error) {
+	n := int32(len(d.Partitions))
+	if n == 0 {
+		return 0, fmt.Errorf("the brokers list topic %s with no partition", topic)
+	}
+	for p := range n {
+		if _, ok := d.Partitions[p]; !ok {
+			return 0, fmt.Errorf("the brokers list %d partitions of topic %s, not partition %d", n, topic, p)
+		}
+	}
+	return n, nil
 }
 
 // metadataNow is topic's metadata as a broker tells it now. kadm answers
@@ -378,7 +411,7 @@ func (s *kafkaSink) metadataNow(ctx context.Context, topic string) (kadm.TopicDe
 		details[topic] = d
 	}
 	if _, ok := details[topic]; !ok {
-		return nil, fmt.Errorf("describe topic %s: the metadata answer does not name it", topic)
+		return nil, fmt.Errorf("the metadata answer does not name topic %s", topic) // the caller says "describe topic"
 	}
 	return details, nil
 }

@@ -528,3 +528,38 @@ func TestEnsureTopicMarkedForDeletionEndsNamingIt(t *testing.T) {
 		t.Errorf("error %q: want the topic, how long it was asked for and the likely cause (marked for deletion)", msg)
 	}
 }
+
+// A topic created a moment ago that the brokers still do not list when
+// the request timeout ends mid-way through a metadata request (a slow
+// broker) ends ensureTopic with the same error as one that ends between
+// two requests: the topic, how long and why, not a bare "context deadline
+// exceeded" from the request the deadline cut short.
+func TestEnsureTopicNeverListedEndsNamingItWhenTheDeadlineCutsARequest(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, ctx := txnSink(t, c)
+	s.timeout = 500 * time.Millisecond
+	createdNotListed(t, c, "orders", -1)
+	var asked atomic.Int32
+	c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range kreq.(*kmsg.MetadataRequest).Topics {
+			if rt.Topic != nil && *rt.Topic == "orders" && asked.Add(1) > 1 {
+				// Every answer after the first comes after the deadline.
+				c.SleepControl(func() { <-time.After(time.Second) })
+				break
+			}
+		}
+		return nil, nil, false
+	})
+	_, err = s.ensureTopic(ctx, "orders")
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) || fatal(err) {
+		t.Fatalf("ensure a created topic never listed, the deadline landing in a metadata request: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, fatal(err))
+	}
+	if msg := err.Error(); !strings.Contains(msg, "orders") || !strings.Contains(msg, "marked for deletion") || !strings.Contains(msg, "500ms") {
+		t.Errorf("error %q: want the topic, how long it was asked for and the likely cause (marked for deletion)", msg)
+	}
+}
