@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -27,11 +28,13 @@ func of(recs []Record, s *Schema) []Record {
 }
 
 // Two instances of one pipeline name capture different tables: A captures
-// both outbox tables, B only the first. When B takes A's lease over, it must
-// not resume from A's checkpoint silently (the second table's rows would
-// never be published): it stops with a configuration error naming both sets
-// of tables and the fix. `checkpoint tables`, the operator's deliberate
-// change, records B's tables; B then resumes from A's position.
+// both outbox tables, B only the first. Started beside A, B stops at once as
+// A's standby (it could not take A's lease over), naming the difference; A
+// publishes on. Started after A stopped, B must not resume from A's
+// checkpoint silently (the second table's rows would never be published):
+// it stops with a configuration error naming both sets of tables and the
+// fix. `checkpoint tables`, the operator's deliberate change, records B's
+// tables; B then resumes from A's position.
 func TestInstancesWithOtherTablesStopAtTakeover(t *testing.T) {
 	k := StartKafka(t)
 	s1, s2 := env.NewSchema(t), env.NewSchema(t)
@@ -45,13 +48,19 @@ func TestInstancesWithOtherTablesStopAtTakeover(t *testing.T) {
 	a := RunRelay(t, cfgA)
 	a.WaitReady(t)
 	b := RunRelay(t, cfgB)
-	WaitLockGroup(t, k.Brokers, cfgA.Name, 2, time.Minute)
 	for _, s := range []*Schema{s1, s2} {
 		if _, err := s.Write(ctx, WriteOptions{Writers: 1, Transactions: 20, Tag: "a"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	WaitCheckpoint(t, cfgA, Head(t, env.DB), time.Minute)
+	err := b.StoppedWith(t)
+	t.Logf("the standby stopped beside the active instance: %v", err)
+	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "capture different things") ||
+		relay.ExitCode(err) != relay.ExitConfig {
+		t.Fatalf("the standby that captures other tables stopped with %v (exit %d); want a configuration error saying so, exit %d",
+			err, relay.ExitCode(err), relay.ExitConfig)
+	}
+	WaitCheckpoint(t, cfgA, Head(t, env.DB), time.Minute) // A publishes on
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +70,9 @@ func TestInstancesWithOtherTablesStopAtTakeover(t *testing.T) {
 		}
 	}
 
-	err := b.StoppedWith(t)
-	t.Logf("the standby stopped: %v", err)
+	b = RunRelay(t, cfgB)
+	err = b.StoppedWith(t)
+	t.Logf("B, started alone after A, stopped: %v", err)
 	if !errors.Is(err, checkpoint.ErrTablesChanged) || !strings.Contains(err.Error(), s2.Table()) ||
 		!strings.Contains(err.Error(), "checkpoint tables") {
 		t.Fatalf("the standby stopped with %v; want checkpoint.ErrTablesChanged naming %s and the fix", err, s2.Table())

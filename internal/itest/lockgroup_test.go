@@ -300,11 +300,14 @@ func TestLockTopicMismatchExactlyOnceNoFenceFlap(t *testing.T) {
 	}
 }
 
-// A standby with the same name whose kafka.checkpoint_topic
-// differs (an old config file on the second host). Taking the lease on a
-// rolling restart, it would find no checkpoint in its topic, start at
-// source.start "now" and skip what was committed during the hand-over; it
-// must refuse instead (the lock group members' settings fingerprint).
+// An instance with the same name whose kafka.checkpoint_topic differs (an
+// old config file on the second host). Taking the lease on a rolling
+// restart, it would find no checkpoint in its topic, start at source.start
+// "now" and skip what was committed during the hand-over; it must refuse
+// instead: beside the active instance, as its standby (the lock group
+// members' settings fingerprint), and alone after the active one stopped
+// (the lock group's record of the checkpoint topic). Nothing it could have
+// skipped or repeated reaches Kafka.
 func TestStandbyWithOtherCheckpointTopicRefusesLease(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	p1 := RunRelay(t, cfg)
@@ -313,24 +316,18 @@ func TestStandbyWithOtherCheckpointTopicRefusesLease(t *testing.T) {
 	c2.Source.ServerID = cfg.Source.ServerID + 1
 	c2.Kafka.CheckpointTopic = env.Unique("other-checkpoints")
 	p2 := RunRelay(t, c2)
-	Eventually(t, 20*time.Second, func() error {
-		if p2.Metrics.Role() != metrics.RoleStandby {
-			return context.DeadlineExceeded
-		}
-		return nil
-	})
+	if err := p2.StoppedWith(t); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "checkpoint_topic") {
+		t.Fatalf("the standby with another checkpoint topic: %v, want a configuration error naming it", err)
+	}
 	wait := writeAsync(t, s, WriteOptions{Writers: 2, Transactions: 300, Pace: 5 * time.Millisecond})
-	time.Sleep(time.Second)
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
 	if err := p1.Stop(); err != nil { // rolling restart
 		t.Fatal(err)
 	}
 	wait()
-	// The standby refuses the lease (configuration error) instead of
-	// publishing from another position; nothing it could have skipped or
-	// repeated reaches Kafka.
-	err := p2.StoppedWith(t)
-	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "checkpoint_topic") {
-		t.Fatalf("the standby with another checkpoint topic: %v, want a configuration error naming it", err)
+	p2 = RunRelay(t, c2) // alone in the lock group now
+	if err := p2.StoppedWith(t); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "checkpoint_topic") {
+		t.Fatalf("alone after the active instance stopped, the instance with another checkpoint topic: %v, want a configuration error naming it", err)
 	}
 	if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); len(rep.Duplicates)+len(rep.Unexpected) > 0 {
 		t.Fatal(rep)
@@ -380,17 +377,17 @@ func TestSameInstanceIDOnOneHostRefusesNewcomer(t *testing.T) {
 	}
 }
 
-// A misconfigured standby does not take down the healthy active instance.
-// The failure guarded against: one misconfigured standby (another
-// kafka.checkpoint_topic: an old config file on the second host) sits in
-// the lock group. Nothing happens until the healthy active instance next
-// acquires the lease: a broker restart (the group is rebuilt) is enough.
-// agree() then finds the standby's fingerprint and the HEALTHY instance
-// refuses the lease and exits 78; the misconfigured one takes the lease,
-// claim() refuses it (the record names the good topic), and it exits 78
-// too. One bad standby plus a broker restart stops the pipeline for good
-// (RestartPreventExitStatus=78), although the lock group's record says
-// which instance is right.
+// A misconfigured standby does not take down the healthy active instance:
+// it stops itself (exit 78, naming the setting) as soon as it compares
+// itself with the lease holder, and a broker restart afterwards leaves the
+// healthy instance active. The failure guarded against: one misconfigured
+// standby (another kafka.checkpoint_topic: an old config file on the
+// second host) sits in the lock group until the healthy active instance
+// next acquires the lease (a broker restart rebuilds the group); agree()
+// then finds the standby's fingerprint and the HEALTHY instance refuses
+// the lease and exits 78; the misconfigured one takes the lease, claim()
+// refuses it, and it exits 78 too: one bad standby plus a broker restart
+// stops the pipeline for good (RestartPreventExitStatus=78).
 func TestMisconfiguredStandbyLeavesHealthyActive(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
 	p1 := RunRelay(t, cfg)
@@ -399,17 +396,14 @@ func TestMisconfiguredStandbyLeavesHealthyActive(t *testing.T) {
 	c2.Source.ServerID = cfg.Source.ServerID + 1
 	c2.Kafka.CheckpointTopic = env.Unique("other-checkpoints")
 	p2 := RunRelay(t, c2)
-	Eventually(t, 20*time.Second, func() error {
-		if p2.Metrics.Role() != metrics.RoleStandby {
-			return context.DeadlineExceeded
-		}
-		return nil
-	})
-	time.Sleep(2 * time.Second)
+	if err := p2.StoppedWith(t); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "checkpoint_topic") ||
+		!strings.Contains(err.Error(), "standby") {
+		t.Fatalf("the standby with another checkpoint topic: %v, want it to stop as a standby with a configuration error naming the setting", err)
+	}
 	wait := writeAsync(t, s, WriteOptions{Writers: 2, Transactions: 100, Pace: 5 * time.Millisecond})
 	k.Restart(t)
 	wait()
-	time.Sleep(20 * time.Second)
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute) // the healthy instance publishes on after the restart
 	t.Logf("p1 lease events acquired %v lost %v; p1 role %v, p2 role %v; p2 logs:\n%s",
 		testutil.ToFloat64(p1.Metrics.LeaseEvents.WithLabelValues("acquired")), testutil.ToFloat64(p1.Metrics.LeaseEvents.WithLabelValues("lost")),
 		p1.Metrics.Role(), p2.Metrics.Role(), tailLines(p2.Logs(), 4))
