@@ -161,7 +161,7 @@ func (e *Elector) members(ctx context.Context, skipped string) ([]kadm.Described
 		err = groups.Error()
 	}
 	if err != nil && ctx.Err() != nil {
-		return nil, false // stopping (SIGTERM) or taking the lease: nothing skipped to warn about
+		return nil, false // stopping (SIGTERM): nothing skipped to warn about
 	}
 	if err != nil {
 		e.log.Warn().Err(err).Msg("describe the lock group: " + skipped)
