@@ -154,11 +154,14 @@ func (e *Elector) agreeWithHolder(ctx context.Context) error {
 // assigned the lease, or the group is rebalancing, so a failed description
 // is likely passing and must not block a takeover.
 func (e *Elector) members(ctx context.Context, skipped string) ([]kadm.DescribedGroupMember, bool) {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
 	defer cancel()
-	groups, err := kadm.NewClient(e.cl).DescribeGroups(ctx, e.group)
+	groups, err := kadm.NewClient(e.cl).DescribeGroups(dctx, e.group)
 	if err == nil {
 		err = groups.Error()
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, false // stopping (SIGTERM): nothing skipped to warn about
 	}
 	if err != nil {
 		e.log.Warn().Err(err).Msg("describe the lock group: " + skipped)

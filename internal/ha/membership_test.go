@@ -1,11 +1,17 @@
 package ha
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
@@ -143,4 +149,79 @@ func capturing(t *testing.T, ec *electionCluster, tables ...string) *Elector {
 	c := ec.config(t)
 	c.Relay.Source.Tables = tables
 	return joined(t, c)
+}
+
+// holdDescribe makes ec's coordinator hold the next DescribeGroups request
+// after arm is called, unanswered until the test ends; held gets a value
+// once it holds one.
+func holdDescribe(ec *electionCluster) (arm func(), held <-chan struct{}) {
+	var armed atomic.Bool
+	ch := make(chan struct{}, 1)
+	ec.c.ControlKey(int16(kmsg.DescribeGroups), func(kmsg.Request) (kmsg.Response, error, bool) {
+		ec.c.KeepControl()
+		if armed.CompareAndSwap(true, false) {
+			ch <- struct{}{}
+			ec.c.SleepControl(func() { <-ec.wake })
+		}
+		return nil, nil, false
+	})
+	return func() { armed.Store(true) }, ch
+}
+
+// A standby stopped (SIGTERM) while its check of the lease holder waits
+// for the coordinator returns at once without a lease or an error, and
+// does not warn that the holder's settings went unchecked: nothing was
+// skipped, the instance is stopping.
+func TestStandbyStoppedDuringItsCheckOfTheHolderDoesNotWarn(t *testing.T) {
+	realTime(t)
+	ec := newElectionCluster(t)
+	a := capturing(t, ec, "app.outbox")
+	held, err := a.Acquire(context.Background())
+	if err != nil || held == nil {
+		t.Fatalf("the only member acquires the lease: %v", err)
+	}
+	arm, describing := holdDescribe(ec)
+	var logs syncBuffer
+	c := ec.config(t)
+	c.Relay.Source.Tables = []string{"app.outbox"}
+	c.Log = zerolog.New(&logs)
+	b := joined(t, c)
+	arm()
+	ctx, stop := context.WithCancel(context.Background())
+	bDone := acquireResult(ctx, b)
+	select {
+	case <-describing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the standby did not check the lease holder within 10 s")
+	}
+	stop()
+	select {
+	case r := <-bDone:
+		if r.l != nil || r.err != nil {
+			t.Fatalf("the standby stopped during its check: lease %v, %v; want neither", r.l != nil, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the standby did not return within 5 s of its stop")
+	}
+	if strings.Contains(logs.String(), "not checked") {
+		t.Fatalf("a stop during the check logged a warning: %s", logs.String())
+	}
+}
+
+// syncBuffer is a log sink the elector's goroutines may write to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
