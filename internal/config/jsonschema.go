@@ -103,7 +103,9 @@ func property(k Key, t reflect.Type, byPath map[string]Key) map[string]any {
 	case t.Kind() == reflect.Bool:
 		s = orVar(map[string]any{"type": "boolean"})
 	case t.Kind() == reflect.Float64:
-		s = orVar(map[string]any{"type": "number"})
+		// The configuration's numbers with a fraction are shares
+		// (tracing.sample_ratio), between 0 and 1 as Validate checks.
+		s = orVar(map[string]any{"type": "number", "minimum": 0, "maximum": 1})
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
 		lo, hi := intBounds(t)
 		n := map[string]any{"type": "integer", "minimum": json.Number(lo), "maximum": json.Number(hi)}

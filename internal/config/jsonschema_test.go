@@ -145,7 +145,7 @@ func TestJSONSchemaRefusesBadShapes(t *testing.T) {
 	for _, f := range []string{
 		"unknown-key", "wrong-type", "bad-delivery", "bad-flavor", "bad-preset", "bad-null-payload",
 		"compression", "on-error", "on-partitions-added", "statement-dml", "transaction-lanes",
-		"sasl-mechanism", "per-table-bad-op",
+		"sasl-mechanism", "per-table-bad-op", "tracing-sample-ratio",
 	} {
 		raw, err := os.ReadFile("testdata/" + f + ".bad.yaml")
 		if err != nil {
