@@ -2,6 +2,8 @@ package devkafka
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,11 +19,22 @@ func TestDataDirKeepsCommittedRecordsAcrossRestarts(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 
-	c, err := Start("127.0.0.1", 0, dir)
+	// A port that was free a moment ago, as `--listen 127.0.0.1:PORT` names.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := c.ListenAddrs()[0]
+	addr := l.Addr().String()
+	l.Close()
+	_, portStr, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portStr)
+	c, err := Start("127.0.0.1", port, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ListenAddrs(); len(got) != 1 || got[0] != addr {
+		t.Fatalf("the broker listens on %v, want %s", got, addr)
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID("devkafka-test"),
 		kgo.TransactionTimeout(10*time.Minute), kgo.DefaultProduceTopic("t"))
 	if err != nil {
