@@ -530,7 +530,7 @@ func TestRecordSizeApacheKafkaLimits(t *testing.T) {
 // but the truncated record (key, the error, table, GTID, id and truncated
 // headers, ~300 bytes) is not checked again: it goes to Kafka, which
 // refuses it, and the relay stops with ErrRejected (exit 78, "kafka
-// rejected the batch") instead of ErrBadRow naming the row.
+// refused the request for good") instead of ErrBadRow naming the row.
 func TestRecordSizeDeadLetterTruncatedStillTooLargeIsBadRow(t *testing.T) {
 	s := newScript("mariadb")
 	s.tx(s.insert("order", "1", 1))

@@ -497,7 +497,7 @@ var endedCtx = func() context.Context {
 
 // ErrRejected: Kafka refuses a record or topic for good (too large, invalid,
 // not authorised); retrying the same batch cannot succeed.
-var ErrRejected = newError(Refused, "rejected", "kafka rejected the batch")
+var ErrRejected = newError(Refused, "rejected", "kafka refused the request for good")
 
 // classify sorts a Kafka error by franz-go's kerr properties. Retriable
 // errors, and errors that are not Kafka's (a connection, a timeout), are
