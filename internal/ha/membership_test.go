@@ -59,16 +59,9 @@ func TestCaptureTagNamesWhatAPipelinePublishes(t *testing.T) {
 // lease.
 func TestStandbyRefusesAHolderThatCapturesOtherTables(t *testing.T) {
 	realTime(t)
-	ec := newElectionCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := capturing(t, ec, "app.outbox")
-	held, err := a.Acquire(ctx)
-	if err != nil || held == nil {
-		t.Fatalf("the only member acquires the lease: %v", err)
-	}
-	b, c := capturing(t, ec, "app.outbox", "app.audit"), capturing(t, ec, "app.outbox")
-	bDone, cDone := acquireResult(ctx, b), acquireResult(ctx, c)
+	_, held, bDone, cDone := holderAndTwoStandbys(ctx, t)
 	select {
 	case r := <-bDone:
 		if !errors.Is(r.err, config.ErrInvalid) || !strings.Contains(r.err.Error(), "capture different things") ||
@@ -97,16 +90,9 @@ func TestStandbyRefusesAHolderThatCapturesOtherTables(t *testing.T) {
 // refuses as its standby (agreeWithHolder).
 func TestHandOverAmongMembersThatCaptureOtherTablesIsRefused(t *testing.T) {
 	realTime(t)
-	ec := newElectionCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := capturing(t, ec, "app.outbox")
-	held, err := a.Acquire(ctx)
-	if err != nil || held == nil {
-		t.Fatalf("the only member acquires the lease: %v", err)
-	}
-	b, c := capturing(t, ec, "app.outbox", "app.audit"), capturing(t, ec, "app.outbox")
-	bDone, cDone := acquireResult(ctx, b), acquireResult(ctx, c)
+	a, held, bDone, cDone := holderAndTwoStandbys(ctx, t)
 	a.End(held) // the holder stops cleanly
 	a.Leave()
 	deadline := time.After(20 * time.Second)
@@ -126,6 +112,22 @@ func TestHandOverAmongMembersThatCaptureOtherTablesIsRefused(t *testing.T) {
 		}
 		return
 	}
+}
+
+// holderAndTwoStandbys starts a lock group whose holder a (lease held)
+// captures app.outbox, then two members waiting for the lease: one that
+// captures app.outbox and app.audit (b) and one that captures app.outbox
+// as the holder does (c).
+func holderAndTwoStandbys(ctx context.Context, t *testing.T) (a *Elector, held *Lease, bDone, cDone <-chan acquireOutcome) {
+	t.Helper()
+	ec := newElectionCluster(t)
+	a = capturing(t, ec, "app.outbox")
+	held, err := a.Acquire(ctx)
+	if err != nil || held == nil {
+		t.Fatalf("the only member acquires the lease: %v", err)
+	}
+	b, c := capturing(t, ec, "app.outbox", "app.audit"), capturing(t, ec, "app.outbox")
+	return a, held, acquireResult(ctx, b), acquireResult(ctx, c)
 }
 
 type acquireOutcome struct {
