@@ -102,8 +102,12 @@ func (s *Store) Describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 		wait = DescribeWait
 	}
 	deadline := time.Now().Add(wait)
-	for {
-		st, err := s.describe(ctx, adm)
+	for asked := ctx; ; asked = kadm.WithAuthorizedOps(ctx) {
+		// Asked again, past franz-go's metadata cache: kadm answers from it
+		// for up to MetadataMinAge (5 s), an UNKNOWN_TOPIC_OR_PARTITION
+		// included, unless the request also asks for the authorized
+		// operations (a direct request).
+		st, err := s.describe(asked, adm)
 		var ke *kerr.Error
 		if err == nil || !errors.As(err, &ke) || !ke.Retriable || !time.Now().Before(deadline) {
 			return st, err

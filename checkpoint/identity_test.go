@@ -43,12 +43,19 @@ func TestDescribeWaitsForATopicJustCreated(t *testing.T) {
 		_, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, "checkpoints")
 		created <- err
 	}()
+	start := time.Now()
 	st, err := s.Describe(ctx, adm)
+	took := time.Since(start)
 	if cerr := <-created; cerr != nil {
 		t.Fatal(cerr)
 	}
 	if err != nil {
 		t.Fatalf("describe of a topic created meanwhile: %v", err)
+	}
+	// Soon after the topic is created (500 ms), not once franz-go's
+	// metadata cache (5 s) lets the first "unknown" answer go.
+	if took > 3*time.Second {
+		t.Fatalf("describe took %v for a topic created 500 ms in, want well under the client's 5 s metadata cache", took)
 	}
 	if st.ID == (kadm.TopicID{}) {
 		t.Fatalf("describe returned no topic id: %+v", st)
