@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -211,5 +212,37 @@ func TestAuditCountsADeadLetteredRowAsDeadLetteredNotMissing(t *testing.T) {
 	code, rep := runAudit(t, path)
 	if code != 0 || !rep.Clean || rep.Published != 1 || rep.DeadLetter != 1 || rep.Missing.Count != 0 || rep.Phantom.Count != 0 {
 		t.Fatalf("audit with a dead-lettered row: exit %d, %+v; want 0, 1 published, 1 dead-lettered, none missing", code, rep)
+	}
+}
+
+// A row the committed checkpoint covers whose record is gone from its topic
+// (deleted by an operator's DeleteRecords, or by retention shorter than the
+// audit's window) is named missing, and audit exits 1.
+func TestAuditNamesARowWhoseRecordWasDeletedAsMissing(t *testing.T) {
+	path, cfg, _, _ := auditedPipeline(t, "m1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := kgoClient(t, cfg.Kafka.Brokers)
+	var gone *itest.Record
+	for _, r := range itest.Consume(t, cfg.Kafka.Brokers, cfg.Router.TopicPrefix) {
+		if r.ID == "m1" {
+			gone = &r
+		}
+	}
+	if gone == nil {
+		t.Fatal("no record of m1 was published")
+	}
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: gone.Topic, Partition: gone.Partition, At: gone.Offset + 1})
+	resp, err := kadm.NewClient(cl).DeleteRecords(ctx, del)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("delete the record of m1: %v", err)
+	}
+	code, rep := runAudit(t, path)
+	if code != 1 || rep.Clean || rep.Missing.Count != 1 || !slices.Equal(rep.Missing.IDs, []string{"m1"}) || rep.Published != 0 {
+		t.Fatalf("audit after the record of m1 was deleted: exit %d, %+v; want 1 naming m1 missing", code, rep)
 	}
 }
