@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
@@ -386,34 +385,11 @@ func listedPartitions(topic string, d kadm.TopicDetail) (int32, error) {
 
 // metadataNow is topic's metadata as a broker tells it now. kadm answers
 // from franz-go's metadata cache, which keeps an answer for up to
-// MetadataMinAge (5 s by default), an UNKNOWN_TOPIC_OR_PARTITION included:
-// asked through it, a topic created a moment ago would stay unknown that
-// long after the brokers list it.
+// MetadataMinAge (5 s by default), an UNKNOWN_TOPIC_OR_PARTITION included,
+// unless the request also asks for the authorized operations: then it asks
+// a broker (checkpoint.Store.Describe does the same).
 func (s *kafkaSink) metadataNow(ctx context.Context, topic string) (kadm.TopicDetails, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, s.cl)
-	if err != nil {
-		return nil, err
-	}
-	details := kadm.TopicDetails{}
-	for _, t := range resp.Topics {
-		if t.Topic == nil || *t.Topic != topic {
-			continue
-		}
-		d := kadm.TopicDetail{Topic: topic, Partitions: kadm.PartitionDetails{}, Err: kerr.ErrorForCode(t.ErrorCode)}
-		for _, p := range t.Partitions {
-			d.Partitions[p.Partition] = kadm.PartitionDetail{Topic: topic, Partition: p.Partition,
-				Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, Err: kerr.ErrorForCode(p.ErrorCode)}
-		}
-		details[topic] = d
-	}
-	if _, ok := details[topic]; !ok {
-		return nil, fmt.Errorf("the metadata answer does not name topic %s", topic) // the caller says "describe topic"
-	}
-	return details, nil
+	return s.adm.ListTopics(kadm.WithAuthorizedOps(ctx), topic)
 }
 
 // recordSize is rec's size as the only record of a record batch, counted as
