@@ -133,16 +133,16 @@ func replayDeadLetters(ctx context.Context, cfg config.Config, k clients.Kafka, 
 			out = append(out, it.out)
 		}
 	}
-	if len(out) > 0 {
-		if err := ensureTopics(ctx, cfg, k.Admin(), out); err != nil {
-			return 0, 0, err
-		}
-	}
-	part, err := checkpointPartitioner(ctx, cfg)
+	counts, err := placedCounts(ctx, cfg)
 	if err != nil {
 		return 0, 0, err
 	}
-	cl, err := kgo.NewClient(k.DeadLetterReplay(part)...)
+	if len(out) > 0 {
+		if err := ensureTopics(ctx, cfg, k.Admin(), out, counts); err != nil {
+			return 0, 0, err
+		}
+	}
+	cl, err := kgo.NewClient(k.DeadLetterReplay()...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("kafka client: %w", err)
 	}

@@ -341,16 +341,21 @@ func withFraction(s string, fsp int) string {
 	return whole + "." + frac[:fsp]
 }
 
-// routeAgain routes row as the relay would and marks it replayed.
+// byKey is the Partition of a record routeAgain built that goes where its
+// key does: ensureTopics places it (clients.KeyPartition) once it knows its
+// topic's partition count.
+const byKey int32 = -1
+
+// routeAgain routes row as the relay would and marks it replayed; its
+// Partition is the router's (placement partition), or byKey.
 func routeAgain(rt *router.Router, row router.Row, now time.Time) (*kgo.Record, error) {
 	rec, err := rt.Route(row)
 	if err != nil {
 		return nil, err
 	}
-	k := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
+	k := &kgo.Record{Topic: rec.Topic, Partition: byKey, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
 	if rec.HasPartition {
 		k.Partition = rec.Partition
-		clients.PlaceExplicitly(k)
 	}
 	k.Headers = append(k.Headers, kgo.RecordHeader{Key: ReplayedHeader, Value: []byte(now.Format(time.RFC3339Nano))})
 	return k, nil
@@ -364,17 +369,17 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 	if err != nil {
 		return err
 	}
-	if err := ensureTopics(ctx, cfg, k.Admin(), recs); err != nil {
+	counts, err := placedCounts(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := ensureTopics(ctx, cfg, k.Admin(), recs, counts); err != nil {
 		return err
 	}
 	if sess != nil {
 		return publishInSession(ctx, sess, recs)
 	}
-	part, err := checkpointPartitioner(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(k.Replay(part)...)
+	cl, err := kgo.NewClient(k.Replay()...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
@@ -425,11 +430,13 @@ func createRefused(err error) bool {
 }
 
 // ensureTopics creates the records' topics that are missing, as the relay
-// would (kafka.topic_partitions, kafka.replication_factor), and refuses a
-// record whose chosen partition (placement partition) its topic lacks,
-// before anything is produced. A refused creation (no CREATE permission)
-// is fine for a topic that exists.
-func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs []*kgo.Record) error {
+// would (kafka.topic_partitions, kafka.replication_factor), places the
+// records routeAgain left byKey as the relay does (their key's partition by
+// the count their topic has in counts, a checkpoint's, else by the count
+// it has), and refuses a record whose chosen partition (placement
+// partition) its topic lacks, before anything is produced. A refused
+// creation (no CREATE permission) is fine for a topic that exists.
+func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs []*kgo.Record, counts map[string]int32) error {
 	seen := map[string]bool{}
 	var topics []string
 	for _, r := range recs {
@@ -484,10 +491,18 @@ func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs 
 		fmt.Fprintf(os.Stderr, "warning: kafka refused to create topic %s (%v): using it as it exists\n", t, cerr)
 	}
 	for _, r := range recs {
-		if !clients.PlacedExplicitly(r) {
+		n := len(details[r.Topic].Partitions)
+		if r.Partition == byKey {
+			by := counts[r.Topic]
+			if by <= 0 {
+				by = int32(n)
+			}
+			// A topic with fewer partitions than its recorded count (created
+			// again) may get a partition it lacks: franz-go fails the record.
+			r.Partition = clients.KeyPartition(r.Key, by)
 			continue
 		}
-		if n := len(details[r.Topic].Partitions); int(r.Partition) >= n {
+		if int(r.Partition) >= n {
 			return fmt.Errorf("%w: event id %s: partition %d, topic %s has %d; nothing was published", router.ErrBadRow, headerValue(r, "id"), r.Partition, r.Topic, n)
 		}
 	}
@@ -569,11 +584,11 @@ func confirm(yes bool, action string) error {
 	return nil
 }
 
-// checkpointPartitioner places records as the relay does: by the partition
-// counts its committed checkpoint records (clients.PartitionerFor), so that a
+// placedCounts are the partition counts the relay places each topic's keys
+// by, as its committed checkpoint records them (nil: none), so that a
 // replay does not put an aggregate's record in another partition after
 // partitions were added to its topic.
-func checkpointPartitioner(ctx context.Context, cfg config.Config) (kgo.Partitioner, error) {
+func placedCounts(ctx context.Context, cfg config.Config) (map[string]int32, error) {
 	store, err := checkpointStore(cfg)
 	if err != nil {
 		return nil, err
@@ -586,8 +601,5 @@ func checkpointPartitioner(ctx context.Context, cfg config.Config) (kgo.Partitio
 	if loaded.Checkpoint != nil {
 		placed = loaded.Checkpoint.Partitions
 	}
-	if placed == nil {
-		return clients.Partitioner(), nil
-	}
-	return clients.PartitionerFor(placed), nil
+	return placed, nil
 }

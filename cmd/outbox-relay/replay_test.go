@@ -31,7 +31,7 @@ func TestReplayEnsureTopicsMissingWithoutCreate(t *testing.T) {
 	kopts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...), kgo.SASL(plain.Auth{User: "relay", Pass: "pw"}.AsMechanism())}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err = ensureTopics(ctx, cfg, kopts, []*kgo.Record{{Topic: topic, Key: []byte("1"), Value: []byte("{}")}})
+	err = ensureTopics(ctx, cfg, kopts, []*kgo.Record{{Topic: topic, Key: []byte("1"), Value: []byte("{}")}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "topic "+topic+" does not exist and creating it was refused") {
 		t.Fatalf("got %v", err)
 	}
@@ -68,7 +68,7 @@ func TestReplayUnderLeastPrivilegeTopicCreationBestEffort(t *testing.T) {
 		t.Fatalf("principal cannot write %s: %v", topic, err)
 	}
 	recs := []*kgo.Record{{Topic: topic, Key: []byte("1"), Value: []byte("{}")}}
-	if err := ensureTopics(ctx, cfg, kopts, recs); err != nil {
+	if err := ensureTopics(ctx, cfg, kopts, recs, nil); err != nil {
 		t.Fatalf("replay under least privilege: %v", err)
 	}
 }

@@ -116,8 +116,8 @@ type Attempt struct {
 	// BatchMaxBytes is a topic's batch bound: its max.message.bytes,
 	// learned before the first record to it.
 	BatchMaxBytes func(topic string) int32
-	// Partitioner places the records (Partitioner, or PlacedPartitioner
-	// with the counts the checkpoint recorded); nil: Partitioner.
+	// Partitioner keeps the partition the relay chose for each record
+	// (Partitioner, or ObservedPartitioner); nil: Partitioner.
 	Partitioner kgo.Partitioner
 	// Metrics gets franz-go's client metrics with kafka.client_metrics, on
 	// the first lane's producer only (one live client at a time); may be nil.
@@ -142,7 +142,8 @@ func (k Kafka) Producer(lane int, a Attempt) []kgo.Opt {
 		// A batch never exceeds the topic's max.message.bytes (learned
 		// before the first record to it), or the broker would refuse it.
 		kgo.ProducerBatchMaxBytesFn(a.BatchMaxBytes),
-		// Keys placed by the partition counts the checkpoint recorded.
+		// Every record in the partition the relay chose (the router's
+		// placement, or its key's by the count the checkpoint recorded).
 		kgo.RecordPartitioner(part),
 		kgo.ProducerLinger(0),
 		// A topic the relay just created may be unknown to a broker for a
@@ -210,17 +211,18 @@ func (k Kafka) LockGroup(m LockMember) []kgo.Opt {
 
 // Replay is the options of `replay`'s producer: transactional id
 // <name>.replay (never the relay's: the relay is not fenced), records
-// placed by part.
-func (k Kafka) Replay(part kgo.Partitioner) []kgo.Opt {
+// placed by the command (Partitioner).
+func (k Kafka) Replay() []kgo.Opt {
 	return k.with(kgo.TransactionalID(k.cfg.Name+".replay"),
-		kgo.TransactionTimeout(k.cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(part))
+		kgo.TransactionTimeout(k.cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(Partitioner()))
 }
 
 // DeadLetterReplay is the options of `dead-letter replay`'s producer:
-// transactional id <name>.dead-letter-replay, records placed by part.
-func (k Kafka) DeadLetterReplay(part kgo.Partitioner) []kgo.Opt {
+// transactional id <name>.dead-letter-replay, records placed by the
+// command (Partitioner).
+func (k Kafka) DeadLetterReplay() []kgo.Opt {
 	return k.with(kgo.TransactionalID(k.cfg.Name+".dead-letter-replay"),
-		kgo.TransactionTimeout(k.cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(part))
+		kgo.TransactionTimeout(k.cfg.Kafka.TransactionTimeout), kgo.RecordPartitioner(Partitioner()))
 }
 
 // DeadLetterReader is the options of the client that reads dead-letter

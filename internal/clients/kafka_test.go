@@ -117,11 +117,11 @@ func TestClientRoles(t *testing.T) {
 			{kgo.RebalanceTimeout, 9 * time.Second}, {kgo.DisableAutoCommit, true}, {kgo.FetchMaxWait, time.Second},
 			{kgo.TransactionalID, ""},
 		}},
-		{"replay producer", eo.Replay(PartitionerFor(map[string]int32{"t": 3})), false, 0, true, []opt{
+		{"replay producer", eo.Replay(), false, 0, true, []opt{
 			{kgo.TransactionalID, "orders.replay"}, {kgo.TransactionTimeout, 42 * time.Second},
 			{kgo.ProducerLinger, 2 * time.Millisecond},
 		}},
-		{"dead-letter replay producer", eo.DeadLetterReplay(Partitioner()), false, 0, true, []opt{
+		{"dead-letter replay producer", eo.DeadLetterReplay(), false, 0, true, []opt{
 			{kgo.TransactionalID, "orders.dead-letter-replay"}, {kgo.TransactionTimeout, 42 * time.Second},
 		}},
 		{"dead-letter reader", eo.DeadLetterReader(parts), false, 0, false, []opt{
@@ -153,9 +153,9 @@ func TestClientRoles(t *testing.T) {
 			}
 			if role.placed {
 				switch p := cl.OptValue(kgo.RecordPartitioner).(type) {
-				case explicitOrKey, placedPartitioner:
+				case placed:
 				default:
-					t.Errorf("partitioner %T: not the relay's (murmur2 of the key, explicit partitions kept)", p)
+					t.Errorf("partitioner %T: not the relay's (every record in the partition its builder chose)", p)
 				}
 			}
 		})

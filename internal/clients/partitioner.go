@@ -1,101 +1,96 @@
 package clients
 
 import (
-	"context"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Partitioner places records as the Java client does: murmur2 of the key,
-// made positive, modulo the partition count; a record marked with
-// PlaceExplicitly keeps its Partition (placement partition).
-func Partitioner() kgo.Partitioner { return explicitOrKey{kgo.StickyKeyPartitioner(nil)} }
+// Placement is decided by whoever builds a record, never by the producer:
+// every record a relay or command producer sends carries the partition its
+// builder chose in Record.Partition (the router's placement partition, or
+// KeyPartition of its key by the count the builder places keys by), and
+// the producer's partitioner only honours it. Nothing about a record's
+// placement travels anywhere else (its Context least of all: the relay's
+// spans and franz-go both set it).
 
-type explicitPartition struct{}
-
-// explicitPartitionCtx marks records whose Partition the router chose.
-var explicitPartitionCtx = context.WithValue(context.Background(), explicitPartition{}, true)
-
-// PlaceExplicitly makes the partitioners of this package keep rec's
-// Partition (set by the router: placement partition) instead of hashing
-// its key.
-func PlaceExplicitly(rec *kgo.Record) { rec.Context = explicitPartitionCtx }
-
-// PlacedExplicitly reports whether rec keeps its Partition (PlaceExplicitly).
-func PlacedExplicitly(rec *kgo.Record) bool { return rec.Context == explicitPartitionCtx }
-
-type explicitOrKey struct{ key kgo.Partitioner }
-
-func (p explicitOrKey) ForTopic(t string) kgo.TopicPartitioner {
-	return explicitTopic{p.key.ForTopic(t)}
-}
-
-type explicitTopic struct{ kgo.TopicPartitioner }
-
-func (p explicitTopic) RequiresConsistency(r *kgo.Record) bool {
-	return r.Context == explicitPartitionCtx || p.TopicPartitioner.RequiresConsistency(r)
-}
-
-func (p explicitTopic) Partition(r *kgo.Record, n int) int {
-	if r.Context == explicitPartitionCtx {
-		return int(r.Partition)
+// KeyPartition is the partition the Java client places key in among n
+// partitions: toPositive(murmur2(key)) % n (Kafka's Utils.murmur2, seed
+// 0x9747b28c). Every record the relay builds has a key.
+func KeyPartition(key []byte, n int32) int32 {
+	if n <= 0 {
+		return 0
 	}
-	return p.TopicPartitioner.Partition(r, n)
+	return int32(murmur2(key)&0x7fffffff) % n
 }
 
-// Placement says, per topic, by which partition count keyed records are
-// placed: PlaceBy(topic) is called once per topic, and the function it
-// returns with the count franz-go knows for each keyed record.
-type Placement interface {
-	PlaceBy(topic string) func(known int) int
+// murmur2 is Kafka's 32-bit MurmurHash2 (org.apache.kafka.common.utils.Utils.murmur2).
+func murmur2(data []byte) uint32 {
+	const (
+		seed uint32 = 0x9747b28c
+		m    uint32 = 0x5bd1e995
+		r           = 24
+	)
+	h := seed ^ uint32(len(data))
+	for len(data) >= 4 {
+		k := uint32(data[0]) | uint32(data[1])<<8 | uint32(data[2])<<16 | uint32(data[3])<<24
+		k *= m
+		k ^= k >> r
+		k *= m
+		h *= m
+		h ^= k
+		data = data[4:]
+	}
+	switch len(data) {
+	case 3:
+		h ^= uint32(data[2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(data[1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(data[0])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return h
 }
 
-// PlacedPartitioner is Partitioner with keyed records placed by p's
-// counts (explicitly placed and keyless records as Partitioner places them).
-func PlacedPartitioner(p Placement) kgo.Partitioner {
-	return placedPartitioner{explicitOrKey{kgo.StickyKeyPartitioner(nil)}, p}
+// Partitioner is the partitioner of every producer that sends records
+// whose builder placed them (see above): it keeps each record's Partition.
+// A partition the topic does not have (as the client knows it) fails the
+// record.
+func Partitioner() kgo.Partitioner { return ObservedPartitioner(nil) }
+
+// Observer is told, per record, how many partitions the producer knows
+// its topic to have: Observe(topic) is called once per topic, and the
+// function it returns with that count for each record.
+type Observer interface {
+	Observe(topic string) func(known int)
 }
 
-type placedPartitioner struct {
-	explicitOrKey
-	p Placement
+// ObservedPartitioner is Partitioner with o told the count the producer
+// knows for each record (nil: Partitioner); the relay compares it with the
+// count it places keys by.
+func ObservedPartitioner(o Observer) kgo.Partitioner { return placed{o} }
+
+type placed struct{ o Observer }
+
+func (p placed) ForTopic(topic string) kgo.TopicPartitioner {
+	t := placedTopic{}
+	if p.o != nil {
+		t.observe = p.o.Observe(topic)
+	}
+	return t
 }
 
-func (pp placedPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	return placedTopic{explicitTopic: pp.explicitOrKey.ForTopic(topic).(explicitTopic), by: pp.p.PlaceBy(topic)}
-}
+type placedTopic struct{ observe func(int) }
 
-// placedTopic places a topic's keyed records by its Placement's count.
-type placedTopic struct {
-	explicitTopic
-	by func(known int) int
-}
+func (placedTopic) RequiresConsistency(*kgo.Record) bool { return true }
 
 func (t placedTopic) Partition(r *kgo.Record, n int) int {
-	if r.Context == explicitPartitionCtx || r.Key == nil {
-		return t.explicitTopic.Partition(r, n)
+	if t.observe != nil {
+		t.observe(n)
 	}
-	return t.explicitTopic.Partition(r, t.by(n))
-}
-
-// PartitionerFor is Partitioner with the keys of each topic in counts (a
-// checkpoint's Partitions) placed by its count, as the relay places them:
-// records a command publishes again (replay, dead-letter replay) land in
-// their aggregate's partition after partitions were added. A topic with
-// fewer partitions than its count fails the record.
-func PartitionerFor(counts map[string]int32) kgo.Partitioner {
-	return PlacedPartitioner(recorded(counts))
-}
-
-// recorded places by fixed counts; a topic without one by the count known.
-type recorded map[string]int32
-
-func (r recorded) PlaceBy(topic string) func(int) int {
-	c := int(r[topic])
-	return func(known int) int {
-		if c == 0 {
-			return known
-		}
-		return c
-	}
+	return int(r.Partition)
 }

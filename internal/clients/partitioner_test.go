@@ -1,6 +1,7 @@
 package clients
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -8,48 +9,57 @@ import (
 
 // Expected partitions computed with the Java client's formula
 // (Utils.toPositive(Utils.murmur2(key)) % n), independently of franz-go.
-func TestPartitionerIsJavaMurmur2(t *testing.T) {
+func TestKeyPartitionIsJavaMurmur2(t *testing.T) {
 	for _, tt := range []struct {
 		key  string
-		n    int
-		want int
+		n    int32
+		want int32
 	}{
 		{"device-0", 3, 1}, {"device-1", 3, 1}, {"device-2", 3, 1}, {"dev-7", 3, 2}, {"hello", 3, 0},
 	} {
-		p := Partitioner().ForTopic("t")
-		if got := p.Partition(&kgo.Record{Key: []byte(tt.key)}, tt.n); got != tt.want {
+		if got := KeyPartition([]byte(tt.key), tt.n); got != tt.want {
 			t.Errorf("key %q over %d partitions: %d, want %d", tt.key, tt.n, got, tt.want)
 		}
 	}
 }
 
-func TestPartitionerKeepsExplicitPartitions(t *testing.T) {
-	p := Partitioner().ForTopic("t")
-	rec := &kgo.Record{Key: []byte("hello"), Partition: 2}
-	PlaceExplicitly(rec)
-	if got := p.Partition(rec, 3); got != 2 || !p.RequiresConsistency(rec) {
-		t.Fatalf("explicit partition: got %d", got)
+// KeyPartition places every key where franz-go's default partitioner
+// (murmur2, as the Java client) does, for keys of every length (the hash's
+// tail of 0 to 3 bytes) and several partition counts: the relay's own
+// placement keeps every aggregate where earlier releases put it.
+func TestKeyPartitionAsFranzGoKeyPartitioner(t *testing.T) {
+	franz := kgo.StickyKeyPartitioner(nil).ForTopic("t")
+	for i := range 2000 {
+		key := []byte(fmt.Sprintf("aggregate-%d-%s", i, "xyz"[:i%4]))
+		for _, n := range []int32{1, 3, 6, 7, 64} {
+			if got, want := KeyPartition(key, n), int32(franz.Partition(&kgo.Record{Key: key}, int(n))); got != want {
+				t.Fatalf("key %q over %d partitions: %d, franz-go %d", key, n, got, want)
+			}
+		}
 	}
-	if got := p.Partition(&kgo.Record{Key: []byte("hello"), Partition: 2}, 3); got != 0 {
-		t.Fatalf("a record without the marker is placed by its key: got %d, want 0", got)
+	if got, want := KeyPartition([]byte{}, 6), int32(franz.Partition(&kgo.Record{Key: []byte{}}, 6)); got != want {
+		t.Fatalf("empty key: %d, franz-go %d", got, want)
 	}
 }
 
-// PartitionerFor places a keyed record by the count its topic recorded
-// (partitions added since do not move an aggregate), a topic without one
-// by the count franz-go knows; explicit and keyless records as Partitioner.
-func TestPartitionerForPlacesByRecordedCounts(t *testing.T) {
-	p := PartitionerFor(map[string]int32{"t": 3})
-	rec := &kgo.Record{Key: []byte("dev-7")} // murmur2: 2 of 3 (TestPartitionerIsJavaMurmur2)
-	if got := p.ForTopic("t").Partition(rec, 6); got != 2 {
-		t.Fatalf("recorded 3, known 6: partition %d, want 2 (by the recorded count)", got)
+// The producer keeps every record's Partition, whatever its key, and tells
+// the observer the count it knows for each record.
+func TestPartitionerKeepsEveryRecordsPartition(t *testing.T) {
+	p := Partitioner().ForTopic("t")
+	rec := &kgo.Record{Key: []byte("hello"), Partition: 2} // murmur2: 0 of 3
+	if got := p.Partition(rec, 3); got != 2 || !p.RequiresConsistency(rec) {
+		t.Fatalf("partition %d, want 2 (the record's own)", got)
 	}
-	if got, want := p.ForTopic("other").Partition(rec, 6), Partitioner().ForTopic("other").Partition(rec, 6); got != want {
-		t.Fatalf("a topic without a recorded count: partition %d, want %d (by the known count)", got, want)
+	seen := map[string][]int{}
+	o := ObservedPartitioner(observer(func(topic string, n int) { seen[topic] = append(seen[topic], n) }))
+	if got := o.ForTopic("u").Partition(&kgo.Record{Key: []byte("hello"), Partition: 5}, 6); got != 5 {
+		t.Fatalf("observed partitioner: partition %d, want 5", got)
 	}
-	explicit := &kgo.Record{Key: []byte("dev-7"), Partition: 5}
-	PlaceExplicitly(explicit)
-	if got := p.ForTopic("t").Partition(explicit, 6); got != 5 {
-		t.Fatalf("explicit partition: %d, want 5", got)
+	if fmt.Sprint(seen) != "map[u:[6]]" {
+		t.Fatalf("observed %v, want topic u with 6 partitions", seen)
 	}
 }
+
+type observer func(topic string, n int)
+
+func (o observer) Observe(topic string) func(int) { return func(n int) { o(topic, n) } }

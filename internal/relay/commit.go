@@ -7,8 +7,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 )
 
@@ -74,7 +72,7 @@ func (l *loop) batchOpen() bool {
 // send adds rec to the batch being built: produced at once, or held while
 // the previous batch's commit is in flight (with two lanes: until the loop
 // has seen that batch flushed, between two hand-offs of the reader).
-func (l *loop) send(ctx context.Context, rec *kgo.Record) error {
+func (l *loop) send(ctx context.Context, rec outRecord) error {
 	if j := l.inflight; j != nil && !j.released {
 		l.held = append(l.held, rec)
 		return nil
@@ -111,7 +109,7 @@ func (l *loop) produceHeld(ctx context.Context) error {
 		if err := l.sink.produce(ctx, rec); err != nil {
 			return err
 		}
-		l.held[i] = nil
+		l.held[i] = outRecord{}
 		if (i+1)%releaseChunk == 0 {
 			l.sink.sendNow()
 		}

@@ -143,7 +143,7 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := newExactlyOnceSink(ctx, cl, store, sinkOptions{timeout: 10 * time.Second, parts: 3, repl: 1, lease: lease})
-		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("before the partition")}); err != nil {
+		if err := s.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("before the partition")}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := cl.Flush(ctx); err != nil {
@@ -180,7 +180,7 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 	if err := la.Err(); !errors.Is(err, ha.ErrLeaseLost) {
 		t.Fatalf("lease error %v, want ha.ErrLeaseLost", err)
 	}
-	if err := guarded.produce(la.Context(), &kgo.Record{Topic: "data", Value: []byte("late")}); !errors.Is(err, ha.ErrLeaseLost) {
+	if err := guarded.produce(la.Context(), outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("late")}}); !errors.Is(err, ha.ErrLeaseLost) {
 		t.Fatalf("produce after the loss: %v, want ha.ErrLeaseLost", err)
 	}
 	if _, err := guarded.commit(la.Context(), cpAt("0-1-2")); !errors.Is(err, ha.ErrLeaseLost) {

@@ -143,7 +143,7 @@ func (h *harness) start() *attempt {
 	}
 	opts := sinkOptions{timeout: cfg.Kafka.RequestTimeout,
 		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits, traced: r.spans != nil}
+		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits}
 	first := newExactlyOnceSink(context.Background(), cl, r.store, opts)
 	a.snk = first
 	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)

@@ -237,7 +237,7 @@ func TestLanesEpochExhaustionOnRealKafka(t *testing.T) {
 	}
 	began := time.Now()
 	for i := 1; i <= n; i++ {
-		if err := s.produce(ctx, &kgo.Record{Topic: name, Value: []byte(strconv.Itoa(i))}); err != nil {
+		if err := s.produce(ctx, outRecord{Record: &kgo.Record{Topic: name, Value: []byte(strconv.Itoa(i))}}); err != nil {
 			t.Fatalf("commit %d: %v", i, err)
 		}
 		if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {

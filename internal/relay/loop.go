@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -94,7 +93,7 @@ type loop struct {
 	// Kafka transaction). wantCommit: the batch is due as soon as the
 	// commit in flight ends (the reader caught up meanwhile).
 	inflight   *inflightCommit
-	held       []*kgo.Record
+	held       []outRecord
 	wantCommit bool
 
 	xa xaState // XA transactions read and not yet ended

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/router"
@@ -38,7 +36,7 @@ func (l *loop) overBound() bool {
 
 // pendingRecord is a routed record of the source transaction being read.
 type pendingRecord struct {
-	rec *kgo.Record
+	rec outRecord
 	to  topicOutcome
 }
 

@@ -55,7 +55,7 @@ type sealedBatch struct {
 var _ sink = (*fakeSink)(nil)
 
 func (f *fakeSink) ensureTopic(context.Context, string) (topicInfo, error) {
-	return topicInfo{partitions: 3, maxBytes: maxBatchBytes}, nil
+	return topicInfo{partitions: 3, placeBy: 3, maxBytes: maxBatchBytes}, nil
 }
 
 func (f *fakeSink) rereadTopic(ctx context.Context, topic string) (topicInfo, bool, error) {
@@ -65,9 +65,9 @@ func (f *fakeSink) rereadTopic(ctx context.Context, topic string) (topicInfo, bo
 
 func (f *fakeSink) placements() *placements { return nil }
 
-func (f *fakeSink) produce(_ context.Context, rec *kgo.Record) error {
-	f.open = append(f.open, rec)
-	f.note("produce " + header(rec, "id"))
+func (f *fakeSink) produce(_ context.Context, rec outRecord) error {
+	f.open = append(f.open, rec.Record)
+	f.note("produce " + header(rec.Record, "id"))
 	return nil
 }
 

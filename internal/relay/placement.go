@@ -90,10 +90,11 @@ func (p *placements) slot(topic string) *topicSlot {
 }
 
 // learn sets topic's count: actual, or the one recorded before, as
-// kafka.on_partitions_added says. An error stops the relay.
-func (p *placements) learn(topic string, actual int32) error {
+// kafka.on_partitions_added says, and returns it: the count the relay
+// places topic's keys by. An error stops the relay.
+func (p *placements) learn(topic string, actual int32) (int32, error) {
 	if p == nil || actual <= 0 {
-		return nil
+		return actual, nil
 	}
 	p.mu.Lock()
 	recorded, ok := p.recorded[topic]
@@ -105,11 +106,11 @@ func (p *placements) learn(topic string, actual int32) error {
 		p.log.Warn().Str("topic", topic).Int32("recorded_partitions", recorded).Int32("partitions", actual).
 			Msg("output topic partition count changed: adopting the new count (kafka.on_partitions_added: adopt); an aggregate's records from before this point may be in another partition than its later ones")
 	case actual < recorded:
-		return fmt.Errorf("%w: topic %s has %d partitions, fewer than the %d the checkpoint places keys by (deleted and created again?): "+
+		return 0, fmt.Errorf("%w: topic %s has %d partitions, fewer than the %d the checkpoint places keys by (deleted and created again?): "+
 			"create it again with %d partitions, or set kafka.on_partitions_added: adopt for one start to place keys by %d from now on",
 			ErrPartitionsChanged, topic, actual, recorded, recorded, actual)
 	case p.policy == config.PartitionsStop:
-		return fmt.Errorf("%w: topic %s has %d partitions, the checkpoint places keys by %d (kafka.on_partitions_added: stop): "+
+		return 0, fmt.Errorf("%w: topic %s has %d partitions, the checkpoint places keys by %d (kafka.on_partitions_added: stop): "+
 			"set kafka.on_partitions_added: keep to go on with %d (no aggregate split), or adopt for one start to place keys by %d from now on",
 			ErrPartitionsChanged, topic, actual, recorded, recorded, actual)
 	default: // keep
@@ -130,18 +131,21 @@ func (p *placements) learn(topic string, actual int32) error {
 		p.recorded = next
 		p.mu.Unlock()
 	}
-	return nil
+	return use, nil
 }
 
-// place is the count to place a keyed record of s by, when franz-go
-// knows n partitions: the learned count (n when none is learned). With
-// fewer than that (the topic created again while running) the record fails
-// (franz-go refuses a choice beyond n) and the attempt with it: the next
-// one stops at the topic (learn), never placing a key elsewhere.
-func (p *placements) place(topic string, s *topicSlot, n int) int {
+// observe compares the count keys of s are placed by (the learned count,
+// by which the relay chose each record's partition) with n, the count
+// franz-go knows when it sends a record of topic; a difference, seen once,
+// is logged and noted for changedWhileRunning. The record keeps its
+// partition: with fewer partitions than that (the topic created again while
+// running) franz-go fails a record placed beyond n, and the attempt with
+// it: the next one stops at the topic (learn), never placing a key
+// elsewhere.
+func (p *placements) observe(topic string, s *topicSlot, n int) {
 	c := int(s.count.Load())
 	if c == 0 || c == n {
-		return n
+		return
 	}
 	if !s.warned.Swap(true) {
 		t := topic
@@ -149,7 +153,6 @@ func (p *placements) place(topic string, s *topicSlot, n int) int {
 		p.log.Warn().Str("topic", topic).Int("placed_partitions", c).Int("partitions", n).
 			Msg("output topic partition count changed while running: keyed records keep going by the count this attempt started with (see kafka.on_partitions_added)")
 	}
-	return c
 }
 
 // changedWhileRunning is an error ending the attempt when a topic's count
@@ -175,9 +178,10 @@ func (p *placements) changedWhileRunning() error {
 	return nil
 }
 
-// PlaceBy is topic's placement for the producer's partitioner
-// (clients.PlacedPartitioner): keyed records placed by the learned count.
-func (p *placements) PlaceBy(topic string) func(known int) int {
+// Observe is topic's check for the producer's partitioner
+// (clients.ObservedPartitioner): the count franz-go knows, compared with
+// the learned one for each record.
+func (p *placements) Observe(topic string) func(known int) {
 	s := p.slot(topic)
-	return func(known int) int { return p.place(topic, s, known) }
+	return func(known int) { p.observe(topic, s, known) }
 }

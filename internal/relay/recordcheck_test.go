@@ -72,7 +72,7 @@ func TestRecordRefusedByBrokerIsNamedDataStop(t *testing.T) {
 		return &kgo.Record{Topic: "data", Key: []byte("k"), Value: v, Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(id)}}}
 	}
 	for _, r := range []*kgo.Record{rec("ok-1", 10), rec("big-1", 5000)} {
-		if err := a.produce(ctx, r); err != nil {
+		if err := a.produce(ctx, outRecord{Record: r}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -20,9 +20,20 @@ import (
 
 // outgoing is a record ready to produce and what it counts as.
 type outgoing struct {
-	kafka   *kgo.Record
+	kafka   outRecord
 	outcome string // published | dead_letter
 	EventID string
+}
+
+// outRecord is a record the relay produces, with the span it publishes it
+// under (the zero spans.Span: none), kept beside the record, never in it.
+// Its place is the record's own Partition, chosen by the loop: the
+// router's (placement partition), or its key's by the count the topic's
+// keys are placed by (placement.go); the producer keeps it
+// (clients.Partitioner).
+type outRecord struct {
+	*kgo.Record
+	span spans.Span
 }
 
 type topicOutcome struct{ topic, outcome string }
@@ -42,15 +53,16 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 	if err != nil {
 		return out, err
 	}
-	out.kafka = &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
+	out.kafka.Record = &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
 	if rec.HasPartition {
 		if rec.Partition >= info.partitions {
 			return out, fmt.Errorf("%w: partition %d, topic %s has %d", router.ErrBadRow, rec.Partition, rec.Topic, info.partitions)
 		}
 		out.kafka.Partition = rec.Partition
-		clients.PlaceExplicitly(out.kafka)
+	} else {
+		out.kafka.Partition = clients.KeyPartition(rec.Key, info.placeBy)
 	}
-	if n := recordSize(out.kafka); n > info.maxBytes {
+	if n := recordSize(out.kafka.Record); n > info.maxBytes {
 		// Too large for the topic as last read: read it again first. A
 		// raised limit ends the attempt: the next one's client batches by
 		// it (franz-go keeps a partition's limit once it has met it).
@@ -64,17 +76,18 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 		}
 		return out, fmt.Errorf("topic %s: max.message.bytes is now %d (was %d): start again with it", rec.Topic, info.maxBytes, was)
 	}
-	if err := checkStamp(out.kafka, info); err != nil {
+	if err := checkStamp(out.kafka.Record, info); err != nil {
 		return out, err
 	}
 	if l.r.spans != nil {
 		n := len(out.kafka.Headers)
-		l.r.spans.Start(out.kafka, spans.Row{EventID: rec.EventID, Table: rt.table, CommitTime: row.CommitTime})
-		if recordSize(out.kafka) > info.maxBytes {
+		out.kafka.span = l.r.spans.Start(out.kafka.Record, spans.Row{EventID: rec.EventID, Table: rt.table, CommitTime: row.CommitTime})
+		if recordSize(out.kafka.Record) > info.maxBytes {
 			// The span's traceparent, added to a row that had none, takes a
 			// record at its topic's limit over it: the row goes out as it
 			// came, without the relay's span.
-			spans.Untrace(out.kafka, n)
+			spans.Untrace(out.kafka.Record, n)
+			out.kafka.span = spans.Span{}
 		}
 	}
 	return out, nil
@@ -108,7 +121,8 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 			return outgoing{}, fmt.Errorf("encode dead-letter row: %w; %w", err, cause)
 		}
 	}
-	rec := &kgo.Record{Topic: rt.deadLetter, Key: []byte(eventID), Value: value, Timestamp: row.CommitTime, Headers: []kgo.RecordHeader{
+	key := []byte(eventID)
+	rec := &kgo.Record{Topic: rt.deadLetter, Partition: clients.KeyPartition(key, info.placeBy), Key: key, Value: value, Timestamp: row.CommitTime, Headers: []kgo.RecordHeader{
 		{Key: "error", Value: []byte(cause.Error())},
 		{Key: "source.table", Value: []byte(rt.table)},
 		{Key: "source.gtid", Value: []byte(ev.GTID)},
@@ -131,7 +145,7 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 		}
 	}
 	l.r.log.Warn().Err(cause).Str("dead_letter_topic", rt.deadLetter).Msg("bad row sent to the dead-letter topic")
-	return outgoing{kafka: rec, outcome: "dead_letter", EventID: eventID}, nil
+	return outgoing{kafka: outRecord{Record: rec}, outcome: "dead_letter", EventID: eventID}, nil
 }
 
 // rowBytes is the size of row's text and byte values.

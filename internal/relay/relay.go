@@ -186,12 +186,13 @@ const spanShutdown = 5 * time.Second
 var errSourceStream = newError(Transient, "binlog", "binlog stream ended")
 
 // producerOpts are the options of an attempt's producer of lane
-// (clients.Kafka.Producer): batches bounded by limits, keys placed by
-// place (nil: as the Java client places them), client metrics from m.
+// (clients.Kafka.Producer): batches bounded by limits, every record in the
+// partition the loop chose for it, the counts franz-go knows compared with
+// place's (nil: not compared), client metrics from m.
 func producerOpts(k clients.Kafka, lane int, limits *topicLimits, place *placements, m *metrics.Metrics) []kgo.Opt {
 	var part kgo.Partitioner
 	if place != nil {
-		part = clients.PlacedPartitioner(place)
+		part = clients.ObservedPartitioner(place)
 	}
 	return k.Producer(lane, clients.Attempt{BatchMaxBytes: limits.batchMaxBytes, Partitioner: part, Metrics: m})
 }
@@ -290,7 +291,7 @@ func (r *Relay) connectKafka(ctx context.Context, kc *attemptClients, limits *to
 func (r *Relay) sinkOptions(limits *topicLimits, place *placements, group *goroutines, ls *ha.Lease) sinkOptions {
 	return sinkOptions{timeout: r.cfg.Kafka.RequestTimeout,
 		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group, lease: ls, traced: r.spans != nil}
+		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group, lease: ls}
 }
 
 // stopAbortTimeout bounds the abort of a stopping relay's open transaction.

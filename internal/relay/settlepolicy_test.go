@@ -134,14 +134,14 @@ func TestSmallBatchOneProduceRequest(t *testing.T) {
 			}
 			// As the relay at the head: its first commit (checkpoint only) is
 			// behind it, the client knows both topics.
-			if err := snk.produce(ctx, &kgo.Record{Topic: "orders", Key: []byte("o-0"), Value: []byte("{}")}); err != nil {
+			if err := snk.produce(ctx, outRecord{Record: &kgo.Record{Topic: "orders", Key: []byte("o-0"), Value: []byte("{}")}}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := snk.commitBatch(ctx, &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: "0-1-1", Flavor: "mariadb", Events: 1}, false, nil); err != nil {
 				t.Fatal(err)
 			}
 			produces.Store(0)
-			if err := snk.produce(ctx, &kgo.Record{Topic: "orders", Key: []byte("o-1"), Value: []byte("{}")}); err != nil {
+			if err := snk.produce(ctx, outRecord{Record: &kgo.Record{Topic: "orders", Key: []byte("o-1"), Value: []byte("{}")}}); err != nil {
 				t.Fatal(err)
 			}
 			if tc.linger != nil {
@@ -247,7 +247,7 @@ func TestSettleStaysOnAfterOneTransientError(t *testing.T) {
 	})
 	s, ctx := txnSink(t, c)
 	for i := 1; i <= 5; i++ {
-		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+		if err := s.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("v")}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.commit(ctx, cpAt("0-1-"+string(rune('0'+i)))); err != nil {
@@ -285,7 +285,7 @@ func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
 			})
 			s, ctx := txnSink(t, c)
 			for i := 1; i <= settleGiveUp+3; i++ {
-				if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+				if err := s.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("v")}}); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {
@@ -333,7 +333,7 @@ func TestSettleGivesUpOnSlowDescribeTransactions(t *testing.T) {
 	var waited time.Duration
 	for i := 1; i <= n; i++ {
 		began := time.Now()
-		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+		if err := s.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("v")}}); err != nil {
 			t.Fatal(err)
 		}
 		waited += time.Since(began)
@@ -369,7 +369,7 @@ func TestSettleSurvivesBriefCoordinatorUnavailability(t *testing.T) {
 	})
 	s, ctx := txnSink(t, c)
 	for i := 1; i <= settleGiveUp+20; i++ {
-		if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+		if err := s.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("v")}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {

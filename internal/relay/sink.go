@@ -61,9 +61,10 @@ type sink interface {
 	placements() *placements
 
 	// produce sends rec asynchronously within the open batch, beginning
-	// one if none is open; sendNow sends what the producer holds for its
-	// linger at once.
-	produce(ctx context.Context, rec *kgo.Record) error
+	// one if none is open, and ends its span once it is published (or
+	// will not be); sendNow sends what the producer holds for its linger
+	// at once.
+	produce(ctx context.Context, rec outRecord) error
 	sendNow()
 	// isOpen reports whether a batch has begun; openFor is how long the
 	// open Kafka transaction has been open (0 when none is, or without
@@ -156,15 +157,11 @@ type sinkOptions struct {
 	// lease is the term the sink publishes for (nil without an election):
 	// once it is lost the sink produces and commits nothing more.
 	lease *ha.Lease
-	// traced: the relay's own spans are on (internal/spans); records the
-	// loop traced carry their span in their Context, which the sink keeps
-	// under its produce context and ends once they are published.
-	traced bool
 }
 
 func newKafkaSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *kafkaSink {
 	s := &kafkaSink{sinkOptions: opts, cl: cl, adm: kadm.NewClient(cl), store: store,
-		topics: map[string]topicInfo{store.Topic(): {partitions: 1, maxBytes: maxBatchBytes}}, reread: map[string]bool{}, pctx: ctx}
+		topics: map[string]topicInfo{store.Topic(): {partitions: 1, placeBy: 1, maxBytes: maxBatchBytes}}, reread: map[string]bool{}, pctx: ctx}
 	s.promise = func(r *kgo.Record, err error) {
 		if err != nil {
 			s.errMu.Lock()
@@ -230,8 +227,11 @@ func (s *kafkaSink) refusedAt() string {
 // topicInfo is what the sink knows of a topic it writes to.
 type topicInfo struct {
 	partitions int32
-	maxBytes   int         // largest record the topic accepts
-	stamps     stampBounds // the timestamps it accepts (recordcheck.go)
+	// placeBy is the partition count the topic's keys are placed by
+	// (placement.go): partitions, or the count the checkpoint recorded.
+	placeBy  int32
+	maxBytes int         // largest record the topic accepts
+	stamps   stampBounds // the timestamps it accepts (recordcheck.go)
 }
 
 // maxBatchBytes is franz-go's default ProducerBatchMaxBytes: no record may
@@ -302,7 +302,7 @@ func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, e
 	if info.partitions, err = listedPartitions(topic, details[topic]); err != nil {
 		return topicInfo{}, fmt.Errorf("describe topic %s: %w (retried)", topic, err)
 	}
-	if err := s.place.learn(topic, info.partitions); err != nil {
+	if info.placeBy, err = s.place.learn(topic, info.partitions); err != nil {
 		return topicInfo{}, err
 	}
 	rc, err := s.adm.DescribeTopicConfigs(ctx, topic)

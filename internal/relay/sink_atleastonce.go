@@ -43,6 +43,9 @@ type atLeastOnceSink struct {
 type aloBatch struct {
 	pending atomic.Int64
 	cp      *checkpoint.Checkpoint
+	// acked takes the acknowledgement of a record of the batch and ends
+	// its span; promise is the callback of an untraced one.
+	acked   func(*kgo.Record, error, spans.Span)
 	promise func(*kgo.Record, error)
 }
 
@@ -71,17 +74,16 @@ func (s *atLeastOnceSink) wake() {
 // newBatch starts a batch whose records share one callback.
 func (s *atLeastOnceSink) newBatch() *aloBatch {
 	b := &aloBatch{}
-	b.promise = func(r *kgo.Record, err error) {
+	b.acked = func(r *kgo.Record, err error, span spans.Span) {
 		s.promise(r, err) // the error is recorded before the count drops
-		if s.traced {
-			spans.End(r, err)
-		}
+		span.End(r, err)
 		s.unacked.Add(-1)
 		s.unackedBytes.Add(-int64(len(r.Key) + len(r.Value)))
 		if b.pending.Add(-1) == 0 {
 			s.wake()
 		}
 	}
+	b.promise = func(r *kgo.Record, err error) { b.acked(r, err, spans.Span{}) }
 	return b
 }
 
@@ -94,7 +96,7 @@ func (s *atLeastOnceSink) begin() {
 }
 
 // produce sends rec asynchronously within the open batch.
-func (s *atLeastOnceSink) produce(ctx context.Context, rec *kgo.Record) error {
+func (s *atLeastOnceSink) produce(ctx context.Context, rec outRecord) error {
 	if err := s.lease.Err(); err != nil {
 		return err
 	}
@@ -121,10 +123,12 @@ func (s *atLeastOnceSink) produce(ctx context.Context, rec *kgo.Record) error {
 	s.unacked.Add(1)
 	s.unackedBytes.Add(int64(len(rec.Key) + len(rec.Value)))
 	s.cur.pending.Add(1)
-	if s.traced {
-		spans.Rebase(s.pctx, rec)
+	promise := s.cur.promise
+	if span := rec.span; span.Traced() {
+		acked := s.cur.acked
+		promise = func(r *kgo.Record, err error) { acked(r, err, span) }
 	}
-	s.cl.Produce(s.pctx, rec, s.cur.promise)
+	s.cl.Produce(s.pctx, rec.Record, promise)
 	return nil
 }
 

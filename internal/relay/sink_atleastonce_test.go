@@ -20,7 +20,7 @@ func TestAtLeastOnceCheckpointFollowsAcknowledgements(t *testing.T) {
 
 	release := a.hold()
 	for i := range 3 {
-		if err := a.produce(ctx, &kgo.Record{Topic: "data", Key: []byte{byte(i)}, Value: []byte("v")}); err != nil {
+		if err := a.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Key: []byte{byte(i)}, Value: []byte("v")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -58,10 +58,10 @@ func TestAtLeastOnceFailedRecordWritesNoCheckpoint(t *testing.T) {
 	a.pin(t, "0-1-1")
 	// Larger than any record batch the client sends: refused before it leaves.
 	big := bytes.Repeat([]byte("x"), 2<<20)
-	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: big}); err != nil {
+	if err := a.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: big}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("ok")}); err != nil {
+	if err := a.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("ok")}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := a.commit(ctx, cpAt("0-1-2"))
@@ -86,12 +86,12 @@ func TestAtLeastOnceBoundsUnacknowledgedRecords(t *testing.T) {
 	release := a.hold()
 	defer release()
 	for i := range 2 {
-		if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte{byte(i)}}); err != nil {
+		if err := a.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte{byte(i)}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("third")}) }()
+	go func() { done <- a.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("third")}}) }()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "wait for acknowledgements") {

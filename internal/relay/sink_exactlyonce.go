@@ -54,9 +54,9 @@ type exactlyOnceSink struct {
 	checkPaused time.Time
 	checkWarned bool
 
-	// tracedRecs are the traced records of the open transaction (only
-	// with sinkOptions.traced): their spans end with its commit or abort.
-	tracedRecs []*kgo.Record
+	// traced are the traced records of the open transaction: their spans
+	// end with its commit or abort.
+	traced []outRecord
 }
 
 func newExactlyOnceSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, opts sinkOptions) *exactlyOnceSink {
@@ -93,29 +93,28 @@ func (s *exactlyOnceSink) begin() error {
 }
 
 // produce sends rec asynchronously within the open Kafka transaction.
-func (s *exactlyOnceSink) produce(_ context.Context, rec *kgo.Record) error {
+func (s *exactlyOnceSink) produce(_ context.Context, rec outRecord) error {
 	if err := s.lease.Err(); err != nil {
 		return err
 	}
 	if err := s.begin(); err != nil {
 		return err
 	}
-	if s.traced && rec.Context != nil {
-		spans.Rebase(s.pctx, rec)
-		s.tracedRecs = append(s.tracedRecs, rec)
+	if rec.span.Traced() {
+		s.traced = append(s.traced, rec)
 	}
-	s.cl.Produce(s.pctx, rec, s.promise)
+	s.cl.Produce(s.pctx, rec.Record, s.promise)
 	return nil
 }
 
 // endSpans ends the spans of the open transaction's traced records:
 // published when err is nil.
 func (s *exactlyOnceSink) endSpans(err error) {
-	for i, rec := range s.tracedRecs {
-		spans.End(rec, err)
-		s.tracedRecs[i] = nil
+	for i, rec := range s.traced {
+		rec.span.End(rec.Record, err)
+		s.traced[i] = outRecord{}
 	}
-	s.tracedRecs = s.tracedRecs[:0]
+	s.traced = s.traced[:0]
 }
 
 // seal runs commitBatch in the attempt's goroutines: its result arrives on

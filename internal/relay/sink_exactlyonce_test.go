@@ -34,7 +34,7 @@ func TestExactlyOnceAwaitsVisibleCheckpoint(t *testing.T) {
 	if err := other.ProduceSync(ctx, a.store.Record(&checkpoint.Checkpoint{Name: "other", GTIDSet: "0-1-1", Flavor: "mariadb"})).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+	if err := a.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("v")}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.commit(ctx, cpAt("0-1-2")); err != nil {
@@ -71,7 +71,7 @@ func TestExactlyOnceAbort(t *testing.T) {
 	}
 	a.pin(t, "0-1-1")
 	for i := range 5 {
-		if err := a.produce(ctx, &kgo.Record{Topic: "data", Key: []byte{byte(i)}, Value: []byte("aborted")}); err != nil {
+		if err := a.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Key: []byte{byte(i)}, Value: []byte("aborted")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,7 +91,7 @@ func TestExactlyOnceAbort(t *testing.T) {
 		t.Fatalf("after abort: %d records visible to read_committed, %d in the log; want 0 and 5", committed, all)
 	}
 	// A new transaction on the same client.
-	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("kept")}); err != nil {
+	if err := a.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("kept")}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.commit(ctx, cpAt("0-1-2")); err != nil {
@@ -116,7 +116,7 @@ func TestExactlyOnceTimedOutIsNotFenced(t *testing.T) {
 	opts.txn, opts.txnTimeout = true, time.Second
 	a := newTestSink(t, opts)
 	a.pin(t, "0-1-1")
-	if err := a.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("late")}); err != nil {
+	if err := a.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("late")}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond) // the broker aborts the transaction
@@ -134,7 +134,7 @@ func TestExactlyOnceTimedOutIsNotFenced(t *testing.T) {
 
 	b := newTestSink(t, opts)
 	b.pin(t, "0-1-1")
-	if err := b.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("fenced")}); err != nil {
+	if err := b.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("fenced")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.cl.Flush(ctx); err != nil {
@@ -200,7 +200,7 @@ func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
 	mu.Lock()
 	seen = nil // from the end of the first commit on
 	mu.Unlock()
-	if err := s.produce(ctx, &kgo.Record{Topic: "data", Value: []byte("v")}); err != nil {
+	if err := s.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("v")}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.commit(ctx, cpAt("0-1-2")); err != nil {

@@ -6,13 +6,14 @@
 //   - Off (a nil *Tracer, the default) it costs the callers a nil check per
 //     row and nothing else.
 //   - Start is called by the relay loop's goroutine once a row has become a
-//     record. It starts the span, keeps it in the record's Context and
-//     writes the span's context into the record's traceparent/tracestate
-//     headers, so that the consumer's span is the relay span's child.
-//   - End is called, from any goroutine, once the record is published
+//     record. It starts the span, returns it (a Span the relay keeps beside
+//     the record, never in it: not in its Context) and writes the span's
+//     context into the record's traceparent/tracestate headers, so that the
+//     consumer's span is the relay span's child.
+//   - Span.End is called, from any goroutine, once the record is published
 //     (exactly-once: its Kafka transaction committed; at-least-once:
-//     acknowledged) or will not be (its transaction aborted); a record
-//     that Start did not trace is ignored.
+//     acknowledged) or will not be (its transaction aborted); the zero
+//     Span (not traced) ignores it.
 //   - Spans are exported in batches by the SDK's goroutine, owned by the
 //     Tracer and joined by Shutdown within its context; an export to a
 //     collector that does not answer runs on past it until the SDK's
@@ -144,16 +145,25 @@ type Row struct {
 	CommitTime time.Time // the source transaction's commit (binlog) time
 }
 
-// commitTimeKey keys the row's commit time in a traced record's Context.
-type commitTimeKey struct{}
+// Span is the relay's span of publishing one record, and the row's commit
+// time it reports the delay from. The zero Span is none (tracing off, or
+// not sampled): its methods do nothing. The relay keeps it beside the
+// record it belongs to, never in the record.
+type Span struct {
+	span   trace.Span
+	commit time.Time
+}
+
+// Traced reports whether s is a span (Start sampled its row).
+func (s Span) Traced() bool { return s.span != nil }
 
 // Start starts the span of publishing rec, a child of the trace context in
 // rec's traceparent/tracestate headers (none: a new trace), and writes the
 // span's own context into those headers when it is sampled. A span that is
-// not sampled leaves rec as it was.
-func (t *Tracer) Start(rec *kgo.Record, row Row) {
+// not sampled leaves rec as it was and returns the zero Span.
+func (t *Tracer) Start(rec *kgo.Record, row Row) Span {
 	if t == nil {
-		return
+		return Span{}
 	}
 	parent := t.prop.Extract(context.Background(), recordheaders.Carrier{R: rec})
 	ctx, span := t.tracer.Start(parent, "publish "+rec.Topic,
@@ -167,36 +177,24 @@ func (t *Tracer) Start(rec *kgo.Record, row Row) {
 			attribute.String("outbox_relay.source.table", row.Table),
 		))
 	if !span.IsRecording() {
-		return
+		return Span{}
 	}
 	t.prop.Inject(ctx, recordheaders.Carrier{R: rec})
-	rec.Context = context.WithValue(ctx, commitTimeKey{}, row.CommitTime)
-}
-
-// Rebase gives a traced record the context it is produced under (its
-// cancellation fails the record, as franz-go's Produce does with the
-// context it is given), keeping its span; other records are left as they
-// are. Call it just before Produce.
-func Rebase(ctx context.Context, rec *kgo.Record) {
-	if rec.Context == nil {
-		return
-	}
-	t, _ := rec.Context.Value(commitTimeKey{}).(time.Time)
-	rec.Context = context.WithValue(trace.ContextWithSpan(ctx, trace.SpanFromContext(rec.Context)), commitTimeKey{}, t)
+	return Span{span: span, commit: row.CommitTime}
 }
 
 // Untrace undoes Start on rec, whose first n headers are those it had
 // before: Start appended the others (the traceparent of a row that had
-// none). The record goes out as it came, without the relay's span, which is
-// never ended nor exported. The relay calls it when those headers would
-// take the record over its topic's max.message.bytes.
+// none). The record goes out as it came, without the relay's span, which
+// the caller drops (the zero Span): it is never ended nor exported. The
+// relay calls it when those headers would take the record over its
+// topic's max.message.bytes.
 func Untrace(rec *kgo.Record, n int) {
-	if rec.Context == nil {
+	if len(rec.Headers) <= n {
 		return
 	}
 	clear(rec.Headers[n:])
 	rec.Headers = rec.Headers[:n]
-	rec.Context = nil
 }
 
 // ErrNotPublished is what End records on a span whose record's Kafka
@@ -204,21 +202,17 @@ func Untrace(rec *kgo.Record, n int) {
 // under a span of its own.
 var ErrNotPublished = errors.New("kafka transaction aborted: the row is published again from the committed checkpoint")
 
-// End ends rec's span, if Start traced it: published when err is nil, with
-// its partition, offset and the delay from the source commit; failed with
-// err otherwise.
-func End(rec *kgo.Record, err error) {
-	if rec.Context == nil {
-		return
-	}
-	span := trace.SpanFromContext(rec.Context)
-	if !span.IsRecording() {
+// End ends s, the span of rec: published when err is nil, with rec's
+// partition, offset and the delay from the source commit; failed with err
+// otherwise. The zero Span is ignored.
+func (s Span) End(rec *kgo.Record, err error) {
+	if s.span == nil {
 		return
 	}
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		span.End()
+		s.span.RecordError(err)
+		s.span.SetStatus(codes.Error, err.Error())
+		s.span.End()
 		return
 	}
 	now := time.Now()
@@ -226,9 +220,9 @@ func End(rec *kgo.Record, err error) {
 		attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))),
 		attribute.Int64("messaging.kafka.offset", rec.Offset),
 	}
-	if t, ok := rec.Context.Value(commitTimeKey{}).(time.Time); ok && !t.IsZero() {
-		attrs = append(attrs, attribute.Int64("outbox_relay.commit_to_publish_ms", now.Sub(t).Milliseconds()))
+	if !s.commit.IsZero() {
+		attrs = append(attrs, attribute.Int64("outbox_relay.commit_to_publish_ms", now.Sub(s.commit).Milliseconds()))
 	}
-	span.SetAttributes(attrs...)
-	span.End(trace.WithTimestamp(now))
+	s.span.SetAttributes(attrs...)
+	s.span.End(trace.WithTimestamp(now))
 }

@@ -78,9 +78,9 @@ func attrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 func TestNilTracerLeavesRecordsAlone(t *testing.T) {
 	var tr *Tracer
 	r := record("id", "e-1", "traceparent", "00-"+traceID+"-"+parent+"-01")
-	tr.Start(r, Row{EventID: "e-1"})
-	End(r, nil)
-	if r.Context != nil || len(r.Headers) != 2 || header(r, "traceparent") != "00-"+traceID+"-"+parent+"-01" {
+	span := tr.Start(r, Row{EventID: "e-1"})
+	span.End(r, nil)
+	if span.Traced() || r.Context != nil || len(r.Headers) != 2 || header(r, "traceparent") != "00-"+traceID+"-"+parent+"-01" {
 		t.Fatalf("record changed with tracing off: context %v, headers %v", r.Context, r.Headers)
 	}
 	if err := tr.Shutdown(context.Background()); err != nil {
@@ -96,10 +96,12 @@ func TestSpanIsTheRowContextsChildAndTheRecordsParent(t *testing.T) {
 	tr, exp := tracer(t, 1)
 	r := record("id", "e-1", "traceparent", "00-"+traceID+"-"+parent+"-01", "tracestate", "vendor=x")
 	commit := time.Now().Add(-1500 * time.Millisecond)
-	tr.Start(r, Row{EventID: "e-1", Table: "app.outbox", CommitTime: commit})
-	Rebase(context.Background(), r) // as the sink does before Produce
+	span := tr.Start(r, Row{EventID: "e-1", Table: "app.outbox", CommitTime: commit})
+	if r.Context != nil {
+		t.Fatal("Start set the record's Context: its span is the caller's to keep")
+	}
 	r.Partition, r.Offset = 2, 41
-	End(r, nil)
+	span.End(r, nil)
 	got := ended(t, tr, exp)
 	if len(got) != 1 {
 		t.Fatalf("%d spans exported, want 1", len(got))
@@ -142,13 +144,12 @@ func TestSpanIsTheRowContextsChildAndTheRecordsParent(t *testing.T) {
 func TestSpanSamplingFollowsTheRowAndTheRatio(t *testing.T) {
 	tr, exp := tracer(t, 1)
 	unsampled := record("traceparent", "00-"+traceID+"-"+parent+"-00")
-	tr.Start(unsampled, Row{EventID: "e-1"})
-	End(unsampled, nil)
+	unsampledSpan := tr.Start(unsampled, Row{EventID: "e-1"})
+	unsampledSpan.End(unsampled, nil)
 	root := record("id", "e-2")
-	tr.Start(root, Row{EventID: "e-2"})
-	End(root, nil)
+	tr.Start(root, Row{EventID: "e-2"}).End(root, nil)
 	got := ended(t, tr, exp)
-	if header(unsampled, "traceparent") != "00-"+traceID+"-"+parent+"-00" || unsampled.Context != nil {
+	if header(unsampled, "traceparent") != "00-"+traceID+"-"+parent+"-00" || unsampledSpan.Traced() {
 		t.Errorf("a row whose context is not sampled was changed: %v", unsampled.Headers)
 	}
 	if len(got) != 1 || got[0].Parent.IsValid() {
@@ -160,31 +161,26 @@ func TestSpanSamplingFollowsTheRowAndTheRatio(t *testing.T) {
 
 	none, exp := tracer(t, 0)
 	r := record("id", "e-3")
-	none.Start(r, Row{EventID: "e-3"})
-	End(r, nil)
+	none.Start(r, Row{EventID: "e-3"}).End(r, nil)
 	if got := ended(t, none, exp); len(got) != 0 || len(r.Headers) != 1 {
 		t.Fatalf("sample_ratio 0: %d spans, headers %v; want none and the record unchanged", len(got), r.Headers)
 	}
 }
 
 // An aborted transaction ends its spans as failed (the row is published
-// again under a new span); Rebase keeps the span under the produce
-// context, whose end fails the record as franz-go's Produce context does.
-func TestSpanOfAnAbortedRecordFailsAndRebaseKeepsIt(t *testing.T) {
+// again under a new span); the traced record keeps no Context of its own,
+// so franz-go gives it the produce context, whose end fails the record.
+func TestSpanOfAnAbortedRecordFailsAndTheRecordKeepsNoContext(t *testing.T) {
 	tr, exp := tracer(t, 1)
 	r := record("id", "e-1")
-	tr.Start(r, Row{EventID: "e-1"})
-	span := trace.SpanFromContext(r.Context)
-	pctx, cancel := context.WithCancel(context.Background())
-	Rebase(pctx, r)
-	if trace.SpanFromContext(r.Context) != span {
-		t.Fatal("Rebase lost the span")
+	span := tr.Start(r, Row{EventID: "e-1"})
+	if !span.Traced() {
+		t.Fatal("a sampled row's span is none")
 	}
-	cancel()
-	if r.Context.Err() == nil {
-		t.Fatal("Rebase did not take the produce context's cancellation")
+	if r.Context != nil {
+		t.Fatal("Start set the record's Context: franz-go would not give it the produce context")
 	}
-	End(r, ErrNotPublished)
+	span.End(r, ErrNotPublished)
 	got := ended(t, tr, exp)
 	if len(got) != 1 || got[0].Status.Code != codes.Error {
 		t.Fatalf("spans %+v, want one with status error", got)
@@ -203,8 +199,7 @@ func TestShutdownIsBoundedByItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := record()
-	tr.Start(r, Row{})
-	End(r, nil)
+	tr.Start(r, Row{}).End(r, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -229,8 +224,7 @@ func TestExportErrorsGoToOnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := record()
-	tr.Start(r, Row{})
-	End(r, nil)
+	tr.Start(r, Row{}).End(r, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = tr.Shutdown(ctx)
@@ -270,9 +264,8 @@ func BenchmarkStartEnd(b *testing.B) {
 			Headers: []kgo.RecordHeader{{Key: "id", Value: []byte("e-1")}, {Key: "traceparent", Value: tp}}}
 		b.ReportAllocs()
 		for b.Loop() {
-			r.Context, r.Headers[1].Value = nil, tp
-			tr.Start(r, row)
-			End(r, nil)
+			r.Headers[1].Value = tp
+			tr.Start(r, row).End(r, nil)
 		}
 	}
 	b.Run("off", func(b *testing.B) { run(b, nil) })
