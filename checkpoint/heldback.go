@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
 // ErrCheckpointHeldBack is returned (wrapped in a *HeldBackError) by Load
@@ -165,8 +166,7 @@ func (s *Store) stable(ctx context.Context, adm *kadm.Client) (start, end int64,
 // transient reports whether err may go away by itself: a retriable Kafka
 // error, or not a Kafka error at all (a connection that failed).
 func transient(err error) bool {
-	var ke *kerr.Error
-	return !errors.As(err, &ke) || ke.Retriable
+	return kafkaerr.Passing(err)
 }
 
 // holders finds the transactions open on the partition with a first record
@@ -235,10 +235,10 @@ func (s *Store) holders(ctx context.Context, adm *kadm.Client, hwm int64) ([]Hol
 
 // hint suggests the ACL that an authorisation error lacks.
 func hint(err error, acl string) string {
-	if ke, ok := errors.AsType[*kerr.Error](err); ok && strings.HasSuffix(ke.Message, "_AUTHORIZATION_FAILED") {
+	if kafkaerr.Denied(err) {
 		return " (not permitted: grant the relay's principal " + acl + ")"
 	}
-	if errors.Is(err, kerr.UnsupportedVersion) {
+	if kafkaerr.Unsupported(err) {
 		return " (the brokers do not support it: Kafka 3.0 or newer does)"
 	}
 	return ""

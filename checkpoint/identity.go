@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
 // ErrLost is returned when a pipeline that has had a checkpoint finds none
@@ -108,8 +109,7 @@ func (s *Store) Describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 		// included, unless the request also asks for the authorized
 		// operations (a direct request).
 		st, err := s.describe(asked, adm)
-		var ke *kerr.Error
-		if err == nil || !errors.As(err, &ke) || !ke.Retriable || !time.Now().Before(deadline) {
+		if err == nil || kafkaerr.KindOf(err) != kafkaerr.Retriable || !time.Now().Before(deadline) {
 			return st, err
 		}
 		select {
@@ -170,7 +170,7 @@ func (s *Store) describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 			return st, nil
 		}
 	}
-	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+	if kafkaerr.TopicOrClusterDenied(err) {
 		return st, nil
 	}
 	return st, fmt.Errorf("describe the settings of checkpoint topic %s: %w", s.topic, err)
@@ -181,7 +181,7 @@ func (s *Store) describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 // (not authorised) from a topic that is missing for a moment.
 func topicErr(ok bool, err error) error {
 	if !ok || err == nil {
-		return kerr.UnknownTopicOrPartition
+		return kafkaerr.ErrUnknownTopic
 	}
 	return err
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
 // Store reads and describes checkpoints in one topic.
@@ -64,8 +65,8 @@ func (s *Store) EnsureTopic(ctx context.Context, adm *kadm.Client, replication i
 	// A principal without CREATE (or a topic policy) gets an authorization
 	// or policy error: the topic may have been created beforehand, which
 	// the partition check below tells.
-	refused := errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.PolicyViolation)
-	if !errors.Is(err, kerr.TopicAlreadyExists) && !refused {
+	refused := kafkaerr.AdminRefused(err)
+	if !kafkaerr.TopicExists(err) && !refused {
 		return fmt.Errorf("create checkpoint topic %s: %w", s.topic, err)
 	}
 	details, err := adm.ListTopics(ctx, s.topic)
@@ -73,7 +74,7 @@ func (s *Store) EnsureTopic(ctx context.Context, adm *kadm.Client, replication i
 		return fmt.Errorf("describe checkpoint topic %s: %w", s.topic, err)
 	}
 	d, ok := details[s.topic]
-	if refused && (!ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition)) {
+	if refused && (!ok || kafkaerr.UnknownTopic(d.Err)) {
 		return fmt.Errorf("%w: checkpoint topic %s does not exist and creating it was refused (%v): create it compacted with 1 partition, or grant CREATE",
 			ErrTopicLayout, s.topic, err)
 	}

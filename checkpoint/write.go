@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
 // TransactionalIDs are the transactional ids the pipeline name writes its
@@ -49,7 +50,7 @@ func (s *Store) Write(ctx context.Context, name string, lanes int, cp *Checkpoin
 		return fmt.Errorf("write checkpoint: init transactional producer %s: %w", name, err)
 	}
 	if err := s.fence(ctx, TransactionalIDs(name)[1]); err != nil {
-		if lanes > 1 || !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+		if lanes > 1 || !kafkaerr.TxnIDDenied(err) {
 			return fmt.Errorf("write checkpoint: %w", err)
 		}
 	}

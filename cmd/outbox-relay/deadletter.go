@@ -14,12 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/router"
 )
 
@@ -208,7 +208,7 @@ func deadLetterOffsets(ctx context.Context, cfg config.Config, k clients.Kafka) 
 		end[o.Topic][o.Partition] = o.Offset
 	})
 	resp, err := adm.FetchOffsets(cctx, deadLetterGroup(cfg))
-	if errors.Is(err, kerr.GroupIDNotFound) {
+	if kafkaerr.GroupUnknown(err) {
 		err = nil // never replayed: nothing committed (kfake says so; Apache Kafka answers empty)
 	}
 	if err != nil {
@@ -271,7 +271,7 @@ func commitTxnOffsets(ctx context.Context, cl *kgo.Client, group string, offsets
 	if err != nil {
 		return fmt.Errorf("add offsets to transaction: %w", err)
 	}
-	if err := kerr.ErrorForCode(addResp.ErrorCode); err != nil {
+	if err := kafkaerr.FromCode(addResp.ErrorCode); err != nil {
 		return fmt.Errorf("add offsets to transaction: %w", err)
 	}
 	topics := make([]string, 0, len(offsets))
@@ -305,7 +305,7 @@ func commitTxnOffsets(ctx context.Context, cl *kgo.Client, group string, offsets
 			name = req.Topics[i].Topic
 		}
 		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+			if err := kafkaerr.FromCode(p.ErrorCode); err != nil {
 				return fmt.Errorf("commit offset of %s[%d] in transaction: %w", name, p.Partition, err)
 			}
 		}

@@ -11,12 +11,12 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/source"
 )
 
@@ -209,7 +209,7 @@ func replayedOffsets(ctx context.Context, cfg config.Config, cl *kgo.Client) (ma
 	cctx, cancel := context.WithTimeout(ctx, cfg.Kafka.RequestTimeout)
 	defer cancel()
 	resp, err := kadm.NewClient(cl).FetchOffsets(kadm.RequireStable(cctx), deadLetterGroup(cfg))
-	if errors.Is(err, kerr.GroupIDNotFound) {
+	if kafkaerr.GroupUnknown(err) {
 		err = nil
 	}
 	if err != nil {
@@ -286,7 +286,7 @@ func endOffsetsTxn(ctx context.Context, cl *kgo.Client, commit bool) error {
 	if err != nil {
 		return fmt.Errorf("end transaction: %w", err)
 	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+	if err := kafkaerr.FromCode(resp.ErrorCode); err != nil {
 		return fmt.Errorf("end transaction: %w", err)
 	}
 	return nil

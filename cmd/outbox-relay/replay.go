@@ -15,12 +15,12 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/term"
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/source"
 )
@@ -421,14 +421,6 @@ func publishInSession(ctx context.Context, sess *kgo.GroupTransactSession, recs 
 	return nil
 }
 
-// createRefused reports a CreateTopics refusal that still lets the
-// principal write a topic created beforehand (least privilege: no CREATE),
-// as the relay's sink treats it.
-func createRefused(err error) bool {
-	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
-		errors.Is(err, kerr.PolicyViolation)
-}
-
 // ensureTopics creates the records' topics that are missing, as the relay
 // would (kafka.topic_partitions, kafka.replication_factor), places the
 // records routeAgain left byKey as the relay does (their key's partition by
@@ -456,7 +448,7 @@ func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs 
 	refused := map[string]error{} // creation refused: fine if the topic exists
 	res, err := adm.CreateTopics(cctx, cfg.Kafka.TopicPartitions, cfg.Kafka.ReplicationFactor, nil, topics...)
 	switch {
-	case err != nil && createRefused(err):
+	case err != nil && kafkaerr.AdminRefused(err):
 		for _, t := range topics {
 			refused[t] = err
 		}
@@ -465,8 +457,8 @@ func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs 
 	}
 	for _, r := range res.Sorted() {
 		switch {
-		case r.Err == nil || errors.Is(r.Err, kerr.TopicAlreadyExists):
-		case createRefused(r.Err):
+		case r.Err == nil || kafkaerr.TopicExists(r.Err):
+		case kafkaerr.AdminRefused(r.Err):
 			refused[r.Topic] = r.Err
 		default:
 			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
@@ -482,7 +474,7 @@ func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs 
 			continue
 		}
 		if d, found := details[t]; !found || d.Err != nil {
-			var derr error = kerr.UnknownTopicOrPartition
+			derr := kafkaerr.ErrUnknownTopic
 			if found {
 				derr = d.Err
 			}

@@ -22,6 +22,7 @@
 // answered requests); each term has one watcher goroutine, started by
 // Acquire and joined by End.
 //
-// The package's sentinels (ErrLeaseLost, ErrRelayLive) are classified by
-// the relay's error policy (internal/relay/errclass.go).
+// The package's sentinels (ErrLeaseLost, ErrRelayLive) carry their class
+// in the relay's error policy (internal/errclass); Kafka's answers are read
+// through internal/kafkaerr.
 package ha

@@ -12,11 +12,12 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
@@ -33,14 +34,6 @@ type Config struct {
 	Log     zerolog.Logger
 	Metrics *metrics.Metrics
 	Kafka   clients.Kafka // builds the lock group's client and the admin clients
-
-	// The relay's error policy owns the Kafka sentinels: the elector wraps
-	// Unreachable around a join that cannot reach Kafka and Rejected around
-	// a lock group or topic Kafka refuses for good, and sorts a Kafka
-	// error with Classify (which wraps Rejected when refused for good).
-	Unreachable error
-	Rejected    error
-	Classify    func(error) error
 }
 
 // Elector is this instance's membership of the lock group. One goroutine
@@ -136,15 +129,11 @@ func (e *Elector) OnGroupManageError(err error) {
 		return
 	}
 	e.log.Warn().Err(err).Str("group", e.group).Msg("lock group")
-	var ke *kerr.Error
-	if !errors.As(err, &ke) {
-		return
-	}
-	switch ke.Code {
-	case kerr.InvalidSessionTimeout.Code:
+	switch kafkaerr.MembershipOf(err) {
+	case kafkaerr.MemberBadSession:
 		err = fmt.Errorf("%w: ha.session_timeout %s refused by the broker (group.min.session.timeout.ms, group.max.session.timeout.ms): %w",
 			config.ErrInvalid, e.session, err)
-	case kerr.FencedInstanceID.Code:
+	case kafkaerr.MemberReplaced:
 		// A newer member joined with this instance's ha.instance_id: two
 		// live instances share it (a restart replaces a dead one and never
 		// meets this). Each would be handed the other's place.
@@ -154,8 +143,8 @@ func (e *Elector) OnGroupManageError(err error) {
 		if cur := e.current(); cur != nil {
 			cur.Lose("fenced in the lock group by an instance with the same ha.instance_id")
 		}
-	case kerr.GroupAuthorizationFailed.Code, kerr.TopicAuthorizationFailed.Code, kerr.InvalidGroupID.Code:
-		err = fmt.Errorf("%w: lock group %s on %s: %w", e.c.Rejected, e.group, e.topic, err)
+	case kafkaerr.MemberRefused:
+		err = fmt.Errorf("%w: lock group %s on %s: %w", errclass.ErrRejected, e.group, e.topic, err)
 	default:
 		return
 	}
@@ -217,10 +206,10 @@ func (e *Elector) Join(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, e.c.Rejected) {
+		if errors.Is(err, errclass.ErrRejected) {
 			return err
 		}
-		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", e.c.Unreachable, e.cfg.Kafka.Brokers, err)
+		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", errclass.ErrKafkaUnreachable, e.cfg.Kafka.Brokers, err)
 	}
 	// Another member already in the group (an active instance, or one
 	// whose session has not ended yet): this one starts as a standby, and
@@ -248,14 +237,14 @@ func (e *Elector) ensureTopic(ctx context.Context, adm *kadm.Client) error {
 	if err == nil {
 		err = resp.Err
 	}
-	if err != nil && createRefused(err) {
+	if err != nil && kafkaerr.AdminRefused(err) {
 		// least privilege: the lock topic was created beforehand, or the
 		// group join names what is missing
 		e.log.Debug().Str("topic", e.topic).AnErr("refused", err).Msg("kafka refused to create the lock topic: using it as it exists")
 		return nil
 	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("create lock topic %s: %w", e.topic, e.c.Classify(err))
+	if err != nil && !kafkaerr.TopicExists(err) {
+		return fmt.Errorf("create lock topic %s: %w", e.topic, errclass.Kafka(err))
 	}
 	return nil
 }
@@ -293,13 +282,6 @@ func (e *Elector) Leave() {
 	case <-e.assigned:
 	default:
 	}
-}
-
-// createRefused reports a refusal to create the lock topic that may
-// leave it as it exists (no CREATE permission, a topic policy).
-func createRefused(err error) bool {
-	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
-		errors.Is(err, kerr.PolicyViolation)
 }
 
 func hasLease(m map[string][]int32, topic string) bool {

@@ -29,8 +29,7 @@ func TestElectionRefusedSessionTimeout(t *testing.T) {
 	cfg.Kafka.ReplicationFactor = 1
 	cfg.HA.SessionTimeout = 3 * time.Second
 	cfg.HA.HeartbeatInterval = time.Second
-	e := ha.New(ha.Config{Relay: cfg, Log: zerolog.Nop(), Metrics: metrics.New("test"), Kafka: kafkaOf(t, cfg),
-		Unreachable: relay.ErrKafkaUnreachable, Rejected: relay.ErrRejected, Classify: func(err error) error { return err }})
+	e := ha.New(ha.Config{Relay: cfg, Log: zerolog.Nop(), Metrics: metrics.New("test"), Kafka: kafkaOf(t, cfg)})
 	if err := e.Join(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -77,21 +77,14 @@ func (ec *electionCluster) config(t *testing.T) Config {
 }
 
 // testConfig is an elector's configuration for cfg: the relay's Kafka
-// connection options without TLS or SASL, and stand-ins for the relay's
-// Kafka sentinels.
+// connection options without TLS or SASL.
 func testConfig(cfg config.Config) Config {
 	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		panic(err) // a test configuration without TLS or SASL files
 	}
-	return Config{Relay: cfg, Log: zerolog.Nop(), Metrics: metrics.New("test"), Kafka: k,
-		Unreachable: errUnreachable, Rejected: errRejected, Classify: func(err error) error { return err }}
+	return Config{Relay: cfg, Log: zerolog.Nop(), Metrics: metrics.New("test"), Kafka: k}
 }
-
-var (
-	errUnreachable = errors.New("kafka unreachable")
-	errRejected    = errors.New("kafka rejected")
-)
 
 func joined(t *testing.T, c Config) *Elector {
 	t.Helper()

@@ -2,11 +2,11 @@ package ha
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
@@ -14,7 +14,7 @@ import (
 // group request was answered for long enough that it may have ended) and
 // stopped publishing at once, without a final commit. Not fatal: the
 // instance goes back to standby (the relay's error policy classifies it).
-var ErrLeaseLost = errors.New("lease lost")
+var ErrLeaseLost = errclass.New(errclass.Transient, "lease_lost", "lease lost")
 
 // Lease is one term as the active instance: partition 0 of the lock topic
 // assigned to this member. It is the fence every produce, checkpoint write

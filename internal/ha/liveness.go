@@ -2,16 +2,16 @@ package ha
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
 // liveMember is one member of a pipeline's lock group: a running relay
@@ -37,7 +37,7 @@ func (m liveMember) String() string {
 
 // ErrRelayLive is wrapped by RefuseLive's verdict when a
 // relay of the pipeline is a member of its lock group.
-var ErrRelayLive = errors.New("a relay of the pipeline is running")
+var ErrRelayLive = errclass.New(errclass.Transient, "relay_live", "a relay of the pipeline is running")
 
 // liveRelays returns the members of cfg's lock group (GroupID), asked with
 // the Kafka connection options kopts: every
@@ -56,7 +56,7 @@ func liveRelays(ctx context.Context, cfg config.Config, kopts []kgo.Opt) ([]live
 	}
 	var out []liveMember
 	for _, g := range groups {
-		if errors.Is(g.Err, kerr.GroupIDNotFound) {
+		if kafkaerr.GroupUnknown(g.Err) {
 			continue // never joined, or emptied and expired: no relay
 		}
 		if g.Err != nil {
@@ -75,7 +75,7 @@ func liveRelays(ctx context.Context, cfg config.Config, kopts []kgo.Opt) ([]live
 
 // adminHint names the ACL a refused describe lacks.
 func adminHint(err error) string {
-	if errors.Is(err, kerr.GroupAuthorizationFailed) {
+	if kafkaerr.GroupDenied(err) {
 		return " (not permitted: grant the relay's principal DESCRIBE on the group)"
 	}
 	return ""

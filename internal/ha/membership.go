@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
 // The lock group's members must be one pipeline's instances with the same
@@ -326,7 +326,7 @@ func (e *Elector) commitClaim(ctx context.Context, meta string) error {
 	if err == nil {
 		for _, rt := range resp.Topics {
 			for _, rp := range rt.Partitions {
-				err = errors.Join(err, kerr.ErrorForCode(rp.ErrorCode))
+				err = errors.Join(err, kafkaerr.FromCode(rp.ErrorCode))
 			}
 		}
 	}

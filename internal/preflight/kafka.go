@@ -5,18 +5,17 @@ package preflight
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
 // checkKafka checks the cluster and returns the committed checkpoint, if any.
@@ -86,7 +85,7 @@ func checkCheckpointTopic(ctx context.Context, adm *kadm.Client, cfg config.Conf
 	if err == nil {
 		_, err = rc.On(d.Topic, nil)
 	}
-	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+	if kafkaerr.TopicOrClusterDenied(err) {
 		c.add(name, Warn, d.Topic+": 1 partition; cleanup.policy unknown: the principal may not describe its configuration (optional)",
 			"make sure "+d.Topic+" has cleanup.policy=compact")
 		return
@@ -127,7 +126,7 @@ func checkTargetTopics(ctx context.Context, adm *kadm.Client, cfg config.Config,
 		return
 	}
 	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
-	if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+	if kafkaerr.TopicOrClusterDenied(err) {
 		rcs, err = nil, nil // least privilege: no DESCRIBE_CONFIGS; min.insync.replicas unknown
 	}
 	if err != nil {

@@ -2,20 +2,19 @@ package preflight
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
 // What the relay's principal needs on Kafka (least privilege, topics
@@ -72,10 +71,10 @@ func checkACLs(ctx context.Context, cl *kgo.Client, cfg config.Config, existing 
 			err = d.Err
 		}
 		switch {
-		case errors.Is(err, kerr.TopicAuthorizationFailed):
+		case kafkaerr.TopicDenied(err):
 			c.add(name, Fail, "the principal may not even describe "+n.name, fix("topic", n.name, n.ops))
 			continue
-		case errors.Is(err, kerr.UnknownTopicOrPartition):
+		case kafkaerr.UnknownTopic(err):
 			if canCreate == "yes" {
 				c.add(name, Pass, n.name+" does not exist yet; the principal may create it (CREATE on the cluster)", "")
 			} else {
@@ -116,9 +115,9 @@ func checkACLs(ctx context.Context, cl *kgo.Client, cfg config.Config, existing 
 	})
 	read := []kmsg.ACLOperation{kmsg.ACLOperationRead}
 	switch {
-	case errors.Is(err, kerr.GroupAuthorizationFailed):
+	case kafkaerr.GroupDenied(err):
 		c.add("acl group "+group, Fail, "missing READ (the lease of the active instance)", fix("group", group, read))
-	case errors.Is(err, kerr.GroupIDNotFound):
+	case kafkaerr.GroupUnknown(err):
 		c.add("acl group "+group, Pass, "the principal may describe it; no instance has joined yet, so READ shows once one has", "")
 	case err != nil:
 		c.add("acl group "+group, Warn, "cannot tell: "+err.Error(), "")
@@ -144,9 +143,9 @@ func checkACLs(ctx context.Context, cl *kgo.Client, cfg config.Config, existing 
 			return err
 		})
 		switch {
-		case err == nil, errors.Is(err, kerr.TransactionalIDNotFound):
+		case err == nil, kafkaerr.TxnIDUnknown(err):
 			c.add("acl transactional-id "+id, Pass, "the principal may use it", "")
-		case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		case kafkaerr.TxnIDDenied(err):
 			c.add("acl transactional-id "+id, Fail, "missing WRITE (exactly-once transactions)", fix("transactional-id", id, write))
 		default:
 			c.add("acl transactional-id "+id, Warn, "cannot tell: "+err.Error(), "")
@@ -160,8 +159,7 @@ func retryCoordinator(ctx context.Context, fn func() error) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := fn()
-		if !errors.Is(err, kerr.CoordinatorNotAvailable) && !errors.Is(err, kerr.CoordinatorLoadInProgress) &&
-			!errors.Is(err, kerr.NotCoordinator) || time.Now().After(deadline) {
+		if !kafkaerr.CoordinatorMoving(err) || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -181,7 +179,7 @@ func clusterCanCreate(ctx context.Context, cl *kgo.Client) string {
 	case err != nil:
 		return "(cannot tell: " + err.Error() + ")"
 	case resp.ErrorCode != 0:
-		return "(cannot tell: " + kerr.ErrorForCode(resp.ErrorCode).Error() + ")"
+		return "(cannot tell: " + kafkaerr.FromCode(resp.ErrorCode).Error() + ")"
 	}
 	ops := kadm.DecodeACLOperations(resp.ClusterAuthorizedOperations)
 	if len(ops) == 0 {

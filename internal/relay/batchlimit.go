@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // Batch bound after a slow broker.
@@ -23,7 +25,7 @@ import (
 // errAckTimeout: Kafka did not acknowledge a batch within
 // kafka.request_timeout; the attempt ends and the next one uses smaller
 // batches.
-var errAckTimeout = newError(Transient, "kafka", "kafka did not acknowledge the batch within kafka.request_timeout")
+var errAckTimeout = errclass.New(errclass.Transient, "kafka", "kafka did not acknowledge the batch within kafka.request_timeout")
 
 // batchRecovery is how long commits must stay fast before the bound doubles.
 const batchRecovery = time.Minute

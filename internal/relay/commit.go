@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // Commit pipelining (exactly-once).
@@ -270,7 +271,7 @@ func (l *loop) settleInflight(err error) error {
 			switch {
 			case err == nil:
 				err = cerr
-			case fatal(err) && !errors.Is(err, ErrFenced):
+			case errclass.Fatal(err) && !errors.Is(err, ErrFenced):
 				err = fmt.Errorf("commit batch in flight: %w (the loop stopped meanwhile, to be reached again: %v)", cerr, err)
 			default:
 				err = errors.Join(err, cerr)

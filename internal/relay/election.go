@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
@@ -18,12 +19,11 @@ import (
 
 // errRevoked: the lease was handed over cleanly (a rebalance moved it); the
 // attempt committed what it held. The instance goes back to standby.
-var errRevoked = newError(Transient, "lease_revoked", "lease revoked")
+var errRevoked = errclass.New(errclass.Transient, "lease_revoked", "lease revoked")
 
 // newElector is the relay's membership of its lock group.
 func (r *Relay) newElector() *ha.Elector {
-	return ha.New(ha.Config{Relay: r.cfg, Log: r.log, Metrics: r.metrics, Kafka: r.kafka,
-		Unreachable: ErrKafkaUnreachable, Rejected: ErrRejected, Classify: classify})
+	return ha.New(ha.Config{Relay: r.cfg, Log: r.log, Metrics: r.metrics, Kafka: r.kafka})
 }
 
 // Run relays while this instance holds the lease, and waits as a standby
@@ -42,7 +42,7 @@ func (r *Relay) elect(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.metrics.Errors.WithLabelValues(kind(err)).Inc()
+		r.metrics.Errors.WithLabelValues(errclass.Kind(err)).Inc()
 		return err
 	}
 	defer e.Leave()
@@ -110,7 +110,7 @@ func (r *Relay) elect(ctx context.Context) error {
 				return nil
 			}
 			// Kafka went away while rejoining: keep trying as a standby.
-			r.metrics.Errors.WithLabelValues(kind(err)).Inc()
+			r.metrics.Errors.WithLabelValues(errclass.Kind(err)).Inc()
 			r.log.Warn().Err(err).Msg("rejoin the lock group")
 			if err := r.rejoin(ctx, e); err != nil {
 				if ctx.Err() != nil {
@@ -166,7 +166,7 @@ func (r *Relay) lead(l *ha.Lease, started *bool) error {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				// Stopping, and the final commit (or what preceded it)
 				// failed: say so, never as a clean stop.
-				r.metrics.Errors.WithLabelValues(kind(err)).Inc()
+				r.metrics.Errors.WithLabelValues(errclass.Kind(err)).Inc()
 				return err
 			}
 			return errRevoked // the caller tells a stop from a revoke by its own ctx
@@ -174,22 +174,22 @@ func (r *Relay) lead(l *ha.Lease, started *bool) error {
 		if err == nil {
 			return nil
 		}
-		r.metrics.Errors.WithLabelValues(kind(err)).Inc()
+		r.metrics.Errors.WithLabelValues(errclass.Kind(err)).Inc()
 		if errors.Is(err, ErrFenced) {
 			return err
 		}
 		// A checkpoint topic held back by another pipeline's open transaction
 		// is waited out even at the first start: the broker ends it within
 		// that pipeline's transaction timeout.
-		if (!*started && !errors.Is(err, checkpoint.ErrCheckpointHeldBack)) || fatal(err) {
+		if (!*started && !errors.Is(err, checkpoint.ErrCheckpointHeldBack)) || errclass.Fatal(err) {
 			return err
 		}
-		r.metrics.Restarts.WithLabelValues(kind(err)).Inc()
+		r.metrics.Restarts.WithLabelValues(errclass.Kind(err)).Inc()
 		if time.Since(began) > time.Minute { // it ran well for a while: start over
 			backoff = 250 * time.Millisecond
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		r.log.Warn().Err(err).Str("kind", kind(err)).Dur("retry_in", wait).Msg("pipeline stopped; resuming from the committed checkpoint")
+		r.log.Warn().Err(err).Str("kind", errclass.Kind(err)).Dur("retry_in", wait).Msg("pipeline stopped; resuming from the committed checkpoint")
 		r.metrics.SetState(metrics.StateRetrying)
 		select {
 		case <-l.Context().Done():

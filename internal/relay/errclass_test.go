@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -33,6 +34,7 @@ var policyPackages = map[string]string{
 	"../config":        "config",
 	"../../router":     "router",
 	"../ha":            "ha",
+	"../errclass":      "errclass",
 	".":                "relay",
 }
 
@@ -77,6 +79,10 @@ func sentinelValues() map[string]error {
 		"ha.ErrRelayLive":                  ha.ErrRelayLive,
 		"relay.ErrBadRow":                  ErrBadRow,
 		"relay.ErrKafkaUnreachable":        ErrKafkaUnreachable,
+		"errclass.ErrKafkaUnreachable":     errclass.ErrKafkaUnreachable,
+		"errclass.ErrFenced":               errclass.ErrFenced,
+		"errclass.ErrRejected":             errclass.ErrRejected,
+		"errclass.ErrRecordRefused":        errclass.ErrRecordRefused,
 		"relay.ErrFlavorMismatch":          ErrFlavorMismatch,
 		"relay.ErrInvalidOp":               ErrInvalidOp,
 		"relay.ErrUnknownXA":               ErrUnknownXA,
@@ -106,7 +112,7 @@ func errorTypeValues() map[string]error {
 
 // declaredErrors parses the non-test Go files of policyPackages and returns
 // their sentinels (package-level variables named Err..., and in this
-// package also err... made by errors.New or newError) and exported error
+// package also err... made by errors.New or errclass.New) and exported error
 // types (a type with an Error() string method), as "pkg.Name".
 func declaredErrors(t *testing.T) (sentinels, types []string) {
 	t.Helper()
@@ -162,20 +168,18 @@ func declaredErrors(t *testing.T) (sentinels, types []string) {
 	return sentinels, types
 }
 
-// madeAsError reports whether e is a call of errors.New or newError.
+// madeAsError reports whether e is a call of errors.New or errclass.New.
 func madeAsError(e ast.Expr) bool {
 	call, ok := e.(*ast.CallExpr)
 	if !ok {
 		return false
 	}
-	switch fn := call.Fun.(type) {
-	case *ast.Ident:
-		return fn.Name == "newError"
-	case *ast.SelectorExpr:
-		x, ok := fn.X.(*ast.Ident)
-		return ok && x.Name == "errors" && fn.Sel.Name == "New"
+	fn, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
 	}
-	return false
+	x, ok := fn.X.(*ast.Ident)
+	return ok && (x.Name == "errors" || x.Name == "errclass") && fn.Sel.Name == "New"
 }
 
 // TestEverySentinelHasAClass fails on a sentinel or error type of the
@@ -191,18 +195,18 @@ func TestEverySentinelHasAClass(t *testing.T) {
 		for _, name := range declared {
 			v, ok := values[name]
 			if !ok {
-				t.Errorf("%s %s is not in this test's list: add it, and classify it in errclass.go", what, name)
+				t.Errorf("%s %s is not in this test's list: add it, and classify it in internal/errclass", what, name)
 				continue
 			}
 			delete(values, name)
-			c, k, ok := classOf(fmt.Errorf("wrapped: %w", v))
-			if !ok || c == Unclassified || k == "" {
-				t.Errorf("%s %s has no class in errclass.go (got %d %q)", what, name, c, k)
+			c, k, ok := errclass.Of(fmt.Errorf("wrapped: %w", v))
+			if !ok || c == errclass.Unclassified || k == "" {
+				t.Errorf("%s %s has no class in internal/errclass (got %d %q)", what, name, c, k)
 			}
-			// This package's sentinels carry their class (newError).
-			var own *classified
-			if strings.HasPrefix(name, "relay.") && v != router.ErrBadRow && !errors.As(v, &own) {
-				t.Errorf("%s %s: make it with newError, so that it carries its class", what, name)
+			// The relay's and errclass's own sentinels carry their class
+			// (errclass.New).
+			if (strings.HasPrefix(name, "relay.") || strings.HasPrefix(name, "errclass.")) && v != router.ErrBadRow && !errclass.Carries(v) {
+				t.Errorf("%s %s: make it with errclass.New, so that it carries its class", what, name)
 			}
 		}
 		for name := range values {
@@ -216,19 +220,19 @@ func TestEverySentinelHasAClass(t *testing.T) {
 // TestClassDecisions is the policy each class stands for.
 func TestClassDecisions(t *testing.T) {
 	for _, c := range []struct {
-		class Class
+		class errclass.Class
 		fatal bool
 		stop  bool // at the source transaction
 		exit  int
 	}{
-		{Unclassified, false, false, ExitTransient},
-		{Transient, false, false, ExitTransient},
-		{DataStop, true, true, ExitData},
-		{Purged, true, true, ExitPurged},
-		{ConfigStop, true, true, ExitConfig},
-		{Refused, true, false, ExitConfig},
-		{RecordRefused, true, false, ExitData},
-		{Fenced, true, false, ExitError},
+		{errclass.Unclassified, false, false, ExitTransient},
+		{errclass.Transient, false, false, ExitTransient},
+		{errclass.DataStop, true, true, ExitData},
+		{errclass.Purged, true, true, ExitPurged},
+		{errclass.ConfigStop, true, true, ExitConfig},
+		{errclass.Refused, true, false, ExitConfig},
+		{errclass.RecordRefused, true, false, ExitData},
+		{errclass.Fenced, true, false, ExitError},
 	} {
 		if got := c.class.Fatal(); got != c.fatal {
 			t.Errorf("class %d: Fatal() = %v, want %v", c.class, got, c.fatal)
@@ -277,16 +281,16 @@ func TestErrorDecisionsFollowTheClass(t *testing.T) {
 		{"joined: a stop over a transient", errors.Join(ErrTxnTimedOut, binlog.ErrStatementLogged), true, true, ExitData, "transaction_shape"},
 		{"joined: refused over a data stop", errors.Join(ErrInvalidOp, ErrRejected), true, false, ExitConfig, "rejected"},
 	} {
-		if got := fatal(c.err); got != c.fatal {
+		if got := errclass.Fatal(c.err); got != c.fatal {
 			t.Errorf("%s: fatal = %v, want %v", c.name, got, c.fatal)
 		}
-		if got := stopsAtTransaction(c.err); got != c.stop {
+		if got := errclass.StopsAtTransaction(c.err); got != c.stop {
 			t.Errorf("%s: stopsAtTransaction = %v, want %v", c.name, got, c.stop)
 		}
 		if got := ExitCode(c.err); got != c.exit {
 			t.Errorf("%s: ExitCode = %d, want %d", c.name, got, c.exit)
 		}
-		if got := kind(c.err); got != c.kind {
+		if got := errclass.Kind(c.err); got != c.kind {
 			t.Errorf("%s: kind = %q, want %q", c.name, got, c.kind)
 		}
 	}
@@ -318,8 +322,8 @@ func TestErrorKindsKeepTheirLabels(t *testing.T) {
 		"relay_live":           {ha.ErrRelayLive},
 	} {
 		for _, e := range errs {
-			if got := kind(fmt.Errorf("x: %w", e)); got != want {
-				t.Errorf("kind(%v) = %q, want %q", e, got, want)
+			if got := errclass.Kind(fmt.Errorf("x: %w", e)); got != want {
+				t.Errorf("errclass.Kind(%v) = %q, want %q", e, got, want)
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/schema"
 	"github.com/outbox-relay/outbox-relay/source"
@@ -40,9 +41,9 @@ func TestExitCode(t *testing.T) {
 		{wrap(ErrFenced), ExitError},
 		// A record refused for its content is a data stop; a refusal of a
 		// topic or an authorisation stays a configuration one.
-		{wrap(classify(kerr.InvalidTimestamp)), ExitData},
-		{wrap(classify(kerr.MessageTooLarge)), ExitData},
-		{wrap(classify(kerr.TopicAuthorizationFailed)), ExitConfig},
+		{wrap(errclass.Kafka(kerr.InvalidTimestamp)), ExitData},
+		{wrap(errclass.Kafka(kerr.MessageTooLarge)), ExitData},
+		{wrap(errclass.Kafka(kerr.TopicAuthorizationFailed)), ExitConfig},
 		// The rest of each exit code's sentinels.
 		{wrap(binlog.ErrAccessDenied), ExitConfig},
 		{wrap(source.ErrServerConfig), ExitConfig},

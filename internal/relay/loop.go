@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -153,7 +154,7 @@ func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-
 // dropped); when that commit fails, the attempt ends with it instead (not
 // fatal: the next one reaches the stop again from the committed checkpoint).
 func (l *loop) stop(err error) error {
-	if !stopsAtTransaction(err) {
+	if !errclass.StopsAtTransaction(err) {
 		return err
 	}
 	l.r.metrics.Ready.Store(false)
@@ -210,7 +211,7 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 					}
 				}
 			}
-			if fatal(err) {
+			if errclass.Fatal(err) {
 				// A stop at a transaction the relay cannot publish (even with
 				// SIGTERM at the same moment): the transactions that ended
 				// before it are committed, so the checkpoint names the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // An XA COMMIT read again after a restart, already published, is recognised
@@ -48,7 +49,7 @@ func TestLoopXACommittedInPrepareOrderThenRestart(t *testing.T) {
 		a = h.start()
 		a.feedAll()
 		if err := a.term(); err != nil {
-			t.Fatalf("restart with b prepared, a committed after b's prepare: %v (fatal: %v)", err, fatal(err))
+			t.Fatalf("restart with b prepared, a committed after b's prepare: %v (fatal: %v)", err, errclass.Fatal(err))
 		}
 		h.verify()
 	})
@@ -89,7 +90,7 @@ func TestLoopXIDReusedAfterCommit(t *testing.T) {
 			a = h.start()
 			a.feedAll()
 			if err := a.term(); err != nil {
-				t.Fatalf("restart with xid reused after its commit, an older XA still prepared: %v (fatal: %v)", err, fatal(err))
+				t.Fatalf("restart with xid reused after its commit, an older XA still prepared: %v (fatal: %v)", err, errclass.Fatal(err))
 			}
 		}
 		h.verify()
@@ -322,7 +323,7 @@ func TestLoopXACommitOfUnknownXID(t *testing.T) {
 			a := h.start()
 			a.feedAll()
 			err := a.wait()
-			if !errors.Is(err, ErrUnknownXA) || !fatal(err) {
+			if !errors.Is(err, ErrUnknownXA) || !errclass.Fatal(err) {
 				t.Fatalf("XA COMMIT of an unknown xid: %v, want fatal ErrUnknownXA", err)
 			}
 		}

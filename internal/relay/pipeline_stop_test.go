@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/source"
 )
@@ -95,8 +96,8 @@ func TestPipelineFatalStopCommitsEndedTransactions(t *testing.T) {
 				}
 				err := a.wait()
 				cp := h.load()
-				t.Logf("loop returned (fatal %v): %v; checkpoint %q", fatal(err), err, cp.GTIDSet)
-				if !fatal(err) {
+				t.Logf("loop returned (fatal %v): %v; checkpoint %q", errclass.Fatal(err), err, cp.GTIDSet)
+				if !errclass.Fatal(err) {
 					t.Fatalf("not a fatal stop: %v", err)
 				}
 				if cp.GTIDSet != s.set(2) {
@@ -116,7 +117,7 @@ func TestPipelineFatalStopCommitsEndedTransactions(t *testing.T) {
 				err = b.wait()
 				if cp := h.load(); cp.GTIDSet != s.set(2) {
 					t.Errorf("after a restart: %v (fatal %v), checkpoint still %q (want %q): the stop is permanent, with tx %s behind the checkpoint",
-						err, fatal(err), cp.GTIDSet, s.set(2), s.gtid(2))
+						err, errclass.Fatal(err), cp.GTIDSet, s.set(2), s.gtid(2))
 				}
 			})
 		}
@@ -288,12 +289,12 @@ func TestPipelineFatalStopWhileInFlightCommitFails(t *testing.T) {
 			err := a.wait()
 			refuse.Store(false)
 			cp := h.load()
-			t.Logf("loop returned %v (fatal %v); checkpoint %q", err, fatal(err), cp.GTIDSet)
-			if fatal(err) && cp.GTIDSet != s.set(n) {
+			t.Logf("loop returned %v (fatal %v); checkpoint %q", err, errclass.Fatal(err), cp.GTIDSet)
+			if errclass.Fatal(err) && cp.GTIDSet != s.set(n) {
 				t.Errorf("fatal stop before %s with the checkpoint at %q, not %q (the transaction before it): `checkpoint skip --gtid %s` refuses; with --force it skips %s..%s unpublished",
 					s.gtid(3), cp.GTIDSet, s.set(n), s.gtid(3), s.gtid(1), s.gtid(2))
 			}
-			if fatal(err) {
+			if errclass.Fatal(err) {
 				return
 			}
 			// Not fatal: the next attempt reaches the stop again, with the
@@ -302,8 +303,8 @@ func TestPipelineFatalStopWhileInFlightCommitFails(t *testing.T) {
 			b.feed(s.through(2))
 			b.readErr <- fmt.Errorf("%w: gtid %s", binlog.ErrStatementLogged, s.gtid(3))
 			err = b.wait()
-			if cp := h.load(); !fatal(err) || cp.GTIDSet != s.set(2) {
-				t.Errorf("second attempt: %v (fatal %v), checkpoint %q; want the stop with the checkpoint at %q", err, fatal(err), cp.GTIDSet, s.set(2))
+			if cp := h.load(); !errclass.Fatal(err) || cp.GTIDSet != s.set(2) {
+				t.Errorf("second attempt: %v (fatal %v), checkpoint %q; want the stop with the checkpoint at %q", err, errclass.Fatal(err), cp.GTIDSet, s.set(2))
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // Partition counts of the output topics.
@@ -31,7 +32,7 @@ import (
 // ErrPartitionsChanged: an output topic's partition count is not the one
 // the checkpoint recorded and kafka.on_partitions_added does not allow
 // going on (a configuration stop, exit 78).
-var ErrPartitionsChanged = newError(ConfigStop, "partitions_changed", "output topic partition count changed")
+var ErrPartitionsChanged = errclass.New(errclass.ConfigStop, "partitions_changed", "output topic partition count changed")
 
 // placements holds, for one attempt, the partition count each output
 // topic's keys are placed by. The loop's goroutine learns topics (learn);

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/router"
@@ -29,24 +28,6 @@ import (
 // settings again (sizeRefused); the same refusal again stops the relay with
 // ErrRecordRefused (exit 65), naming the topic, partition and the event ids
 // of the refused batch.
-
-// ErrRecordRefused: Kafka refused a record for its content (its size, its
-// timestamp, its form) although the relay's checks passed it. It also wraps
-// ErrRejected (fatal). A data stop: the operator looks at the row or the
-// topic's settings (docs/outbox-table.md "Record timestamps").
-var ErrRecordRefused = newError(RecordRefused, "record_refused", "kafka refused a record")
-
-// recordRefusal reports a non-retriable Kafka error that refuses a record
-// for its content, as opposed to the broker, the topic or the transaction.
-// CORRUPT_MESSAGE is not one: kerr calls it retriable (a CRC broken on the
-// way), and the attempt ends as on any retriable error.
-func recordRefusal(ke *kerr.Error) bool {
-	switch ke.Code {
-	case kerr.MessageTooLarge.Code, kerr.RecordListTooLarge.Code, kerr.InvalidRecord.Code, kerr.InvalidTimestamp.Code:
-		return true
-	}
-	return false
-}
 
 // stampBounds are a topic's timestamp settings: with CreateTime, the broker
 // refuses a record whose timestamp is more than after ahead of its clock or

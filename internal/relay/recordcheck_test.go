@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // The timestamp bounds the relay reads from a topic's configs refuse what
@@ -77,7 +79,7 @@ func TestRecordRefusedByBrokerIsNamedDataStop(t *testing.T) {
 		}
 	}
 	_, err = a.commit(ctx, cpAt("0-1-2"))
-	if !errors.Is(err, ErrRecordRefused) || ExitCode(err) != ExitData || kind(err) != "record_refused" {
+	if !errors.Is(err, ErrRecordRefused) || ExitCode(err) != ExitData || errclass.Kind(err) != "record_refused" {
 		t.Fatalf("commit ended with %v (exit %d), want ErrRecordRefused (exit %d)", err, ExitCode(err), ExitData)
 	}
 	for _, want := range []string{"MESSAGE_TOO_LARGE", "topic data partition ", `event_id ["ok-1" "big-1"]`} {

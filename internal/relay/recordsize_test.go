@@ -17,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // limitCluster starts kfake with topic holding max.message.bytes limit.
@@ -112,7 +113,7 @@ func TestRecordSizeCountsFranzBatchOverhead(t *testing.T) {
 			err = cl.ProduceSync(ctx, rec).FirstErr()
 			if err != nil {
 				t.Errorf("a record loop.record accepts (recordSize %d <= max.message.bytes %d) failed: %v; classify: %v (fatal: %v)",
-					recordSize(rec), tc.limit, err, classify(err), fatal(classify(err)))
+					recordSize(rec), tc.limit, err, errclass.Kafka(err), errclass.Fatal(errclass.Kafka(err)))
 			}
 		})
 	}
@@ -145,9 +146,9 @@ func TestRecordSizeTopicLimitBelow512NoRefusedBatch(t *testing.T) {
 	r1, r2 := sizedRecord(t, topic, 200), sizedRecord(t, topic, 200)
 	res := cl.ProduceSync(ctx, r1, r2)
 	if err := res.FirstErr(); err != nil {
-		c := classify(err)
+		c := errclass.Kafka(err)
 		t.Errorf("two records each within max.message.bytes %d (recordSize %d) refused together: %v; classify: %v (fatal: %v)",
-			limit, recordSize(r1), err, c, fatal(c))
+			limit, recordSize(r1), err, c, errclass.Fatal(c))
 	}
 }
 
@@ -214,7 +215,7 @@ func TestRecordSizeRowAtLimitFirstOfAttemptPublished(t *testing.T) {
 		err := a.term()
 		if err != nil {
 			failed++
-			t.Errorf("restart %d: a row of recordSize %d on a topic with max.message.bytes %d: %v (fatal: %v)", i, n, n, err, fatal(err))
+			t.Errorf("restart %d: a row of recordSize %d on a topic with max.message.bytes %d: %v (fatal: %v)", i, n, n, err, errclass.Fatal(err))
 		}
 	}
 	if failed == 0 {
@@ -255,7 +256,7 @@ func TestRecordSizeTopicBelow512Publishes(t *testing.T) {
 		a.feedAll()
 		if err := a.term(); err != nil {
 			failed++
-			t.Errorf("attempt %d: rows of ~100 bytes on a topic with max.message.bytes 250: %v (fatal: %v)", i, err, fatal(err))
+			t.Errorf("attempt %d: rows of ~100 bytes on a topic with max.message.bytes 250: %v (fatal: %v)", i, err, errclass.Fatal(err))
 		}
 	}
 	if failed == 0 {
@@ -311,8 +312,8 @@ func TestRecordSizeLimitLoweredWhileRunningDeadLetters(t *testing.T) {
 	}
 	a.feedAll()
 	err = a.term()
-	if err != nil && fatal(err) {
-		t.Fatalf("max.message.bytes lowered to 1000 while running, a 2 KB row with on_error dead-letter: %v (fatal: %v, exit %d)", err, fatal(err), ExitCode(err))
+	if err != nil && errclass.Fatal(err) {
+		t.Fatalf("max.message.bytes lowered to 1000 while running, a 2 KB row with on_error dead-letter: %v (fatal: %v, exit %d)", err, errclass.Fatal(err), ExitCode(err))
 	}
 	if err != nil {
 		// The refusal ends the attempt; the next one reads the limit anew
@@ -321,7 +322,7 @@ func TestRecordSizeLimitLoweredWhileRunningDeadLetters(t *testing.T) {
 		b := h.start()
 		b.feedAll()
 		if err := b.term(); err != nil {
-			t.Fatalf("second attempt: %v (fatal: %v)", err, fatal(err))
+			t.Fatalf("second attempt: %v (fatal: %v)", err, errclass.Fatal(err))
 		}
 	}
 	dead := 0
@@ -357,8 +358,8 @@ func TestRecordSizeCheckpointTooLargeNamesPendingXA(t *testing.T) {
 	// A stop, but a clear one: the checkpoint cannot list them all (held XA
 	// transactions are documented as unbounded).
 	err := a.term()
-	if err == nil || !fatal(err) || !strings.Contains(err.Error(), "6000 prepared XA transactions") {
-		t.Errorf("6,000 pending XA transactions: %v (fatal: %v, exit %d); want a stop naming them", err, fatal(err), ExitCode(err))
+	if err == nil || !errclass.Fatal(err) || !strings.Contains(err.Error(), "6000 prepared XA transactions") {
+		t.Errorf("6,000 pending XA transactions: %v (fatal: %v, exit %d); want a stop naming them", err, errclass.Fatal(err), ExitCode(err))
 	}
 }
 
@@ -407,7 +408,7 @@ func TestRecordSizeLimitRaisedWhileRunningPublishes(t *testing.T) {
 		// The raised limit ends the attempt; the next one's client
 		// batches by it.
 		t.Logf("first attempt: %v", err)
-		if fatal(err) {
+		if errclass.Fatal(err) {
 			t.Fatal(err)
 		}
 		b := h.start()
@@ -515,11 +516,11 @@ func TestRecordSizeApacheKafkaLimits(t *testing.T) {
 	defer relayLike.Close()
 	rec2 := sizedRecord(t, atLimit, 100000)
 	if err := relayLike.ProduceSync(ctx, rec2).FirstErr(); err != nil {
-		t.Errorf("the relay's producer, first record: %v (classify: %v)", err, classify(err))
+		t.Errorf("the relay's producer, first record: %v (classify: %v)", err, errclass.Kafka(err))
 	}
 	r1, r2 := sizedRecord(t, small, 200), sizedRecord(t, small, 200)
 	if err := relayLike.ProduceSync(ctx, r1, r2).FirstErr(); err != nil {
-		t.Errorf("two records of recordSize 200 on a topic with max.message.bytes 300: %v (classify: %v)", err, classify(err))
+		t.Errorf("two records of recordSize 200 on a topic with max.message.bytes 300: %v (classify: %v)", err, errclass.Kafka(err))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/spans"
 )
 
@@ -65,7 +66,7 @@ func TestRecordSizeRowAtLimitWithoutContextPublishedWithSpansOn(t *testing.T) {
 	b := h.start()
 	b.feedAll()
 	if err := b.term(); err != nil {
-		t.Fatalf("spans on, a row without a trace context of recordSize %d on a topic with max.message.bytes %d: %v (fatal: %v)", n, n, err, fatal(err))
+		t.Fatalf("spans on, a row without a trace context of recordSize %d on a topic with max.message.bytes %d: %v (fatal: %v)", n, n, err, errclass.Fatal(err))
 	}
 	recs = h.consume()
 	if len(recs) != 2 {

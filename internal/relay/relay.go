@@ -7,16 +7,15 @@
 // One goroutine (the one that called Run) owns all pipeline state; the
 // binlog reader goroutine only feeds it events.
 //
-// The error policy lives in errclass.go: every sentinel has one Class, and
-// whether an error is fatal, stops at a source transaction, which exit code
-// `run` returns and which kind label metrics and logs give it all derive
-// from that class. A new sentinel gets a class there (this package's are
-// made with newError); errclass_test.go fails on one without.
+// The error policy lives in internal/errclass: every sentinel has one
+// Class, and whether an error is fatal, stops at a source transaction,
+// which exit code `run` returns and which kind label metrics and logs give
+// it all derive from that class. This package's sentinels are made with
+// errclass.New; errclass_test.go fails on one without.
 package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -24,14 +23,15 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/spans"
 	"github.com/outbox-relay/outbox-relay/router"
@@ -41,14 +41,12 @@ import (
 
 // Sentinels callers branch on.
 var (
-	// ErrKafkaUnreachable: no broker answered.
-	ErrKafkaUnreachable = newError(Transient, "kafka_unreachable", "kafka unreachable")
 	// ErrFlavorMismatch: the checkpoint was written for another flavor.
-	ErrFlavorMismatch = newError(ConfigStop, "source_config", "checkpoint flavor mismatch")
+	ErrFlavorMismatch = errclass.New(errclass.ConfigStop, "source_config", "checkpoint flavor mismatch")
 	// ErrBadRow wraps router.ErrBadRow with table, event id and GTID.
 	ErrBadRow = router.ErrBadRow
 	// ErrInvalidOp: an UPDATE or DELETE on an outbox table with invalid_op fatal.
-	ErrInvalidOp = newError(DataStop, "invalid_op", "invalid operation on an outbox table")
+	ErrInvalidOp = errclass.New(errclass.DataStop, "invalid_op", "invalid operation on an outbox table")
 )
 
 // Relay is one pipeline.
@@ -183,7 +181,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // spanShutdown bounds the export of the last spans when Run returns.
 const spanShutdown = 5 * time.Second
 
-var errSourceStream = newError(Transient, "binlog", "binlog stream ended")
+var errSourceStream = errclass.New(errclass.Transient, "binlog", "binlog stream ended")
 
 // producerOpts are the options of an attempt's producer of lane
 // (clients.Kafka.Producer): batches bounded by limits, every record in the
@@ -214,11 +212,11 @@ func (r *Relay) secondLane(ctx context.Context, limits *topicLimits, place *plac
 	}
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		cl.Close()
-		if r.cfg.Kafka.TransactionLanes < 2 && errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+		if r.cfg.Kafka.TransactionLanes < 2 && kafkaerr.TxnIDDenied(err) {
 			return nil, nil, nil
 		}
 		return nil, nil, fmt.Errorf("init transactional producer %s (the second lane, kafka.transaction_lanes: grant it WRITE as the pipeline's name, or set 1): %w",
-			id, classify(err))
+			id, errclass.Kafka(err))
 	}
 	if r.cfg.Kafka.TransactionLanes < 2 {
 		cl.Close()
@@ -275,13 +273,13 @@ func (r *Relay) connectKafka(ctx context.Context, kc *attemptClients, limits *to
 		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", ErrKafkaUnreachable, r.cfg.Kafka.Brokers, err)
 	}
 	if err := r.store.EnsureTopic(ctx, kc.adm, r.cfg.Kafka.ReplicationFactor); err != nil {
-		return classify(err) // not authorised for the checkpoint topic: a configuration stop
+		return errclass.Kafka(err) // not authorised for the checkpoint topic: a configuration stop
 	}
 	if r.cfg.Kafka.Delivery != config.ExactlyOnce {
 		return nil
 	}
 	if _, _, err := kc.cl.ProducerID(ctx); err != nil {
-		return fmt.Errorf("init transactional producer %s: %w", r.cfg.Name, classify(err))
+		return fmt.Errorf("init transactional producer %s: %w", r.cfg.Name, errclass.Kafka(err))
 	}
 	kc.lane, kc.check, err = r.secondLane(ctx, limits, place)
 	return err
@@ -346,7 +344,7 @@ func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error 
 	defer kc.close()
 	cp, placed, cpTopic, err := r.loadCheckpoint(ctx, kc.adm)
 	if err != nil {
-		return classify(err)
+		return errclass.Kafka(err)
 	}
 	if cp != nil {
 		r.metrics.CheckpointKnown(cp.Time, cp.CommitTime) // purge margin and age from the start, whatever comes next
@@ -430,7 +428,7 @@ func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error 
 	err = l.run(ctx, events, readErr)
 	r.ackTimedOut(err, l.lastBatch)
 	err = r.sizeRefused(err)
-	if p := stale.Load(); p != nil && ctx.Err() == nil && !fatal(err) {
+	if p := stale.Load(); p != nil && ctx.Err() == nil && !errclass.Fatal(err) {
 		return r.judgeStale(srv, from, *p)
 	}
 	return r.judgeStream(srv, from, err)

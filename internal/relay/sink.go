@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,23 +13,20 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kbin"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
-
-// ErrFenced: another instance with the same name took over. Fatal: the
-// fenced instance must never commit again.
-var ErrFenced = newError(Fenced, "fenced", "producer fenced by another instance with the same name")
 
 // ErrTxnTimedOut: the broker aborted the open Kafka transaction because it
 // stayed open for kafka.transaction_timeout, and bumped the producer epoch,
 // so the producer's next request was refused as if another instance had
 // fenced it. Nothing of the transaction is visible. Not fatal: the relay
 // resumes from the committed checkpoint. It does not wrap ErrFenced.
-var ErrTxnTimedOut = newError(Transient, "kafka_txn_timeout", "kafka transaction timed out")
+var ErrTxnTimedOut = errclass.New(errclass.Transient, "kafka_txn_timeout", "kafka transaction timed out")
 
 // sink is what the pipeline (loop.go) hands its batches to: it produces the
 // records of ended source transactions, and ends each batch with its
@@ -168,8 +164,7 @@ func newKafkaSink(ctx context.Context, cl *kgo.Client, store *checkpoint.Store, 
 			if s.firstErr == nil {
 				s.firstErr = err
 			}
-			var ke *kerr.Error
-			if errors.As(err, &ke) && recordRefusal(ke) {
+			if kafkaerr.KindOf(err) == kafkaerr.RecordRefused {
 				s.refused.note(r)
 			}
 			s.errMu.Unlock()
@@ -274,27 +269,27 @@ func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, e
 	}
 	var refused error
 	switch {
-	case err == nil, errors.Is(err, kerr.TopicAlreadyExists):
-	case adminRefused(err):
+	case err == nil, kafkaerr.TopicExists(err):
+	case kafkaerr.AdminRefused(err):
 		refused = err // least privilege: the topic may exist (topicauth.go)
-	case errors.Is(err, kerr.InvalidReplicationFactor) && s.brokersRestarting(ctx):
+	case kafkaerr.InvalidReplicationFactor(err) && s.brokersRestarting(ctx):
 		// Right after a broker restart, KRaft registers brokers before it
 		// unfences them: CreateTopics counts none available. Passing.
 		return topicInfo{}, fmt.Errorf("create topic %s: %v (the brokers are registered but not yet available: retried)", topic, err)
 	default:
-		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, classify(err))
+		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, errclass.Kafka(err))
 	}
 	info := topicInfo{maxBytes: maxBatchBytes}
 	details, err := s.listCreated(ctx, topic, refused == nil)
-	if err != nil && refused != nil && errors.Is(err, kerr.UnknownTopicOrPartition) {
+	if err != nil && refused != nil && kafkaerr.UnknownTopic(err) {
 		return topicInfo{}, missingTopic(topic, refused, err)
 	}
-	if err != nil && refused == nil && errors.Is(err, kerr.UnknownTopicOrPartition) {
+	if err != nil && refused == nil && kafkaerr.UnknownTopic(err) {
 		return topicInfo{}, fmt.Errorf("describe topic %s: %w (created, or found existing, it is still not in the brokers' metadata after %s, kafka.request_timeout: "+
-			"a topic marked for deletion is not, until its deletion completes; retried)", topic, classify(err), s.timeout)
+			"a topic marked for deletion is not, until its deletion completes; retried)", topic, errclass.Kafka(err), s.timeout)
 	}
 	if err != nil {
-		return topicInfo{}, fmt.Errorf("describe topic %s: %w", topic, classify(err))
+		return topicInfo{}, fmt.Errorf("describe topic %s: %w", topic, errclass.Kafka(err))
 	}
 	if refused != nil {
 		noteCreateRefused(s.log, topic, refused)
@@ -306,8 +301,8 @@ func (s *kafkaSink) ensureTopic(ctx context.Context, topic string) (topicInfo, e
 		return topicInfo{}, err
 	}
 	rc, err := s.adm.DescribeTopicConfigs(ctx, topic)
-	if err != nil && !adminRefused(err) {
-		return topicInfo{}, fmt.Errorf("describe topic %s configs: %w", topic, classify(err))
+	if err != nil && !kafkaerr.AdminRefused(err) {
+		return topicInfo{}, fmt.Errorf("describe topic %s configs: %w", topic, errclass.Kafka(err))
 	}
 	if cfgs, err := rc.On(topic, nil); err == nil {
 		for _, c := range cfgs.Configs {
@@ -347,7 +342,7 @@ func (s *kafkaSink) listCreated(ctx context.Context, topic string, created bool)
 		if err == nil {
 			err = details[topic].Err
 		}
-		again := created && errors.Is(err, kerr.UnknownTopicOrPartition)
+		again := created && kafkaerr.UnknownTopic(err)
 		if err == nil {
 			_, err = listedPartitions(topic, details[topic])
 			again = created // a partition not listed yet
@@ -470,70 +465,6 @@ var endedCtx = func() context.Context {
 	cancel()
 	return ctx
 }()
-
-// ErrRejected: Kafka refuses a record or topic for good (too large, invalid,
-// not authorised); retrying the same batch cannot succeed.
-var ErrRejected = newError(Refused, "rejected", "kafka refused the request for good")
-
-// classify sorts a Kafka error by franz-go's kerr properties. Retriable
-// errors, and errors that are not Kafka's (a connection, a timeout), are
-// returned as they are: the attempt ends and the next one resumes from the
-// checkpoint. Of the errors Kafka calls non-retriable, those that mean
-// another producer took the transactional id over (PRODUCER_FENCED,
-// INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and
-// INVALID_TXN_STATE, kfake's answer to a fenced commit and to a produce into
-// a transaction the coordinator aborted) wrap ErrFenced, and those that
-// refuse the request for good (not authorised, invalid or too large a
-// record, invalid topic or topic settings) wrap ErrRejected. Other
-// non-retriable errors (TRANSACTION_ABORTABLE, UNKNOWN_PRODUCER_ID,
-// OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_SERVER_ERROR...) end the attempt
-// like retriable ones: a new client from the checkpoint recovers from them.
-func classify(err error) error {
-	var ke *kerr.Error
-	if err == nil || !errors.As(err, &ke) {
-		return err
-	}
-	if ke.Retriable {
-		return err
-	}
-	if recordRefusal(ke) { // a record's content (recordcheck.go)
-		return fmt.Errorf("%w: %w: %w", ErrRejected, ErrRecordRefused, err)
-	}
-	switch {
-	case fencing(ke):
-		return fmt.Errorf("%w: %w", ErrFenced, err)
-	case refusal(ke):
-		return fmt.Errorf("%w: %w", ErrRejected, err)
-	}
-	return err
-}
-
-// fencing reports a non-retriable error that means the producer's epoch is
-// no longer current: another instance initialised the same transactional
-// id, or the coordinator aborted the transaction.
-func fencing(ke *kerr.Error) bool {
-	switch ke.Code {
-	case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.InvalidTxnState.Code:
-		return true
-	}
-	return false
-}
-
-// refusal reports a non-retriable error that refuses the request itself,
-// whenever it is sent: authorisation, and the content of a record or topic.
-func refusal(ke *kerr.Error) bool {
-	if strings.HasSuffix(ke.Message, "_AUTHORIZATION_FAILED") || strings.HasPrefix(ke.Message, "SASL_") {
-		return true
-	}
-	switch ke.Code {
-	case kerr.MessageTooLarge.Code, kerr.RecordListTooLarge.Code, kerr.InvalidRecord.Code, kerr.InvalidTimestamp.Code,
-		kerr.InvalidTopicException.Code, kerr.PolicyViolation.Code, kerr.InvalidRequiredAcks.Code,
-		kerr.UnsupportedForMessageFormat.Code, kerr.UnsupportedCompressionType.Code,
-		kerr.InvalidPartitions.Code, kerr.InvalidReplicationFactor.Code, kerr.InvalidReplicaAssignment.Code, kerr.InvalidConfig.Code:
-		return true
-	}
-	return false
-}
 
 // ackTimeout marks a flush that ran out of time as errAckTimeout.
 func ackTimeout(err error) error {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/spans"
 )
 
@@ -167,7 +168,7 @@ func (s *atLeastOnceSink) drain() (*checkpoint.Checkpoint, error) {
 		done++
 	}
 	if err := s.err(); err != nil {
-		return nil, fmt.Errorf("produce batch: %w%s", classify(err), s.refusedAt())
+		return nil, fmt.Errorf("produce batch: %w%s", errclass.Kafka(err), s.refusedAt())
 	}
 	if done == 0 {
 		return nil, nil
@@ -208,7 +209,7 @@ func (s *atLeastOnceSink) finish(ctx context.Context) (*checkpoint.Checkpoint, e
 		return nil, fmt.Errorf("flush checkpoint: %w", err)
 	}
 	if err := s.err(); err != nil {
-		return nil, fmt.Errorf("write checkpoint: %w", classify(err))
+		return nil, fmt.Errorf("write checkpoint: %w", errclass.Kafka(err))
 	}
 	return cp, nil
 }

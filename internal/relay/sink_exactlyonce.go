@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/spans"
 )
 
@@ -251,11 +252,11 @@ func (s *exactlyOnceSink) abort(ctx context.Context) error {
 	return nil
 }
 
-// classify is classify, and tells a transaction the broker aborted for
+// classify is errclass.Kafka, and tells a transaction the broker aborted for
 // being open too long (ErrTxnTimedOut) from a fence: the broker answers both
 // with the same fencing errors.
 func (s *exactlyOnceSink) classify(err error) error {
-	c := classify(err)
+	c := errclass.Kafka(err)
 	if open := s.openFor(); errors.Is(c, ErrFenced) && s.txnTimeout > 0 && open >= s.txnTimeout {
 		return fmt.Errorf("%w: open for %s, kafka.transaction_timeout is %s: the broker aborted it and bumped the producer epoch: %w",
 			ErrTxnTimedOut, open.Round(time.Millisecond), s.txnTimeout, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // Exactly-once, the sink knows where its last checkpoint record is and waits
@@ -121,7 +122,7 @@ func TestExactlyOnceTimedOutIsNotFenced(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond) // the broker aborts the transaction
 	_, err := a.commit(ctx, cpAt("0-1-2"))
-	if !errors.Is(err, ErrTxnTimedOut) || errors.Is(err, ErrFenced) || fatal(err) {
+	if !errors.Is(err, ErrTxnTimedOut) || errors.Is(err, ErrFenced) || errclass.Fatal(err) {
 		t.Fatalf("commit after the transaction timeout: %v, want ErrTxnTimedOut, not fatal", err)
 	}
 	t.Logf("after the timeout: %v; abort: %v", err, a.abort(ctx))
@@ -149,7 +150,7 @@ func TestExactlyOnceTimedOutIsNotFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = b.commit(ctx, cpAt("0-1-2"))
-	if !errors.Is(err, ErrFenced) || errors.Is(err, ErrTxnTimedOut) || !fatal(err) {
+	if !errors.Is(err, ErrFenced) || errors.Is(err, ErrTxnTimedOut) || !errclass.Fatal(err) {
 		t.Fatalf("commit after a fence: %v, want ErrFenced", err)
 	}
 	t.Logf("after a fence: %v", err)

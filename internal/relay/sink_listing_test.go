@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // listedWithGap answers the first n metadata requests that name topic with
@@ -89,8 +90,8 @@ func TestEnsureTopicCountsPartitionsOnceEveryOneIsListed(t *testing.T) {
 		listedWithGap(t, c, "orders", 1<<30)
 		start := time.Now()
 		_, err = s.ensureTopic(ctx, "orders")
-		if err == nil || fatal(err) {
-			t.Fatalf("ensure a topic never listed whole: %v (fatal %v), want a retried error", err, fatal(err))
+		if err == nil || errclass.Fatal(err) {
+			t.Fatalf("ensure a topic never listed whole: %v (fatal %v), want a retried error", err, errclass.Fatal(err))
 		}
 		if took := time.Since(start); took > 5*time.Second {
 			t.Fatalf("gave up after %v, want about the request timeout (500 ms)", took)

@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // testSink is a sink on an embedded broker whose produce responses can be
@@ -141,92 +141,6 @@ func (a testSink) waitDrain(t *testing.T) (*checkpoint.Checkpoint, error) {
 			}
 		case <-deadline:
 			t.Fatal("no checkpoint written after the acknowledgements")
-		}
-	}
-}
-
-// Kafka errors are sorted by their kerr properties: retriable ones and
-// other recoverable ones end the attempt (returned as they are), fencing
-// wraps ErrFenced, refusals wrap ErrRejected.
-func TestClassify(t *testing.T) {
-	tests := []struct {
-		err  error
-		want error // nil: returned unchanged
-	}{
-		{kerr.NotLeaderForPartition, nil},
-		{kerr.RequestTimedOut, nil},
-		{kerr.CoordinatorLoadInProgress, nil},
-		{kerr.NotEnoughReplicas, nil},
-		{kerr.UnknownTopicOrPartition, nil},
-		{kerr.CorruptMessage, nil}, // Kafka flags it retriable
-		{kerr.ConcurrentTransactions, nil},
-		{kerr.TransactionAbortable, nil},
-		{kerr.UnknownProducerID, nil},
-		{kerr.OutOfOrderSequenceNumber, nil},
-		{kerr.UnknownServerError, nil},
-		{kerr.OperationNotAttempted, nil},
-		{context.DeadlineExceeded, nil},
-		{kgo.ErrRecordTimeout, nil},
-		{errors.New("connection reset"), nil},
-
-		{kerr.ProducerFenced, ErrFenced},
-		{kerr.InvalidProducerEpoch, ErrFenced},
-		{kerr.TransactionalIDAuthorizationFailed, ErrRejected}, // a missing ACL, not another producer: stop, do not rejoin
-		{kerr.InvalidTxnState, ErrFenced},
-
-		{kerr.MessageTooLarge, ErrRejected},
-		{kerr.RecordListTooLarge, ErrRejected},
-		{kerr.InvalidRecord, ErrRejected},
-		{kerr.InvalidTimestamp, ErrRejected},
-		{kerr.InvalidTopicException, ErrRejected},
-		{kerr.TopicAuthorizationFailed, ErrRejected},
-		{kerr.ClusterAuthorizationFailed, ErrRejected},
-		{kerr.GroupAuthorizationFailed, ErrRejected},
-		{kerr.SaslAuthenticationFailed, ErrRejected},
-		{kerr.PolicyViolation, ErrRejected},
-		{kerr.InvalidReplicationFactor, ErrRejected},
-		{kerr.InvalidConfig, ErrRejected},
-		{&kadm.AuthError{Err: kerr.TopicAuthorizationFailed}, ErrRejected},
-	}
-	for _, tt := range tests {
-		in := fmt.Errorf("produce: %w", tt.err)
-		got := classify(in)
-		if tt.want == nil {
-			if got != in {
-				t.Errorf("%v: classified as %v, want it unchanged", tt.err, got)
-			}
-			continue
-		}
-		if !errors.Is(got, tt.want) || !errors.Is(got, tt.err) {
-			t.Errorf("%v: %v, want %v wrapping it", tt.err, got, tt.want)
-		}
-		if other := map[error]error{ErrFenced: ErrRejected, ErrRejected: ErrFenced}[tt.want]; errors.Is(got, other) {
-			t.Errorf("%v: also %v", tt.err, other)
-		}
-		// A record's content (size, timestamp, form) is a data stop, not a
-		// configuration one: it names the record (recordcheck.go).
-		var ke *kerr.Error
-		if record := errors.As(tt.err, &ke) && recordRefusal(ke); errors.Is(got, ErrRecordRefused) != record {
-			t.Errorf("%v: ErrRecordRefused is %v, want %v", tt.err, errors.Is(got, ErrRecordRefused), record)
-		}
-	}
-	if classify(nil) != nil {
-		t.Error("classify(nil) is not nil")
-	}
-	// Every non-retriable Kafka error is either left to the retry, a fence
-	// or a refusal, never two of them; the sorting depends on properties,
-	// so a code the table above does not name still lands somewhere.
-	for code := int16(-1); code < 140; code++ {
-		ke, ok := kerr.ErrorForCode(code).(*kerr.Error)
-		if !ok {
-			continue
-		}
-		got := classify(ke)
-		if ke.Retriable && got != error(ke) {
-			t.Errorf("retriable %v classified as %v", ke, got)
-		}
-		if errors.Is(got, ErrFenced) && errors.Is(got, ErrRejected) {
-			t.Errorf("%v is both fenced and rejected", ke)
 		}
 	}
 }
@@ -518,8 +432,8 @@ func TestEnsureTopicMarkedForDeletionEndsNamingIt(t *testing.T) {
 	start := time.Now()
 	_, err = s.ensureTopic(ctx, "orders")
 	took := time.Since(start)
-	if !errors.Is(err, kerr.UnknownTopicOrPartition) || fatal(err) {
-		t.Fatalf("ensure a topic that exists and is never listed: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, fatal(err))
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) || errclass.Fatal(err) {
+		t.Fatalf("ensure a topic that exists and is never listed: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, errclass.Fatal(err))
 	}
 	if took > 5*time.Second {
 		t.Fatalf("gave up after %v, want about the request timeout (500 ms)", took)
@@ -556,8 +470,8 @@ func TestEnsureTopicNeverListedEndsNamingItWhenTheDeadlineCutsARequest(t *testin
 		return nil, nil, false
 	})
 	_, err = s.ensureTopic(ctx, "orders")
-	if !errors.Is(err, kerr.UnknownTopicOrPartition) || fatal(err) {
-		t.Fatalf("ensure a created topic never listed, the deadline landing in a metadata request: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, fatal(err))
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) || errclass.Fatal(err) {
+		t.Fatalf("ensure a created topic never listed, the deadline landing in a metadata request: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, errclass.Fatal(err))
 	}
 	if msg := err.Error(); !strings.Contains(msg, "orders") || !strings.Contains(msg, "marked for deletion") || !strings.Contains(msg, "500ms") {
 		t.Errorf("error %q: want the topic, how long it was asked for and the likely cause (marked for deletion)", msg)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/source"
 )
 
@@ -156,7 +157,7 @@ var (
 	// errHostRefused: a source host's binlog stream refused the position
 	// it was asked for; the relay tries the other hosts. Not fatal: the
 	// next attempt chooses again, and stops only if no host is usable.
-	errHostRefused = newError(Transient, "source_position", "source host refused the position")
+	errHostRefused = errclass.New(errclass.Transient, "source_position", "source host refused the position")
 
 	// How long a refusal is held against a host once the relay's position
 	// has moved on (at the same position it is held for good: the server

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/source"
 )
@@ -50,8 +51,8 @@ func TestJudgeStream(t *testing.T) {
 				}
 				return
 			}
-			if fatal(got) != tc.wantFatal {
-				t.Errorf("fatal(%v) = %v, want %v", got, fatal(got), tc.wantFatal)
+			if errclass.Fatal(got) != tc.wantFatal {
+				t.Errorf("errclass.Fatal(%v) = %v, want %v", got, errclass.Fatal(got), tc.wantFatal)
 			}
 			held := r.refusedBy("a:1", "0-1-5")
 			if tc.wantHeld == "" {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/source"
 )
 
@@ -18,7 +19,7 @@ import (
 
 // errHostStale: the source host in use stopped receiving transactions that
 // another host has.
-var errHostStale = newError(Transient, "source_position", "source host in use stopped receiving transactions")
+var errHostStale = errclass.New(errclass.Transient, "source_position", "source host in use stopped receiving transactions")
 
 var staleHold = time.Minute
 

@@ -1,11 +1,11 @@
 package relay
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/rs/zerolog"
-	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // Least privilege on Kafka: with topics created beforehand, the relay's
@@ -14,14 +14,6 @@ import (
 // describing its configuration are then best effort: the broker's refusal
 // is logged once per topic and the relay goes on with what metadata says
 // (partition counts) and franz-go's defaults (the record size bound).
-
-// adminRefused reports an answer to CreateTopics or DescribeConfigs that
-// a principal without CREATE or DESCRIBE_CONFIGS gets, or that a topic
-// policy gives: the relay does without the request.
-func adminRefused(err error) bool {
-	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
-		errors.Is(err, kerr.PolicyViolation)
-}
 
 // noteCreateRefused logs that creating topic was refused although the
 // topic exists: once per sink and topic (the sink caches what it learnt).
@@ -34,5 +26,5 @@ func noteCreateRefused(log zerolog.Logger, topic string, createErr error) {
 // broker refused to create it.
 func missingTopic(topic string, createErr, describeErr error) error {
 	return fmt.Errorf("%w: topic %s does not exist and creating it was refused (%v): create it beforehand, or grant the relay's principal CREATE: %w",
-		ErrRejected, topic, createErr, describeErr)
+		errclass.ErrRejected, topic, createErr, describeErr)
 }

@@ -3,11 +3,11 @@ package relay
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
 // Settling after a commit.
@@ -105,7 +105,7 @@ func (s *exactlyOnceSink) settleAfterCommit() {
 					}
 				}
 			}
-			if err != nil && (!kerr.IsRetriable(err) || ctx.Err() != nil) {
+			if err != nil && (kafkaerr.KindOf(err) != kafkaerr.Retriable || ctx.Err() != nil) {
 				done <- settleVerdict(ctx, err)
 				return
 			}
@@ -132,8 +132,7 @@ func settleVerdict(ctx context.Context, err error) settleAnswer {
 		// than the broker's retry back-off it saves; a failure in a row.
 		return settleFailed
 	}
-	var ke *kerr.Error
-	if errors.As(err, &ke) && (ke == kerr.UnsupportedVersion || strings.HasSuffix(ke.Message, "_AUTHORIZATION_FAILED")) {
+	if kafkaerr.Unsupported(err) || kafkaerr.Denied(err) {
 		return settleNever
 	}
 	return settleFailed

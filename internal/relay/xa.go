@@ -10,13 +10,14 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // ErrUnknownXA: XA COMMIT of a transaction whose XA PREPARE the relay has
 // not read (it precedes the relay's first start position), so its outbox
 // rows, if any, cannot be published. Fatal.
-var ErrUnknownXA = newError(DataStop, "transaction_shape", "xa commit of a transaction prepared before the relay's start")
+var ErrUnknownXA = errclass.New(errclass.DataStop, "transaction_shape", "xa commit of a transaction prepared before the relay's start")
 
 // xaTx is an XA transaction the loop has seen rows or a prepare of and
 // not yet seen end.

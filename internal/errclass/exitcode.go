@@ -1,4 +1,4 @@
-package relay
+package errclass
 
 // Exit codes of `run`, for supervisors (README "Exit codes"; systemd's
 // RestartPreventExitStatus= lists the fatal ones). The values follow

@@ -1,30 +1,32 @@
-package relay
+// Package errclass is the relay's error policy: every sentinel and error
+// type the relay can end with has one Class, and every decision about an
+// error is derived from its class here and nowhere else: whether it is
+// fatal (Run returns it) or retried, whether the relay first commits what
+// ended before it (StopsAtTransaction), the exit code of `run` (ExitCode)
+// and the kind label of the relay_errors_total / relay_restarts_total
+// metrics and of the logs (Kind). Kafka's error codes get their class
+// through Kafka (internal/kafkaerr sorts the codes).
+//
+// The sentinels of the relay and of internal/ha carry their class (New,
+// as franz-go's Kafka errors carry Retriable); those of binlog,
+// checkpoint, schema, config, router and source, which must not know the
+// relay's policy, are classified in one table (foreign). The relay's
+// errclass_test.go parses those packages and fails on a sentinel or error
+// type without a class.
+package errclass
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/ha"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
 	"github.com/outbox-relay/outbox-relay/source"
 )
-
-// The error policy: every sentinel the relay can end with has one Class,
-// and the decisions about an error are derived from its class here and
-// nowhere else: whether it is fatal (Run returns it) or retried
-// (fatal), whether the loop first commits what ended before it
-// (stopsAtTransaction), the exit code of `run` (ExitCode) and the kind
-// label of the relay_errors_total / relay_restarts_total metrics and
-// of the logs (kind).
-//
-// This package's sentinels carry their class and kind (classified, made
-// by newError); the sentinels of binlog, checkpoint, schema, config,
-// router and ha, which must not know the relay's policy, are classified in
-// foreign. errclass_test.go parses those packages and fails on a sentinel
-// or error type without a class.
 
 // Class is what an error means for the run.
 type Class uint8
@@ -67,9 +69,9 @@ func (c Class) Fatal() bool { return c > Transient }
 // StopsAtTransaction reports whether an error of class c stops the relay
 // at a source transaction it cannot publish (a bad row, a shape it does not
 // handle, a source or checkpoint it cannot go on from): the transactions
-// that ended before it are committed first (loop.stop), so that the
-// checkpoint is just before the one named (which `checkpoint skip` needs).
-// Kafka's refusals and fences are not: nothing more may be committed.
+// that ended before it are committed first, so that the checkpoint is just
+// before the one named (which `checkpoint skip` needs). Kafka's refusals
+// and fences are not: nothing more may be committed.
 func (c Class) StopsAtTransaction() bool {
 	switch c {
 	case DataStop, Purged, ConfigStop:
@@ -93,8 +95,7 @@ func (c Class) ExitCode() int {
 	return ExitTransient
 }
 
-// classified is a sentinel of this package: its class and kind are data
-// on the error (like franz-go's kerr.Error carries Retriable).
+// classified is a sentinel that carries its class and kind as data.
 type classified struct {
 	msg   string
 	class Class
@@ -103,8 +104,14 @@ type classified struct {
 
 func (e *classified) Error() string { return e.msg }
 
-// newError returns a sentinel of class c, counted and logged as kind.
-func newError(c Class, kind, msg string) error { return &classified{msg: msg, class: c, kind: kind} }
+// New returns a sentinel of class c, counted and logged as kind.
+func New(c Class, kind, msg string) error { return &classified{msg: msg, class: c, kind: kind} }
+
+// Carries reports whether err is a sentinel made by New.
+func Carries(err error) bool {
+	_, ok := err.(*classified)
+	return ok
+}
 
 // rule classifies a sentinel (is) or an error type (as) of another package.
 type rule struct {
@@ -157,8 +164,6 @@ var foreign = []rule{
 	// Kafka has not yet made a committed checkpoint visible: Kafka's.
 	{is: checkpoint.ErrNotVisible, class: Transient, kind: "kafka"},
 	{is: config.ErrInvalid, class: ConfigStop, kind: "config"},
-	{is: ha.ErrLeaseLost, class: Transient, kind: "lease_lost"},
-	{is: ha.ErrRelayLive, class: Transient, kind: "relay_live"},
 }
 
 func isNoAnswer(err error) bool {
@@ -166,11 +171,11 @@ func isNoAnswer(err error) bool {
 	return errors.As(err, &na)
 }
 
-// classOf returns err's class and kind: those of the highest class among
-// the sentinels it wraps (of equal classes, this package's first, then
-// the first in foreign); ok is false when it wraps none (then Unclassified,
+// Of returns err's class and kind: those of the highest class among the
+// sentinels it wraps (of equal classes, a carried class first, then the
+// first in foreign); ok is false when it wraps none (then Unclassified,
 // "kafka").
-func classOf(err error) (c Class, kind string, ok bool) {
+func Of(err error) (c Class, kind string, ok bool) {
 	c, kind = Unclassified, "kafka"
 	walk(err, func(e error) {
 		if s, is := e.(*classified); is && (!ok || s.class > c) {
@@ -207,22 +212,22 @@ func walk(err error, f func(error)) {
 // ClassOf is err's class (Unclassified for nil or an error no sentinel
 // names).
 func ClassOf(err error) Class {
-	c, _, _ := classOf(err)
+	c, _, _ := Of(err)
 	return c
 }
 
-// fatal errors need an operator; retrying cannot fix them.
-func fatal(err error) bool { return ClassOf(err).Fatal() }
+// Fatal reports whether err needs an operator; retrying cannot fix it.
+func Fatal(err error) bool { return ClassOf(err).Fatal() }
 
-// kind names an error for metrics and logs.
-func kind(err error) string {
-	_, k, _ := classOf(err)
+// Kind names an error for metrics and logs.
+func Kind(err error) string {
+	_, k, _ := Of(err)
 	return k
 }
 
-// stopsAtTransaction reports whether err stops the relay at a source
+// StopsAtTransaction reports whether err stops the relay at a source
 // transaction: see Class.StopsAtTransaction.
-func stopsAtTransaction(err error) bool { return ClassOf(err).StopsAtTransaction() }
+func StopsAtTransaction(err error) bool { return ClassOf(err).StopsAtTransaction() }
 
 // ExitCode is the exit status of `run` for err (nil: ExitOK).
 func ExitCode(err error) int {
@@ -230,4 +235,41 @@ func ExitCode(err error) int {
 		return ExitOK
 	}
 	return ClassOf(err).ExitCode()
+}
+
+// Kafka's sentinels: what Kafka's answers become (Kafka).
+var (
+	// ErrKafkaUnreachable: no broker answered.
+	ErrKafkaUnreachable = New(Transient, "kafka_unreachable", "kafka unreachable")
+	// ErrFenced: another instance with the same name took over. Fatal: the
+	// fenced instance must never commit again.
+	ErrFenced = New(Fenced, "fenced", "producer fenced by another instance with the same name")
+	// ErrRejected: Kafka refuses a record or topic for good (too large,
+	// invalid, not authorised); retrying the same request cannot succeed.
+	ErrRejected = New(Refused, "rejected", "kafka refused the request for good")
+	// ErrRecordRefused: Kafka refused a record for its content (its size,
+	// its timestamp, its form) although the relay's checks passed it. It
+	// also wraps ErrRejected (fatal). A data stop: the operator looks at the
+	// row or the topic's settings (docs/outbox-table.md "Record
+	// timestamps").
+	ErrRecordRefused = New(RecordRefused, "record_refused", "kafka refused a record")
+)
+
+// Kafka gives a Kafka error its class by what it means
+// (kafkaerr.KindOf): a fence wraps ErrFenced, a refusal for good
+// ErrRejected, a record refused for its content ErrRejected and
+// ErrRecordRefused. Retriable errors, errors that are not Kafka's (a
+// connection, a timeout) and the other non-retriable ones (a new client
+// from the checkpoint recovers from them) are returned as they are: the
+// attempt ends and the next one resumes from the checkpoint.
+func Kafka(err error) error {
+	switch kafkaerr.KindOf(err) {
+	case kafkaerr.RecordRefused:
+		return fmt.Errorf("%w: %w: %w", ErrRejected, ErrRecordRefused, err)
+	case kafkaerr.Fenced:
+		return fmt.Errorf("%w: %w", ErrFenced, err)
+	case kafkaerr.Refused:
+		return fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	return err
 }
