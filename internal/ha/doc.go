@@ -11,11 +11,12 @@
 // for ha.session_timeout - 2 x ha.heartbeat_interval).
 //
 // The fence: once Lose has run, Err returns ErrLeaseLost (it also checks
-// the clock, so a paused process stops before its watcher runs), Lost is
-// closed and every OnLost function has run; the coordinator cannot have
-// given the lease to another member before that. The relay passes the
-// Lease explicitly to an attempt's loop and sinks, which check Err before
-// every produce, checkpoint write and commit; a context never carries it.
+// the clock, so a paused process stops before its watcher runs) and Lost is
+// closed; the coordinator cannot have given the lease to another member
+// before that. The relay passes the Lease explicitly to an attempt's loop
+// and delivery, which check Err before every produce, checkpoint write and
+// commit, and ends the attempt on Lost with ErrLeaseLost as its cause; a
+// context never carries it.
 //
 // Goroutines: the relay's Run goroutine calls the Elector's methods;
 // franz-go's group goroutines call its hooks (assignment, revoke, loss,

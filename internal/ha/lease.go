@@ -35,9 +35,6 @@ type Lease struct {
 	// watcher goroutine runs again.
 	expired func() string
 	metrics *metrics.Metrics // nil in tests
-
-	mu    sync.Mutex
-	stops []func() // run once when lost (the sinks' produce abort)
 }
 
 // NewLease returns a term of its own, not granted by an Elector (tests of
@@ -53,8 +50,9 @@ func NewLease(parent context.Context) *Lease {
 // term ends. It carries nothing: the fence is the Lease itself.
 func (l *Lease) Context() context.Context { return l.ctx }
 
-// Lose ends the lease at once: the sinks stop producing and abort what is
-// buffered (OnLost), Err returns ErrLeaseLost with why.
+// Lose ends the lease at once: Lost is closed (the relay's attempt ends
+// with ErrLeaseLost as its cause: its delivery stops producing and fails
+// what is buffered), Err returns ErrLeaseLost with why.
 func (l *Lease) Lose(why string) {
 	l.once.Do(func() {
 		l.why.Store(&why)
@@ -63,30 +61,8 @@ func (l *Lease) Lose(why string) {
 			l.metrics.SetState(metrics.StateStandby) // publishes nothing more
 		}
 		close(l.lost)
-		l.mu.Lock()
-		stops := l.stops
-		l.stops = nil
-		l.mu.Unlock()
-		for _, f := range stops {
-			f()
-		}
 		l.cancel()
 	})
-}
-
-// OnLost runs f when the lease is lost (at once if it already is), on the
-// goroutine that loses it.
-func (l *Lease) OnLost(f func()) {
-	l.mu.Lock()
-	select {
-	case <-l.lost:
-		l.mu.Unlock()
-		f()
-		return
-	default:
-	}
-	l.stops = append(l.stops, f)
-	l.mu.Unlock()
 }
 
 // Err is ErrLeaseLost with the reason once lost, else nil. A nil lease (no

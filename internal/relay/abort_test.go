@@ -7,22 +7,22 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
-// deadlineSink is an open batch whose abort notes how long it was given.
-type deadlineSink struct {
-	*fakeSink
+// deadlineDelivery is a delivery with an open batch whose abort notes how
+// long it was given.
+type deadlineDelivery struct {
+	*fakeDelivery
 	gave time.Duration
 }
 
-func (d *deadlineSink) isOpen() bool { return true }
-
-func (d *deadlineSink) abort(ctx context.Context) error {
-	if dl, ok := ctx.Deadline(); ok {
+func (d *deadlineDelivery) stop(ctx context.Context, clean bool) (*checkpoint.Checkpoint, error) {
+	if dl, ok := ctx.Deadline(); ok && !clean {
 		d.gave = time.Until(dl)
 	}
-	return nil
+	return nil, nil
 }
 
 // A failed attempt's abort of its open transaction gets
@@ -35,16 +35,16 @@ func TestAbortOfOpenTransactionIsBoundedWhenStopping(t *testing.T) {
 	cfg.Kafka.RequestTimeout = 30 * time.Second
 	r := &Relay{cfg: cfg, log: zerolog.Nop()}
 
-	failed := &deadlineSink{fakeSink: &fakeSink{}}
-	r.abortOpen(context.Background(), []sink{failed})
+	failed := &deadlineDelivery{fakeDelivery: &fakeDelivery{}}
+	r.abortOpen(context.Background(), failed)
 	if failed.gave < 29*time.Second || failed.gave > 30*time.Second {
 		t.Fatalf("a failed attempt's abort was given %v, want kafka.request_timeout (30s)", failed.gave)
 	}
 
 	stopped, cancel := context.WithCancel(context.Background())
 	cancel()
-	stopping := &deadlineSink{fakeSink: &fakeSink{}}
-	r.abortOpen(stopped, []sink{stopping})
+	stopping := &deadlineDelivery{fakeDelivery: &fakeDelivery{}}
+	r.abortOpen(stopped, stopping)
 	if stopping.gave <= 0 || stopping.gave > stopAbortTimeout {
 		t.Fatalf("a stopping relay's abort was given %v, want at most %v", stopping.gave, stopAbortTimeout)
 	}

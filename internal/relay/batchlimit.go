@@ -59,13 +59,6 @@ func (r *Relay) ackTimedOut(err error, last int) {
 		Msg("kafka did not acknowledge a batch within kafka.request_timeout: the next batches are smaller until commits are fast again (a slow broker or a producer quota: lower kafka.batch.max_records or raise kafka.request_timeout)")
 }
 
-// tookCommit notes an exactly-once commit's duration.
-func (l *loop) tookCommit(took time.Duration) {
-	if took >= l.r.cfg.Kafka.RequestTimeout/4 { // the sink's timeout
-		l.lastSlow = time.Now()
-	}
-}
-
 // recoverLimit doubles the loop's records bound, up to
 // kafka.batch.max_records, once commits have been fast for batchRecovery.
 func (l *loop) recoverLimit(now time.Time) {
@@ -74,10 +67,8 @@ func (l *loop) recoverLimit(now time.Time) {
 		return
 	}
 	since := l.limitSince
-	for _, t := range []time.Time{l.lastSlow, l.sink.slowSince()} {
-		if t.After(since) {
-			since = t
-		}
+	if l.lastSlow.After(since) {
+		since = l.lastSlow // a wait on Kafka was slow since (the committed stream says when)
 	}
 	if now.Sub(since) < batchRecovery {
 		return
@@ -87,10 +78,10 @@ func (l *loop) recoverLimit(now time.Time) {
 	l.r.log.Info().Int("batch_limit", l.maxRecords).Int("max_records", full).Msg("kafka keeps up again: larger batches")
 }
 
-// setLimit sets the records bound of the loop's batches.
+// setLimit sets the records bound of the loop's batches (and twice it the
+// records the delivery may have unacknowledged: part.bound).
 func (l *loop) setLimit(records int, now time.Time) {
 	l.maxRecords, l.limitSince = records, now
-	l.sink.bound(2 * records)
 }
 
 // sizeRefused lets one attempt that ended with a record Kafka refused for

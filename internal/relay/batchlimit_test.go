@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -33,11 +34,11 @@ func TestBatchLimitHalvesOnAckTimeoutAndRecovers(t *testing.T) {
 
 	t0 := time.Now()
 	r.cfg.Kafka.RequestTimeout = 30 * time.Second
-	alo := &atLeastOnceSink{kafkaSink: &kafkaSink{sinkOptions: sinkOptions{timeout: 30 * time.Second}}}
-	l := &loop{r: r, sink: alo}
+	d := &boundDelivery{fakeDelivery: &fakeDelivery{}}
+	l := &loop{r: r, d: d, topics: fakeTopics(), srv: &binlog.Server{}, setStr: "0-1-1", batchTopics: map[topicOutcome]int{}}
 	l.setLimit(r.batchLimit(), t0)
-	if alo.maxUnacked != 10000 {
-		t.Fatalf("at-least-once bound %d, want twice the batch bound", alo.maxUnacked)
+	if err := l.startCommit(context.Background()); err != nil || d.bound != 10000 {
+		t.Fatalf("at-least-once bound %d (%v), want twice the batch bound", d.bound, err)
 	}
 	steps := []struct {
 		at        time.Duration
@@ -54,33 +55,41 @@ func TestBatchLimitHalvesOnAckTimeoutAndRecovers(t *testing.T) {
 		{at: 400 * time.Second, want: 20000}, // never above max_records
 	}
 	for _, st := range steps {
+		// The committed stream says when a wait on Kafka was slow: a
+		// commit (exactly-once), a wait for acknowledgements (at least once).
 		if st.slowAt > 0 {
-			l.tookCommit(10 * time.Second) // a quarter of the timeout or more
-			l.lastSlow = t0.Add(st.slowAt)
+			_ = l.committed(committed{slow: slowSince(10*time.Second, 30*time.Second, t0.Add(st.slowAt))})
 		}
 		if st.aloSlowAt > 0 {
-			alo.lastSlow = t0.Add(st.aloSlowAt)
+			_ = l.committed(committed{slow: t0.Add(st.aloSlowAt)})
 		}
 		l.recoverLimit(t0.Add(st.at))
 		if l.maxRecords != st.want {
 			t.Fatalf("at %s: bound %d, want %d", st.at, l.maxRecords, st.want)
 		}
 	}
-	if r.batchLimit() != 20000 || alo.maxUnacked != 40000 {
-		t.Fatalf("after recovery: relay bound %d, at-least-once bound %d", r.batchLimit(), alo.maxUnacked)
+	if err := l.startCommit(context.Background()); r.batchLimit() != 20000 || err != nil || d.bound != 40000 {
+		t.Fatalf("after recovery: relay bound %d, at-least-once bound %d (%v)", r.batchLimit(), d.bound, err)
 	}
 }
 
-func TestTookCommitMarksSlowCommits(t *testing.T) {
-	cfg := config.Default()
-	cfg.Kafka.RequestTimeout = 40 * time.Second // the sink's timeout
-	l := &loop{r: &Relay{cfg: cfg}, sink: &exactlyOnceSink{kafkaSink: &kafkaSink{sinkOptions: sinkOptions{timeout: 40 * time.Second}}}}
-	l.tookCommit(9 * time.Second)
-	if !l.lastSlow.IsZero() {
+// boundDelivery notes the bound the loop hands it.
+type boundDelivery struct {
+	*fakeDelivery
+	bound int
+}
+
+func (d *boundDelivery) send(ctx context.Context, b part) (bool, error) {
+	d.bound = b.bound
+	return d.fakeDelivery.send(ctx, b)
+}
+
+func TestSlowSinceMarksSlowCommits(t *testing.T) {
+	now := time.Now()
+	if !slowSince(9*time.Second, 40*time.Second, now).IsZero() {
 		t.Fatal("a commit under a quarter of the timeout counted as slow")
 	}
-	l.tookCommit(10 * time.Second)
-	if l.lastSlow.IsZero() {
+	if slowSince(10*time.Second, 40*time.Second, now).IsZero() {
 		t.Fatal("a commit of a quarter of the timeout not counted as slow")
 	}
 }

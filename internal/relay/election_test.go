@@ -133,7 +133,7 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 	// and one more (the same transactional id) that bypasses the guard.
 	brokers := ec.c.ListenAddrs()
 	store := checkpoint.NewStore("cp", kgo.SeedBrokers(brokers...))
-	open := func(ctx context.Context, lease *ha.Lease) *exactlyOnceSink {
+	open := func(ctx context.Context, lease *ha.Lease) *lane {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0), kgo.TransactionalID("pipe"))
 		if err != nil {
 			t.Fatal(err)
@@ -142,8 +142,8 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 		if err := store.EnsureTopic(context.Background(), kadm.NewClient(cl), 1); err != nil {
 			t.Fatal(err)
 		}
-		s := newExactlyOnceSink(ctx, cl, store, sinkOptions{timeout: 10 * time.Second, parts: 3, repl: 1, lease: lease})
-		if err := s.produce(ctx, outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("before the partition")}}); err != nil {
+		s := newLane(ctx, cl, store, deliveryOptions{timeout: 10 * time.Second, lease: lease})
+		if err := s.produce(outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("before the partition")}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := cl.Flush(ctx); err != nil {
@@ -180,10 +180,10 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 	if err := la.Err(); !errors.Is(err, ha.ErrLeaseLost) {
 		t.Fatalf("lease error %v, want ha.ErrLeaseLost", err)
 	}
-	if err := guarded.produce(la.Context(), outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("late")}}); !errors.Is(err, ha.ErrLeaseLost) {
+	if err := guarded.produce(outRecord{Record: &kgo.Record{Topic: "data", Value: []byte("late")}}); !errors.Is(err, ha.ErrLeaseLost) {
 		t.Fatalf("produce after the loss: %v, want ha.ErrLeaseLost", err)
 	}
-	if _, err := guarded.commit(la.Context(), cpAt("0-1-2")); !errors.Is(err, ha.ErrLeaseLost) {
+	if _, err := guarded.commit(la.Context(), cpAt("0-1-2"), nil); !errors.Is(err, ha.ErrLeaseLost) {
 		t.Fatalf("commit after the loss: %v, want ha.ErrLeaseLost", err)
 	}
 
@@ -198,7 +198,7 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 	if _, _, err := newActive.ProducerID(took.l.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := unguarded.commit(context.Background(), cpAt("0-1-2")); !errors.Is(err, ErrFenced) {
+	if _, err := unguarded.commit(context.Background(), cpAt("0-1-2"), nil); !errors.Is(err, ErrFenced) {
 		t.Fatalf("late commit of the old active producer: %v, want ErrFenced", err)
 	}
 	if committed, _ := committedCount(t, newActive, "data"); committed != 0 {

@@ -18,7 +18,9 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/source"
 )
@@ -88,49 +90,75 @@ type attempt struct {
 	// todo are the script's events a reader started at from sends (every
 	// transaction from does not contain), as indexes, in order; next is
 	// the next to send.
-	todo    []int
-	next    int
-	cl      *kgo.Client
-	snk     sink
-	laneCl  *kgo.Client // the second lane (kafka.transaction_lanes 2), or nil
-	checkCl *kgo.Client // its question's client (lanes.go)
-	lane    *exactlyOnceSink
-	events  chan []binlog.Event
-	readErr chan error
-	cancel  context.CancelFunc // SIGTERM
-	done    chan struct{}      // closed when the loop has returned err
-	err     error
+	todo []int
+	next int
+	kc   *attemptClients
+	cl   *kgo.Client // kc.cl
+	d    delivery
+	// first and lane are the exactly-once delivery's lanes (lane: the
+	// second, kafka.transaction_lanes 2, or nil).
+	first, lane *lane
+	events      chan []binlog.Event
+	readErr     chan error
+	cancel      context.CancelFunc // SIGTERM
+	done        chan struct{}      // closed when the loop has returned err
+	err         error
+	endRun      context.CancelCauseFunc // ends the delivery's goroutines
+	ran         chan struct{}           // closed once they have
 }
 
 // start begins an attempt from the committed checkpoint, with the steps
 // and options of Relay.attempt (not its binlog reader).
-func (h *harness) start() *attempt {
+func (h *harness) start() *attempt { return h.startWith(nil, false) }
+
+// startWith is start under ls, a term's lease (nil: none), as Relay.attempt
+// runs it inside an election (the delivery refuses to produce or commit
+// once it is lost and fails what its clients buffer), and with
+// kafka.delivery at-least-once when alo is set (no transactional id).
+func (h *harness) startWith(ls *ha.Lease, alo bool) *attempt {
 	t, r, cfg := h.t, h.relay, h.cfg
 	t.Helper()
+	k := r.kafka
+	r.cfg.Kafka.Delivery = cfg.Kafka.Delivery
+	if alo {
+		cfg.Kafka.Delivery = config.AtLeastOnce
+		r.cfg.Kafka.Delivery = config.AtLeastOnce
+		var err error
+		if k, err = clients.NewKafka(cfg); err != nil {
+			t.Fatal(err)
+		}
+		k = k.WithLogger(r.log)
+		r.store = k.CheckpointStore() // at-least-once checkpoints are not transactional
+	}
+	term := context.Background()
+	if ls != nil {
+		term = ls.Context()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	limits := &topicLimits{}
-	cl, err := kgo.NewClient(producerOpts(r.kafka, 0, limits, nil, nil)...) // as Relay.attempt
+	cl, err := kgo.NewClient(producerOpts(k, 0, limits, nil, nil)...) // as Relay.attempt
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &attempt{h: h, cl: cl, events: make(chan []binlog.Event), readErr: make(chan error, 1), done: make(chan struct{})}
+	kc := &attemptClients{cl: cl, adm: kadm.NewClient(cl)}
+	a := &attempt{h: h, kc: kc, cl: cl, events: make(chan []binlog.Event), readErr: make(chan error, 1), done: make(chan struct{})}
 	fail := func(what string, err error) {
 		t.Helper()
-		cl.Close()
+		kc.close()
 		t.Fatalf("start attempt: %s: %v", what, err)
 	}
-	if err := r.store.EnsureTopic(ctx, kadm.NewClient(cl), cfg.Kafka.ReplicationFactor); err != nil {
+	if err := r.store.EnsureTopic(ctx, kc.adm, cfg.Kafka.ReplicationFactor); err != nil {
 		fail("checkpoint topic", err)
 	}
-	if _, _, err := cl.ProducerID(ctx); err != nil { // fences the previous attempt, aborts its transaction
-		fail("init producer", err)
+	if !alo {
+		if _, _, err := cl.ProducerID(ctx); err != nil { // fences the previous attempt, aborts its transaction
+			fail("init producer", err)
+		}
+		if kc.lane, kc.check, err = r.secondLane(ctx, limits, nil); err != nil { // as Relay.attempt: the second transactional id
+			fail("second lane", err)
+		}
 	}
-	laneCl, checkCl, err := r.secondLane(ctx, limits, nil) // as Relay.attempt: the second transactional id
-	if err != nil {
-		fail("second lane", err)
-	}
-	a.laneCl, a.checkCl = laneCl, checkCl
 	if a.cp, err = r.store.Load(ctx, cfg.Name); err != nil {
 		fail("load checkpoint", err)
 	}
@@ -141,23 +169,45 @@ func (h *harness) start() *attempt {
 	if err != nil {
 		fail("schema tracker", err)
 	}
-	opts := sinkOptions{timeout: cfg.Kafka.RequestTimeout,
-		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits}
-	first := newExactlyOnceSink(context.Background(), cl, r.store, opts)
-	a.snk = first
-	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
+	// As Relay.attempt: the delivery's goroutines run beside the loop;
+	// records are produced under a context that the term's end does not
+	// cancel.
+	runCtx, endRun := context.WithCancelCause(context.WithoutCancel(term))
+	a.endRun, a.ran = endRun, make(chan struct{})
+	a.d = r.newDelivery(runCtx, kc, r.deliveryOptions(ls))
+	if eo, ok := a.d.(*exactlyOnce); ok {
+		a.first = eo.lanes[0]
+		if len(eo.lanes) > 1 {
+			a.lane = eo.lanes[1]
+		}
+	}
+	go func() {
+		defer close(a.ran)
+		_ = a.d.run(runCtx)
+	}()
+	if ls != nil {
+		go func() {
+			select {
+			case <-ls.Lost():
+				endRun(ls.Err())
+			case <-a.ran:
+			}
+		}()
+	}
+	l, err := newLoop(r, h.srv, a.cp, a.from, a.d, r.newCatalog(kc.adm, limits, nil))
 	if err != nil {
 		fail("new loop", err)
 	}
-	if laneCl != nil {
-		a.lane = newLane(context.Background(), laneCl, checkCl, r.store, opts, first)
-		l.addLane(a.lane)
-	}
+	l.lease = ls
 	l.schema = tracker.Tables()
 	if a.cp == nil {
 		if err := l.commit(ctx); err != nil {
 			fail("initial checkpoint", err)
+		}
+		if alo { // written once acknowledged: wait for it, as a restart would find it
+			if _, err := a.d.(*atLeastOnce).finish(ctx); err != nil {
+				fail("initial checkpoint", err)
+			}
 		}
 	}
 	from, err := binlog.ParseSet(h.s.flavor, a.from)
@@ -169,11 +219,11 @@ func (h *harness) start() *attempt {
 			a.todo = append(a.todo, i)
 		}
 	}
-	runCtx, stop := context.WithCancel(context.Background())
+	stopCtx, stop := context.WithCancel(term) // SIGTERM, or the term's end
 	a.cancel = stop
 	go func() {
 		defer close(a.done)
-		a.err = l.run(runCtx, a.events, a.readErr)
+		a.err = l.run(stopCtx, runCtx, a.events, a.readErr)
 		r.ackTimedOut(a.err, l.lastBatch) // as Relay.attempt does
 		a.err = r.sizeRefused(a.err)
 	}()
@@ -241,24 +291,19 @@ func (a *attempt) end(crashed bool) error {
 		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
 		a.h.t.Fatalf("the loop did not return; goroutines:\n%s", stacks.String())
 	}
-	snks := []sink{a.snk}
-	if a.lane != nil {
-		snks = append(snks, a.lane)
-	}
-	for _, snk := range snks {
-		if !crashed && snk.isOpen() {
-			ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.Kafka.RequestTimeout)
-			if err := snk.abort(ctx); err != nil {
-				a.h.t.Logf("abort after the attempt: %v", err)
-			}
-			cancel()
+	// As Relay.attempt: the delivery's goroutines end with the loop, then
+	// the open Kafka transactions are aborted (not after a crash: the
+	// process died with them open).
+	a.endRun(context.Canceled)
+	<-a.ran
+	if !crashed {
+		ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.Kafka.RequestTimeout)
+		if _, err := a.d.stop(ctx, false); err != nil {
+			a.h.t.Logf("abort after the attempt: %v", err)
 		}
+		cancel()
 	}
-	a.cl.Close()
-	if a.laneCl != nil {
-		a.laneCl.Close()
-		a.checkCl.Close()
-	}
+	a.kc.close()
 	return a.err
 }
 

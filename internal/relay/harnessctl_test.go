@@ -9,14 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/clients"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 )
 
@@ -64,71 +59,10 @@ func eventsTotal(t *testing.T, h *harness) float64 {
 }
 
 // startLeased is h.start with the attempt run under ls, a term's lease, as
-// Relay.attempt runs it inside an election: the sinks (both lanes) refuse
-// to produce or commit once it is lost and abort what their clients buffer.
-func (h *harness) startLeased(ls *ha.Lease) *attempt {
-	t, r, cfg := h.t, h.relay, h.cfg
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	limits := &topicLimits{}
-	cl, err := kgo.NewClient(producerOpts(r.kafka, 0, limits, nil, nil)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &attempt{h: h, cl: cl, events: make(chan []binlog.Event), readErr: make(chan error, 1), done: make(chan struct{})}
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			cl.Close()
-			t.Fatalf("start attempt: %s: %v", what, err)
-		}
-	}
-	must("checkpoint topic", r.store.EnsureTopic(ctx, kadm.NewClient(cl), cfg.Kafka.ReplicationFactor))
-	_, _, err = cl.ProducerID(ctx)
-	must("init producer", err)
-	a.laneCl, a.checkCl, err = r.secondLane(ctx, limits, nil)
-	must("second lane", err)
-	a.cp, err = r.store.Load(ctx, cfg.Name)
-	must("load checkpoint", err)
-	a.from, err = r.startPosition(h.srv, a.cp)
-	must("start position", err)
-	tracker, err := r.tracker(ctx, h.srv, a.cp)
-	must("schema tracker", err)
-	// As Relay.attempt: the sinks and the loop are given the lease; the
-	// sinks' context is not canceled with the term (runCtx).
-	opts := sinkOptions{timeout: cfg.Kafka.RequestTimeout,
-		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), limits: limits, lease: ls}
-	first := newExactlyOnceSink(context.WithoutCancel(ls.Context()), cl, r.store, opts)
-	a.snk = first
-	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
-	must("new loop", err)
-	l.lease = ls
-	if a.laneCl != nil {
-		a.lane = newLane(context.WithoutCancel(ls.Context()), a.laneCl, a.checkCl, r.store, opts, first)
-		l.addLane(a.lane)
-	}
-	l.schema = tracker.Tables()
-	if a.cp == nil {
-		must("initial checkpoint", l.commit(ls.Context()))
-	}
-	from, err := binlog.ParseSet(h.s.flavor, a.from)
-	must("start position", err)
-	for i, ev := range h.s.events {
-		if one, _ := binlog.ParseSet(h.s.flavor, ev.GTID); !from.Contain(one) {
-			a.todo = append(a.todo, i)
-		}
-	}
-	// The term's context, canceled by a stop (a.cancel) or a loss.
-	runCtx, stop := context.WithCancel(ls.Context())
-	a.cancel = stop
-	go func() {
-		defer close(a.done)
-		a.err = l.run(runCtx, a.events, a.readErr)
-	}()
-	return a
-}
+// Relay.attempt runs it inside an election: the delivery (both lanes)
+// refuses to produce or commit once it is lost and fails what its clients
+// buffer.
+func (h *harness) startLeased(ls *ha.Lease) *attempt { return h.startWith(ls, false) }
 
 // topicIDs returns the event ids (header id) read_committed consumers see
 // on topic, in offset order.
@@ -155,67 +89,8 @@ func (h *harness) writeCheckpoint(cp *checkpoint.Checkpoint) {
 }
 
 // startAtLeastOnce is h.start for kafka.delivery at-least-once, as
-// Relay.attempt builds it (no transactional id, the sink without Kafka
-// transactions).
-func (h *harness) startAtLeastOnce() *attempt {
-	t, r := h.t, h.relay
-	t.Helper()
-	cfg := h.cfg
-	cfg.Kafka.Delivery = config.AtLeastOnce
-	k, err := clients.NewKafka(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k = k.WithLogger(r.log)
-	r.store = k.CheckpointStore() // at-least-once checkpoints are not transactional
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	limits := &topicLimits{}
-	cl, err := kgo.NewClient(producerOpts(k, 0, limits, nil, nil)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &attempt{h: h, cl: cl, events: make(chan []binlog.Event), readErr: make(chan error, 1), done: make(chan struct{})}
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			cl.Close()
-			t.Fatalf("start attempt: %s: %v", what, err)
-		}
-	}
-	must("checkpoint topic", r.store.EnsureTopic(ctx, kadm.NewClient(cl), cfg.Kafka.ReplicationFactor))
-	a.cp, err = r.store.Load(ctx, cfg.Name)
-	must("load checkpoint", err)
-	a.from, err = r.startPosition(h.srv, a.cp)
-	must("start position", err)
-	tracker, err := r.tracker(ctx, h.srv, a.cp)
-	must("schema tracker", err)
-	a.snk = newAtLeastOnceSink(context.Background(), cl, r.store, sinkOptions{timeout: cfg.Kafka.RequestTimeout,
-		txnTimeout: cfg.Kafka.TransactionTimeout, parts: cfg.Kafka.TopicPartitions, repl: cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * cfg.Kafka.Batch.MaxRecords), maxUnackedBytes: int64(2 * cfg.Kafka.Batch.MaxBytes), limits: limits})
-	l, err := newLoop(r, h.srv, a.cp, a.from, a.snk)
-	must("new loop", err)
-	l.schema = tracker.Tables()
-	if a.cp == nil {
-		must("initial checkpoint", l.commit(ctx))
-		_, err := a.snk.finish(ctx)
-		must("initial checkpoint", err)
-	}
-	from, err := binlog.ParseSet(h.s.flavor, a.from)
-	must("start position", err)
-	for i, ev := range h.s.events {
-		if one, _ := binlog.ParseSet(h.s.flavor, ev.GTID); !from.Contain(one) {
-			a.todo = append(a.todo, i)
-		}
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	a.cancel = stop
-	go func() {
-		defer close(a.done)
-		a.err = l.run(runCtx, a.events, a.readErr)
-	}()
-	return a
-}
+// Relay.attempt builds it (no transactional id, no Kafka transactions).
+func (h *harness) startAtLeastOnce() *attempt { return h.startWith(nil, true) }
 
 // eventually polls cond every 5 ms for at most 20 s.
 func eventually(t *testing.T, what string, cond func() bool) {

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Two transaction lanes (kafka.transaction_lanes 2; the loop's side is in
-// commit.go).
+// Two transaction lanes (kafka.transaction_lanes 2; how batches alternate
+// between them is exactlyonce.go's).
 //
 // Kafka fences one transactional id at a time. A producer that initialises
 // the pipeline's name alone (an outbox-relay from before transaction lanes
@@ -36,7 +38,7 @@ import (
 // fence both ids, so then only a producer that fences the name alone, at
 // that moment, is not seen.
 
-// The question goes through a client of its own (checkAdm): franz-go
+// The question goes through a client of its own (laneCheck.adm): franz-go
 // sends a client's requests to one broker on one connection, which the
 // broker answers in order, so a question left unanswered would hold the
 // second lane's EndTxn behind it until the commit's time runs out.
@@ -46,6 +48,24 @@ import (
 // commit (franz-go retries until the context ends) while the first lane's
 // next transaction stays open, up to its transaction timeout.
 const checkMax = 100 * time.Millisecond
+
+// laneCheck is a lane's part of the check: the first lane keeps its
+// producer id and epoch after each commit (keepEpoch, epochAfter); the
+// second checks, before each commit, that the first lane's transactional
+// id is still this instance's (follows; off once the brokers refuse to
+// tell, fails failed in a row, no check before paused, warned once a
+// failed check was logged). The lane's goroutine alone uses it, but for
+// epochAfter, which the other lane reads.
+type laneCheck struct {
+	keepEpoch  bool
+	epochAfter atomic.Pointer[committedAs]
+	follows    *lane
+	adm        *kadm.Client // asks the question (a client of its own: see above)
+	off        bool
+	fails      int
+	paused     time.Time
+	warned     bool
+}
 
 // producerEpoch is a producer id and epoch.
 type producerEpoch struct {
@@ -82,7 +102,7 @@ func (c committedAs) ours(state producerEpoch) bool {
 // where the producer has no error to recover from (after a flush without
 // errors, or a successful commit), or franz-go would initialise the id
 // again.
-func (s *exactlyOnceSink) producerState(ctx context.Context) (producerEpoch, bool) {
+func (s *lane) producerState(ctx context.Context) (producerEpoch, bool) {
 	id, epoch, err := s.cl.ProducerID(ctx)
 	return producerEpoch{id, epoch}, err == nil
 }
@@ -90,36 +110,37 @@ func (s *exactlyOnceSink) producerState(ctx context.Context) (producerEpoch, boo
 // keepCommittedEpoch (first lane) keeps before (taken after the flush) and
 // the state after a successful commit; nil when either is unknown (the
 // second lane then does not commit: firstLaneOurs).
-func (s *exactlyOnceSink) keepCommittedEpoch(ctx context.Context, before producerEpoch, known bool) {
-	if !s.keepEpoch {
+func (s *lane) keepCommittedEpoch(ctx context.Context, before producerEpoch, known bool) {
+	if !s.check.keepEpoch {
 		return
 	}
 	after, ok := s.producerState(ctx)
 	if !known || !ok {
-		s.epochAfter.Store(nil)
+		s.check.epochAfter.Store(nil)
 		return
 	}
-	s.epochAfter.Store(&committedAs{before, after})
+	s.check.epochAfter.Store(&committedAs{before, after})
 }
 
 // firstLaneOurs (second lane, after its batch is flushed and before its
 // EndTxn) checks that the first lane's transactional id is still this
 // instance's; see above. Without a first lane, it does nothing.
-func (s *exactlyOnceSink) firstLaneOurs(ctx context.Context) error {
-	f := s.follows
-	if f == nil || s.checkOff || time.Now().Before(s.checkPaused) {
+func (s *lane) firstLaneOurs(ctx context.Context) error {
+	c := &s.check
+	f := c.follows
+	if f == nil || c.off || time.Now().Before(c.paused) {
 		return nil
 	}
-	own := f.epochAfter.Load()
+	own := f.check.epochAfter.Load()
 	if own == nil {
 		// The second lane commits only after the first lane committed
-		// (commit.go); not knowing its epoch then is not to be guessed.
+		// (exactlyonce.go); not knowing its epoch then is not to be guessed.
 		return errors.New("check the first transaction lane: its producer epoch after its last commit is unknown")
 	}
 	id, _ := f.cl.OptValue(kgo.TransactionalID).(string)
 	qctx, cancel := context.WithTimeout(ctx, checkMax)
 	defer cancel()
-	d, err := s.checkAdm.DescribeTransactions(qctx, id)
+	d, err := c.adm.DescribeTransactions(qctx, id)
 	var state producerEpoch
 	if err == nil {
 		t, ok := d[id]
@@ -134,21 +155,21 @@ func (s *exactlyOnceSink) firstLaneOurs(ctx context.Context) error {
 	}
 	if err != nil {
 		if settleVerdict(qctx, err) == settleNever {
-			s.checkOff = true // Kafka before 3.0, or not allowed to DESCRIBE
-		} else if s.checkFails++; s.checkFails >= settleGiveUp {
-			s.checkFails = 0
-			s.checkPaused = time.Now().Add(settlePause)
+			c.off = true // Kafka before 3.0, or not allowed to DESCRIBE
+		} else if c.fails++; c.fails >= settleGiveUp {
+			c.fails = 0
+			c.paused = time.Now().Add(settlePause)
 		}
-		if s.checkWarned {
+		if c.warned {
 			s.log.Debug().Err(err).Str("transactional_id", id).Msg("cannot ask the coordinator before a commit of the second transaction lane: committing")
 		} else {
-			s.checkWarned = true
+			c.warned = true
 			s.log.Warn().Err(err).Str("transactional_id", id).
 				Msg("cannot ask the coordinator whether the pipeline's name is still this instance's before a commit of the second transaction lane: committing; a producer that initialises only the name (an outbox-relay from before transaction lanes, or its checkpoint commands) would not stop that lane: run one outbox-relay version everywhere, or set kafka.transaction_lanes: 1")
 		}
 		return nil
 	}
-	s.checkFails = 0
+	c.fails = 0
 	if !own.ours(state) {
 		return fmt.Errorf("%w: transactional id %s was initialised by another producer (the coordinator has producer id %d epoch %d, this instance's first lane %d epoch %d after its last commit, %d epoch %d before it): the second lane does not commit",
 			ErrFenced, id, state.id, state.epoch, own.after.id, own.after.epoch, own.before.id, own.before.epoch)

@@ -230,7 +230,10 @@ func TestLanesEpochExhaustionOnRealKafka(t *testing.T) {
 	if err := store.EnsureTopic(ctx, adm, 1); err != nil {
 		t.Fatal(err)
 	}
-	s := newExactlyOnceSink(ctx, cl, store, sinkOptions{timeout: 10 * time.Second, parts: 1, repl: 1})
+	ln := newLane(ctx, cl, store, deliveryOptions{timeout: 10 * time.Second})
+	d := newExactlyOnce([]*lane{ln}, newAccounting(nil))
+	runDelivery(t, d)
+	s := testSink{lane: ln, d: d, cl: cl, store: store}
 	id0, ep0, err := cl.ProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -246,9 +249,9 @@ func TestLanesEpochExhaustionOnRealKafka(t *testing.T) {
 		}
 		if i%5000 == 0 {
 			id, ep, _ := cl.ProducerID(ctx)
-			t.Logf("%d commits in %s: producer %d epoch %d, settle off %v", i, time.Since(began).Round(time.Second), id, ep, s.settleOff)
+			t.Logf("%d commits in %s: producer %d epoch %d, settle off %v", i, time.Since(began).Round(time.Second), id, ep, s.settle.off)
 		}
 	}
 	id, ep, _ := cl.ProducerID(ctx)
-	t.Logf("%d commits in %s: producer %d/%d -> %d/%d, settle off %v, waits %d", n, time.Since(began).Round(time.Second), id0, ep0, id, ep, s.settleOff, s.settleWaits.Load())
+	t.Logf("%d commits in %s: producer %d/%d -> %d/%d, settle off %v, waits %d", n, time.Since(began).Round(time.Second), id0, ep0, id, ep, s.settle.off, s.settle.waits.Load())
 }

@@ -127,7 +127,7 @@ func TestSinkSendNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	s := &kafkaSink{cl: cl}
+	s := &producer{cl: cl}
 	for i := range 2 {
 		acked := make(chan error, 1)
 		cl.Produce(context.Background(), &kgo.Record{Topic: "data", Value: []byte("v")}, func(_ *kgo.Record, err error) { acked <- err })
@@ -444,7 +444,7 @@ func TestSendNowConcurrentFlush(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 500 {
-				(&kafkaSink{cl: cl}).sendNow()
+				(&producer{cl: cl}).sendNow()
 			}
 		}()
 	}

@@ -56,8 +56,8 @@ func TestLanesKeepOrder(t *testing.T) {
 				}
 				return
 			}
-			if a.snk.(*exactlyOnceSink).cpOffset.Load() < 0 || a.lane.cpOffset.Load() < 0 {
-				t.Fatalf("checkpoint offsets by lane %d, %d: want both lanes to have committed", a.snk.(*exactlyOnceSink).cpOffset.Load(), a.lane.cpOffset.Load())
+			if a.first.cpOffset.Load() < 0 || a.lane.cpOffset.Load() < 0 {
+				t.Fatalf("checkpoint offsets by lane %d, %d: want both lanes to have committed", a.first.cpOffset.Load(), a.lane.cpOffset.Load())
 			}
 			// Attempts after a crash with both lanes open start from the
 			// committed checkpoint and publish the rest once.
@@ -146,7 +146,7 @@ func TestLanesCheckUnansweredDoesNotStall(t *testing.T) {
 	if asked.Load() == 0 {
 		t.Fatal("DescribeTransactions was never asked: the scenario is not exercised")
 	}
-	if a.lane.checkFails == 0 && a.lane.checkPaused.IsZero() {
+	if a.lane.check.fails == 0 && a.lane.check.paused.IsZero() {
 		t.Error("no failed check counted: the second lane never asked")
 	}
 	t.Logf("30 transactions in %s, %d questions", time.Since(began).Round(time.Millisecond), asked.Load())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -21,15 +22,19 @@ import (
 type loop struct {
 	r   *Relay
 	srv *binlog.Server
-	// sink is the lane the batch being built goes to; lanes are all of
-	// them, in turn (commit.go: one, or two transactional ids).
-	sink  sink
-	lanes []sink
+	// d takes the batches to Kafka (delivery.go); topics is what the
+	// attempt knows of the topics written to (catalog.go).
+	d      delivery
+	topics *catalog
+	// txnLimit is how long a batch may stay open before its Kafka
+	// transaction nears the broker's timeout (exactly-once:
+	// kafka.transaction_timeout; 0: no bound).
+	txnLimit time.Duration
 	// lease is the term the attempt runs under (nil without an election):
 	// once it is lost the loop stops at once and commits nothing.
 	lease *ha.Lease
 
-	// set covers every source transaction fully handed to the sink.
+	// set covers every source transaction fully handed to the delivery.
 	set    mysql.GTIDSet
 	setStr string // set rendered, or "" when it changed since: use position()
 	// partial: rows of one source transaction already published (committed,
@@ -89,12 +94,10 @@ type loop struct {
 	events         int64 // cumulative published records, carried in checkpoints
 	topicCounters  map[topicOutcome]prometheus.Counter
 
-	// Exactly-once pipelining (commit.go): the Kafka commit in flight, and
-	// records routed meanwhile, held until it ends (they belong to the next
-	// Kafka transaction). wantCommit: the batch is due as soon as the
-	// commit in flight ends (the reader caught up meanwhile).
-	inflight   *inflightCommit
-	held       []outRecord
+	// sealing: the last seal is in flight (commit.go): the next batch ends
+	// only once the committed stream has answered for it. wantCommit: the
+	// batch is due as soon as it has (the reader caught up meanwhile).
+	sealing    bool
 	wantCommit bool
 
 	xa xaState // XA transactions read and not yet ended
@@ -106,14 +109,17 @@ type loop struct {
 	doneHit  bool
 }
 
-func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, s sink) (*loop, error) {
+func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, d delivery, topics *catalog) (*loop, error) {
 	set, err := binlog.ParseSet(srv.Flavor, from)
 	if err != nil {
 		return nil, fmt.Errorf("start position: %w", err)
 	}
 	now := time.Now()
-	l := &loop{r: r, srv: srv, sink: s, lanes: []sink{s}, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
-		topicCounters: map[topicOutcome]prometheus.Counter{}, lastCheckpoint: now, lastProgress: now}
+	l := &loop{r: r, srv: srv, d: d, topics: topics, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
+		lastCheckpoint: now, lastProgress: now}
+	if r.cfg.Kafka.Delivery == config.ExactlyOnce {
+		l.txnLimit = r.cfg.Kafka.TransactionTimeout
+	}
 	l.setLimit(r.batchLimit(), now)
 	if cp != nil {
 		if cp.Partial != nil {
@@ -134,19 +140,15 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 	return l, nil
 }
 
-// addLane adds a second sink (newLane: a transactional id of its own);
-// batches alternate between the lanes (commit.go).
-func (l *loop) addLane(s sink) {
-	l.lanes = append(l.lanes, s)
-}
-
-// run consumes events until ctx ends (then it commits what it holds) or an
-// error ends the attempt. The end of ctx is only looked at between batches:
-// the work in hand, a Kafka commit above all, never sees it canceled.
-func (l *loop) run(ctx context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
+// run consumes events until ctx ends (then it commits what it holds), fail
+// ends (the attempt's context: its cause, a lost lease above all, ends the
+// loop at once, committing nothing) or an error ends the attempt. The end
+// of ctx is only looked at between batches: the work in hand, a Kafka
+// commit above all, never sees it canceled.
+func (l *loop) run(ctx, fail context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
 	// Whatever ends the attempt, no commit is left running behind it (the
 	// caller aborts the open transaction next) and its end is accounted for.
-	return l.settleInflight(l.consume(ctx, events, readErr))
+	return l.settleInflight(l.consume(ctx, fail, events, readErr))
 }
 
 // stop ends the attempt with err. Before a stop at a source transaction it
@@ -175,7 +177,7 @@ func lastRows(batch []binlog.Event) int {
 }
 
 // consume is run's loop.
-func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
+func (l *loop) consume(ctx, fail context.Context, events <-chan []binlog.Event, readErr <-chan error) error {
 	work := context.WithoutCancel(ctx)
 	cfg := l.r.cfg.Kafka
 	// A quarter of the transaction timeout at most: onTick commits a part
@@ -188,11 +190,12 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 	ls := l.lease
 	for {
 		select {
-		case <-ls.Lost():
-			// Not sure to hold the lease any more: stop at once, commit
-			// nothing (the sink refuses to); the open transaction is aborted.
+		case <-fail.Done():
+			// Not sure to hold the lease any more (the cause): stop at
+			// once, commit nothing (the delivery refuses to); the open
+			// transaction is aborted.
 			l.r.metrics.Ready.Store(false)
-			return ls.Err()
+			return context.Cause(fail)
 		case <-ctx.Done():
 			l.r.metrics.Ready.Store(false)
 			if err := ls.Err(); err != nil {
@@ -240,20 +243,10 @@ func (l *loop) consume(ctx context.Context, events <-chan []binlog.Event, readEr
 			if err := l.onQuiet(work); err != nil {
 				return l.stop(err)
 			}
-		case res := <-l.inflightDone(): // a commit running in the background
-			if err := l.committed(work, res); err != nil {
+		case c := <-l.d.committed():
+			if err := l.onCommitted(work, c); err != nil {
 				return err
 			}
-		case <-l.inflightFlushed(): // two lanes
-			if err := l.release(work); err != nil {
-				return err
-			}
-		case <-l.sink.acked(): // a sealed batch may be acknowledged
-			cp, err := l.sink.drain()
-			if err != nil {
-				return err
-			}
-			l.written(cp)
 		case now := <-tick.C:
 			if err := l.onTick(work, now); err != nil {
 				return err
@@ -364,7 +357,7 @@ func (l *loop) commitDue(ctx context.Context) error {
 	if !l.batchOpen() {
 		return nil
 	}
-	if l.inflight != nil {
+	if l.sealing {
 		l.wantCommit = true
 		return nil
 	}
@@ -389,18 +382,13 @@ func (l *loop) advance(ev *binlog.Event) {
 
 func (l *loop) onTick(ctx context.Context, now time.Time) error {
 	cfg := l.r.cfg.Kafka
-	if err := l.sink.placements().changedWhileRunning(); err != nil {
+	if err := l.topics.place.changedWhileRunning(); err != nil {
 		return err
 	}
 	l.progress(now)
 	l.recoverLimit(now)
-	cp, err := l.sink.drain() // a checkpoint of acknowledged batches, if any
-	if err != nil {
-		return err
-	}
-	l.written(cp)
-	if l.inflight != nil {
-		return nil // bounded by the sink's timeout; its end is handled in run
+	if l.sealing {
+		return nil // bounded by the delivery's timeout; its end is handled in run
 	}
 	if l.batchOpen() {
 		// A source transaction still being read may be committed in part
@@ -410,7 +398,7 @@ func (l *loop) onTick(ctx context.Context, now time.Time) error {
 		// The batch holds ended transactions only (a part of a split one is
 		// committed as soon as it joins): max_wait holds while a
 		// transaction is being read too.
-		if now.Sub(l.batchStart) >= cfg.Batch.MaxWait || l.sink.openFor() >= cfg.TransactionTimeout/2 {
+		if age := now.Sub(l.batchStart); age >= cfg.Batch.MaxWait || l.txnLimit > 0 && age >= l.txnLimit/2 {
 			return l.commit(ctx)
 		}
 		return nil
@@ -449,7 +437,7 @@ func (l *loop) progress(now time.Time) {
 	l.lastProgress, l.progressEvents = now, l.events
 }
 
-// written notes a checkpoint the sink wrote (nil: none).
+// written notes a checkpoint the delivery wrote (nil: none).
 func (l *loop) written(cp *checkpoint.Checkpoint) {
 	if cp == nil {
 		return
@@ -472,17 +460,11 @@ func (l *loop) shutdown() error {
 	if err := l.commitEnded(ctx); err != nil {
 		return fmt.Errorf("write final checkpoint: %w", err)
 	}
-	cp, err := l.sink.finish(ctx)
+	cp, err := l.d.stop(ctx, true)
 	if err != nil {
 		return fmt.Errorf("write final checkpoint: %w", err)
 	}
 	l.written(cp)
-	for _, s := range l.lanes { // the last checkpoint is in either
-		if err := s.awaitVisible(ctx); err != nil {
-			l.r.log.Warn().Err(err).Msg("final checkpoint committed; readers see it once an older open transaction on the checkpoint topic ends")
-			break
-		}
-	}
 	l.r.log.Info().Str("gtid_set", l.position()).Int64("events", l.events).Msg("final checkpoint written")
 	return nil
 }

@@ -61,10 +61,10 @@ func (l *loop) flushPending(ctx context.Context, split bool) error {
 	if !l.batchOpen() {
 		l.batchStart = time.Now()
 	}
+	if _, err := l.d.send(ctx, part{records: l.pending, bound: 2 * l.maxRecords}); err != nil {
+		return err
+	}
 	for i, p := range l.pending {
-		if err := l.send(ctx, p.rec); err != nil {
-			return err
-		}
 		l.batchTopics[p.to]++
 		l.pending[i] = pendingRecord{}
 	}

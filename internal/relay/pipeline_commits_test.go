@@ -18,28 +18,31 @@ import (
 )
 
 // The pipeline (the relay loop) on its own: scripted binlog events (the
-// script of script_test.go) go through the real loop into a fake sink that
-// records what the loop asks of it. What it checks is the loop's side of
-// the sink interface: which records each batch holds, and the checkpoint
-// each batch is sealed with. Kafka's side is tested on brokers
+// script of script_test.go) go through the real loop into a fake delivery
+// that records what the loop hands it. What it checks is the loop's side
+// of the delivery interface: which records each batch holds, and the
+// checkpoint each batch is sealed with. Kafka's side is tested on brokers
 // (sink_*_test.go, the harness of script_test.go).
 
-// fakeSink is a sink that records the loop's calls. With a gate, its seal
-// hands the commit's result over on a channel once the gate is closed (a
-// commit in the background, as exactly-once), otherwise it returns it at
-// once (as at-least-once).
-type fakeSink struct {
+// fakeDelivery is a delivery that records the loop's calls. With a gate,
+// a seal stays in flight until the gate is closed, and records sent
+// meanwhile are held (as exactly-once holds them) and produced once it
+// has ended; otherwise a seal ends at once (as at-least-once).
+type fakeDelivery struct {
 	gate   chan struct{}
+	out    chan committed
 	open   []*kgo.Record // the open batch's records
+	held   []*kgo.Record // sent while a seal is in flight
 	sealed []sealedBatch
 	aborts int
 
-	mu  sync.Mutex
-	log []string // "produce <id>", "seal <gtid set>", and the test's notes
+	mu       sync.Mutex
+	inflight bool
+	log      []string // "produce <id>", "seal <gtid set>", and the test's notes
 }
 
-// note appends an entry to the sink's log.
-func (f *fakeSink) note(entry string) {
+// note appends an entry to the delivery's log.
+func (f *fakeDelivery) note(entry string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.log = append(f.log, entry)
@@ -52,70 +55,80 @@ type sealedBatch struct {
 	cp  *checkpoint.Checkpoint
 }
 
-var _ sink = (*fakeSink)(nil)
+var _ delivery = (*fakeDelivery)(nil)
 
-func (f *fakeSink) ensureTopic(context.Context, string) (topicInfo, error) {
-	return topicInfo{partitions: 3, placeBy: 3, maxBytes: maxBatchBytes}, nil
+// fakeTopics is a catalog that knows the topics the scripts route to (3
+// partitions, the default record bound), and asks no Kafka.
+func fakeTopics() *catalog {
+	info := topicInfo{partitions: 3, placeBy: 3, maxBytes: maxBatchBytes}
+	return &catalog{topics: map[string]topicInfo{"outbox.event.order": info, "outbox.event.customer": info}, readAgain: map[string]bool{}}
 }
 
-func (f *fakeSink) rereadTopic(ctx context.Context, topic string) (topicInfo, bool, error) {
-	info, err := f.ensureTopic(ctx, topic)
-	return info, false, err
-}
-
-func (f *fakeSink) placements() *placements { return nil }
-
-func (f *fakeSink) produce(_ context.Context, rec outRecord) error {
-	f.open = append(f.open, rec.Record)
-	f.note("produce " + header(rec.Record, "id"))
-	return nil
-}
-
-func (f *fakeSink) sendNow()               {}
-func (f *fakeSink) isOpen() bool           { return len(f.open) > 0 }
-func (f *fakeSink) openFor() time.Duration { return 0 }
-
-func (f *fakeSink) seal(_ context.Context, cp *checkpoint.Checkpoint, _ bool, flushed chan<- struct{}) (<-chan commitResult, commitResult) {
-	b := sealedBatch{cp: cp}
+func (f *fakeDelivery) send(_ context.Context, b part) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range b.records {
+		if f.inflight {
+			f.held = append(f.held, p.rec.Record)
+			continue
+		}
+		f.produce(p.rec.Record)
+	}
+	if b.seal == nil {
+		return false, nil
+	}
+	cp := b.seal.cp
+	sb := sealedBatch{cp: cp}
 	for _, r := range f.open {
-		b.ids = append(b.ids, header(r, "id"))
+		sb.ids = append(sb.ids, header(r, "id"))
 	}
-	f.sealed = append(f.sealed, b)
+	f.sealed = append(f.sealed, sb)
 	f.open = nil
-	f.note("seal " + cp.GTIDSet)
-	res := commitResult{written: cp}
+	f.log = append(f.log, "seal "+cp.GTIDSet)
 	if f.gate == nil {
-		return nil, res
+		return false, nil
 	}
-	if flushed != nil {
-		close(flushed)
-	}
-	done := make(chan commitResult, 1)
+	f.inflight = true
 	go func() {
 		<-f.gate
-		done <- res
+		f.mu.Lock()
+		f.inflight = false
+		for _, r := range f.held {
+			f.produce(r)
+		}
+		f.held = nil
+		f.mu.Unlock()
+		f.out <- committed{cp: cp}
 	}()
-	return done, commitResult{}
+	return true, nil
 }
 
-func (f *fakeSink) acked() <-chan struct{}                                 { return nil }
-func (f *fakeSink) drain() (*checkpoint.Checkpoint, error)                 { return nil, nil }
-func (f *fakeSink) finish(context.Context) (*checkpoint.Checkpoint, error) { return nil, nil }
-func (f *fakeSink) awaitVisible(context.Context) error                     { return nil }
-func (f *fakeSink) bound(int)                                              {}
-func (f *fakeSink) slowSince() time.Time                                   { return time.Time{} }
+// produce notes r in the open batch; call it with mu held.
+func (f *fakeDelivery) produce(r *kgo.Record) {
+	f.open = append(f.open, r)
+	f.log = append(f.log, "produce "+header(r, "id"))
+}
 
-func (f *fakeSink) abort(context.Context) error {
-	f.aborts++
-	f.open = nil
+func (f *fakeDelivery) committed() <-chan committed { return f.out }
+
+func (f *fakeDelivery) run(ctx context.Context) error {
+	<-ctx.Done()
 	return nil
 }
 
-// pipeline is one run of the loop on a fake sink.
+func (f *fakeDelivery) stop(_ context.Context, clean bool) (*checkpoint.Checkpoint, error) {
+	if !clean {
+		f.aborts++
+		f.open = nil
+	}
+	return nil, nil
+}
+
+// pipeline is one run of the loop on a fake delivery.
 type pipeline struct {
 	t       *testing.T
 	s       *script
-	snk     *fakeSink
+	snk     *fakeDelivery
 	l       *loop
 	events  chan []binlog.Event
 	readErr chan error
@@ -125,7 +138,7 @@ type pipeline struct {
 
 // newPipeline starts the loop on s's source from cp (nil: from the start,
 // without a checkpoint); tweak (may be nil) adjusts the configuration.
-func newPipeline(t *testing.T, s *script, cp *checkpoint.Checkpoint, snk *fakeSink, tweak func(*config.Config)) *pipeline {
+func newPipeline(t *testing.T, s *script, cp *checkpoint.Checkpoint, snk *fakeDelivery, tweak func(*config.Config)) *pipeline {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Name = "pipeline"
@@ -148,7 +161,10 @@ func newPipeline(t *testing.T, s *script, cp *checkpoint.Checkpoint, snk *fakeSi
 	if cp != nil {
 		from = cp.GTIDSet
 	}
-	l, err := newLoop(r, srv, cp, from, snk)
+	if snk.out == nil {
+		snk.out = make(chan committed)
+	}
+	l, err := newLoop(r, srv, cp, from, snk, fakeTopics())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +172,7 @@ func newPipeline(t *testing.T, s *script, cp *checkpoint.Checkpoint, snk *fakeSi
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pipeline{t: t, s: s, snk: snk, l: l, events: make(chan []binlog.Event), readErr: make(chan error, 1),
 		cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- l.run(ctx, p.events, p.readErr) }()
+	go func() { p.done <- l.run(ctx, context.Background(), p.events, p.readErr) }()
 	t.Cleanup(func() {
 		cancel()
 		<-p.done
@@ -244,7 +260,7 @@ func TestPipelineSealsTransactionWithItsGTID(t *testing.T) {
 			s := newScript(flavor)
 			rows := s.insert("order", "1", 2)
 			s.tx(rows, s.insert("customer", "7", 1))
-			p := newPipeline(t, s, nil, &fakeSink{}, nil)
+			p := newPipeline(t, s, nil, &fakeDelivery{}, nil)
 			p.hand(0, s.through(1))
 			if err := p.stop(); err != nil {
 				t.Fatal(err)
@@ -266,7 +282,7 @@ func TestPipelineTransactionOfOtherTablesOnlyMovesPosition(t *testing.T) {
 	s.tx(s.insert("order", "1", 1))
 	s.tx() // other tables only
 	s.tx()
-	p := newPipeline(t, s, nil, &fakeSink{}, nil)
+	p := newPipeline(t, s, nil, &fakeDelivery{}, nil)
 	p.hand(0, s.through(1))
 	p.hand(s.through(1), s.through(3))
 	if err := p.stop(); err != nil {
@@ -285,7 +301,7 @@ func TestPipelineStopsAtRowsOfTableNotCaptured(t *testing.T) {
 	other := s.events[s.through(1)]
 	other.Table = &binlog.Table{Schema: "app", Name: "audit", Columns: outboxColumns}
 	s.events[s.through(1)] = other
-	p := newPipeline(t, s, nil, &fakeSink{}, nil)
+	p := newPipeline(t, s, nil, &fakeDelivery{}, nil)
 	p.hand(0, s.through(1))
 	p.hand(s.through(1), s.through(2))
 	select {
@@ -311,7 +327,7 @@ func TestPipelineXAPreparedRowsPublishedAtCommit(t *testing.T) {
 	between := s.insert("order", "2", 1)
 	s.tx(between)
 	s.xaCommit("x1")
-	p := newPipeline(t, s, nil, &fakeSink{}, nil)
+	p := newPipeline(t, s, nil, &fakeDelivery{}, nil)
 	p.hand(0, s.through(2))
 	p.hand(s.through(2), s.through(3))
 	if err := p.stop(); err != nil {
@@ -337,7 +353,7 @@ func TestPipelinePartialTransactionCutByStopResumes(t *testing.T) {
 	rows := s.insert("order", "1", 5)
 	s.tx(rows)
 	bound := func(c *config.Config) { c.Kafka.Batch.MaxRecords = 2 }
-	p := newPipeline(t, s, nil, &fakeSink{}, bound)
+	p := newPipeline(t, s, nil, &fakeDelivery{}, bound)
 	p.hand(0, s.through(1)-1) // the rows, not the commit
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
@@ -350,7 +366,7 @@ func TestPipelinePartialTransactionCutByStopResumes(t *testing.T) {
 	}
 
 	last := p.snk.sealed[1].cp
-	again := newPipeline(t, s, last, &fakeSink{}, bound)
+	again := newPipeline(t, s, last, &fakeDelivery{}, bound)
 	again.hand(0, s.through(1))
 	if err := again.stop(); err != nil {
 		t.Fatal(err)
@@ -376,7 +392,7 @@ func TestPipelineBatchesTransactionsIntoOneSeal(t *testing.T) {
 	}
 	t.Run("one hand-off", func(t *testing.T) {
 		s := build()
-		p := newPipeline(t, s, nil, &fakeSink{}, nil)
+		p := newPipeline(t, s, nil, &fakeDelivery{}, nil)
 		p.hand(0, s.through(4))
 		if err := p.stop(); err != nil {
 			t.Fatal(err)
@@ -385,7 +401,7 @@ func TestPipelineBatchesTransactionsIntoOneSeal(t *testing.T) {
 	})
 	t.Run("behind a commit in the background", func(t *testing.T) {
 		s := build()
-		snk := &fakeSink{gate: make(chan struct{})}
+		snk := &fakeDelivery{gate: make(chan struct{})}
 		p := newPipeline(t, s, nil, snk, nil)
 		p.hand(0, s.through(1))                                    // sealed at once: the commit starts
 		p.hand(s.through(1), s.through(4))                         // routed while it runs: held
@@ -403,7 +419,7 @@ func TestPipelineBatchesTransactionsIntoOneSeal(t *testing.T) {
 	})
 	t.Run("bounded by max_records", func(t *testing.T) {
 		s := build()
-		p := newPipeline(t, s, nil, &fakeSink{}, maxRecords(3))
+		p := newPipeline(t, s, nil, &fakeDelivery{}, maxRecords(3))
 		p.hand(0, s.through(4))
 		if err := p.stop(); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/router"
@@ -28,6 +29,27 @@ import (
 // settings again (sizeRefused); the same refusal again stops the relay with
 // ErrRecordRefused (exit 65), naming the topic, partition and the event ids
 // of the refused batch.
+
+// recordSize is rec's size as the only record of a record batch, counted as
+// franz-go counts it against its batch limit (ProducerBatchMaxBytes) before
+// it knows the broker's produce version, its largest count: the batch header
+// with the 4-byte length franz-go adds (65 bytes; Kafka itself counts 61),
+// one byte for the length prefix of flexible versions, and the record's
+// fields with their varint lengths.
+func recordSize(rec *kgo.Record) int {
+	l := 1 + 1 + 1 + // attributes, timestamp delta 0, offset delta 0
+		kbin.VarintLen(int32(len(rec.Key))) + len(rec.Key) +
+		kbin.VarintLen(int32(len(rec.Value))) + len(rec.Value) +
+		kbin.VarintLen(int32(len(rec.Headers)))
+	for _, h := range rec.Headers {
+		l += kbin.VarintLen(int32(len(h.Key))) + len(h.Key) + kbin.VarintLen(int32(len(h.Value))) + len(h.Value)
+	}
+	return recordBatchOverhead + 1 + kbin.VarintLen(int32(l)) + l
+}
+
+// recordBatchOverhead is the size of a record batch without records as
+// franz-go counts it (Kafka's record batch v2 header and the record count).
+const recordBatchOverhead = 65
 
 // stampBounds are a topic's timestamp settings: with CreateTime, the broker
 // refuses a record whose timestamp is more than after ahead of its clock or

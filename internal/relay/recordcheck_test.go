@@ -57,7 +57,7 @@ func TestTopicTimestampBounds(t *testing.T) {
 // the topic or an authorisation stays a configuration stop.
 func TestRecordRefusedByBrokerIsNamedDataStop(t *testing.T) {
 	ctx := context.Background()
-	a := newTestSink(t, testOptions{txn: true, sinkOptions: sinkOptions{timeout: 10 * time.Second, parts: 3, repl: 1}})
+	a := newTestSink(t, testOptions{txn: true, deliveryOptions: deliveryOptions{timeout: 10 * time.Second}})
 	adm := kadm.NewClient(a.cl)
 	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "max.message.bytes", Value: kadm.StringPtr("2000")}}, "data")
 	if err == nil {

@@ -49,7 +49,7 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 	if rec.TraceInvalid != "" {
 		l.r.traceInvalid(rt, rec)
 	}
-	info, err := l.sink.ensureTopic(ctx, rec.Topic)
+	info, err := l.topics.ensure(ctx, rec.Topic)
 	if err != nil {
 		return out, err
 	}
@@ -67,7 +67,7 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 		// raised limit ends the attempt: the next one's client batches by
 		// it (franz-go keeps a partition's limit once it has met it).
 		was := info.maxBytes
-		info, again, err := l.sink.rereadTopic(ctx, rec.Topic)
+		info, again, err := l.topics.reread(ctx, rec.Topic)
 		if err != nil {
 			return out, err
 		}
@@ -97,7 +97,7 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 // topic: the row's columns as a JSON object, headers naming the error, the
 // source table and GTID.
 func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row router.Row, eventID string, cause error) (outgoing, error) {
-	info, err := l.sink.ensureTopic(ctx, rt.deadLetter)
+	info, err := l.topics.ensure(ctx, rt.deadLetter)
 	if err != nil {
 		return outgoing{}, err
 	}

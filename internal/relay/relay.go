@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -285,11 +286,34 @@ func (r *Relay) connectKafka(ctx context.Context, kc *attemptClients, limits *to
 	return err
 }
 
-// sinkOptions are the options of an attempt's sinks.
-func (r *Relay) sinkOptions(limits *topicLimits, place *placements, group *goroutines, ls *ha.Lease) sinkOptions {
-	return sinkOptions{timeout: r.cfg.Kafka.RequestTimeout,
-		txnTimeout: r.cfg.Kafka.TransactionTimeout, parts: r.cfg.Kafka.TopicPartitions, repl: r.cfg.Kafka.ReplicationFactor,
-		maxUnacked: int64(2 * r.batchLimit()), maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, limits: limits, place: place, group: group, lease: ls}
+// deliveryOptions are the options of an attempt's delivery under ls.
+func (r *Relay) deliveryOptions(ls *ha.Lease) deliveryOptions {
+	return deliveryOptions{timeout: r.cfg.Kafka.RequestTimeout, txnTimeout: r.cfg.Kafka.TransactionTimeout,
+		maxUnackedBytes: int64(2 * r.cfg.Kafka.Batch.MaxBytes), log: r.log, metrics: r.metrics, lease: ls}
+}
+
+// newDelivery is an attempt's delivery on its clients, producing under
+// ctx: at-least-once, one producer; exactly-once, a lane per
+// transactional id in use (the second, when kc has one, following the
+// first: lanes.go).
+func (r *Relay) newDelivery(ctx context.Context, kc *attemptClients, opts deliveryOptions) delivery {
+	acct := newAccounting(opts.metrics)
+	if r.cfg.Kafka.Delivery != config.ExactlyOnce {
+		return newAtLeastOnce(ctx, kc.cl, r.store, opts, acct)
+	}
+	lanes := []*lane{newLane(ctx, kc.cl, r.store, opts)}
+	if kc.lane != nil {
+		second := newLane(ctx, kc.lane, r.store, opts)
+		second.follow(lanes[0], kc.check)
+		lanes = append(lanes, second)
+	}
+	return newExactlyOnce(lanes, acct)
+}
+
+// newCatalog is an attempt's topic catalog, asking through adm.
+func (r *Relay) newCatalog(adm *kadm.Client, limits *topicLimits, place *placements) *catalog {
+	k := r.cfg.Kafka
+	return newCatalog(adm, r.store.Topic(), k.RequestTimeout, k.TopicPartitions, k.ReplicationFactor, r.log, limits, place)
 }
 
 // stopAbortTimeout bounds the abort of a stopping relay's open transaction.
@@ -302,41 +326,34 @@ const stopAbortTimeout = 5 * time.Second
 
 // abortOpen ends a failed attempt's open Kafka transactions at once, so that
 // read_committed consumers of their partitions (and of the shared checkpoint
-// topic) are not held up until the broker times them out. Each abort may
-// take kafka.request_timeout, or stopAbortTimeout once ctx (the run's) has
-// ended: the relay is stopping.
-func (r *Relay) abortOpen(ctx context.Context, lanes []sink) {
+// topic) are not held up until the broker times them out. It takes
+// kafka.request_timeout at most, or stopAbortTimeout once ctx (the run's)
+// has ended: the relay is stopping.
+func (r *Relay) abortOpen(ctx context.Context, d delivery) {
 	timeout := r.cfg.Kafka.RequestTimeout
 	if ctx.Err() != nil {
 		timeout = min(timeout, stopAbortTimeout)
 	}
-	for _, snk := range lanes {
-		if snk.isOpen() {
-			actx, acancel := context.WithTimeout(context.Background(), timeout)
-			if err := snk.abort(actx); err != nil {
-				r.log.Warn().Err(err).Msg("abort the open kafka transaction of the failed attempt")
-			}
-			acancel()
-		}
+	actx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if _, err := d.stop(actx, false); err != nil {
+		r.log.Warn().Err(err).Msg("abort the open kafka transaction of the failed attempt")
 	}
 }
 
 // attempt runs one pipeline from the committed checkpoint, under ls, the
-// term's lease (nil without an election), which its loop and sinks check
-// before every produce, checkpoint write and commit.
+// term's lease (nil without an election), which its loop and delivery
+// check before every produce, checkpoint write and commit.
+//
+// The attempt's parts run in one errgroup: the delivery's goroutines, the
+// binlog reader, the source sampler, the stale-host watcher, the readiness
+// watch, the lease watch and the loop. The first to fail ends the others
+// with its error as the cause (a lost lease: ha.ErrLeaseLost); the loop's
+// end ends them all. attempt returns only once every one has, so nothing
+// of one attempt runs on into the next.
 func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error {
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	// Every goroutine of the attempt starts through group and is joined
-	// before attempt returns: here on an early return, once streaming
-	// before the clean-up below (the deferred wait after the reader starts).
-	group := &goroutines{}
-	defer func() {
-		cancel()
-		group.wait()
-	}()
 	limits := &topicLimits{}
 	place := newPlacements(r.cfg.Kafka.OnPartitionsAdded, r.log)
-	exactlyOnce := r.cfg.Kafka.Delivery == config.ExactlyOnce
 	kc, err := r.openKafka(ctx, limits, place)
 	if err != nil {
 		return err
@@ -361,71 +378,102 @@ func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error 
 	if err != nil {
 		return err
 	}
-
 	tracker, err := r.tracker(ctx, srv, cp)
 	if err != nil {
 		return err
 	}
-	lanes := newSinks(runCtx, kc.cl, kc.lane, kc.check, r.store, r.sinkOptions(limits, place, group, ls), exactlyOnce)
-	defer r.abortOpen(ctx, lanes)
-	l, err := newLoop(r, srv, cp, from, lanes[0])
+	runCtx, endRun := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer endRun(context.Canceled)
+	g, gctx := errgroup.WithContext(runCtx)
+	d := r.newDelivery(runCtx, kc, r.deliveryOptions(ls))
+	g.Go(func() error { return d.run(gctx) })
+	if lost := ls.Lost(); lost != nil {
+		g.Go(func() error {
+			select {
+			case <-lost:
+				return ls.Err() // the cause every part sees
+			case <-gctx.Done():
+				return nil
+			}
+		})
+	}
+	err = r.stream(ctx, gctx, g, attemptStart{srv: srv, cp: cp, from: from, cpTopic: cpTopic, tracker: tracker,
+		d: d, topics: r.newCatalog(kc.adm, limits, place), lease: ls, started: started})
+	endRun(context.Canceled)
+	if werr := g.Wait(); err == nil && werr != nil {
+		err = werr
+	}
+	r.abortOpen(ctx, d)
+	return err
+}
+
+// attemptStart is where an attempt's loop starts and what it runs with.
+type attemptStart struct {
+	srv     *binlog.Server
+	cp      *checkpoint.Checkpoint
+	from    string
+	cpTopic checkpoint.TopicState
+	tracker *schema.Tracker
+	d       delivery
+	topics  *catalog
+	lease   *ha.Lease
+	started *bool
+}
+
+// stream runs the attempt's loop and the parts that feed it in g (whose
+// context is gctx) until the loop returns, and judges how it ended.
+func (r *Relay) stream(ctx, gctx context.Context, g *errgroup.Group, a attemptStart) error {
+	srv, cp, from := a.srv, a.cp, a.from
+	l, err := newLoop(r, srv, cp, from, a.d, a.topics)
 	if err != nil {
 		return err
 	}
-	l.lease = ls
-	for _, snk := range lanes[1:] {
-		l.addLane(snk)
-	}
-	l.schema, l.unsigned = tracker.Tables(), tracker.Unsigned()
-	l.provisional = tracker.Provisional()
+	l.lease = a.lease
+	l.schema, l.unsigned = a.tracker.Tables(), a.tracker.Unsigned()
+	l.provisional = a.tracker.Provisional()
 	if cp == nil {
 		// Pin the start position first: a restart before the first batch must
 		// resume here, not at a later "now".
 		if err := l.commit(ctx); err != nil {
 			return fmt.Errorf("write initial checkpoint: %w", err)
 		}
-		r.markCheckpoint(ctx, cpTopic)
+		r.markCheckpoint(ctx, a.cpTopic)
 	}
 
 	events := make(chan []binlog.Event, 2) // with the reader's batch size, bounds rows in memory
 	readErr := make(chan error, 1)         // the loop takes the reader's error from here
-	reader := binlog.NewReader(r.source, srv, tracker, clients.MySQLLogger(r.log))
+	reader := binlog.NewReader(r.source, srv, a.tracker, clients.MySQLLogger(r.log))
 	if l.done != nil {
 		reader.Published(l.done)
 	}
 	// The reader's own context: a stale host (stale.go) ends the stream,
-	// never the sink's work in hand.
-	readCtx, stopReading := context.WithCancel(runCtx)
+	// never the delivery's work in hand.
+	readCtx, stopReading := context.WithCancel(gctx)
 	defer stopReading()
-	group.start(func() { readErr <- reader.Run(readCtx, from, events) })
-	group.start(func() { r.sampleSource(runCtx, srv, reader) }) // behind bytes, binlog retention
+	g.Go(func() error { readErr <- reader.Run(readCtx, from, events); return nil })
+	g.Go(func() error { r.sampleSource(gctx, srv, reader); return nil }) // behind bytes, binlog retention
 	var stale atomic.Pointer[error]
-	group.start(func() { r.watchStale(runCtx, srv, &stale, stopReading) })
-	group.start(func() {
+	g.Go(func() error { r.watchStale(gctx, srv, &stale, stopReading); return nil })
+	g.Go(func() error {
 		// Ready once the source streams: a host that logs in and never
 		// starts the binlog stream is connecting, not streaming.
 		select {
 		case <-reader.Streaming():
 			r.metrics.Ready.Store(true)
-		case <-runCtx.Done():
+		case <-gctx.Done():
 		}
+		return nil
 	})
-	defer func() {
-		cancel()
-		group.wait() // the reader, sampler, watcher, readiness, commit, settle wait and abort of this attempt
-	}()
 
 	r.log.Info().Str("source", srv.Addr).Str("flavor", srv.Flavor).Str("server_version", srv.Version).
 		Str("from", from).Bool("checkpoint", cp != nil).Str("delivery", string(r.cfg.Kafka.Delivery)).Msg("relay started")
-	*started = true
-	defer func() {
-		select {
-		case <-reader.Streaming(): // streamed: connecting again counts from its end
-			r.metrics.Connecting()
-		default: // never streamed: still connecting since before
-		}
-	}()
-	err = l.run(ctx, events, readErr)
+	*a.started = true
+	err = l.run(ctx, gctx, events, readErr)
+	select {
+	case <-reader.Streaming(): // streamed: connecting again counts from its end
+		r.metrics.Connecting()
+	default: // never streamed: still connecting since before
+	}
 	r.ackTimedOut(err, l.lastBatch)
 	err = r.sizeRefused(err)
 	if p := stale.Load(); p != nil && ctx.Err() == nil && !errclass.Fatal(err) {

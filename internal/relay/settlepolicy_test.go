@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"github.com/rs/zerolog"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -128,20 +129,21 @@ func TestSmallBatchOneProduceRequest(t *testing.T) {
 			if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
 				t.Fatal(err)
 			}
-			snk := newExactlyOnceSink(ctx, cl, store, sinkOptions{timeout: 10 * time.Second, parts: 3, repl: 1, limits: limits})
-			if _, err := snk.ensureTopic(ctx, "orders"); err != nil {
+			snk := newLane(ctx, cl, store, deliveryOptions{timeout: 10 * time.Second})
+			topics := newCatalog(kadm.NewClient(cl), store.Topic(), 10*time.Second, 3, 1, zerolog.Nop(), limits, nil)
+			if _, err := topics.ensure(ctx, "orders"); err != nil {
 				t.Fatal(err)
 			}
 			// As the relay at the head: its first commit (checkpoint only) is
 			// behind it, the client knows both topics.
-			if err := snk.produce(ctx, outRecord{Record: &kgo.Record{Topic: "orders", Key: []byte("o-0"), Value: []byte("{}")}}); err != nil {
+			if err := snk.produce(outRecord{Record: &kgo.Record{Topic: "orders", Key: []byte("o-0"), Value: []byte("{}")}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := snk.commitBatch(ctx, &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: "0-1-1", Flavor: "mariadb", Events: 1}, false, nil); err != nil {
+			if _, err := snk.commit(ctx, &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: "0-1-1", Flavor: "mariadb", Events: 1}, nil); err != nil {
 				t.Fatal(err)
 			}
 			produces.Store(0)
-			if err := snk.produce(ctx, outRecord{Record: &kgo.Record{Topic: "orders", Key: []byte("o-1"), Value: []byte("{}")}}); err != nil {
+			if err := snk.produce(outRecord{Record: &kgo.Record{Topic: "orders", Key: []byte("o-1"), Value: []byte("{}")}}); err != nil {
 				t.Fatal(err)
 			}
 			if tc.linger != nil {
@@ -154,7 +156,7 @@ func TestSmallBatchOneProduceRequest(t *testing.T) {
 				time.Sleep(200 * time.Microsecond)
 			}
 			cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: "0-1-2", Flavor: "mariadb", Events: 2}
-			if _, err := snk.commitBatch(ctx, cp, false, nil); err != nil {
+			if _, err := snk.commit(ctx, cp, nil); err != nil {
 				t.Fatal(err)
 			}
 			if n := produces.Load(); n != tc.want {
@@ -254,9 +256,9 @@ func TestSettleStaysOnAfterOneTransientError(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s.settleOff {
+	if s.settle.off {
 		t.Errorf("one transient DescribeTransactions error (of %d asked) turned the settle wait off for the rest of the attempt (%d waits in 5 commits)",
-			failed.Load(), s.settleWaits.Load())
+			failed.Load(), s.settle.waits.Load())
 	}
 }
 
@@ -291,7 +293,7 @@ func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
 				if _, err := s.commit(ctx, cpAt("0-1-"+strconv.Itoa(i))); err != nil {
 					t.Fatal(err)
 				}
-				stopped := s.settleOff || time.Now().Before(s.settlePaused)
+				stopped := s.settle.off || time.Now().Before(s.settle.paused)
 				if want := i > tc.after; i <= tc.after+1 && stopped != want {
 					t.Fatalf("after commit %d: not asking %v, want %v", i, stopped, want)
 				}
@@ -299,8 +301,8 @@ func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
 			if int(asked.Load()) != tc.after {
 				t.Errorf("asked %d times in %d commits, want %d", asked.Load(), settleGiveUp+3, tc.after)
 			}
-			if refusal := tc.after == 1; s.settleOff != refusal {
-				t.Errorf("settle off for the attempt %v, want %v (paused until %s)", s.settleOff, refusal, s.settlePaused.Format(time.TimeOnly))
+			if refusal := tc.after == 1; s.settle.off != refusal {
+				t.Errorf("settle off for the attempt %v, want %v (paused until %s)", s.settle.off, refusal, s.settle.paused.Format(time.TimeOnly))
 			}
 		})
 	}
@@ -342,8 +344,8 @@ func TestSettleGivesUpOnSlowDescribeTransactions(t *testing.T) {
 		}
 	}
 	t.Logf("%d commits: first produces waited %s in all (%s each), %d DescribeTransactions, settle off %v",
-		n, waited, waited/n, asked.Load(), s.settleOff)
-	if !s.settleOff && waited > n*settleMax*3/4 {
+		n, waited, waited/n, asked.Load(), s.settle.off)
+	if !s.settle.off && waited > n*settleMax*3/4 {
 		t.Errorf("a coordinator slower than settleMax is asked forever: each transaction waited %s before its first produce (the broker's back-off is 20 ms)", waited/n)
 	}
 }
@@ -376,10 +378,10 @@ func TestSettleSurvivesBriefCoordinatorUnavailability(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("asked %d, waits %d, fails %d, off %v", failed.Load(), s.settleWaits.Load(), s.settleFails, s.settleOff)
-	if s.settleOff {
+	t.Logf("asked %d, waits %d, fails %d, off %v", failed.Load(), s.settle.waits.Load(), s.settle.fails, s.settle.off)
+	if s.settle.off {
 		t.Errorf("%d retriable COORDINATOR_LOAD_IN_PROGRESS answers in a row turned the settle wait off for the rest of the attempt; the coordinator answered normally for the next 20 commits and was never asked again (%d waits)",
-			settleGiveUp, s.settleWaits.Load())
+			settleGiveUp, s.settle.waits.Load())
 	}
 }
 

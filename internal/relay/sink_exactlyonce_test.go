@@ -85,7 +85,7 @@ func TestExactlyOnceAbort(t *testing.T) {
 	if err := a.abort(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if a.isOpen() || a.openFor() != 0 {
+	if a.open || a.openFor() != 0 {
 		t.Fatal("the sink still has a transaction open after abort")
 	}
 	if committed, all := committedCount(t, a.cl, "data"); committed != 0 || all != 5 {
@@ -213,7 +213,7 @@ func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
 	if !strings.HasPrefix(got, "describe:PrepareCommit describe:PrepareCommit describe:kfake produce") {
 		t.Fatalf("requests after the first commit: %s; want two PrepareCommit answers, then the completed one, then the produce", got)
 	}
-	if s.settleOff || s.settleWaits.Load() != 1 {
-		t.Fatalf("settleOff %v, waits %d; want false, 1", s.settleOff, s.settleWaits.Load())
+	if s.settle.off || s.settle.waits.Load() != 1 {
+		t.Fatalf("settleOff %v, waits %d; want false, 1", s.settle.off, s.settle.waits.Load())
 	}
 }

@@ -64,10 +64,10 @@ func TestEnsureTopicCountsPartitionsOnceEveryOneIsListed(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		s, ctx := txnSink(t, c)
+		s, ctx := testCatalog(t, c)
 		s.place = newPlacements(config.PartitionsKeep, zerolog.Nop())
 		listedWithGap(t, c, "orders", 2)
-		info, err := s.ensureTopic(ctx, "orders")
+		info, err := s.ensure(ctx, "orders")
 		if err != nil {
 			t.Fatalf("ensure a topic listed with a gap twice, then whole: %v", err)
 		}
@@ -84,12 +84,12 @@ func TestEnsureTopicCountsPartitionsOnceEveryOneIsListed(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		s, ctx := txnSink(t, c)
+		s, ctx := testCatalog(t, c)
 		s.timeout = 500 * time.Millisecond
 		s.place = newPlacements(config.PartitionsKeep, zerolog.Nop())
 		listedWithGap(t, c, "orders", 1<<30)
 		start := time.Now()
-		_, err = s.ensureTopic(ctx, "orders")
+		_, err = s.ensure(ctx, "orders")
 		if err == nil || errclass.Fatal(err) {
 			t.Fatalf("ensure a topic never listed whole: %v (fatal %v), want a retried error", err, errclass.Fatal(err))
 		}

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"github.com/rs/zerolog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,27 +20,62 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
-// testSink is a sink on an embedded broker whose produce responses can be
-// held back: hold() stops acknowledgements until the returned function
-// releases them. Exactly-once (opts.txn) its transactional id is "t".
+// testSink drives a delivery on an embedded broker as the loop does, whose
+// produce responses can be held back: hold() stops acknowledgements until
+// the returned function releases them. Exactly-once (opts.txn) it has one
+// lane (transactional id "t"), whose state the tests look at.
 type testSink struct {
-	sink
+	*lane // exactly-once; nil at-least-once
+	d     delivery
+	alo   *atLeastOnce // at-least-once; nil exactly-once
 	cl    *kgo.Client
 	store *checkpoint.Store
 	hold  func() (release func())
+	bound int // records the delivery may have unacknowledged
 }
 
 // testOptions are a test sink's settings: exactly-once (txn) or not.
 type testOptions struct {
-	sinkOptions
-	txn bool
+	deliveryOptions
+	maxUnacked int
+	txn        bool
 }
 
-// commit ends the batch with cp, as the sink's own commit does.
+// produce hands rec to the open batch, as the loop does.
+func (a testSink) produce(ctx context.Context, rec outRecord) error {
+	_, err := a.d.send(ctx, part{records: []pendingRecord{{rec: rec}}, bound: a.bound})
+	return err
+}
+
+// commit ends the batch with cp, as the loop does, and waits for the
+// committed stream's answer when the seal is in flight (exactly-once); at
+// least once the checkpoint is written later (waitDrain, finish).
 func (a testSink) commit(ctx context.Context, cp *checkpoint.Checkpoint) (*checkpoint.Checkpoint, error) {
-	return a.sink.(interface {
-		commit(context.Context, *checkpoint.Checkpoint) (*checkpoint.Checkpoint, error)
-	}).commit(ctx, cp)
+	inFlight, err := a.d.send(ctx, part{seal: &seal{cp: cp}, bound: a.bound})
+	if err != nil || !inFlight {
+		return nil, err
+	}
+	c := <-a.d.committed()
+	return c.cp, c.err
+}
+
+// finish waits, at least once, until every ended batch is acknowledged and
+// its checkpoint written (exactly-once a commit is durable when it returns).
+func (a testSink) finish(ctx context.Context) (*checkpoint.Checkpoint, error) {
+	if a.alo == nil {
+		return nil, nil
+	}
+	return a.alo.finish(ctx)
+}
+
+// drain writes, at least once, the checkpoint of the batches acknowledged
+// (as the delivery's goroutine does when woken).
+func (a testSink) drain() (*checkpoint.Checkpoint, error) { return a.alo.drain() }
+
+// abort forgets the open batch (exactly-once: aborts its transaction).
+func (a testSink) abort(ctx context.Context) error {
+	_, err := a.d.stop(ctx, false)
+	return err
 }
 
 func newTestSink(t *testing.T, opts testOptions) testSink {
@@ -76,11 +112,7 @@ func newTestSink(t *testing.T, opts testOptions) testSink {
 	if err := store.EnsureTopic(context.Background(), kadm.NewClient(cl), 1); err != nil {
 		t.Fatal(err)
 	}
-	var s sink = newAtLeastOnceSink(context.Background(), cl, store, opts.sinkOptions)
-	if opts.txn {
-		s = newExactlyOnceSink(context.Background(), cl, store, opts.sinkOptions)
-	}
-	return testSink{sink: s, cl: cl, store: store, hold: func() func() {
+	a := testSink{cl: cl, store: store, bound: opts.maxUnacked, hold: func() func() {
 		g := make(chan struct{})
 		mu.Lock()
 		gate = g
@@ -92,9 +124,29 @@ func newTestSink(t *testing.T, opts testOptions) testSink {
 			close(g)
 		}
 	}}
+	if opts.txn {
+		a.lane = newLane(context.Background(), cl, store, opts.deliveryOptions)
+		a.d = newExactlyOnce([]*lane{a.lane}, newAccounting(nil))
+	} else {
+		a.alo = newAtLeastOnce(context.Background(), cl, store, opts.deliveryOptions, newAccounting(nil))
+		a.d = a.alo
+	}
+	runDelivery(t, a.d)
+	return a
 }
 
-var aloOptions = testOptions{sinkOptions: sinkOptions{timeout: 10 * time.Second, parts: 3, repl: 1, maxUnacked: 1000}}
+// runDelivery runs d's goroutines until the test ends.
+func runDelivery(t *testing.T, d delivery) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = d.run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+var aloOptions = testOptions{deliveryOptions: deliveryOptions{timeout: 10 * time.Second}, maxUnacked: 1000}
 
 func cpAt(gtids string) *checkpoint.Checkpoint {
 	return &checkpoint.Checkpoint{Name: "t", GTIDSet: gtids, Flavor: "mariadb", Time: time.Now().UTC()}
@@ -129,19 +181,16 @@ func (a testSink) pin(t *testing.T, gtids string) {
 	}
 }
 
-// waitDrain waits for the sink's wake-ups until drain writes a checkpoint.
+// waitDrain waits for the committed stream until a checkpoint is written
+// (at-least-once: once the acknowledgements are in).
 func (a testSink) waitDrain(t *testing.T) (*checkpoint.Checkpoint, error) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case <-a.acked():
-			if cp, err := a.drain(); cp != nil || err != nil {
-				return cp, err
-			}
-		case <-deadline:
-			t.Fatal("no checkpoint written after the acknowledgements")
-		}
+	select {
+	case c := <-a.d.committed():
+		return c.cp, c.err
+	case <-time.After(10 * time.Second):
+		t.Fatal("no checkpoint written after the acknowledgements")
+		return nil, nil
 	}
 }
 
@@ -221,16 +270,16 @@ func TestBrokersRestarting(t *testing.T) {
 		repl int16
 		want bool
 	}{{1, true}, {-1, true}, {3, false}} {
-		s := &kafkaSink{adm: kadm.NewClient(cl), sinkOptions: sinkOptions{repl: tc.repl}}
+		s := &catalog{adm: kadm.NewClient(cl), repl: tc.repl}
 		if got := s.brokersRestarting(context.Background()); got != tc.want {
 			t.Errorf("replication factor %d on one broker: passing %v, want %v", tc.repl, got, tc.want)
 		}
 	}
 }
 
-// txnSink is an exactly-once sink on c (transactional id "t", checkpoint
-// topic "cp", 3 partitions per topic it creates), with the context to use.
-func txnSink(t *testing.T, c *kfake.Cluster) (*exactlyOnceSink, context.Context) {
+// txnSink is an exactly-once delivery of one lane on c (transactional id
+// "t", checkpoint topic "cp"), with the context to use.
+func txnSink(t *testing.T, c *kfake.Cluster) (testSink, context.Context) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
 	if err != nil {
@@ -242,7 +291,22 @@ func txnSink(t *testing.T, c *kfake.Cluster) (*exactlyOnceSink, context.Context)
 	if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
 		t.Fatal(err)
 	}
-	return newExactlyOnceSink(ctx, cl, store, sinkOptions{timeout: 10 * time.Second, parts: 3, repl: 1}), ctx
+	ln := newLane(ctx, cl, store, deliveryOptions{timeout: 10 * time.Second})
+	d := newExactlyOnce([]*lane{ln}, newAccounting(nil))
+	runDelivery(t, d)
+	return testSink{lane: ln, d: d, cl: cl, store: store}, ctx
+}
+
+// testCatalog is a topic catalog on c (3 partitions per topic it creates),
+// with the context to use.
+func testCatalog(t *testing.T, c *kfake.Cluster) (*catalog, context.Context) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return newCatalog(kadm.NewClient(cl), "cp", 10*time.Second, 3, 1, zerolog.Nop(), nil, nil), context.Background()
 }
 
 // describeTxnAnswer answers a DescribeTransactions request with one state
@@ -368,10 +432,10 @@ func TestEnsureTopicWaitsForANewTopicToShowInMetadata(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		s, ctx := txnSink(t, c)
+		s, ctx := testCatalog(t, c)
 		createdNotListed(t, c, "orders", 300*time.Millisecond)
 		start := time.Now()
-		info, err := s.ensureTopic(ctx, "orders")
+		info, err := s.ensure(ctx, "orders")
 		if err != nil {
 			t.Fatalf("ensure a topic that shows in metadata 300 ms after its creation: %v", err)
 		}
@@ -390,11 +454,11 @@ func TestEnsureTopicWaitsForANewTopicToShowInMetadata(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		s, ctx := txnSink(t, c)
+		s, ctx := testCatalog(t, c)
 		s.timeout = 500 * time.Millisecond
 		createdNotListed(t, c, "orders", -1)
 		start := time.Now()
-		_, err = s.ensureTopic(ctx, "orders")
+		_, err = s.ensure(ctx, "orders")
 		if !errors.Is(err, kerr.UnknownTopicOrPartition) {
 			t.Fatalf("ensure a created topic that never shows in metadata: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
 		}
@@ -415,7 +479,7 @@ func TestEnsureTopicMarkedForDeletionEndsNamingIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s, ctx := txnSink(t, c)
+	s, ctx := testCatalog(t, c)
 	s.timeout = 500 * time.Millisecond
 	c.ControlKey(int16(kmsg.CreateTopics), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -430,7 +494,7 @@ func TestEnsureTopicMarkedForDeletionEndsNamingIt(t *testing.T) {
 		return resp, nil, true
 	})
 	start := time.Now()
-	_, err = s.ensureTopic(ctx, "orders")
+	_, err = s.ensure(ctx, "orders")
 	took := time.Since(start)
 	if !errors.Is(err, kerr.UnknownTopicOrPartition) || errclass.Fatal(err) {
 		t.Fatalf("ensure a topic that exists and is never listed: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, errclass.Fatal(err))
@@ -454,7 +518,7 @@ func TestEnsureTopicNeverListedEndsNamingItWhenTheDeadlineCutsARequest(t *testin
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s, ctx := txnSink(t, c)
+	s, ctx := testCatalog(t, c)
 	s.timeout = 500 * time.Millisecond
 	createdNotListed(t, c, "orders", -1)
 	var asked atomic.Int32
@@ -469,7 +533,7 @@ func TestEnsureTopicNeverListedEndsNamingItWhenTheDeadlineCutsARequest(t *testin
 		}
 		return nil, nil, false
 	})
-	_, err = s.ensureTopic(ctx, "orders")
+	_, err = s.ensure(ctx, "orders")
 	if !errors.Is(err, kerr.UnknownTopicOrPartition) || errclass.Fatal(err) {
 		t.Fatalf("ensure a created topic never listed, the deadline landing in a metadata request: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, errclass.Fatal(err))
 	}

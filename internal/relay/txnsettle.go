@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,10 +25,10 @@ import (
 // `bench txn -back-to-back`: 22.5 ms per one-record transaction, 2.1 ms when
 // the next produce waits for the coordinator to complete the commit).
 //
-// So after each commit the sink asks the coordinator (DescribeTransactions,
-// one cheap request) until the transaction is CompleteCommit (or Empty), at
-// most settleMax, in a goroutine; the next transaction's first produce waits
-// for that answer. This only moves when the next produce is sent: the
+// So after each commit the lane's goroutine asks the coordinator
+// (DescribeTransactions, one cheap request) until the transaction is
+// CompleteCommit (or Empty), at most settleMax; the lane's next
+// transaction's first produce waits for that answer. This only moves when the next produce is sent: the
 // commit's outcome is already known, and a failed or slow answer (an old
 // broker, no DESCRIBE permission on the transactional id) only means the
 // produce goes out unwaited, as before. Kafka's own retry keeps it correct.
@@ -48,7 +49,7 @@ const settleMax = 50 * time.Millisecond
 const settlePoll = 500 * time.Microsecond
 
 // settleGiveUp is how many settle waits in a row may fail (an error, or no
-// complete commit within settleMax) before the sink stops asking for
+// complete commit within settleMax) before the lane stops asking for
 // settlePause: a coordinator slower than settleMax would cost each
 // transaction more than the broker's back-off it saves, a loading or moving
 // coordinator (a broker restart) only for a moment. After the pause it asks
@@ -68,59 +69,81 @@ const (
 	settleNever                      // not allowed or not supported: stop asking
 )
 
-// settleAfterCommit starts asking the coordinator whether the transaction
-// just committed is complete; begin waits for the answer.
-func (s *exactlyOnceSink) settleAfterCommit() {
-	if s.settleOff || time.Now().Before(s.settlePaused) {
-		return
+// settling is a lane's settle wait and what it learned of the
+// coordinator's answers. The lane's goroutine asks (settleNow) and hands
+// the answer over through done, set under the delivery's mutex
+// (exactlyonce.go); the lane's next begin takes it and keeps the counts.
+type settling struct {
+	// done is closed once the wait after the last commit has ended, its
+	// answer in answer; nil when none is awaited.
+	done   chan struct{}
+	answer settleAnswer
+	off    bool      // the coordinator cannot answer: do not ask
+	fails  int       // settle waits failed in a row
+	paused time.Time // no settle wait before this time (too many failed in a row)
+	warned bool      // that was logged in this attempt
+	txnID  string    // the client's transactional id, once looked up
+	waits  atomic.Int64
+}
+
+// settleWanted reports whether the lane asks the coordinator after the
+// commit it just made (not turned off nor paused; a transactional id).
+func (s *lane) settleWanted() bool {
+	st := &s.settle
+	if st.off || time.Now().Before(st.paused) {
+		return false
 	}
-	if s.txnID == "" {
+	if st.txnID == "" {
 		id, _ := s.cl.OptValue(kgo.TransactionalID).(string)
 		if id == "" {
-			s.settleOff = true
-			return
+			st.off = true
+			return false
 		}
-		s.txnID = id
+		st.txnID = id
 	}
-	done := make(chan settleAnswer, 1)
-	s.settled = done
-	started := s.group.start(func() {
-		ctx, cancel := context.WithTimeout(s.pctx, settleMax)
-		defer cancel()
-		for {
-			d, err := s.adm.DescribeTransactions(ctx, s.txnID)
+	return true
+}
+
+// settleNow asks the coordinator whether the transaction just committed is
+// complete, for at most settleMax, and closes done with the answer.
+func (s *lane) settleNow(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(s.pctx, settleMax)
+	defer cancel()
+	s.settle.answer = s.askSettled(ctx)
+	close(done)
+}
+
+// askSettled asks until the transaction is complete, ctx ends, or an
+// answer says it cannot be told.
+func (s *lane) askSettled(ctx context.Context) settleAnswer {
+	id := s.settle.txnID
+	for {
+		d, err := s.adm.DescribeTransactions(ctx, id)
+		if err == nil {
+			t, ok := d[id]
+			switch {
+			case !ok:
+				err = errors.New("no state for the transactional id")
+			case t.Err != nil:
+				err = t.Err
+			}
 			if err == nil {
-				t, ok := d[s.txnID]
-				switch {
-				case !ok:
-					err = errors.New("no state for the transactional id")
-				case t.Err != nil:
-					err = t.Err
+				switch t.State {
+				case "CompleteCommit", "CompleteAbort", "Empty":
+					return settleDone
 				}
-				if err == nil {
-					switch t.State {
-					case "CompleteCommit", "CompleteAbort", "Empty":
-						done <- settleDone
-						return
-					}
-				}
-			}
-			if err != nil && (kafkaerr.KindOf(err) != kafkaerr.Retriable || ctx.Err() != nil) {
-				done <- settleVerdict(ctx, err)
-				return
-			}
-			// Not complete yet, or a passing error (the coordinator
-			// loading, moving): ask again within settleMax.
-			select {
-			case <-ctx.Done():
-				done <- settleFailed // out of time
-				return
-			case <-time.After(settlePoll):
 			}
 		}
-	})
-	if !started {
-		s.settled = nil // the attempt is over: nothing to wait for
+		if err != nil && (kafkaerr.KindOf(err) != kafkaerr.Retriable || ctx.Err() != nil) {
+			return settleVerdict(ctx, err)
+		}
+		// Not complete yet, or a passing error (the coordinator
+		// loading, moving): ask again within settleMax.
+		select {
+		case <-ctx.Done():
+			return settleFailed // out of time
+		case <-time.After(settlePoll):
+		}
 	}
 }
 
@@ -138,33 +161,34 @@ func settleVerdict(ctx context.Context, err error) settleAnswer {
 	return settleFailed
 }
 
-// awaitSettled waits for the answer settleAfterCommit started asking for,
-// if any; it is bounded by settleMax.
-func (s *exactlyOnceSink) awaitSettled() {
-	if s.settled == nil {
+// awaitSettled waits for the settle wait after the lane's last commit, if
+// any (it is bounded by settleMax), and notes how it went.
+func (s *lane) awaitSettled() {
+	st := &s.settle
+	if st.done == nil {
 		return
 	}
-	answer := <-s.settled
-	s.settled = nil
-	s.settleWaits.Add(1)
-	switch answer {
+	<-st.done
+	st.done = nil
+	st.waits.Add(1)
+	switch st.answer {
 	case settleDone:
-		s.settleFails = 0
+		st.fails = 0
 		return
 	case settleFailed:
-		if s.settleFails++; s.settleFails < settleGiveUp {
+		if st.fails++; st.fails < settleGiveUp {
 			return
 		}
-		s.settleFails = 0
-		s.settlePaused = time.Now().Add(settlePause)
-		if !s.settleWarned {
-			s.settleWarned = true
-			s.log.Warn().Str("transactional_id", s.txnID).Dur("pause", settlePause).
+		st.fails = 0
+		st.paused = time.Now().Add(settlePause)
+		if !st.warned {
+			st.warned = true
+			s.log.Warn().Str("transactional_id", st.txnID).Dur("pause", settlePause).
 				Msg("the transaction coordinator did not report commits complete in time: the next transactions do not wait for it (each may wait for the broker's retry back-off, about 20 ms); asking again after the pause")
 		}
 		return
 	}
-	s.settleOff = true
-	s.log.Warn().Str("transactional_id", s.txnID).
+	st.off = true
+	s.log.Warn().Str("transactional_id", st.txnID).
 		Msg("the transaction coordinator refuses DescribeTransactions: each exactly-once transaction may wait for the broker's retry back-off (about 20 ms); grant DESCRIBE on the transactional id")
 }
