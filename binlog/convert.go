@@ -102,6 +102,11 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	out := Event{Kind: KindRows, GTID: f.gtid, XID: f.xid, Table: t, Time: f.commitTime, Size: st.size}
 	switch e.Type() {
 	case replication.EnumRowsEventTypeInsert:
+		// Decided from the image's own bitmap: go-mysql gives an absent
+		// column as nil, the same value as a NULL (rowimage.go).
+		if absent := absentColumns(e.ColumnBitmap1, e.ColumnCount, len(t.Columns)); len(absent) > 0 {
+			return batch, partialImageError(f.gtid, t, absent)
+		}
 		out.Op, out.Rows = OpInsert, e.Rows
 	case replication.EnumRowsEventTypeDelete:
 		out.Op, out.Rows = OpDelete, e.Rows

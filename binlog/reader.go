@@ -372,7 +372,7 @@ func (r *Reader) Published(set mysql.GTIDSet) { r.done = set }
 func (r *Reader) skipPublished(st *streamState, err error) bool {
 	f := &st.frame
 	if r.done == nil || f.gtid == "" || !(errors.Is(err, ErrStatementLogged) || errors.Is(err, ErrRolledBackRows) ||
-		errors.Is(err, ErrUnframed)) {
+		errors.Is(err, ErrUnframed) || errors.Is(err, ErrPartialRowImage)) {
 		return false
 	}
 	one, perr := ParseSet(r.srv.Flavor, f.gtid)
