@@ -51,7 +51,9 @@ const (
 	PlacePartition = "partition" // the column's integer value is the partition
 )
 
-// Field is an additional column copied into the record.
+// Field is an additional column copied into the record. Placed in a
+// header, a NULL value gives no header (an empty string gives an empty
+// one); in the envelope it is null; as the partition it is a bad row.
 type Field struct {
 	Column    string
 	Placement string // header | envelope
@@ -284,6 +286,9 @@ func (r *Router) Route(row Row) (Record, error) {
 		if f.Placement == PlaceEnvelope {
 			envelopeExtra = append(envelopeExtra, envelopeField{name, row.Values[i]})
 			continue
+		}
+		if row.Values[i] == nil {
+			continue // NULL: no header, as for the type header; '' is an empty one
 		}
 		v, err := r.text(row, i, f.Column, false)
 		if err != nil {

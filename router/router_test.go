@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,56 @@ func FuzzRoute(f *testing.F) {
 			t.Fatalf("envelope is not JSON: %s", rec.Value)
 		}
 	})
+}
+
+// An additional column placed in a header: its value as the header's, an
+// empty string as an empty header, NULL as no header at all (as the type
+// header), so a consumer tells NULL from an empty string by the header's
+// absence. In the envelope a NULL is null.
+func TestAdditionalHeaderNullGivesNoHeader(t *testing.T) {
+	columns := []string{"event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "tenant", "site"}
+	for _, tc := range []struct {
+		name         string
+		tenant, site any
+		format       string
+		headers      []string // key=value after id and type
+		envelopeSite string   // the envelope's "siteId", as JSON
+	}{
+		{name: "values", tenant: "acme", site: []byte("plant-7"), headers: []string{"tenant=acme", "siteId=plant-7"}},
+		{name: "empty strings", tenant: "", site: []byte{}, headers: []string{"tenant=", "siteId="}},
+		{name: "NULLs", tenant: nil, site: nil, headers: nil},
+		{name: "NULL and empty", tenant: nil, site: "", headers: []string{"siteId="}},
+		{name: "an integer", tenant: int64(42), site: nil, headers: []string{"tenant=42"}},
+		{name: "envelope NULL", tenant: nil, site: nil, format: FormatEnvelope, envelopeSite: "null"},
+		{name: "envelope empty", tenant: "", site: "", format: FormatEnvelope, headers: []string{"tenant="}, envelopeSite: `""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := defaults()
+			sitePlace := PlaceHeader
+			if tc.format != "" {
+				c.Format, sitePlace = tc.format, PlaceEnvelope
+			}
+			c.Additional = []Field{{Column: "tenant", Placement: PlaceHeader}, {Column: "site", Placement: sitePlace, Alias: "siteId"}}
+			r, err := New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := r.Route(Row{Columns: columns, Values: []any{"e-1", "alarm", "dev-7", "Created", []byte(`{}`), tc.tenant, tc.site}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, h := range rec.Headers[2:] {
+				got = append(got, h.Key+"="+string(h.Value))
+			}
+			if rec.Headers[0].Key != "id" || rec.Headers[1].Key != "type" || !slices.Equal(got, tc.headers) {
+				t.Fatalf("headers %q after id and type, want %q", got, tc.headers)
+			}
+			if tc.format == FormatEnvelope && !strings.Contains(string(rec.Value), `"siteId":`+tc.envelopeSite+`,`) {
+				t.Fatalf("envelope %s, want siteId %s", rec.Value, tc.envelopeSite)
+			}
+		})
+	}
 }
 
 func TestEnvelopeAndAdditionalFields(t *testing.T) {

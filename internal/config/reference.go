@@ -109,7 +109,7 @@ var keyDocs = map[string]string{
 	"router.topic_prefix":                  "Topic = this prefix + the aggregate type.",
 	"router.dead_letter_topic":             "The topic of bad rows with on_error dead-letter; empty: outbox-relay.dead-letter.<name>.",
 	"router.additional_fields[].column":    "The column to copy.",
-	"router.additional_fields[].placement": "header, envelope (needs value_format envelope) or partition (the record's partition number).",
+	"router.additional_fields[].placement": "header (a NULL value gives no header, '' an empty one), envelope (needs value_format envelope; NULL is null) or partition (the record's partition number; NULL is a bad row).",
 	"router.additional_fields[].alias":     "The header or envelope field name; empty: the column's.",
 	"router.topic_replacement":             "The topic, from the aggregate type matched by topic_regex (default ^(?P<routedByValue>.*)$): such as outbox.event.${routedByValue} or ${domain}.$2; empty: topic_prefix + the aggregate type.",
 	"http.listen":                          "Address of /metrics, /healthz and /readyz; empty disables it.",
