@@ -11,6 +11,10 @@ import (
 var latin1Collations = map[uint64]bool{5: true, 8: true, 15: true, 31: true, 47: true, 48: true, 49: true, 94: true,
 	1032: true, 1071: true}
 
+// IsLatin1 reports whether collation (an id of the binlog's or of a
+// result's field) is one of latin1's: Table.Latin1 marks such columns.
+func IsLatin1(collation uint64) bool { return latin1Collations[collation] }
+
 func latin1Columns(t *replication.TableMapEvent, n int) []bool {
 	var out []bool
 	for i, coll := range t.CollationMap() {

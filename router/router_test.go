@@ -1,6 +1,7 @@
 package router
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,7 +51,7 @@ func TestRoute(t *testing.T) {
 		{name: "unsupported payload type", values: []any{int64(1), "e-10", "alarm", "d", "X", 3.5, nil}, wantErr: "unsupported payload type"},
 		{name: "event type not text", values: []any{int64(1), "e-12", "alarm", "d", 2.5, "{}", nil}, wantErr: `"event_type" has unsupported type`},
 		{name: "event type not UTF-8", values: []any{int64(1), "e-13", "alarm", "d", []byte{0xff, 'X'}, "{}", nil}, wantErr: `"event_type" is not valid UTF-8`},
-		{name: "invalid utf-8 key", values: []any{int64(1), "e-11", "alarm", "\xff", "X", "{}", nil}, wantErr: "not valid UTF-8"},
+		{name: "invalid utf-8 key", values: []any{int64(1), "e-11", "alarm", "\xff", "X", "{}", nil}, wantErr: "not valid UTF-8 (a latin1 column's text is converted when the binlog names its character set: binlog_row_metadata MINIMAL or FULL)"},
 	}
 	r, err := New(defaults())
 	if err != nil {
@@ -329,16 +330,72 @@ func TestPartitionPlacementAndMissingAdditional(t *testing.T) {
 	}
 }
 
-func TestLatin1ColumnsBecomeUTF8(t *testing.T) {
-	r, _ := New(defaults())
-	// "Zürich" and "€5" in cp1252
-	rec, err := r.Route(Row{Columns: cols, Values: []any{int64(1), "e", "alarm", []byte("Z\xfcrich"), "X", []byte("{\"p\":\"\x805\"}"), nil},
-		Latin1: []bool{false, false, false, true, false, true, false}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(rec.Key) != "Zürich" || string(rec.Value) != `{"p":"€5"}` {
-		t.Fatalf("key %q value %q, want UTF-8", rec.Key, rec.Value)
+// A latin1 payload column's bytes are the record's value exactly as stored
+// (value format payload, CloudEvents binary: content-type octet-stream
+// for bytes that are not UTF-8); where the payload is embedded in a JSON
+// value (envelope, CloudEvents structured), which is UTF-8 text, its text
+// is converted, as the key's and the other text columns' are. Bytes that
+// are not UTF-8 in a column that is not latin1 are a bad row for the
+// envelope and data_base64 (as stored) in a structured CloudEvent.
+func TestLatin1PayloadKeepsItsBytes(t *testing.T) {
+	stored := []byte("{\"p\":\"\x805 Z\xfcrich\"}") // {"p":"€5 Zürich"} in cp1252
+	const text = `{"p":"€5 Zürich"}`
+	for _, tc := range []struct {
+		format, mode string
+		latin1       bool
+		value        string // the record's value; "" when checked by has
+		has          []string
+		err          string
+	}{
+		{format: FormatPayload, latin1: true, value: string(stored)},
+		{format: FormatPayload, value: string(stored)},
+		{format: FormatEnvelope, latin1: true, has: []string{`"payload":` + text + `}`}},
+		{format: FormatEnvelope, err: "payload is not UTF-8 text (a latin1 column's text is converted when the binlog names " +
+			"its character set: binlog_row_metadata MINIMAL or FULL): the envelope embeds it as JSON"},
+		{format: FormatCloudEvents, mode: ModeBinary, latin1: true, value: string(stored), has: []string{"content-type=application/octet-stream"}},
+		{format: FormatCloudEvents, mode: ModeStructured, latin1: true, has: []string{`"datacontenttype":"application/json","data":` + text + `}`}},
+		{format: FormatCloudEvents, mode: ModeStructured, has: []string{`"datacontenttype":"application/octet-stream","data_base64":"` +
+			base64.StdEncoding.EncodeToString(stored) + `"`}},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/latin1=%v", tc.format, tc.mode, tc.latin1), func(t *testing.T) {
+			c := defaults()
+			c.Format, c.CloudEventsMode, c.CloudEventsSource = tc.format, tc.mode, "urn:x"
+			r, err := New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := Row{Columns: cols, Values: []any{int64(1), "e", "alarm", []byte("Z\xfcrich"), "X", stored, nil}}
+			if tc.latin1 {
+				row.Latin1 = []bool{false, false, false, true, false, true, false}
+			} else {
+				row.Values[3] = "Zürich"
+			}
+			rec, err := r.Route(row)
+			if tc.err != "" {
+				if !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want a bad row saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(rec.Key) != "Zürich" {
+				t.Fatalf("key %q, want UTF-8", rec.Key)
+			}
+			if tc.value != "" && string(rec.Value) != tc.value {
+				t.Fatalf("value %q, want the stored bytes %q", rec.Value, tc.value)
+			}
+			all := string(rec.Value)
+			for _, h := range rec.Headers {
+				all += "\n" + h.Key + "=" + string(h.Value)
+			}
+			for _, want := range tc.has {
+				if !strings.Contains(all, want) {
+					t.Fatalf("record %q lacks %q", all, want)
+				}
+			}
+		})
 	}
 }
 

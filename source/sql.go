@@ -31,6 +31,19 @@ func UTCSession(conn *client.Conn) (string, error) {
 	return zone, nil
 }
 
+// StoredBytesSession makes conn's session return text columns with their
+// bytes as stored, in the column's own character set (the result's field
+// names it), as the binlog gives them to the relay: character_set_results
+// NULL. Otherwise the server converts a latin1 payload to the
+// connection's utf8mb4, and a row read again would not route to the
+// record the relay published.
+func StoredBytesSession(conn *client.Conn) error {
+	if _, err := conn.Execute("SET character_set_results = NULL"); err != nil {
+		return fmt.Errorf("read text as stored: %w", err)
+	}
+	return nil
+}
+
 // ColumnType is the DATA_TYPE (lower case) of column col of table t.
 func ColumnType(conn *client.Conn, t, col string) (string, error) {
 	db, tbl, _ := strings.Cut(t, ".")
