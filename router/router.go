@@ -9,7 +9,9 @@
 // event id exactly; refusing such a row would stop the relay (or
 // dead-letter the event) for a value MySQL accepted. A consumer that
 // prints or logs these values must escape them, as outbox-relay's own
-// commands do.
+// commands do. Text of a latin1 column (Row.Latin1) becomes UTF-8 where it
+// becomes text (key, topic, headers, a JSON value); a payload that is the
+// record's value keeps its bytes.
 //
 // It is pure: no I/O, no clocks, no globals. Route either returns a record or
 // an error wrapping ErrBadRow that names the offending column; it never drops
