@@ -250,7 +250,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		Host:            host,
 		Port:            uint16(port),
 		User:            r.cfg.User,
-		Password:        r.cfg.Password,
+		Password:        guard.clientPassword(),
 		TLSConfig:       tlsFor(r.cfg.TLS, r.srv.Addr),
 		HeartbeatPeriod: r.cfg.HeartbeatPeriod,
 		// No ReadTimeout: go-mysql would set a socket deadline per packet,
@@ -290,7 +290,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	// Runs before syncer.Close: go-mysql's Close waits for its reading
 	// goroutine, which may wait on the read-ahead bound (conn.go).
 	defer r.ahead.release()
-	stream, err := syncer.StartSyncGTID(set)
+	stream, err := login(guard, func() (*replication.BinlogStreamer, error) { return syncer.StartSyncGTID(set) })
 	if err != nil {
 		return guard.or(mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, phaseErr(&repl, err))))
 	}

@@ -122,7 +122,9 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 		return sc, nil
 	}
 	guard := newLoginGuard(cfg, addr)
-	conn, err := client.ConnectWithDialer(dctx, "tcp", addr, cfg.User, cfg.Password, "", guard.dial(dial), opts...)
+	conn, err := login(guard, func() (*client.Conn, error) {
+		return client.ConnectWithDialer(dctx, "tcp", addr, cfg.User, guard.clientPassword(), "", guard.dial(dial), opts...)
+	})
 	if err == nil {
 		sc.setPhase(phaseQuery)
 		if err = guard.bound(conn); err != nil {

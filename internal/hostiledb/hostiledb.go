@@ -40,9 +40,12 @@ type Server struct {
 	Key []byte
 
 	behaviour Behaviour
+	script    *Script
 	priv      *rsa.PrivateKey
 	mu        sync.Mutex
 	received  bytes.Buffer
+	packets   [][]byte     // payloads received
+	nonces    [][]byte     // nonces sent (greeting, auth switches)
 	sent      atomic.Int64 // bytes of endless packets the client took
 	logins    atomic.Int64
 }
@@ -50,12 +53,9 @@ type Server struct {
 // Start runs a server until the test ends.
 func Start(t testing.TB, b Behaviour) *Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{Addr: ln.Addr().String(), behaviour: b}
+	s := &Server{behaviour: b}
 	if b == CachingSha2FullAuth {
+		var err error
 		if s.priv, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
 			t.Fatal(err)
 		}
@@ -63,6 +63,17 @@ func Start(t testing.TB, b Behaviour) *Server {
 			t.Fatal(err)
 		}
 	}
+	s.listen(t)
+	return s
+}
+
+// listen accepts clients until the test ends.
+func (s *Server) listen(t testing.TB) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Addr = ln.Addr().String()
 	var wg sync.WaitGroup
 	var conns sync.Map
 	t.Cleanup(func() {
@@ -83,7 +94,6 @@ func Start(t testing.TB, b Behaviour) *Server {
 			})
 		}
 	})
-	return s
 }
 
 // Received returns every byte clients sent.
@@ -125,6 +135,7 @@ func (c *conn) read() ([]byte, error) {
 	c.s.mu.Lock()
 	c.s.received.Write(h[:])
 	c.s.received.Write(p)
+	c.s.packets = append(c.s.packets, p)
 	c.s.mu.Unlock()
 	c.seq = h[3] + 1
 	return p, nil
@@ -134,6 +145,10 @@ var okPacket = []byte{0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00}
 
 func (s *Server) serve(nc net.Conn) {
 	c := &conn{s: s, c: nc}
+	if s.script != nil {
+		s.play(c)
+		return
+	}
 	plugin := "mysql_native_password"
 	if s.behaviour == CachingSha2FullAuth {
 		plugin = "caching_sha2_password"
