@@ -54,13 +54,6 @@ const (
 	// switches and RSA keys are at most a few KB) and the answer to the
 	// query of max_allowed_packet.
 	loginPacketBytes = 64 << 10
-	// packetHeadroom is added to the bound derived from max_allowed_packet:
-	// the event and row headers around the largest value.
-	packetHeadroom = 1 << 20
-	// maxPacketCap bounds the derived bound, and is the bound when the
-	// server's max_allowed_packet cannot be read (MySQL's own limit of
-	// max_allowed_packet and replica_max_allowed_packet is 1 GiB).
-	maxPacketCap = 1<<30 + packetHeadroom
 )
 
 // cleartextPlugins send the password as it is.
@@ -180,6 +173,9 @@ func (lg *loginGuard) orGrown(ctx context.Context, err error) error {
 	if _, serr := fmt.Sscan(rows[0][0], &n); serr != nil || n <= ge.derived {
 		return err
 	}
+	if grown, _, _ := lg.cfg.defaultBound(n); grown <= ge.limit {
+		return err // the memory budget's bound, reached already
+	}
 	return fmt.Errorf("the server's max_allowed_packet grew from %d to %d since the connection to %s derived its bound from it: "+
 		"reading again with the new bound (%v)", ge.derived, n, lg.addr, ge)
 }
@@ -205,18 +201,20 @@ func (lg *loginGuard) bound(c *client.Conn) error {
 	}
 	limit, how := lg.cfg.MaxPacketBytes, "source.max_packet_bytes"
 	var derived int64
-	if limit <= 0 {
-		limit, how = maxPacketCap, "the relay's cap: the server's max_allowed_packet could not be read"
+	if limit <= 0 { // packetbound.go
 		rows, err := Query(c, "SELECT @@max_allowed_packet")
 		if gerr := lg.err(); gerr != nil {
 			return gerr
 		}
 		var n int64
 		if err == nil && len(rows) == 1 && len(rows[0]) == 1 {
-			if _, err := fmt.Sscan(rows[0][0], &n); err == nil && n > 0 {
-				limit, derived = min(2*n+packetHeadroom, maxPacketCap), n
-				how = fmt.Sprintf("source.max_packet_bytes unset: twice the server's max_allowed_packet %d plus %d", n, packetHeadroom)
+			if _, err := fmt.Sscan(rows[0][0], &n); err != nil {
+				n = 0
 			}
+		}
+		var fromServer bool
+		if limit, how, fromServer = lg.cfg.defaultBound(n); fromServer {
+			derived = n
 		}
 	}
 	g.st.setLimit(limit, how)
@@ -236,10 +234,12 @@ func findGuard(nc net.Conn) (g *guardConn, secure bool) {
 
 // guardError is a refusal of the guard; it wraps a sentinel above.
 // derived is the server's max_allowed_packet the refused bound came from
-// (0: source.max_packet_bytes, the cap, or a login packet).
+// (0: source.max_packet_bytes, the memory budget, or a login packet), and
+// limit the bound then.
 type guardError struct {
 	err     error
 	derived int64
+	limit   int64
 }
 
 func (e *guardError) Error() string { return e.err.Error() }
@@ -339,7 +339,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 
 // refuse records err, closes the connection and returns the refusal.
 func (g *guardConn) refuse(err error) error {
-	g.st.err.CompareAndSwap(nil, &guardError{err: err, derived: g.st.derived.Load()})
+	g.st.err.CompareAndSwap(nil, &guardError{err: err, derived: g.st.derived.Load(), limit: g.st.limit.Load()})
 	_ = g.Conn.Close()
 	return g.st.err.Load()
 }

@@ -122,7 +122,7 @@ func TestEndlessPacketIsCutAtTheBound(t *testing.T) {
 // connectThrough is Connect with dial, then a query (the configured bound
 // skips the query of max_allowed_packet).
 func connectThrough(t *testing.T, cfg Config, dial client.Dialer, guard *loginGuard) error {
-	conn, err := client.ConnectWithDialer(t.Context(), "tcp", cfg.Hosts[0], cfg.User, cfg.Password, "", dial)
+	conn, err := client.ConnectWithDialer(t.Context(), "tcp", cfg.Hosts[0], cfg.User, guard.clientPassword(), "", dial)
 	if err != nil {
 		return guard.or(err)
 	}
@@ -134,12 +134,18 @@ func connectThrough(t *testing.T, cfg Config, dial client.Dialer, guard *loginGu
 	return guard.or(err)
 }
 
+// countingReads counts the bytes read, and fails reads past max (when
+// not 0): a test of a bound fails there instead of reading on.
 type countingReads struct {
 	net.Conn
-	n *atomic.Int64
+	n   *atomic.Int64
+	max int64
 }
 
 func (c countingReads) Read(p []byte) (int, error) {
+	if c.max > 0 && c.n.Load() > c.max {
+		return 0, errors.New("read past the bound the test allows")
+	}
 	n, err := c.Conn.Read(p)
 	c.n.Add(int64(n))
 	return n, err

@@ -22,6 +22,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/outbox-relay/outbox-relay/internal/membudget"
 )
 
 // Sentinel errors; each names what to fix in its message.
@@ -63,8 +65,13 @@ type Config struct {
 	AllowPublicKeyRetrieval bool
 	ServerPublicKey         []byte
 	// MaxPacketBytes bounds one packet (an event, a result row) read from
-	// the source; 0: twice the server's max_allowed_packet plus 1 MiB.
+	// the source; 0: what MemoryBudget allows, lowered to twice the
+	// server's max_allowed_packet plus 1 MiB when that is less
+	// (packetbound.go).
 	MaxPacketBytes int64
+	// MemoryBudget is the memory the process may use (the cgroup limit,
+	// GOMEMLIMIT); zero: the shipped 256 MiB.
+	MemoryBudget membudget.Budget
 }
 
 // Server is a source host as source.Inspect found it: the address, flavor

@@ -79,7 +79,7 @@ var keyDocs = map[string]string{
 	"source.flavor":                        "auto (detected from the server's version), mysql or mariadb; a configured flavor must match the server.",
 	"source.start":                         "Where to start without a checkpoint: now, earliest (the oldest binlog still on the server) or a GTID set.",
 	"source.allow_public_key_retrieval":    "On a plaintext connection, encrypt the password with whatever RSA key the server sends (unverified: anyone in the middle can substitute theirs); refused by default.",
-	"source.server_public_key_file":        "PEM RSA public key of the server (MySQL's public_key.pem): on a plaintext connection, caching_sha2_password full authentication and sha256_password encrypt the password only with this key, and a server sending another key is refused.",
+	"source.server_public_key_file":        "PEM RSA public key of the server (MySQL's public_key.pem): on a plaintext connection, caching_sha2_password full authentication and sha256_password get the password encrypted by the relay with this key only, whatever key the server sends; a server sending another key is refused by name.",
 	"kafka.brokers":                        "Seed brokers, host:port.",
 	"kafka.delivery":                       "exactly-once (Kafka transactions) or at-least-once.",
 	"kafka.checkpoint_topic":               "The topic of the checkpoints: compacted, one partition; created if missing.",

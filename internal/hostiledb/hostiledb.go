@@ -31,6 +31,10 @@ const (
 	// EndlessPacket lets the client in, then answers every command with
 	// 16 MiB continuation packets until the client goes away.
 	EndlessPacket
+	// LargeMaxAllowedPacket lets the client in, answers a query of
+	// max_allowed_packet with 1 GiB, and every other command with endless
+	// packets.
+	LargeMaxAllowedPacket
 )
 
 // Server is a running hostile server.
@@ -188,12 +192,21 @@ func (s *Server) serve(nc net.Conn) {
 		}
 		_ = c.write(okPacket)
 		s.refuseCommands(c)
-	case EndlessPacket:
+	case EndlessPacket, LargeMaxAllowedPacket:
 		if c.write(okPacket) != nil {
 			return
 		}
-		if _, err := c.read(); err != nil { // a command
-			return
+		for {
+			cmd, err := c.read()
+			if err != nil {
+				return
+			}
+			if s.behaviour != LargeMaxAllowedPacket || !bytes.Contains(cmd, []byte("max_allowed_packet")) {
+				break
+			}
+			if c.writeAll(oneValue("@@max_allowed_packet", "1073741824")) != nil {
+				return
+			}
 		}
 		chunk := make([]byte, 4+0xffffff)
 		chunk[0], chunk[1], chunk[2] = 0xff, 0xff, 0xff
@@ -207,6 +220,29 @@ func (s *Server) serve(nc net.Conn) {
 			}
 		}
 	}
+}
+
+func (c *conn) writeAll(payloads [][]byte) error {
+	for _, p := range payloads {
+		if err := c.write(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// oneValue is a result set of one BIGINT column name holding value
+// (column count, definition, EOF, row, EOF: the client does not
+// deprecate EOF with the greeting's capabilities).
+func oneValue(name, value string) [][]byte {
+	lenenc := func(s string) []byte { return append([]byte{byte(len(s))}, s...) }
+	var def []byte
+	for _, f := range []string{"def", "", "", "", name, ""} {
+		def = append(def, lenenc(f)...)
+	}
+	def = append(def, 0x0c, 63, 0, 20, 0, 0, 0, 0x08, 0x81, 0, 0, 0, 0) // binary charset, length 20, LONGLONG, NOT NULL|BINARY
+	eof := []byte{0xfe, 0, 0, 2, 0}
+	return [][]byte{{1}, def, eof, lenenc(value), eof}
 }
 
 // refuseCommands answers every command with an error.
