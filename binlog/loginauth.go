@@ -49,7 +49,9 @@ import (
 // an auth switch answers the switch (the plugin it names), and any other
 // packet longer than one byte (one byte is a request for the server's key)
 // is where go-mysql would put the password: the guard writes the password
-// encrypted with the pinned key there, or refuses. Where go-mysql reads the
+// encrypted with the pinned key there, or refuses. The login ends at the
+// server's OK or ERR, or where go-mysql's login returned
+// (guardState.loginOver), whichever comes first. Where go-mysql reads the
 // server's packets differently from the guard, the server gets a stand-in's
 // answer or one of the forms above, and the login fails: a disagreement can
 // cost the login, never the password. Nothing here depends on recognising

@@ -198,6 +198,8 @@ func (lg *loginGuard) bound(c *client.Conn) error {
 		lg.mu.Lock()
 		lg.conns = append(lg.conns, g)
 		lg.mu.Unlock()
+	} else {
+		g.st.loginOver()
 	}
 	limit, how := lg.cfg.MaxPacketBytes, "source.max_packet_bytes"
 	var derived int64
@@ -298,6 +300,16 @@ func (s *guardState) setLimit(n int64, how string) {
 	s.how = how
 	s.mu.Unlock()
 	s.limit.Store(n)
+}
+
+// loginOver ends the login phase where go-mysql's login returned, whatever
+// the guard read (a server may end it without an OK go-mysql waits for):
+// the guard writes no answer from now on, and counts packets.
+func (s *guardState) loginOver() {
+	s.holds = false
+	if s.mode == modeLogin {
+		s.mode = modeStream
+	}
 }
 
 func (s *guardState) failed() error {
