@@ -79,7 +79,7 @@ type Relay struct {
 	// had is the checkpoint this process last loaded or committed (nil:
 	// none yet); elector its lock group membership (nil in tests that
 	// run attempts alone): identity.go. Owned by the goroutine of Run.
-	had     *known
+	had     *checkpoint.Had
 	elector *ha.Elector
 	// spans are the relay's own spans (nil: off); set by Run for its
 	// duration, read by the loop (records.go) and the sinks.
