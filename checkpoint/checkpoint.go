@@ -6,7 +6,9 @@
 // records it covers (exactly-once), or after they are acknowledged
 // (at-least-once). Load reads with read_committed semantics, so it only ever
 // sees checkpoints whose records are committed. A tombstone (nil value) for a
-// name means "no checkpoint".
+// name means "no checkpoint". Judge (lost.go) is the one rule, shared by
+// `run` and every command that reads the checkpoint, that tells a pipeline
+// without a checkpoint that never had one from one whose checkpoint is lost.
 package checkpoint
 
 import (
