@@ -150,6 +150,16 @@ func (c *Checkpoint) From() string {
 // Replays reports whether a restart reads again from before GTIDSet (see XA).
 func (c *Checkpoint) Replays() bool { return c.XA != nil && c.XA.Resume != nil }
 
+// Layout is the captured tables' layout, signedness and provisional tables
+// at From, where a reader of the binlog after the checkpoint starts (the
+// relay's schema tracker, audit's read of the transactions past it).
+func (c *Checkpoint) Layout() (tables, unsigned, provisional map[string][]string) {
+	if c.Replays() {
+		return c.XA.Schema, c.XA.Unsigned, c.XA.Provisional
+	}
+	return c.Schema, c.Unsigned, c.Provisional
+}
+
 // PreparedXA is one prepared, not yet ended, XA transaction.
 type PreparedXA struct {
 	XID  string `json:"xid"`  // canonical: hex(gtrid),hex(bqual),formatID

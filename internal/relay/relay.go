@@ -445,13 +445,10 @@ func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.
 	var signs schema.Signs
 	var provisional schema.Provisional
 	switch {
-	case cp != nil && cp.Replays():
-		initial, signs = cp.XA.Schema, cp.XA.Unsigned // reading again from before a prepared XA transaction
-		provisional = cp.XA.Provisional
-	case cp != nil && cp.Schema != nil:
-		initial, signs = cp.Schema, cp.Unsigned
-		provisional = cp.Provisional
-	case cp == nil && r.cfg.Source.Start == "now":
+	case cp != nil:
+		// At cp.From(): before a prepared XA transaction when it reads again.
+		initial, signs, provisional = cp.Layout()
+	case r.cfg.Source.Start == "now":
 		cur, curSigns, err := source.CurrentColumns(ctx, r.source, srv.Addr)
 		if err != nil {
 			return nil, err
