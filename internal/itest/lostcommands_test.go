@@ -61,14 +61,14 @@ func requireLostEverywhere(t *testing.T, path, why string) {
 		t.Fatalf("check --json: %v %q", err, out)
 	}
 	for _, it := range items {
-		if it.Target == "kafka" && it.Name == "checkpoint" {
+		if it.Target == "kafka" && it.Name == "committed checkpoint" {
 			if it.Status != "FAIL" || !strings.Contains(it.Detail, why) || !strings.Contains(it.Fix, "checkpoint reset") {
-				t.Fatalf("check's item checkpoint: %+v; want FAIL saying %q with the way out", it, why)
+				t.Fatalf("check's item committed checkpoint: %+v; want FAIL saying %q with the way out", it, why)
 			}
 			return
 		}
 	}
-	t.Fatalf("check --json has no item checkpoint: %s", out)
+	t.Fatalf("check --json has no item committed checkpoint: %s", out)
 }
 
 // The checkpoint topic of a pipeline that has published is deleted. `run`
@@ -132,7 +132,7 @@ func TestCommandsSayANewPipelineIsAFirstStart(t *testing.T) {
 		t.Fatalf("checkpoint show --json on a new pipeline: %v %q", err, out)
 	}
 	out, _, _ = env.CLI(t, "check", "--json", "--config", path)
-	if !strings.Contains(out, `"name":"checkpoint","status":"PASS"`) {
-		t.Fatalf("check on a new pipeline: no passing item checkpoint: %s", out)
+	if !strings.Contains(out, `"name":"committed checkpoint","status":"PASS"`) {
+		t.Fatalf("check on a new pipeline: no passing item committed checkpoint: %s", out)
 	}
 }

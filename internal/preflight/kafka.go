@@ -69,7 +69,7 @@ func checkKafka(ctx context.Context, cfg config.Config, k clients.Kafka, c colle
 	lost := loadErr == nil && j.Verdict == checkpoint.Lost
 	if d, ok := topics[cfg.Kafka.CheckpointTopic]; !ok {
 		if lost {
-			c.add("checkpoint topic", Fail, cfg.Kafka.CheckpointTopic+" does not exist, and the pipeline had checkpoints in it: see the item checkpoint", lostFix)
+			c.add("checkpoint topic", Fail, cfg.Kafka.CheckpointTopic+" does not exist, and the pipeline had checkpoints in it: see the item committed checkpoint", lostFix)
 		} else {
 			c.add("checkpoint topic", Pass, cfg.Kafka.CheckpointTopic+" does not exist yet: the relay creates it compacted with 1 partition", "")
 		}
@@ -79,19 +79,23 @@ func checkKafka(ctx context.Context, cfg config.Config, k clients.Kafka, c colle
 	res := checked{cp: loaded.Checkpoint, judged: j}
 	switch {
 	case loadErr != nil:
-		c.add("checkpoint", Fail, loadErr.Error(), "")
+		c.add(committedItem, Fail, loadErr.Error(), "")
 		res.judged = checkpoint.Judgement{}
 	case lost:
-		c.items.fail("checkpoint", j.Say, lostFix, j.Err, c.target)
+		c.items.fail(committedItem, j.Say, lostFix, j.Err, c.target)
 	case j.Verdict == checkpoint.Present:
-		c.add("checkpoint", Pass, fmt.Sprintf("%s at %s", j.Say, loaded.Checkpoint.GTIDSet), "")
+		c.add(committedItem, Pass, fmt.Sprintf("%s at %s", j.Say, loaded.Checkpoint.GTIDSet), "")
 	default:
-		c.add("checkpoint", Pass, j.Say, "")
+		c.add(committedItem, Pass, j.Say, "")
 	}
 	checkTargetTopics(pctx, adm, cfg, topics, c)
 	checkACLs(pctx, cl, cfg, topics, c)
 	return res
 }
+
+// committedItem names kafka's item of the committed checkpoint (each host
+// has its own item "checkpoint": its binlogs after it).
+const committedItem = "committed checkpoint"
 
 // lostFix is the way out of a lost checkpoint (checkpoint.ErrLost).
 const lostFix = "restore the position with `outbox-relay checkpoint set --config FILE --gtid SET` (the GTID set the pipeline had published: " +

@@ -286,11 +286,11 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 			checkStream(ctx, src, srv, cp, res, c)
 		}
 	case kc.judged.Verdict == checkpoint.Lost:
-		c.add("checkpoint", Warn, "no checkpoint to compare with: it is lost (see kafka's item checkpoint)", "")
+		c.add("checkpoint", Warn, "no checkpoint to compare with: it is lost (see kafka's item committed checkpoint)", "")
 	case kc.judged.Starts():
 		c.add("checkpoint", Pass, "no checkpoint: the relay starts at source.start ("+cfg.Source.Start+")", "")
 	default:
-		c.add("checkpoint", Warn, "no checkpoint to compare with: kafka's item checkpoint says why", "")
+		c.add("checkpoint", Warn, "no checkpoint to compare with: kafka's item committed checkpoint says why", "")
 	}
 	return res
 }
