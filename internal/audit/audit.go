@@ -57,7 +57,7 @@ type counts struct {
 type Auditor struct {
 	w         Window
 	ids       map[string]counts
-	arena     []byte
+	arena     arena
 	rows      int
 	records   int
 	unmatched map[string]Record // records in the window whose id is no row's
@@ -71,18 +71,24 @@ func New(w Window) *Auditor {
 	return &Auditor{w: w, ids: map[string]counts{}, unmatched: map[string]Record{}}
 }
 
-// intern copies id into the arena: one allocation per MiB of ids, not one
-// per id.
-func intern[T string | []byte](a *Auditor, id T) string {
-	if len(id) == 0 {
+// intern copies id into a's arena.
+func intern[T string | []byte](a *Auditor, id T) string { return internIn(&a.arena, id) }
+
+// arena holds copied strings: one allocation per MiB of them, not one per
+// string.
+type arena []byte
+
+// internIn copies s into ar.
+func internIn[T string | []byte](ar *arena, s T) string {
+	if len(s) == 0 {
 		return ""
 	}
-	if len(a.arena)+len(id) > cap(a.arena) {
-		a.arena = make([]byte, 0, max(1<<20, len(id)))
+	if len(*ar)+len(s) > cap(*ar) {
+		*ar = make([]byte, 0, max(1<<20, len(s)))
 	}
-	start := len(a.arena)
-	a.arena = append(a.arena, id...)
-	return unsafe.String(&a.arena[start], len(id))
+	start := len(*ar)
+	*ar = append(*ar, s...)
+	return unsafe.String(&(*ar)[start], len(s))
 }
 
 // Row adds a row of the window with event id id. An id may have several

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -63,7 +62,7 @@ func valueBytes(v any) []byte {
 // rowKeys maps each row of the window, by its key, to its event id.
 type rowKeys struct {
 	ids   map[string]string
-	arena []byte
+	arena arena
 }
 
 func newRowKeys() *rowKeys { return &rowKeys{ids: map[string]string{}} }
@@ -73,19 +72,7 @@ func (k *rowKeys) add(key, id []byte) {
 	if _, ok := k.ids[string(key)]; ok {
 		return // one row per key: the SELECT returns it once
 	}
-	k.ids[k.copy(key)] = k.copy(id)
-}
-
-func (k *rowKeys) copy(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	if len(k.arena)+len(b) > cap(k.arena) {
-		k.arena = make([]byte, 0, max(1<<20, len(b)))
-	}
-	start := len(k.arena)
-	k.arena = append(k.arena, b...)
-	return unsafe.String(&k.arena[start], len(b))
+	k.ids[internIn(&k.arena, key)] = internIn(&k.arena, id)
 }
 
 // beyond returns, by event id, the rows of the window among past (the keys
