@@ -75,6 +75,12 @@ func (k *rowKeys) add(key, id []byte) {
 	k.ids[internIn(&k.arena, key)] = internIn(&k.arena, id)
 }
 
+// has reports whether key is a row of the window.
+func (k *rowKeys) has(key string) bool {
+	_, ok := k.ids[key]
+	return ok
+}
+
 // beyond returns, by event id, the rows of the window among past (the keys
 // of rows past the checkpoint, with their commit times).
 func (k *rowKeys) beyond(past map[string]time.Time) map[string]Beyond {
@@ -112,7 +118,8 @@ type past struct {
 	covered  mysql.GTIDSet
 	partial  checkpoint.Partial
 	head     mysql.GTIDSet
-	pks      map[string][]string // "db.table" -> primary key columns; none: the table's rows are not keyed
+	pks      map[string][]string   // "db.table" -> primary key columns; none: the table's rows are not keyed
+	want     func(key string) bool // the keys kept (nil: all)
 	curGTID  string
 	curRows  int64
 	cur      []pastRow
@@ -124,12 +131,12 @@ type past struct {
 	scratchP [][]byte
 }
 
-func newPast(cp *checkpoint.Checkpoint, head mysql.GTIDSet, pks map[string][]string) (*past, error) {
+func newPast(cp *checkpoint.Checkpoint, head mysql.GTIDSet, pks map[string][]string, want func(string) bool) (*past, error) {
 	covered, err := binlog.ParseSet(cp.Flavor, cp.GTIDSet)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint position: %w", err)
 	}
-	p := &past{flavor: cp.Flavor, covered: covered, head: head, pks: pks, held: map[string][]pastRow{},
+	p := &past{flavor: cp.Flavor, covered: covered, head: head, pks: pks, want: want, held: map[string][]pastRow{},
 		keys: map[string]time.Time{}, unkeyed: map[string]bool{}}
 	if cp.Partial != nil {
 		p.partial = *cp.Partial
@@ -156,7 +163,7 @@ func (p *past) add(ev *binlog.Event) error {
 				continue // published before: the checkpoint's part of it
 			}
 			key, ok := p.key(ev.Table, values)
-			if !ok {
+			if !ok || p.want != nil && !p.want(key) {
 				continue
 			}
 			if ev.XID != "" {

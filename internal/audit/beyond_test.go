@@ -83,6 +83,10 @@ func TestPastCollectsTheRowsOfTransactionsTheCheckpointDoesNotCover(t *testing.T
 			cp: checkpoint.Checkpoint{GTIDSet: "0-1-10"}, head: "0-1-12",
 			events: []string{"insert 0-1-11 1 2", "commit 0-1-11", "insert 0-1-12 3", "commit 0-1-12"},
 			want:   map[int]int{1: 11, 2: 11, 3: 12}, done: true},
+		{name: "a row outside the window is not kept",
+			cp: checkpoint.Checkpoint{GTIDSet: "0-1-10"}, head: "0-1-11",
+			events: []string{"insert 0-1-11 1 99", "commit 0-1-11"},
+			want:   map[int]int{1: 11}, done: true},
 		{name: "a transaction read again from before the checkpoint (XA resume) is covered",
 			cp: checkpoint.Checkpoint{GTIDSet: "0-1-10"}, head: "0-1-11",
 			events: []string{"insert 0-1-9 1", "commit 0-1-9", "insert 0-1-11 2", "commit 0-1-11"},
@@ -131,7 +135,7 @@ func TestPastCollectsTheRowsOfTransactionsTheCheckpointDoesNotCover(t *testing.T
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := newPast(&c.cp, head, map[string][]string{"app.outbox": {"id"}})
+			p, err := newPast(&c.cp, head, map[string][]string{"app.outbox": {"id"}}, func(k string) bool { return k != key(99) })
 			if err != nil {
 				t.Fatal(err)
 			}

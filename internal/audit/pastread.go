@@ -16,13 +16,14 @@ import (
 // cp.From(), as the relay would resume, with the layout cp recorded there)
 // until the end of the transaction that completes head, the executed set
 // read after the window's rows, and returns what past collected: the keys
-// of the rows of captured tables past cp (pks: each table's primary key
-// columns). It registers as a replica with a server_id of its own (never
+// of the rows of captured tables past cp that want keeps (pks: each table's
+// primary key columns; want: the window's rows, so that a relay far behind
+// costs no memory for the rows outside the window). It registers as a replica with a server_id of its own (never
 // source.server_id: the server would drop the relay's connection). The
 // binlog must still hold the transactions after cp: else (purged, binary
 // log off, a stream the relay itself would stop at) it is an error, and
 // nothing is called pending or missing on a guess.
-func readPast(ctx context.Context, cfg config.Config, db Source, cp *checkpoint.Checkpoint, head string, pks map[string][]string) (*past, error) {
+func readPast(ctx context.Context, cfg config.Config, db Source, cp *checkpoint.Checkpoint, head string, pks map[string][]string, want func(key string) bool) (*past, error) {
 	vars, err := source.Variables(db.Conn)
 	if err != nil {
 		return nil, err
@@ -38,7 +39,7 @@ func readPast(ctx context.Context, cfg config.Config, db Source, cp *checkpoint.
 	if err != nil {
 		return nil, err
 	}
-	p, err := newPast(cp, headSet, pks)
+	p, err := newPast(cp, headSet, pks, want)
 	if err != nil {
 		return nil, err
 	}

@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg config.Config, db Source, o Options) (Result, 
 	// will most likely cover every row read, and no key is kept; if it
 	// does not after all, the rows are read again with their keys.
 	keyed := false
-	if head, flavor, err := source.Executed(db.Conn); err == nil {
+	if head, flavor, err := source.Executed(db.Conn); err == nil && loaded.Checkpoint != nil {
 		keyed = !covers(loaded.Checkpoint, head, flavor)
 	}
 	for {
@@ -192,7 +192,7 @@ func readWindow(ctx context.Context, cfg config.Config, db Source, src *tables, 
 		if w.keys == nil {
 			return w, nil // read again, with the keys
 		}
-		p, err := readPast(ctx, cfg, db, cp, head, pks)
+		p, err := readPast(ctx, cfg, db, cp, head, pks, w.keys.has)
 		if err != nil {
 			return w, fmt.Errorf("audit: tell the rows past the checkpoint %s from those it covers: %w", cp.GTIDSet, err)
 		}
