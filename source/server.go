@@ -152,11 +152,12 @@ func lastPerDomain(list string) (string, error) {
 }
 
 // Describe reads what Inspect learns without judging settings or grants:
-// flavor, version and positions of the server conn is connected to. The
-// server is returned even when reading positions fails (binary log off,
-// missing grants); the error says why.
+// flavor, version, whether table maps carry column names, and positions of
+// the server conn is connected to. The server is returned even when reading
+// positions fails (binary log off, missing grants); the error says why.
 func Describe(conn *client.Conn, addr string, vars map[string]string) (*binlog.Server, error) {
-	srv := &binlog.Server{Addr: addr, Version: vars["version"], Flavor: DetectFlavor(vars)}
+	srv := &binlog.Server{Addr: addr, Version: vars["version"], Flavor: DetectFlavor(vars),
+		ColumnNames: strings.EqualFold(vars["binlog_row_metadata"], "FULL")}
 	return srv, positions(srv, conn, vars)
 }
 

@@ -100,3 +100,23 @@ func QuoteTable(t string) (string, error) {
 
 // Placeholders is n comma-separated ? placeholders.
 func Placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+// PrimaryKey lists table t's ("db.table") primary key columns in key
+// order; none when it has no primary key (or does not exist).
+func PrimaryKey(conn *client.Conn, t string) ([]string, error) {
+	db, tbl, _ := strings.Cut(t, ".")
+	res, err := conn.Execute(`SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
+WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, db, tbl)
+	if err != nil {
+		return nil, fmt.Errorf("read primary key: %w", err)
+	}
+	var cols []string
+	for i := range res.RowNumber() {
+		c, err := res.GetString(i, 0)
+		if err != nil {
+			return nil, fmt.Errorf("read primary key: %w", err)
+		}
+		cols = append(cols, c)
+	}
+	return cols, nil
+}
