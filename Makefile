@@ -17,7 +17,10 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
 
 # docs regenerates docs/configuration.md (and internal/config/docs_gen.go)
-# from the configuration's definitions; a test fails when they are stale.
+# from the configuration's definitions, and the Helm chart's files made
+# from them and from deploy/prometheus (internal/chartgen: the relay's
+# schema in values.schema.json, the secret keys, files/alerts.yml); a test
+# fails when any is stale.
 .PHONY: docs
 docs:
 	$(GO) generate ./internal/config/

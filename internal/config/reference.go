@@ -15,6 +15,7 @@ import (
 // `outbox-relay config schema` are both made from Keys.
 
 //go:generate go run ./docgen/cmd
+//go:generate go run ../../tools/chartgen ../..
 
 // Docs is the documentation read from this package's source by
 // internal/config/docgen: the doc comment of each struct field
