@@ -160,7 +160,7 @@ const (
 type Source struct {
 	Hosts    []string `yaml:"hosts"`
 	User     string   `yaml:"user"`
-	Password string   `yaml:"password"`
+	Password string   `yaml:"password" secret:"true"`
 	// PasswordFile is read at start-up instead of Password (trailing newline
 	// dropped), for secrets mounted as files.
 	PasswordFile string   `yaml:"password_file"`
@@ -520,17 +520,27 @@ func (c *Config) readSecrets() error {
 	return nil
 }
 
-// Redacted returns a copy with every secret replaced, safe to print or log.
+// Redacted returns a copy with every secret (a field tagged secret:"true")
+// replaced, safe to print or log.
 func (c Config) Redacted() Config {
-	if c.Source.Password != "" {
-		c.Source.Password = "REDACTED"
-	}
-	for _, f := range []*string{&c.Kafka.SASL.Password, &c.Kafka.SASL.Token, &c.Kafka.SASL.SecretAccessKey, &c.Kafka.SASL.SessionToken} {
-		if *f != "" {
-			*f = "REDACTED"
+	redact(reflect.ValueOf(&c).Elem())
+	return c
+}
+
+// redact replaces the set secrets of struct v and of the structs it holds
+// by value. The secret fields are strings of structs held by value (a
+// test checks it): a map or slice would share its elements with the
+// original.
+func redact(v reflect.Value) {
+	for i := range v.NumField() {
+		f, fv := v.Type().Field(i), v.Field(i)
+		switch {
+		case isSecret(f) && fv.String() != "":
+			fv.SetString("REDACTED")
+		case f.Type.Kind() == reflect.Struct && f.IsExported():
+			redact(fv)
 		}
 	}
-	return c
 }
 
 // YAML renders the configuration; callers print Redacted().YAML().

@@ -34,6 +34,7 @@ var sourceDocs = Docs{
 		"Key.Example":                      "YAML text",
 		"Key.Path":                         "kafka.batch.max_wait; router.additional_fields[].column",
 		"Key.Required":                     "Required: Validate refuses the configuration without it.",
+		"Key.Secret":                       "Secret: the key holds a secret (its field is tagged secret:\"true\"): Redacted hides it, the reference says to write it as ${VAR} or in a file, and the Helm chart refuses it in values (internal/chartgen).",
 		"Key.Type":                         "as the reference shows it",
 		"Log.Format":                       "json | console",
 		"Log.Level":                        "debug | info | warn | error",
