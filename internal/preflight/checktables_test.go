@@ -70,3 +70,47 @@ router:
 		}
 	}
 }
+
+// A router column spelt in another letter case on the server (renamed by
+// ALTER TABLE ... MODIFY COLUMN AGGREGATE_TYPE ..., or created so) is the
+// router's column, as the server compares column names: check passes it.
+func TestCheckTablesFindsColumnsWhateverTheirLetterCase(t *testing.T) {
+	ctx := context.Background()
+	srv, err := devdb.Start(ctx, devdb.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	if err := srv.Exec(
+		"CREATE DATABASE app",
+		"CREATE TABLE app.outbox (Event_ID VARCHAR(64) PRIMARY KEY, aggregate_type VARCHAR(255), aggregate_id VARCHAR(255), event_type VARCHAR(255), PAYLOAD JSON)",
+		"ALTER TABLE app.outbox MODIFY COLUMN AGGREGATE_TYPE VARCHAR(255)",
+		"CREATE USER r@'%' IDENTIFIED BY 'pw'", "GRANT SELECT ON *.* TO r@'%'",
+	); err != nil {
+		t.Fatal(err)
+	}
+	raw := `name: a
+source:
+  hosts: ["` + srv.Addr + `"]
+  user: r
+  password: pw
+  server_id: 7
+  tables: [app.outbox]
+kafka:
+  brokers: ["127.0.0.1:1"]
+`
+	cfg, err := config.Parse([]byte(raw), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := binlog.Connect(ctx, binlog.Config{User: "r", Password: "pw", ServerID: 7, ConnectTimeout: 5 * time.Second}, srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var r Report
+	checkTables(conn, cfg, collector{target: "source " + srv.Addr, items: &r})
+	if len(r) != 1 || r[0].Name != "table app.outbox" || r[0].Status != Pass {
+		t.Fatalf("check of a table whose router columns differ in letter case only: %+v", r)
+	}
+}
