@@ -39,6 +39,7 @@ func (p *Primary) variables() map[string]string {
 		"binlog_expire_logs_auto_purge":  "ON",
 		"binlog_transaction_compression": onOff(p.opts.Compression),
 		"max_allowed_packet":             "67108864",
+		"lower_case_table_names":         "0", // Linux's default; fixed at initialisation in MySQL 8
 	}
 	if !tagged(p.opts.Version) {
 		v["expire_logs_days"] = "0" // removed in 8.4
