@@ -79,10 +79,10 @@ func TestTrackerLayoutMatchesMariaDB(t *testing.T) {
 	if err := exec("USE app"); err != nil {
 		t.Fatal(err)
 	}
-	const create = "CREATE TABLE m (a INT, b INT, c INT, d INT)"
-	for _, spec := range multiClauseAlters {
+	// fresh creates app.m (a, b, c, d) anew on the server and in a new tracker.
+	fresh := func() *schema.Tracker {
 		tr := schema.New([]string{"app.m"}, nil, nil)
-		for _, q := range []string{"DROP TABLE IF EXISTS m", create} {
+		for _, q := range []string{"DROP TABLE IF EXISTS m", "CREATE TABLE m (a INT, b INT, c INT, d INT)"} {
 			if err := exec(q); err != nil {
 				t.Fatal(err)
 			}
@@ -90,6 +90,10 @@ func TestTrackerLayoutMatchesMariaDB(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		return tr
+	}
+	for _, spec := range multiClauseAlters {
+		tr := fresh()
 		q := "ALTER TABLE m " + spec
 		if err := exec(q); err != nil {
 			t.Fatalf("%s: MariaDB refused it: %v", q, err)
@@ -103,15 +107,7 @@ func TestTrackerLayoutMatchesMariaDB(t *testing.T) {
 	// Random statements on one table.
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(43, seed))
-	tr := schema.New([]string{"app.m"}, nil, nil)
-	for _, q := range []string{"DROP TABLE IF EXISTS m", create} {
-		if err := exec(q); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tr.Apply("app", q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tr := fresh()
 	applied := 0
 	for i := 0; i < 400; i++ {
 		cols, _ := tr.Columns("app", "m")
