@@ -24,6 +24,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/outbox-relay/outbox-relay/internal/membudget"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // Sentinel errors; each names what to fix in its message.
@@ -106,6 +107,10 @@ type Server struct {
 	// ColumnNames: binlog_row_metadata is FULL, so table maps carry column
 	// names and those, not the layout tracked from DDL, are the truth.
 	ColumnNames bool
+	// Names is how the server compares database and table names (its
+	// lower_case_table_names): the reader and the schema tracker compare
+	// them so.
+	Names schema.NameCase
 }
 
 // Connect opens a plain client connection to addr with cfg's credentials.

@@ -32,6 +32,9 @@ func latin1Columns(t *replication.TableMapEvent, n int) []bool {
 // beyond what the Table itself holds.
 type cachedTable struct {
 	table *Table
+	// mapSchema and mapTable: the names the table map gave (table's are
+	// the configured ones).
+	mapSchema, mapTable string
 	// named: the columns are the binlog's own names (not the tracked layout).
 	named bool
 	// signs: how to read its integer columns (nil: as decoded).
@@ -43,7 +46,7 @@ type cachedTable struct {
 }
 
 func newCachedTable(tm *replication.TableMapEvent, t *Table, signs *signFix) *cachedTable {
-	return &cachedTable{table: t, named: len(tm.ColumnName) > 0, signs: signs, signBits: slices.Clone(tm.SignednessBitmap), colType: slices.Clone(tm.ColumnType),
+	return &cachedTable{table: t, mapSchema: string(tm.Schema), mapTable: string(tm.Table), named: len(tm.ColumnName) > 0, signs: signs, signBits: slices.Clone(tm.SignednessBitmap), colType: slices.Clone(tm.ColumnType),
 		colMeta: slices.Clone(tm.ColumnMeta), defCharset: slices.Clone(tm.DefaultCharset), colCharset: slices.Clone(tm.ColumnCharset)}
 }
 
@@ -51,7 +54,7 @@ func newCachedTable(tm *replication.TableMapEvent, t *Table, signs *signFix) *ca
 // built from (all that columns and latin1Columns read).
 func (c *cachedTable) matches(tm *replication.TableMapEvent) bool {
 	t := c.table
-	if string(tm.Schema) != t.Schema || string(tm.Table) != t.Name || !bytes.Equal(c.colType, tm.ColumnType) ||
+	if string(tm.Schema) != c.mapSchema || string(tm.Table) != c.mapTable || !bytes.Equal(c.colType, tm.ColumnType) ||
 		!bytes.Equal(c.signBits, tm.SignednessBitmap) ||
 		!slices.Equal(c.colMeta, tm.ColumnMeta) || !slices.Equal(c.defCharset, tm.DefaultCharset) ||
 		!slices.Equal(c.colCharset, tm.ColumnCharset) || c.named != (len(tm.ColumnName) > 0) {

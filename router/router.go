@@ -24,7 +24,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -350,16 +352,19 @@ func (r *Router) trace(row Row) (parent, state string, err error) {
 	return traceHeaders(v)
 }
 
+// index is the place of column name in row, -1 when absent. Column names
+// compare as MySQL and MariaDB compare them, without regard to letter case:
+// ALTER TABLE ... MODIFY COLUMN AGGREGATE_TYPE renames aggregate_type to
+// the new spelling, and the column is the same.
 func index(row Row, name string) int {
-	for i, c := range row.Columns {
-		if c == name {
-			if i < len(row.Values) {
-				return i
-			}
-			return -1
-		}
+	i := slices.Index(row.Columns, name)
+	if i < 0 {
+		i = slices.IndexFunc(row.Columns, func(c string) bool { return strings.EqualFold(c, name) })
 	}
-	return -1
+	if i >= len(row.Values) {
+		return -1
+	}
+	return i
 }
 
 // timestamp reads a DATETIME/TIMESTAMP column: go-mysql renders it as text

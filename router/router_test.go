@@ -458,3 +458,40 @@ var signedUnsignedPairs = [][2]any{
 	{int8(7), uint8(7)}, {int16(7), uint16(7)}, {int32(7), uint32(7)}, {int64(7), uint64(7)},
 	{int32(0), uint32(0)}, {int32(2147483647), uint32(2147483647)},
 }
+
+// A column renamed to another letter case (ALTER TABLE ... MODIFY COLUMN
+// AGGREGATE_TYPE ...: the server keeps the new spelling, and the binlog's
+// column names and the tracked layout carry it) is the same column, as it
+// is to the server: every role finds it, and the record is the one the
+// lower-case names give.
+func TestRouteFindsColumnsWhateverTheirLetterCase(t *testing.T) {
+	cfg := Config{EventIDColumn: "event_id", AggregateTypeColumn: "aggregate_type", AggregateIDColumn: "aggregate_id",
+		EventTypeColumn: "event_type", PayloadColumn: "payload", SchemaVersionColumn: "ver", TimestampColumn: "created_at",
+		TracingColumn: "trace", TopicPrefix: "p.", Format: FormatEnvelope,
+		Additional: []Field{{Column: "tenant", Placement: PlaceHeader}, {Column: "part", Placement: PlacePartition},
+			{Column: "tenant", Placement: PlaceEnvelope, Alias: "t"}}}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := []string{"event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "ver", "created_at", "trace", "tenant", "part"}
+	values := []any{"e-1", "alarm", "dev-7", "Created", []byte(`{"a":1}`), int64(2), "2026-11-30 01:02:03",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "acme", int64(3)}
+	want, err := r.Route(Row{Columns: lower, Values: values})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spell := range []func(string) string{strings.ToUpper, func(s string) string { return strings.ToUpper(s[:1]) + s[1:] }} {
+		cased := make([]string, len(lower))
+		for i, c := range lower {
+			cased[i] = spell(c)
+		}
+		got, err := r.Route(Row{Columns: cased, Values: values})
+		if err != nil {
+			t.Fatalf("columns %v: %v", cased, err)
+		}
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+			t.Fatalf("columns %v:\n %+v\nwant\n %+v", cased, got, want)
+		}
+	}
+}

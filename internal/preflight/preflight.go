@@ -509,7 +509,7 @@ func checkTables(conn *client.Conn, cfg config.Config, c collector) {
 		}
 		var missing []string
 		for _, col := range want {
-			if !slices.Contains(cols, col) {
+			if !slices.ContainsFunc(cols, func(c string) bool { return strings.EqualFold(c, col) }) { // as the server compares column names
 				missing = append(missing, col)
 			}
 		}

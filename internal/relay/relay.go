@@ -457,6 +457,7 @@ func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.
 	}
 	t := schema.New(r.cfg.Source.Tables, initial, signs)
 	t.SetProvisional(provisional)
+	t.SetNameCase(srv.Names)
 	return t, nil
 }
 
