@@ -17,7 +17,10 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
 
 # docs regenerates docs/configuration.md (and internal/config/docs_gen.go)
-# from the configuration's definitions; a test fails when they are stale.
+# from the configuration's definitions, and the Helm chart's files made
+# from them and from deploy/prometheus (internal/chartgen: the relay's
+# schema in values.schema.json, the secret keys, files/alerts.yml); a test
+# fails when any is stale.
 .PHONY: docs
 docs:
 	$(GO) generate ./internal/config/
@@ -67,7 +70,7 @@ test-unit:
 # processes at once (internal/itest/shards.sh, each with its own MariaDB),
 # beside the other integration packages.
 ITEST_SHARDS ?= 3
-INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/ ./internal/devdb/ ./internal/relay/ ./cmd/outbox-relay/ ./examples/demo/ ./internal/ha/ ./source/
+INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/ ./internal/devdb/ ./internal/relay/ ./cmd/outbox-relay/ ./examples/demo/ ./internal/ha/ ./source/ ./schema/
 test-integration: deps
 	@OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -tags integration -timeout 30m $(INTEGRATION_PKGS) & others=$$!; \
 	SHARDS=$(ITEST_SHARDS) internal/itest/shards.sh; rc=$$?; \
@@ -148,28 +151,6 @@ bench-debezium: deps
 	deploy/dev/debezium.sh fetch
 	$(GO) run ./bench -n $(BENCH_DEBEZIUM_N) -rounds $(BENCH_ROUNDS) -latency-seconds $(BENCH_LATENCY_SECONDS) $(if $(BENCH_KAFKA),-kafka $(BENCH_KAFKA)) -brokers kafka -sections debezium
 
-# image builds the multi-arch container image without a Docker daemon
-# (tools/ociimage, go-containerregistry): static binaries for
-# IMAGE_PLATFORMS, each on an empty base with only Debian's CA bundle
-# (CA_BUNDLE, package ca-certificates), /etc/passwd with the nonroot user
-# 65532 and /tmp; no shell; OCI labels (source, version, revision, created,
-# licenses). It leaves $(DIST)/outbox-relay-$(VERSION)-oci.tar, an OCI
-# archive: `skopeo copy oci-archive:FILE docker://REGISTRY/outbox-relay:VERSION`
-# pushes it (docs/releasing.md).
-IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
-IMAGE_SOURCE ?= https://github.com/outbox-relay/outbox-relay
-CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
-image:
-	@mkdir -p $(DIST)/image; bins=""; \
-	for p in $(IMAGE_PLATFORMS); do \
-		os=$${p%/*}; arch=$${p#*/}; \
-		$(RELEASE_BUILD) -o $(DIST)/image/$$os-$$arch/outbox-relay ./cmd/outbox-relay || exit 1; \
-		bins="$$bins -binary $$p=$(DIST)/image/$$os-$$arch/outbox-relay"; \
-	done; \
-	$(GO) run ./tools/ociimage $$bins -ca-bundle $(CA_BUNDLE) -version $(VERSION) -revision $(COMMIT) \
-		-created $(DATE) -source $(IMAGE_SOURCE) -out $(DIST)/outbox-relay-$(VERSION)-oci.tar && \
-	rm -rf $(DIST)/image
-
 # image-docker builds the container image of deploy/compose/Dockerfile with
 # a Docker daemon (static binary on distroless nonroot, uid 65532):
 # make image-docker IMAGE=registry.example.com/outbox-relay:v0.1.0.
@@ -188,34 +169,97 @@ demo: deps-demo build
 # and commit date stamped in) for linux/amd64, linux/arm64, darwin/amd64 and
 # darwin/arm64 into DIST, one .tar.gz each with LICENSE, README.md and
 # CHANGELOG.md, a CycloneDX SBOM (JSON) beside each of the modules built
-# into its binary (cyclonedx-gomod bin: read from the binary's build
-# information, so it lists what was linked; pinned, from the Go module
-# proxy, installed into bin/tools), and SHA256SUMS of
-# them all. Nothing is fetched beyond Go modules. docs/releasing.md: how a
-# release is cut. VERSION=v1.2.3 make release (default: git describe).
+# into its binary with their licenses (cyclonedx-gomod bin -licenses: read
+# from the binary's build information, so it lists what was linked; pinned,
+# from the Go module proxy, installed into bin/tools), the image and its
+# SBOM (make image), SHA256SUMS of them all and an in-toto/SLSA provenance
+# statement naming each with its sha256 (tools/release). Everything is
+# reproducible: times are the commit's (SOURCE_DATE_EPOCH), archives sorted
+# with fixed owners, modes and times, gzip without a timestamp; two runs
+# give the same SHA256SUMS. It replaces only its own files in DIST. Nothing
+# is fetched beyond Go modules. docs/releasing.md: how a release is cut.
+# VERSION=v1.2.3 make release (default: git describe).
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST ?= dist
+# The binaries and their SBOMs, made once per platform for the archives
+# and the image.
+BUILD ?= bin/release/$(VERSION)
 CYCLONEDX_GOMOD ?= github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
 TOOLS := $(abspath bin/tools)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+export SOURCE_DATE_EPOCH
+# Who builds (the provenance's runDetails.builder.id): a maintainer's
+# machine unless CI says otherwise.
+BUILDER_ID ?= https://github.com/outbox-relay/outbox-relay/blob/main/docs/releasing.md\#local
 RELEASE_BUILD = CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)"
 
 $(TOOLS)/cyclonedx-gomod:
 	GOBIN=$(TOOLS) $(GO) install $(CYCLONEDX_GOMOD)
 
-release: $(TOOLS)/cyclonedx-gomod
-	@rm -rf $(DIST) && mkdir -p $(DIST); \
+# A platform's binary (always rebuilt: the sources may have changed) and
+# its SBOM, completed by tools/release (the relay's license, the time).
+$(BUILD)/%/outbox-relay: FORCE
+	@os=$(word 1,$(subst -, ,$*)); arch=$(word 2,$(subst -, ,$*)); \
+	$(RELEASE_BUILD) -o $@ ./cmd/outbox-relay
+
+# GOOS and GOARCH: cyclonedx-gomod writes go env's into the purls, not the
+# binary's. Licenses are detected from the module cache and reported as
+# evidence (the detector mistakes some: go-mysql's MIT for the BSD license
+# of a file it carries); the relay's and the standard library's are set.
+$(BUILD)/%/outbox-relay.cdx.json: $(BUILD)/%/outbox-relay $(TOOLS)/cyclonedx-gomod
+	@GOOS=$(word 1,$(subst -, ,$*)) GOARCH=$(word 2,$(subst -, ,$*)) GOPROXY=off \
+		$(TOOLS)/cyclonedx-gomod bin -json -std -licenses -noserial -notimestamp \
+		-version $(VERSION) -output $@ $< 2>$@.log || { cat $@.log; exit 1; }; \
+	$(GO) run ./tools/release sbom -time $(DATE) -license Apache-2.0 $@
+
+release: image $(foreach p,$(RELEASE_PLATFORMS),$(BUILD)/$(subst /,-,$(p))/outbox-relay.cdx.json)
+	@files=""; \
 	for p in $(RELEASE_PLATFORMS); do \
-		os=$${p%/*}; arch=$${p#*/}; name=outbox-relay-$(VERSION)-$$os-$$arch; \
-		mkdir -p $(DIST)/$$name && \
-		$(RELEASE_BUILD) -o $(DIST)/$$name/outbox-relay ./cmd/outbox-relay && \
-		$(TOOLS)/cyclonedx-gomod bin -json -std -version $(VERSION) \
-			-output $(DIST)/$$name.cdx.json $(DIST)/$$name/outbox-relay && \
-		cp LICENSE README.md CHANGELOG.md $(DIST)/$$name/ && \
-		tar -C $(DIST) -czf $(DIST)/$$name.tar.gz --owner=0 --group=0 --mtime='1970-01-01' $$name && \
-		rm -rf $(DIST)/$$name || exit 1; \
-		echo "built $(DIST)/$$name.tar.gz $(DIST)/$$name.cdx.json"; \
+		d=$(BUILD)/$$(echo $$p | tr / -); name=outbox-relay-$(VERSION)-$$(echo $$p | tr / -); \
+		$(GO) run ./tools/release archive -out $(DIST)/$$name.tar.gz -prefix $$name -time $(DATE) \
+			$$d/outbox-relay LICENSE README.md CHANGELOG.md && \
+		cp $$d/outbox-relay.cdx.json $(DIST)/$$name.cdx.json || exit 1; \
+		files="$$files $$name.tar.gz $$name.cdx.json"; \
 	done; \
-	cd $(DIST) && sha256sum *.tar.gz *.cdx.json > SHA256SUMS && cat SHA256SUMS
+	files="$$files outbox-relay-$(VERSION)-oci.tar outbox-relay-$(VERSION)-oci.cdx.json"; \
+	$(GO) run ./tools/release sums -dir $(DIST) $$files && \
+	$(GO) run ./tools/release provenance -dir $(DIST) -out $(DIST)/outbox-relay-$(VERSION).intoto.json \
+		-version $(VERSION) -commit $(COMMIT) -source $(IMAGE_SOURCE) -builder $(BUILDER_ID) \
+		-image-ref $(IMAGE_REPO):$(VERSION) -dependency ca-bundle=$(CA_BUNDLE) \
+		-param "release_platforms=$(RELEASE_PLATFORMS)" -param "image_platforms=$(IMAGE_PLATFORMS)" \
+		-param image_repo=$(IMAGE_REPO) -param commit_date=$(DATE) $$files && \
+	echo "provenance: $(DIST)/outbox-relay-$(VERSION).intoto.json"
+
+.PHONY: FORCE
+FORCE:
+
+# image builds the multi-arch container image without a Docker daemon
+# (tools/ociimage, go-containerregistry): static binaries for
+# IMAGE_PLATFORMS, each on an empty base with only Debian's CA bundle
+# (CA_BUNDLE, package ca-certificates), /etc/passwd with the nonroot user
+# 65532 and /tmp; no shell; OCI labels (source, version, revision, created,
+# licenses). It leaves $(DIST)/outbox-relay-$(VERSION)-oci.tar, an OCI
+# archive whose index names the image $(IMAGE_REPO):$(VERSION) (podman load
+# and docker load take that name; `skopeo copy oci-archive:FILE
+# docker://REGISTRY/outbox-relay:VERSION` pushes it: docs/releasing.md),
+# and its CycloneDX SBOM $(DIST)/outbox-relay-$(VERSION)-oci.cdx.json.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_SOURCE ?= https://github.com/outbox-relay/outbox-relay
+IMAGE_REPO ?= ghcr.io/outbox-relay/outbox-relay
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+image: $(foreach p,$(IMAGE_PLATFORMS),$(BUILD)/$(subst /,-,$(p))/outbox-relay.cdx.json)
+	@mkdir -p $(DIST); args=""; \
+	for p in $(IMAGE_PLATFORMS); do \
+		d=$(BUILD)/$$(echo $$p | tr / -); \
+		args="$$args -binary $$p=$$d/outbox-relay -sbom $$p=$$d/outbox-relay.cdx.json"; \
+	done; \
+	$(GO) run ./tools/ociimage $$args -ca-bundle $(CA_BUNDLE) -version $(VERSION) -revision $(COMMIT) \
+		-created $(DATE) -source $(IMAGE_SOURCE) -repo $(IMAGE_REPO) \
+		-out $(DIST)/outbox-relay-$(VERSION)-oci.tar -sbom-out $(DIST)/outbox-relay-$(VERSION)-oci.cdx.json
+
+# kept for the image and the archives of one run (make would delete them as
+# intermediate files)
+.SECONDARY: $(foreach p,$(sort $(RELEASE_PLATFORMS) $(IMAGE_PLATFORMS)),$(BUILD)/$(subst /,-,$(p))/outbox-relay)
 
 clean:
 	rm -rf bin dist

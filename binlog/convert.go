@@ -102,6 +102,11 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	out := Event{Kind: KindRows, GTID: f.gtid, XID: f.xid, Table: t, Time: f.commitTime, Size: st.size}
 	switch e.Type() {
 	case replication.EnumRowsEventTypeInsert:
+		// Decided from the image's own bitmap: go-mysql gives an absent
+		// column as nil, the same value as a NULL (rowimage.go).
+		if absent := absentColumns(e.ColumnBitmap1, e.ColumnCount, len(t.Columns)); len(absent) > 0 {
+			return batch, partialImageError(f.gtid, t, absent)
+		}
 		out.Op, out.Rows = OpInsert, e.Rows
 	case replication.EnumRowsEventTypeDelete:
 		out.Op, out.Rows = OpDelete, e.Rows
@@ -134,7 +139,8 @@ func (r *Reader) tableOf(st *streamState, tm *replication.TableMapEvent, batch [
 	if c := st.tableCache[tm.TableID]; c != nil && c.matches(tm) {
 		return c, batch, nil
 	}
-	cols, note, err := r.columns(tm, st.frame.gtid)
+	db, tbl := r.configured(string(tm.Schema), string(tm.Table))
+	cols, note, err := r.columns(tm, db, tbl, st.frame.gtid)
 	if err != nil {
 		return nil, batch, err
 	}
@@ -142,8 +148,7 @@ func (r *Reader) tableOf(st *streamState, tm *replication.TableMapEvent, batch [
 		batch = append(batch, Event{Kind: KindDDL, GTID: st.frame.gtid, Note: note})
 		clear(st.tableCache)
 	}
-	t := &Table{Schema: string(tm.Schema), Name: string(tm.Table), Columns: cols,
-		Latin1: latin1Columns(tm, len(cols))}
+	t := &Table{Schema: db, Name: tbl, Columns: cols, Latin1: latin1Columns(tm, len(cols))}
 	unsigned, known := r.tracker.UnsignedColumns(t.Schema, t.Name)
 	c := newCachedTable(tm, t, planSigns(tm, cols, unsigned, known))
 	st.tableCache[tm.TableID] = c
@@ -276,11 +281,11 @@ func (r *Reader) applyDDL(st *streamState, out frameOut, batch []Event) ([]Event
 	return batch, nil
 }
 
-// columns is the layout of a captured table for a rows event: the binlog's
-// own column names when it carries them (they replace a tracked layout
-// that disagrees: note says so), else the layout tracked from DDL.
-func (r *Reader) columns(tm *replication.TableMapEvent, gtid string) (cols []string, note string, err error) {
-	db, tbl := string(tm.Schema), string(tm.Table)
+// columns is the layout of captured table db.tbl (its configured names)
+// for a rows event: the binlog's own column names when it carries them
+// (they replace a tracked layout that disagrees: note says so), else the
+// layout tracked from DDL.
+func (r *Reader) columns(tm *replication.TableMapEvent, db, tbl, gtid string) (cols []string, note string, err error) {
 	tracked, known := r.tracker.Columns(db, tbl)
 	names := tm.ColumnNameString()
 	if len(names) > 0 {

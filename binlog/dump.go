@@ -46,7 +46,7 @@ func NewDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint
 		Host:             host,
 		Port:             uint16(port),
 		User:             cfg.User,
-		Password:         cfg.Password,
+		Password:         d.guard.clientPassword(),
 		TLSConfig:        tlsFor(cfg.TLS, addr),
 		HeartbeatPeriod:  heartbeat,
 		DisableRetrySync: true,
@@ -63,7 +63,7 @@ func NewDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint
 // Its error is go-mysql's as it came (a *mysql.MyError when the server
 // refused): see Failed and Refused for the relay's words.
 func (d *Dump) Start(set mysql.GTIDSet) (*replication.BinlogStreamer, error) {
-	stream, err := d.syncer.StartSyncGTID(set)
+	stream, err := login(d.guard, func() (*replication.BinlogStreamer, error) { return d.syncer.StartSyncGTID(set) })
 	if err != nil {
 		return nil, err
 	}

@@ -18,33 +18,31 @@ import (
 )
 
 // The login guard: every connection the relay makes to the source goes
-// through guardConn, which reads the MySQL packets before go-mysql does.
+// through guardConn, which reads the MySQL packets before go-mysql does and
+// writes the login's answers itself.
 //
-// go-mysql (v1.16.0) answers any auth-switch request: a server, or anyone
-// in the middle of a plaintext connection, that asks for
-// mysql_clear_password gets the password as it is, and under
-// caching_sha2_password / sha256_password it encrypts the password with
-// whatever RSA key the server sends. The guard refuses both on a plaintext
-// connection (go-sql-driver's defaults) unless the operator allowed it:
-// Config.AllowCleartextPassword, Config.ServerPublicKey (a pinned key the
-// one sent must equal) or Config.AllowPublicKeyRetrieval. Over TLS the
-// password goes inside the verified channel, as the MySQL clients do.
+// The password: on a plaintext connection go-mysql logs in with a stand-in
+// and the guard writes what the server gets in place of its login answers;
+// loginauth.go states the rule (what of the password may leave the
+// process, and in which form) and why it holds whatever the server sends.
 //
 // go-mysql also joins continuation packets (16 MiB each) with no limit, so
 // a server that keeps claiming more makes it allocate without bound. The
 // guard counts the packet headers as the bytes flow and closes the
 // connection before one logical packet passes the bound: loginPacketBytes
 // during the login and until the connection's bound is set (loginGuard.bound),
-// then Config.MaxPacketBytes or, by default, twice the server's
+// then Config.MaxPacketBytes or, by default, the bound the memory budget
+// allows (packetbound.go), lowered to twice the server's
 // max_allowed_packet (a row event carries a row's before and after image)
-// plus packetHeadroom, at most maxPacketCap. On a TLS connection the guard
+// plus packetHeadroom when that is less. On a TLS connection the guard
 // sees only ciphertext once the server's greeting is read; the bound is
 // then applied on top of the TLS connection when the login is done
 // (loginGuard.bound).
 
 var (
 	// ErrInsecureLogin: the server asked for a login that would expose the
-	// password on a plaintext connection.
+	// password on a plaintext connection, or sent login packets the relay
+	// cannot read safely.
 	ErrInsecureLogin = errors.New("insecure source login refused")
 	// ErrPacketBound: the server sent a packet (an event, a row of a
 	// result) larger than the relay accepts.
@@ -56,13 +54,6 @@ const (
 	// switches and RSA keys are at most a few KB) and the answer to the
 	// query of max_allowed_packet.
 	loginPacketBytes = 64 << 10
-	// packetHeadroom is added to the bound derived from max_allowed_packet:
-	// the event and row headers around the largest value.
-	packetHeadroom = 1 << 20
-	// maxPacketCap bounds the derived bound, and is the bound when the
-	// server's max_allowed_packet cannot be read (MySQL's own limit of
-	// max_allowed_packet and replica_max_allowed_packet is 1 GiB).
-	maxPacketCap = 1<<30 + packetHeadroom
 )
 
 // cleartextPlugins send the password as it is.
@@ -76,13 +67,36 @@ var cleartextPlugins = map[string]bool{
 type loginGuard struct {
 	cfg  Config
 	addr string
+	// standIn is the password go-mysql gets when the guard holds the
+	// real one (loginauth.go).
+	standIn string
 
 	mu    sync.Mutex
 	conns []*guardConn
+	broke error // a panic of go-mysql's login, as a refusal (login)
 }
 
 func newLoginGuard(cfg Config, addr string) *loginGuard {
-	return &loginGuard{cfg: cfg, addr: addr}
+	lg := &loginGuard{cfg: cfg, addr: addr}
+	if lg.holdsPassword() {
+		lg.standIn = newStandIn(cfg.Password)
+	}
+	return lg
+}
+
+// holdsPassword: the guard, not go-mysql, holds the password of the
+// logins: plaintext connections with a password (loginauth.go).
+func (lg *loginGuard) holdsPassword() bool {
+	return lg.cfg.TLS == nil && lg.cfg.Password != ""
+}
+
+// clientPassword is the password to give go-mysql: a stand-in when the
+// guard holds the real one.
+func (lg *loginGuard) clientPassword() string {
+	if lg.holdsPassword() {
+		return lg.standIn
+	}
+	return lg.cfg.Password
 }
 
 // dial returns next wrapped by the guard. Every source connection is
@@ -94,6 +108,7 @@ func (lg *loginGuard) dial(next client.Dialer) client.Dialer {
 			return nil, err
 		}
 		g := &guardConn{Conn: c, st: newGuardState(lg.cfg, lg.addr, modeLogin)}
+		g.st.holds = lg.holdsPassword()
 		lg.mu.Lock()
 		lg.conns = append(lg.conns, g)
 		lg.mu.Unlock()
@@ -110,7 +125,20 @@ func (lg *loginGuard) err() error {
 			return err
 		}
 	}
-	return nil
+	return lg.broke
+}
+
+// fail records err as the guard's refusal and closes its connections.
+func (lg *loginGuard) fail(err error) {
+	lg.mu.Lock()
+	conns := lg.conns
+	if lg.broke == nil {
+		lg.broke = &guardError{err: err}
+	}
+	lg.mu.Unlock()
+	for _, g := range conns {
+		_ = g.Conn.Close()
+	}
 }
 
 // or returns the guard's refusal if there is one, else err.
@@ -145,6 +173,9 @@ func (lg *loginGuard) orGrown(ctx context.Context, err error) error {
 	if _, serr := fmt.Sscan(rows[0][0], &n); serr != nil || n <= ge.derived {
 		return err
 	}
+	if grown, _, _ := lg.cfg.defaultBound(n); grown <= ge.limit {
+		return err // the memory budget's bound, reached already
+	}
 	return fmt.Errorf("the server's max_allowed_packet grew from %d to %d since the connection to %s derived its bound from it: "+
 		"reading again with the new bound (%v)", ge.derived, n, lg.addr, ge)
 }
@@ -167,21 +198,25 @@ func (lg *loginGuard) bound(c *client.Conn) error {
 		lg.mu.Lock()
 		lg.conns = append(lg.conns, g)
 		lg.mu.Unlock()
+	} else {
+		g.st.loginOver()
 	}
 	limit, how := lg.cfg.MaxPacketBytes, "source.max_packet_bytes"
 	var derived int64
-	if limit <= 0 {
-		limit, how = maxPacketCap, "the relay's cap: the server's max_allowed_packet could not be read"
+	if limit <= 0 { // packetbound.go
 		rows, err := Query(c, "SELECT @@max_allowed_packet")
 		if gerr := lg.err(); gerr != nil {
 			return gerr
 		}
 		var n int64
 		if err == nil && len(rows) == 1 && len(rows[0]) == 1 {
-			if _, err := fmt.Sscan(rows[0][0], &n); err == nil && n > 0 {
-				limit, derived = min(2*n+packetHeadroom, maxPacketCap), n
-				how = fmt.Sprintf("source.max_packet_bytes unset: twice the server's max_allowed_packet %d plus %d", n, packetHeadroom)
+			if _, err := fmt.Sscan(rows[0][0], &n); err != nil {
+				n = 0
 			}
+		}
+		var fromServer bool
+		if limit, how, fromServer = lg.cfg.defaultBound(n); fromServer {
+			derived = n
 		}
 	}
 	g.st.setLimit(limit, how)
@@ -201,10 +236,12 @@ func findGuard(nc net.Conn) (g *guardConn, secure bool) {
 
 // guardError is a refusal of the guard; it wraps a sentinel above.
 // derived is the server's max_allowed_packet the refused bound came from
-// (0: source.max_packet_bytes, the cap, or a login packet).
+// (0: source.max_packet_bytes, the memory budget, or a login packet), and
+// limit the bound then.
 type guardError struct {
 	err     error
 	derived int64
+	limit   int64
 }
 
 func (e *guardError) Error() string { return e.err.Error() }
@@ -233,9 +270,16 @@ type guardState struct {
 
 	// login phase
 	tls     bool   // the client asked for TLS: after the greeting, ciphertext
-	plugin  string // the auth plugin in use
-	fullReq bool   // caching_sha2_password asked for full authentication
 	pending []byte // a judged login packet, not yet all handed to go-mysql
+	// The guard's own reading of the login, for the answers it writes
+	// (loginauth.go).
+	holds        bool   // the guard holds the password; go-mysql a stand-in
+	greeted      bool   // the server's greeting was read
+	scramble     []byte // the nonce of the current exchange
+	next         int    // what the client's next login packet answers
+	switchPlugin string // the plugin the server's last auth switch asked for
+	last         []byte // the server's last login packet after the greeting
+	wbuf         []byte // client bytes of a login packet not yet whole
 
 	// streaming phase
 	hdr     [4]byte
@@ -258,6 +302,16 @@ func (s *guardState) setLimit(n int64, how string) {
 	s.limit.Store(n)
 }
 
+// loginOver ends the login phase where go-mysql's login returned, whatever
+// the guard read (a server may end it without an OK go-mysql waits for):
+// the guard writes no answer from now on, and counts packets.
+func (s *guardState) loginOver() {
+	s.holds = false
+	if s.mode == modeLogin {
+		s.mode = modeStream
+	}
+}
+
 func (s *guardState) failed() error {
 	if e := s.err.Load(); e != nil {
 		return e
@@ -265,7 +319,8 @@ func (s *guardState) failed() error {
 	return nil
 }
 
-// guardConn reads through guardState. Writes pass unchanged.
+// guardConn reads through guardState; during a login the guard holds the
+// password of, it writes the login's answers (loginauth.go).
 type guardConn struct {
 	net.Conn
 	st *guardState
@@ -296,7 +351,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 
 // refuse records err, closes the connection and returns the refusal.
 func (g *guardConn) refuse(err error) error {
-	g.st.err.CompareAndSwap(nil, &guardError{err: err, derived: g.st.derived.Load()})
+	g.st.err.CompareAndSwap(nil, &guardError{err: err, derived: g.st.derived.Load(), limit: g.st.limit.Load()})
 	_ = g.Conn.Close()
 	return g.st.err.Load()
 }
@@ -373,107 +428,91 @@ func (g *guardConn) nextLoginPacket() error {
 		return err
 	}
 	s.pending = pkt
-	if err := s.judge(hdr[3], pkt[4:]); err != nil {
+	if err := s.judge(pkt[4:]); err != nil {
 		s.pending = nil
 		return g.refuse(err)
 	}
 	return nil
 }
 
-// judge inspects one login packet from the server (seq is its sequence
-// number) and ends the login phase when it is over.
-func (s *guardState) judge(seq byte, data []byte) error {
+// judge reads one login packet from the server: what the answers the
+// guard writes need (the nonce, an auth switch, the last packet), and
+// whether the login is over. It refuses only packets go-mysql would crash
+// on; what the password may become is decided where it is written.
+func (s *guardState) judge(data []byte) error {
 	if len(data) == 0 {
-		return nil
+		return fmt.Errorf("%w: login to %s: the server sent an empty login packet", ErrInsecureLogin, s.addr)
 	}
-	if seq == 0 { // the greeting: HandshakeV10 (or an error)
-		if data[0] == 10 {
-			s.plugin = greetingPlugin(data)
-		}
-		switch {
-		case data[0] != 10: // refused: go-mysql reports it
+	if !s.greeted { // the greeting: HandshakeV10 (or an error)
+		s.greeted = true
+		if data[0] != 10 { // refused, or another protocol: go-mysql reports it
 			s.mode = modeStream
-		case s.tls: // the rest is ciphertext: bound guards the TLS layer
+			return nil
+		}
+		scramble, ok := greetingScramble(data)
+		if !ok {
+			return fmt.Errorf("%w: login to %s: the server's greeting is malformed", ErrInsecureLogin, s.addr)
+		}
+		s.scramble = scramble
+		if s.tls { // the rest is ciphertext: bound guards the TLS layer
 			s.mode = modeOff
 		}
 		return nil
 	}
+	s.last = data
 	switch data[0] {
 	case 0x00, 0xff: // OK or ERR: the login is over
 		s.mode = modeStream
-	case 0xfe: // auth switch request
-		plugin, _, _ := bytes.Cut(data[1:], []byte{0})
-		s.plugin, s.fullReq = string(plugin), false
-		if cleartextPlugins[s.plugin] && !s.cfg.AllowCleartextPassword {
-			return fmt.Errorf("%w: login to %s: the server asked for %s, which sends the password in cleartext, over a plaintext connection; "+
-				"enable source.tls (with a verified certificate), or set source.allow_cleartext_password: true if the network is trusted",
-				ErrInsecureLogin, s.addr, s.plugin)
-		}
-	case 0x01: // more data: caching_sha2 fast/full auth, or an RSA public key
-		switch {
-		case s.plugin == "caching_sha2_password" && len(data) == 2 && data[1] == 0x04:
-			s.fullReq = true
-			return s.keyAllowed()
-		case s.plugin == "sha256_password" || (s.plugin == "caching_sha2_password" && s.fullReq):
-			if err := s.keyAllowed(); err != nil {
-				return err
-			}
-			return s.checkPinned(data[1:])
-		}
+	case 0xfe: // auth switch request: a plugin and its nonce
+		plugin, nonce, _ := bytes.Cut(data[1:], []byte{0})
+		s.switchPlugin, s.next = string(plugin), answerSwitch
+		s.scramble = bytes.Clone(bytes.TrimSuffix(nonce, []byte{0}))
 	}
 	return nil
 }
 
-// keyAllowed refuses sending the password under a server's RSA key on a
-// plaintext connection unless a key is pinned or retrieval is allowed.
-func (s *guardState) keyAllowed() error {
-	if len(s.cfg.ServerPublicKey) > 0 || s.cfg.AllowPublicKeyRetrieval {
-		return nil
-	}
-	return fmt.Errorf("%w: login to %s: %s needs the password encrypted with the server's RSA public key, which a plaintext connection "+
-		"cannot verify; enable source.tls (with a verified certificate), or set source.server_public_key_file to the server's public key, "+
-		"or source.allow_public_key_retrieval: true if the network is trusted", ErrInsecureLogin, s.addr, s.plugin)
-}
-
-// checkPinned compares the RSA key the server sent (PEM) with the pinned one.
-func (s *guardState) checkPinned(pemKey []byte) error {
-	if len(s.cfg.ServerPublicKey) == 0 {
-		return nil
-	}
-	block, _ := pem.Decode(pemKey)
-	if block == nil || !bytes.Equal(block.Bytes, s.cfg.ServerPublicKey) {
-		return fmt.Errorf("%w: login to %s: the server's RSA public key is not the one in source.server_public_key_file: "+
-			"someone may be in the middle; enable source.tls, or update the file if the server's key changed", ErrInsecureLogin, s.addr)
-	}
-	return nil
-}
-
-// greetingPlugin returns the auth plugin named in a HandshakeV10 packet,
-// "" if it names none.
-func greetingPlugin(data []byte) string {
+// greetingScramble returns the nonce of a HandshakeV10 packet; ok is false
+// when a field go-mysql reads is missing.
+func greetingScramble(data []byte) (scramble []byte, ok bool) {
 	end := bytes.IndexByte(data[1:], 0)
 	if end < 0 {
-		return ""
+		return nil, false
 	}
-	pos := 1 + end + 1 + 4 + 8 + 1 // version, connection id, scramble part 1, filler
-	if len(data) < pos+2+1+2+2+1+10 {
-		return ""
+	pos := 1 + end + 1 + 4 // version, connection id
+	if len(data) < pos+8+1+2 {
+		return nil, false
 	}
+	scramble = append(scramble, data[pos:pos+8]...)
+	pos += 8
+	if data[pos] != 0 {
+		return nil, false
+	}
+	pos++
 	capLow := binary.LittleEndian.Uint16(data[pos:])
-	pos += 2 + 1 + 2
-	capHigh := binary.LittleEndian.Uint16(data[pos:])
 	pos += 2
-	capability := uint32(capLow) | uint32(capHigh)<<16
+	if len(data) == pos { // a pre-4.1 greeting: go-mysql stops here
+		return scramble, true
+	}
+	if len(data) < pos+1+2+2+1+10 {
+		return nil, false
+	}
+	pos += 1 + 2 // charset, status
+	capability := uint32(capLow) | uint32(binary.LittleEndian.Uint16(data[pos:]))<<16
+	pos += 2
 	authLen := int(data[pos])
 	pos += 1 + 10
 	if capability&0x8000 != 0 { // CLIENT_SECURE_CONNECTION
-		pos += max(authLen-8, 13)
+		rest := max(authLen-8, 13)
+		if len(data) < pos+rest {
+			return nil, false
+		}
+		scramble = append(scramble, data[pos:pos+rest-1]...)
+		pos += rest
 	}
-	if capability&0x80000 == 0 || pos >= len(data) { // CLIENT_PLUGIN_AUTH
-		return ""
+	if capability&clientPluginAuth != 0 && bytes.IndexByte(data[pos:], 0) < 0 {
+		return nil, false
 	}
-	name, _, _ := bytes.Cut(data[pos:], []byte{0})
-	return string(name)
+	return scramble, true
 }
 
 // ParsePublicKey reads a PEM RSA public key (source.server_public_key_file)
@@ -485,6 +524,9 @@ func ParsePublicKey(pemData []byte) ([]byte, error) {
 	}
 	if _, err := x509.ParsePKIXPublicKey(block.Bytes); err != nil {
 		return nil, fmt.Errorf("not a public key: %w", err)
+	}
+	if _, err := rsaKey(block.Bytes); err != nil {
+		return nil, errors.New("not an RSA public key")
 	}
 	return block.Bytes, nil
 }

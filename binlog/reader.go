@@ -140,9 +140,13 @@ const (
 
 // Reader streams one server's binlog. Use it once: Run, then discard.
 type Reader struct {
-	cfg     Config
-	srv     *Server
-	tables  map[string]map[string]bool
+	cfg    Config
+	srv    *Server
+	tables map[string]map[string]bool
+	// folded: the captured tables by their names in lower case, when the
+	// server's names fold (srv.Names): lower "db.table" to the configured
+	// names.
+	folded  map[string]Table
 	logger  *slog.Logger
 	tracker *schema.Tracker
 	done    mysql.GTIDSet // see Published
@@ -196,22 +200,50 @@ func (r *Reader) track(ev *replication.BinlogEvent) {
 // nothing when the binlog carries column names).
 func NewReader(cfg Config, srv *Server, tracker *schema.Tracker, logger *slog.Logger) *Reader {
 	tables := make(map[string]map[string]bool)
+	var folded map[string]Table
 	for _, t := range cfg.Tables {
 		db, tbl, _ := strings.Cut(t, ".")
 		if tables[db] == nil {
 			tables[db] = make(map[string]bool)
 		}
 		tables[db][tbl] = true
+		if srv.Names == schema.NamesFolded {
+			if folded == nil {
+				folded = map[string]Table{}
+			}
+			folded[strings.ToLower(t)] = Table{Schema: db, Name: tbl}
+		}
 	}
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Reader{cfg: cfg, srv: srv, tables: tables, logger: logger, tracker: tracker,
+	return &Reader{cfg: cfg, srv: srv, tables: tables, folded: folded, logger: logger, tracker: tracker,
 		ahead: newReadAhead(readAheadBytes), streaming: make(chan struct{})}
 }
 
-func (r *Reader) captured(schema, table []byte) bool {
-	return r.tables[string(schema)][string(table)]
+// captured reports whether db.table is a captured table, as the server
+// compares names (lower_case_table_names).
+func (r *Reader) captured(db, table []byte) bool {
+	if r.tables[string(db)][string(table)] {
+		return true
+	}
+	if r.folded == nil {
+		return false
+	}
+	_, ok := r.folded[strings.ToLower(string(db)+"."+string(table))]
+	return ok
+}
+
+// configured is the captured table db.table under its configured names
+// (the server's may differ in letter case when its names fold).
+func (r *Reader) configured(db, table string) (string, string) {
+	if r.folded == nil || r.tables[db][table] {
+		return db, table
+	}
+	if t, ok := r.folded[strings.ToLower(db+"."+table)]; ok {
+		return t.Schema, t.Name
+	}
+	return db, table
 }
 
 func (r *Reader) newFramer() framer {
@@ -250,7 +282,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		Host:            host,
 		Port:            uint16(port),
 		User:            r.cfg.User,
-		Password:        r.cfg.Password,
+		Password:        guard.clientPassword(),
 		TLSConfig:       tlsFor(r.cfg.TLS, r.srv.Addr),
 		HeartbeatPeriod: r.cfg.HeartbeatPeriod,
 		// No ReadTimeout: go-mysql would set a socket deadline per packet,
@@ -290,7 +322,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	// Runs before syncer.Close: go-mysql's Close waits for its reading
 	// goroutine, which may wait on the read-ahead bound (conn.go).
 	defer r.ahead.release()
-	stream, err := syncer.StartSyncGTID(set)
+	stream, err := login(guard, func() (*replication.BinlogStreamer, error) { return syncer.StartSyncGTID(set) })
 	if err != nil {
 		return guard.or(mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, phaseErr(&repl, err))))
 	}
@@ -372,7 +404,7 @@ func (r *Reader) Published(set mysql.GTIDSet) { r.done = set }
 func (r *Reader) skipPublished(st *streamState, err error) bool {
 	f := &st.frame
 	if r.done == nil || f.gtid == "" || !(errors.Is(err, ErrStatementLogged) || errors.Is(err, ErrRolledBackRows) ||
-		errors.Is(err, ErrUnframed)) {
+		errors.Is(err, ErrUnframed) || errors.Is(err, ErrPartialRowImage)) {
 		return false
 	}
 	one, perr := ParseSet(r.srv.Flavor, f.gtid)

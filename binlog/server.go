@@ -22,6 +22,9 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/outbox-relay/outbox-relay/internal/membudget"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // Sentinel errors; each names what to fix in its message.
@@ -63,8 +66,13 @@ type Config struct {
 	AllowPublicKeyRetrieval bool
 	ServerPublicKey         []byte
 	// MaxPacketBytes bounds one packet (an event, a result row) read from
-	// the source; 0: twice the server's max_allowed_packet plus 1 MiB.
+	// the source; 0: what MemoryBudget allows, lowered to twice the
+	// server's max_allowed_packet plus 1 MiB when that is less
+	// (packetbound.go).
 	MaxPacketBytes int64
+	// MemoryBudget is the memory the process may use (the cgroup limit,
+	// GOMEMLIMIT); zero: the shipped 256 MiB.
+	MemoryBudget membudget.Budget
 }
 
 // Server is a source host as source.Inspect found it: the address, flavor
@@ -99,6 +107,10 @@ type Server struct {
 	// ColumnNames: binlog_row_metadata is FULL, so table maps carry column
 	// names and those, not the layout tracked from DDL, are the truth.
 	ColumnNames bool
+	// Names is how the server compares database and table names (its
+	// lower_case_table_names): the reader and the schema tracker compare
+	// them so.
+	Names schema.NameCase
 }
 
 // Connect opens a plain client connection to addr with cfg's credentials.
@@ -122,7 +134,9 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 		return sc, nil
 	}
 	guard := newLoginGuard(cfg, addr)
-	conn, err := client.ConnectWithDialer(dctx, "tcp", addr, cfg.User, cfg.Password, "", guard.dial(dial), opts...)
+	conn, err := login(guard, func() (*client.Conn, error) {
+		return client.ConnectWithDialer(dctx, "tcp", addr, cfg.User, guard.clientPassword(), "", guard.dial(dial), opts...)
+	})
 	if err == nil {
 		sc.setPhase(phaseQuery)
 		if err = guard.bound(conn); err != nil {

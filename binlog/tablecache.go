@@ -11,6 +11,10 @@ import (
 var latin1Collations = map[uint64]bool{5: true, 8: true, 15: true, 31: true, 47: true, 48: true, 49: true, 94: true,
 	1032: true, 1071: true}
 
+// IsLatin1 reports whether collation (an id of the binlog's or of a
+// result's field) is one of latin1's: Table.Latin1 marks such columns.
+func IsLatin1(collation uint64) bool { return latin1Collations[collation] }
+
 func latin1Columns(t *replication.TableMapEvent, n int) []bool {
 	var out []bool
 	for i, coll := range t.CollationMap() {
@@ -28,6 +32,9 @@ func latin1Columns(t *replication.TableMapEvent, n int) []bool {
 // beyond what the Table itself holds.
 type cachedTable struct {
 	table *Table
+	// mapSchema and mapTable: the names the table map gave (table's are
+	// the configured ones).
+	mapSchema, mapTable string
 	// named: the columns are the binlog's own names (not the tracked layout).
 	named bool
 	// signs: how to read its integer columns (nil: as decoded).
@@ -39,7 +46,7 @@ type cachedTable struct {
 }
 
 func newCachedTable(tm *replication.TableMapEvent, t *Table, signs *signFix) *cachedTable {
-	return &cachedTable{table: t, named: len(tm.ColumnName) > 0, signs: signs, signBits: slices.Clone(tm.SignednessBitmap), colType: slices.Clone(tm.ColumnType),
+	return &cachedTable{table: t, mapSchema: string(tm.Schema), mapTable: string(tm.Table), named: len(tm.ColumnName) > 0, signs: signs, signBits: slices.Clone(tm.SignednessBitmap), colType: slices.Clone(tm.ColumnType),
 		colMeta: slices.Clone(tm.ColumnMeta), defCharset: slices.Clone(tm.DefaultCharset), colCharset: slices.Clone(tm.ColumnCharset)}
 }
 
@@ -47,7 +54,7 @@ func newCachedTable(tm *replication.TableMapEvent, t *Table, signs *signFix) *ca
 // built from (all that columns and latin1Columns read).
 func (c *cachedTable) matches(tm *replication.TableMapEvent) bool {
 	t := c.table
-	if string(tm.Schema) != t.Schema || string(tm.Table) != t.Name || !bytes.Equal(c.colType, tm.ColumnType) ||
+	if string(tm.Schema) != c.mapSchema || string(tm.Table) != c.mapTable || !bytes.Equal(c.colType, tm.ColumnType) ||
 		!bytes.Equal(c.signBits, tm.SignednessBitmap) ||
 		!slices.Equal(c.colMeta, tm.ColumnMeta) || !slices.Equal(c.defCharset, tm.DefaultCharset) ||
 		!slices.Equal(c.colCharset, tm.ColumnCharset) || c.named != (len(tm.ColumnName) > 0) {

@@ -6,7 +6,9 @@
 // records it covers (exactly-once), or after they are acknowledged
 // (at-least-once). Load reads with read_committed semantics, so it only ever
 // sees checkpoints whose records are committed. A tombstone (nil value) for a
-// name means "no checkpoint".
+// name means "no checkpoint". Judge (lost.go) is the one rule, shared by
+// `run` and every command that reads the checkpoint, that tells a pipeline
+// without a checkpoint that never had one from one whose checkpoint is lost.
 package checkpoint
 
 import (
@@ -147,6 +149,16 @@ func (c *Checkpoint) From() string {
 
 // Replays reports whether a restart reads again from before GTIDSet (see XA).
 func (c *Checkpoint) Replays() bool { return c.XA != nil && c.XA.Resume != nil }
+
+// Layout is the captured tables' layout, signedness and provisional tables
+// at From, where a reader of the binlog after the checkpoint starts (the
+// relay's schema tracker, audit's read of the transactions past it).
+func (c *Checkpoint) Layout() (tables, unsigned, provisional map[string][]string) {
+	if c.Replays() {
+		return c.XA.Schema, c.XA.Unsigned, c.XA.Provisional
+	}
+	return c.Schema, c.Unsigned, c.Provisional
+}
 
 // PreparedXA is one prepared, not yet ended, XA transaction.
 type PreparedXA struct {

@@ -176,6 +176,31 @@ func (s *Store) describe(ctx context.Context, adm *kadm.Client) (TopicState, err
 	return st, fmt.Errorf("describe the settings of checkpoint topic %s: %w", s.topic, err)
 }
 
+// Inspect returns the checkpoint topic's id and log start offset as they
+// are, for a command that only reads: exists is false when the topic does
+// not exist (then st is zero), and its layout and settings are not judged
+// (`check` reports them, the relay refuses a wrong one).
+func (s *Store) Inspect(ctx context.Context, adm *kadm.Client) (st TopicState, exists bool, err error) {
+	details, err := adm.ListTopics(ctx, s.topic)
+	if err != nil {
+		return st, false, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, err)
+	}
+	d, ok := details[s.topic]
+	if !ok || kafkaerr.UnknownTopic(d.Err) {
+		return st, false, nil
+	}
+	if d.Err != nil {
+		return st, false, fmt.Errorf("describe checkpoint topic %s: %w", s.topic, d.Err)
+	}
+	st.ID = d.ID
+	start, _, err := s.offset(ctx, adm.ListStartOffsets)
+	if err != nil {
+		return st, true, err
+	}
+	st.LogStart = start
+	return st, true, nil
+}
+
 // topicErr is the error of a topic the brokers did not describe (ok false:
 // not listed at all), kept as Kafka's so that callers can tell a refusal
 // (not authorised) from a topic that is missing for a moment.

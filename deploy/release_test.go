@@ -8,10 +8,10 @@ package deploy
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -29,14 +29,35 @@ import (
 
 const releaseTestVersion = "v0.0.0-releasetest"
 
-// TestReleaseArtifacts runs `make release image` into a temporary directory
-// the way a maintainer cuts a release (docs/releasing.md), with one archive
-// platform (linux/amd64: the darwin cross-builds add minutes and test
-// nothing more) and both image platforms, and checks what a user gets: the
-// checksums verify, the SBOM is CycloneDX JSON listing the protocol
-// libraries, the binary prints the version, commit and commit date, and the
-// OCI image tarball holds both platforms with entrypoint, user and labels
-// set, no shell, and a binary that answers `version`.
+// imageRepo is the Makefile's IMAGE_REPO, which the image's index names.
+const imageRepo = "ghcr.io/outbox-relay/outbox-relay"
+
+// makeRelease runs `make release` into dist the way a maintainer cuts a
+// release (docs/releasing.md), with one archive platform (linux/amd64: the
+// darwin cross-builds add minutes and test nothing more) and both image
+// platforms, its binaries built in a directory of their own, under umask;
+// env is added to the environment.
+func makeRelease(t *testing.T, dist, umask string, env ...string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", `umask "$0" && exec make "$@"`, umask, "-C", "..", "release", "VERSION="+releaseTestVersion,
+		"RELEASE_PLATFORMS=linux/amd64", "IMAGE_PLATFORMS=linux/amd64 linux/arm64", "DIST="+dist, "BUILD="+t.TempDir())
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make release: %v\n%s", err, out)
+	}
+}
+
+// TestReleaseArtifacts runs `make release` and checks what a user gets:
+// the checksums verify and cover the archive, the image and their SBOMs;
+// the SBOMs are CycloneDX JSON listing the protocol libraries with their
+// licenses; the archive is sorted with fixed owners and times; the binary
+// prints the version, commit and commit date; the OCI image tarball holds
+// both platforms with entrypoint, user and labels set, no shell, a binary
+// that answers `version`, and names itself by its full reference; the
+// provenance statement names every artifact with its digest; a file
+// already in DIST (an image built before) is left alone; and a second run,
+// under another umask and time zone with the sources touched, gives the
+// same bytes.
 func TestReleaseArtifacts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the release and the image (-short)")
@@ -51,12 +72,19 @@ func TestReleaseArtifacts(t *testing.T) {
 	}
 	want := stamp{version: releaseTestVersion, commit: strings.TrimSpace(string(commit)), date: strings.TrimSpace(string(dateOut))}
 	dist := t.TempDir()
-	cmd := exec.Command("make", "-C", "..", "release", "image", "VERSION="+releaseTestVersion,
-		"RELEASE_PLATFORMS=linux/amd64", "IMAGE_PLATFORMS=linux/amd64 linux/arm64", "DIST="+dist)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make release image: %v\n%s", err, out)
+	earlier := filepath.Join(dist, "outbox-relay-v0.0.0-earlier-oci.tar")
+	if err := os.WriteFile(earlier, []byte("an image built before"), 0o644); err != nil {
+		t.Fatal(err)
 	}
+	makeRelease(t, dist, "022")
 	name := "outbox-relay-" + releaseTestVersion + "-linux-amd64"
+	image := "outbox-relay-" + releaseTestVersion + "-oci"
+
+	t.Run("an earlier image stays", func(t *testing.T) {
+		if _, err := os.Stat(earlier); err != nil {
+			t.Errorf("make release deleted a file it did not make: %v", err)
+		}
+	})
 
 	t.Run("checksums verify", func(t *testing.T) {
 		raw, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
@@ -78,41 +106,54 @@ func TestReleaseArtifacts(t *testing.T) {
 			}
 			listed[file] = true
 		}
-		for _, f := range []string{name + ".tar.gz", name + ".cdx.json"} {
+		for _, f := range []string{name + ".tar.gz", name + ".cdx.json", image + ".tar", image + ".cdx.json"} {
 			if !listed[f] {
 				t.Errorf("%s is not in SHA256SUMS: %v", f, listed)
 			}
 		}
+		if len(listed) != 4 {
+			t.Errorf("SHA256SUMS lists %v, want this release's four files only", listed)
+		}
 	})
 
-	t.Run("SBOM is CycloneDX listing franz-go and go-mysql", func(t *testing.T) {
-		raw, err := os.ReadFile(filepath.Join(dist, name+".cdx.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var bom struct {
-			BomFormat, SpecVersion string
-			Metadata               struct {
-				Component struct{ Name, Version string }
-			}
-			Components []struct{ Name, Version, Purl string }
-		}
-		if err := json.Unmarshal(raw, &bom); err != nil {
-			t.Fatalf("SBOM: %v", err)
-		}
-		if bom.BomFormat != "CycloneDX" || bom.SpecVersion == "" {
-			t.Errorf("bomFormat %q specVersion %q: not a CycloneDX BOM", bom.BomFormat, bom.SpecVersion)
-		}
+	t.Run("SBOM is CycloneDX listing franz-go and go-mysql with licenses", func(t *testing.T) {
+		bom := readBOM(t, filepath.Join(dist, name+".cdx.json"))
 		if bom.Metadata.Component.Version != releaseTestVersion {
 			t.Errorf("the SBOM describes %s %s, want version %s", bom.Metadata.Component.Name, bom.Metadata.Component.Version, releaseTestVersion)
 		}
-		for _, mod := range []string{"github.com/twmb/franz-go", "github.com/go-mysql-org/go-mysql"} {
-			if !slices.ContainsFunc(bom.Components, func(c struct{ Name, Version, Purl string }) bool {
-				return c.Name == mod && c.Version != "" && strings.HasPrefix(c.Purl, "pkg:golang/"+mod+"@")
-			}) {
-				t.Errorf("the SBOM does not list %s with a version and purl", mod)
+		if got := licenseIDs(bom.Metadata.Component.Licenses); got != "Apache-2.0" {
+			t.Errorf("the SBOM gives the relay the license %q, want Apache-2.0", got)
+		}
+		checkBOMTime(t, bom, want.date)
+		// the relay's and the standard library's licenses are known (asserted);
+		// the modules' are detected from their files (evidence)
+		for mod, license := range map[string]string{"github.com/twmb/franz-go": "BSD-3-Clause", "github.com/go-mysql-org/go-mysql": "", "std": "BSD-3-Clause"} {
+			i := slices.IndexFunc(bom.Components, func(c bomComponent) bool { return c.Name == mod })
+			if i < 0 {
+				t.Errorf("the SBOM does not list %s", mod)
+				continue
+			}
+			c := bom.Components[i]
+			if mod != "std" && (c.Version == "" || !strings.HasPrefix(c.Purl, "pkg:golang/"+mod+"@") || !strings.Contains(c.Purl, "goarch=amd64")) {
+				t.Errorf("the SBOM lists %s without a version and purl of linux/amd64: %+v", mod, c)
+			}
+			got := licenseIDs(c.Licenses) + licenseIDs(c.Evidence.Licenses)
+			if got == "" || license != "" && got != license {
+				t.Errorf("the SBOM gives %s the license %q, want %s", mod, got, license)
 			}
 		}
+		if got := licenseIDs(bom.Components[slices.IndexFunc(bom.Components, func(c bomComponent) bool { return c.Name == "std" })].Licenses); got != "BSD-3-Clause" {
+			t.Errorf("the SBOM does not assert the standard library's license: %q", got)
+		}
+		for _, c := range bom.Components {
+			if len(c.Licenses)+len(c.Evidence.Licenses) == 0 {
+				t.Errorf("the SBOM has no license for %s", c.Name)
+			}
+		}
+	})
+
+	t.Run("archive is sorted with fixed owners and times", func(t *testing.T) {
+		checkArchive(t, filepath.Join(dist, name+".tar.gz"), name, want.date)
 	})
 
 	t.Run("archive binary prints version commit and date", func(t *testing.T) {
@@ -125,8 +166,38 @@ func TestReleaseArtifacts(t *testing.T) {
 		runVersion(t, files[name+"/outbox-relay"], want)
 	})
 
+	var indexDigest string
 	t.Run("image tarball", func(t *testing.T) {
-		checkImage(t, filepath.Join(dist, "outbox-relay-"+releaseTestVersion+"-oci.tar"), want)
+		indexDigest = checkImage(t, filepath.Join(dist, image+".tar"), want)
+	})
+
+	t.Run("image SBOM", func(t *testing.T) {
+		checkImageBOM(t, filepath.Join(dist, image+".cdx.json"), indexDigest, want)
+	})
+
+	t.Run("provenance names every artifact", func(t *testing.T) {
+		checkProvenance(t, dist, indexDigest, want)
+	})
+
+	t.Run("reproducible", func(t *testing.T) {
+		again := t.TempDir()
+		now := time.Now()
+		for _, f := range []string{"LICENSE", "README.md", "CHANGELOG.md"} {
+			if err := os.Chtimes(filepath.Join("..", f), now, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		makeRelease(t, again, "077", "TZ=Pacific/Chatham", "LC_ALL=C")
+		for _, f := range []string{"SHA256SUMS", "outbox-relay-" + releaseTestVersion + ".intoto.json"} {
+			a, err1 := os.ReadFile(filepath.Join(dist, f))
+			b, err2 := os.ReadFile(filepath.Join(again, f))
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			if !bytes.Equal(a, b) {
+				t.Errorf("%s differs between two runs of make release:\n%s\n---\n%s", f, a, b)
+			}
+		}
 	})
 }
 
@@ -134,16 +205,22 @@ type stamp struct{ version, commit, date string }
 
 func untarGz(t *testing.T, path string) map[string][]byte {
 	t.Helper()
+	return untar(t, openGzip(t, path))
+}
+
+// openGzip opens a .gz file for the test.
+func openGzip(t *testing.T, path string) *gzip.Reader {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	zr, err := gzip.NewReader(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return untar(t, zr)
+	return zr
 }
 
 func untar(t *testing.T, r io.Reader) map[string][]byte {
@@ -190,8 +267,9 @@ func runVersion(t *testing.T, bin []byte, want stamp) {
 	}
 }
 
-// checkImage opens the OCI archive as a registry client would.
-func checkImage(t *testing.T, archive string, want stamp) {
+// checkImage opens the OCI archive as a registry client would, and returns
+// the digest of its image index.
+func checkImage(t *testing.T, archive string, want stamp) string {
 	f, err := os.Open(archive)
 	if err != nil {
 		t.Fatal(err)
@@ -218,8 +296,10 @@ func checkImage(t *testing.T, archive string, want stamp) {
 	if err != nil || len(topm.Manifests) != 1 {
 		t.Fatalf("index.json: %v, %d entries, want one image index", err, len(topm.Manifests))
 	}
-	if ref := topm.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; ref != want.version {
-		t.Errorf("index.json ref.name %q, want %q", ref, want.version)
+	for _, k := range []string{"org.opencontainers.image.ref.name", "io.containerd.image.name"} {
+		if ref := topm.Manifests[0].Annotations[k]; ref != imageRepo+":"+want.version {
+			t.Errorf("index.json %s %q, want the full reference %s:%s", k, ref, imageRepo, want.version)
+		}
 	}
 	idx, err := top.ImageIndex(topm.Manifests[0].Digest)
 	if err != nil {
@@ -246,6 +326,7 @@ func checkImage(t *testing.T, archive string, want stamp) {
 	if !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
 		t.Errorf("platforms %v, want linux/amd64 and linux/arm64", platforms)
 	}
+	return topm.Manifests[0].Digest.String()
 }
 
 func checkPlatformImage(t *testing.T, platform string, img v1.Image, want stamp) {

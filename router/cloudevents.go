@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"time"
+	"unicode/utf8"
 )
 
 // CloudEvents 1.0 with the Kafka protocol binding (value format
@@ -19,10 +20,12 @@ import (
 //	datacontenttype  application/json when the payload is JSON, else application/octet-stream
 //
 // Structured mode: the value is the event in the JSON event format, the
-// payload embedded as JSON under "data" (other bytes base64 under
+// payload embedded as JSON under "data" (a latin1 column's text converted
+// to UTF-8, as the event is; other bytes, as stored, base64 under
 // "data_base64"), header content-type application/cloudevents+json.
-// Binary mode: the value is the payload as stored, the attributes go to
-// ce_<name> headers and datacontenttype to content-type. A NULL payload
+// Binary mode: the value is the payload's bytes as stored, the attributes
+// go to ce_<name> headers and datacontenttype to content-type
+// (application/json only for bytes that are JSON in UTF-8). A NULL payload
 // stays a tombstone (null value) in both modes, its attributes in ce_*
 // headers as binary mode has them (an event without data).
 
@@ -44,23 +47,30 @@ type ceAttrs struct {
 	id, source, typ, subject, time, contentType string
 }
 
-func newCEAttrs(id, source, typ, subject string, at time.Time, payload []byte) ceAttrs {
+func newCEAttrs(id, source, typ, subject string, at time.Time) ceAttrs {
 	a := ceAttrs{id: id, source: source, typ: typ, subject: subject}
 	if !at.IsZero() {
 		a.time = at.UTC().Format(time.RFC3339Nano)
 	}
-	if payload != nil {
-		a.contentType = contentTypeOctets
-		if json.Valid(payload) {
-			a.contentType = contentTypeJSON
-		}
-	}
 	return a
 }
 
+// contentTypeOf is the datacontenttype of data: application/json for JSON
+// text (valid JSON in UTF-8), else application/octet-stream; none for nil.
+func contentTypeOf(data []byte) string {
+	switch {
+	case data == nil:
+		return ""
+	case utf8.Valid(data) && json.Valid(data):
+		return contentTypeJSON
+	}
+	return contentTypeOctets
+}
+
 // headers appends the binary mode's headers: ce_* for each attribute set,
-// content-type for datacontenttype.
-func (a ceAttrs) headers(h []Header) []Header {
+// content-type for the datacontenttype of payload, the record's value.
+func (a ceAttrs) headers(h []Header, payload []byte) []Header {
+	a.contentType = contentTypeOf(payload)
 	h = append(h,
 		Header{Key: "ce_specversion", Value: []byte("1.0")},
 		Header{Key: "ce_id", Value: []byte(a.id)},
@@ -77,9 +87,14 @@ func (a ceAttrs) headers(h []Header) []Header {
 }
 
 // structured renders the event in the JSON event format (CloudEvents JSON
-// Event Format 1.0): a JSON payload embedded as JSON under "data", any
-// other bytes base64 under "data_base64".
-func (a ceAttrs) structured(payload []byte) []byte {
+// Event Format 1.0): the payload's JSON text (jsonText; nil when it has
+// none) embedded as JSON under "data", else its bytes as stored base64
+// under "data_base64".
+func (a ceAttrs) structured(text, payload []byte) []byte {
+	a.contentType = contentTypeOctets
+	if text != nil {
+		a.contentType = contentTypeJSON
+	}
 	var b bytes.Buffer
 	b.Grow(len(payload)*4/3 + 256)
 	str := func(name, v string) {
@@ -98,9 +113,9 @@ func (a ceAttrs) structured(payload []byte) []byte {
 		str("time", a.time)
 	}
 	str("datacontenttype", a.contentType)
-	if a.contentType == contentTypeJSON {
+	if text != nil {
 		b.WriteString(`,"data":`)
-		b.Write(payload)
+		b.Write(text)
 	} else {
 		str("data_base64", base64.StdEncoding.EncodeToString(payload))
 	}

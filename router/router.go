@@ -9,7 +9,9 @@
 // event id exactly; refusing such a row would stop the relay (or
 // dead-letter the event) for a value MySQL accepted. A consumer that
 // prints or logs these values must escape them, as outbox-relay's own
-// commands do.
+// commands do. Text of a latin1 column (Row.Latin1) becomes UTF-8 where it
+// becomes text (key, topic, headers, a JSON value); a payload that is the
+// record's value keeps its bytes.
 //
 // It is pure: no I/O, no clocks, no globals. Route either returns a record or
 // an error wrapping ErrBadRow that names the offending column; it never drops
@@ -22,7 +24,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -51,7 +55,9 @@ const (
 	PlacePartition = "partition" // the column's integer value is the partition
 )
 
-// Field is an additional column copied into the record.
+// Field is an additional column copied into the record. Placed in a
+// header, a NULL value gives no header (an empty string gives an empty
+// one); in the envelope it is null; as the partition it is a bad row.
 type Field struct {
 	Column    string
 	Placement string // header | envelope
@@ -123,7 +129,9 @@ type Row struct {
 	Values     []any
 	CommitTime time.Time
 	// Latin1 marks columns stored in latin1 (MySQL's latin1 is cp1252):
-	// their text is converted to UTF-8. Nil means none.
+	// their text is converted to UTF-8 where it becomes text (the key, the
+	// topic, headers, envelope fields, a payload embedded in a JSON value);
+	// a payload that is the record's value keeps its bytes. Nil means none.
 	Latin1 []bool
 }
 
@@ -199,9 +207,6 @@ func (r *Router) Route(row Row) (Record, error) {
 		return rec, fmt.Errorf("%w: column %q is missing", ErrBadRow, c.PayloadColumn)
 	}
 	payload, err := asBytes(row.Values[payIdx])
-	if err == nil && latin1(row, payIdx) {
-		payload, err = fromLatin1(payload)
-	}
 	if err != nil {
 		return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.PayloadColumn, err)
 	}
@@ -285,6 +290,9 @@ func (r *Router) Route(row Row) (Record, error) {
 			envelopeExtra = append(envelopeExtra, envelopeField{name, row.Values[i]})
 			continue
 		}
+		if row.Values[i] == nil {
+			continue // NULL: no header, as for the type header; '' is an empty one
+		}
 		v, err := r.text(row, i, f.Column, false)
 		if err != nil {
 			return rec, err
@@ -294,24 +302,29 @@ func (r *Router) Route(row Row) (Record, error) {
 	rec.Key = []byte(aggID)
 	rec.Value = payload
 	if c.Format == FormatEnvelope && payload != nil {
+		text, err := jsonText(payload, latin1(row, payIdx))
+		if err != nil {
+			return rec, fmt.Errorf("%w: column %q: %v: the envelope embeds it as JSON", ErrBadRow, c.PayloadColumn, err)
+		}
 		var version any
 		if c.SchemaVersionColumn != "" {
 			if i := index(row, c.SchemaVersionColumn); i >= 0 {
 				version = row.Values[i]
 			}
 		}
-		rec.Value, err = envelope(eventID, eventType, aggType, aggID, rec.Timestamp, version, payload, envelopeExtra)
+		rec.Value, err = envelope(eventID, eventType, aggType, aggID, rec.Timestamp, version, text, envelopeExtra)
 		if err != nil {
 			return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.PayloadColumn, err)
 		}
 	}
 	if c.Format == FormatCloudEvents {
-		a := newCEAttrs(eventID, c.CloudEventsSource, eventType, aggID, rec.Timestamp, payload)
+		a := newCEAttrs(eventID, c.CloudEventsSource, eventType, aggID, rec.Timestamp)
 		if c.CloudEventsMode == ModeStructured && payload != nil {
-			rec.Value = a.structured(payload)
+			text, _ := jsonText(payload, latin1(row, payIdx)) // not JSON: the stored bytes go base64
+			rec.Value = a.structured(text, payload)
 			rec.Headers = append(rec.Headers, Header{Key: "content-type", Value: []byte(ContentTypeCloudEventsJSON)})
 		} else {
-			rec.Headers = a.headers(rec.Headers)
+			rec.Headers = a.headers(rec.Headers, payload)
 		}
 	}
 	return rec, nil
@@ -339,16 +352,19 @@ func (r *Router) trace(row Row) (parent, state string, err error) {
 	return traceHeaders(v)
 }
 
+// index is the place of column name in row, -1 when absent. Column names
+// compare as MySQL and MariaDB compare them, without regard to letter case:
+// ALTER TABLE ... MODIFY COLUMN AGGREGATE_TYPE renames aggregate_type to
+// the new spelling, and the column is the same.
 func index(row Row, name string) int {
-	for i, c := range row.Columns {
-		if c == name {
-			if i < len(row.Values) {
-				return i
-			}
-			return -1
-		}
+	i := slices.Index(row.Columns, name)
+	if i < 0 {
+		i = slices.IndexFunc(row.Columns, func(c string) bool { return strings.EqualFold(c, name) })
 	}
-	return -1
+	if i >= len(row.Values) {
+		return -1
+	}
+	return i
 }
 
 // timestamp reads a DATETIME/TIMESTAMP column: go-mysql renders it as text
@@ -378,12 +394,29 @@ type envelopeField struct {
 	value any
 }
 
-// envelope renders the article's event structure (section 23) with the
-// payload embedded as JSON, never as an escaped string.
-func envelope(id, typ, aggType, aggID string, at time.Time, version any, payload []byte, extra []envelopeField) ([]byte, error) {
-	if !json.Valid(payload) {
-		return nil, errors.New("payload is not valid JSON: the envelope embeds it as JSON")
+// jsonText is a payload as JSON text, which is UTF-8 (RFC 8259): a latin1
+// column's text converted, the bytes of any other as they are. An error
+// says why it is not JSON text.
+func jsonText(payload []byte, isLatin1 bool) ([]byte, error) {
+	if isLatin1 {
+		var err error
+		if payload, err = fromLatin1(payload); err != nil {
+			return nil, err
+		}
 	}
+	if !utf8.Valid(payload) {
+		return nil, errors.New("payload is not UTF-8 text" + latin1Hint)
+	}
+	if !json.Valid(payload) {
+		return nil, errors.New("payload is not valid JSON")
+	}
+	return payload, nil
+}
+
+// envelope renders the article's event structure (section 23) with the
+// payload (JSON text, see jsonText) embedded as JSON, never as an escaped
+// string.
+func envelope(id, typ, aggType, aggID string, at time.Time, version any, payload []byte, extra []envelopeField) ([]byte, error) {
 	var b bytes.Buffer
 	b.Grow(len(payload) + 192)
 	field := func(name string, v any) error {
@@ -478,12 +511,15 @@ func (r *Router) text(row Row, idx int, name string, required bool) (string, err
 		s = string(b)
 	}
 	if !utf8.ValidString(s) {
-		return "", fmt.Errorf("%w: column %q is not valid UTF-8", ErrBadRow, name)
+		return "", fmt.Errorf("%w: column %q is not valid UTF-8%s", ErrBadRow, name, latin1Hint)
 	}
 	return s, nil
 }
 
 func latin1(row Row, idx int) bool { return idx < len(row.Latin1) && row.Latin1[idx] }
+
+// latin1Hint ends the error about text that is not UTF-8: the likely cause.
+const latin1Hint = " (a latin1 column's text is converted when the binlog names its character set: binlog_row_metadata MINIMAL or FULL)"
 
 // fromLatin1 converts MySQL latin1 (cp1252) text to UTF-8.
 func fromLatin1(b []byte) ([]byte, error) {

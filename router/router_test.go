@@ -1,10 +1,12 @@
 package router
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +51,7 @@ func TestRoute(t *testing.T) {
 		{name: "unsupported payload type", values: []any{int64(1), "e-10", "alarm", "d", "X", 3.5, nil}, wantErr: "unsupported payload type"},
 		{name: "event type not text", values: []any{int64(1), "e-12", "alarm", "d", 2.5, "{}", nil}, wantErr: `"event_type" has unsupported type`},
 		{name: "event type not UTF-8", values: []any{int64(1), "e-13", "alarm", "d", []byte{0xff, 'X'}, "{}", nil}, wantErr: `"event_type" is not valid UTF-8`},
-		{name: "invalid utf-8 key", values: []any{int64(1), "e-11", "alarm", "\xff", "X", "{}", nil}, wantErr: "not valid UTF-8"},
+		{name: "invalid utf-8 key", values: []any{int64(1), "e-11", "alarm", "\xff", "X", "{}", nil}, wantErr: "not valid UTF-8 (a latin1 column's text is converted when the binlog names its character set: binlog_row_metadata MINIMAL or FULL)"},
 	}
 	r, err := New(defaults())
 	if err != nil {
@@ -168,6 +170,56 @@ func FuzzRoute(f *testing.F) {
 	})
 }
 
+// An additional column placed in a header: its value as the header's, an
+// empty string as an empty header, NULL as no header at all (as the type
+// header), so a consumer tells NULL from an empty string by the header's
+// absence. In the envelope a NULL is null.
+func TestAdditionalHeaderNullGivesNoHeader(t *testing.T) {
+	columns := []string{"event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "tenant", "site"}
+	for _, tc := range []struct {
+		name         string
+		tenant, site any
+		format       string
+		headers      []string // key=value after id and type
+		envelopeSite string   // the envelope's "siteId", as JSON
+	}{
+		{name: "values", tenant: "acme", site: []byte("plant-7"), headers: []string{"tenant=acme", "siteId=plant-7"}},
+		{name: "empty strings", tenant: "", site: []byte{}, headers: []string{"tenant=", "siteId="}},
+		{name: "NULLs", tenant: nil, site: nil, headers: nil},
+		{name: "NULL and empty", tenant: nil, site: "", headers: []string{"siteId="}},
+		{name: "an integer", tenant: int64(42), site: nil, headers: []string{"tenant=42"}},
+		{name: "envelope NULL", tenant: nil, site: nil, format: FormatEnvelope, envelopeSite: "null"},
+		{name: "envelope empty", tenant: "", site: "", format: FormatEnvelope, headers: []string{"tenant="}, envelopeSite: `""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := defaults()
+			sitePlace := PlaceHeader
+			if tc.format != "" {
+				c.Format, sitePlace = tc.format, PlaceEnvelope
+			}
+			c.Additional = []Field{{Column: "tenant", Placement: PlaceHeader}, {Column: "site", Placement: sitePlace, Alias: "siteId"}}
+			r, err := New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := r.Route(Row{Columns: columns, Values: []any{"e-1", "alarm", "dev-7", "Created", []byte(`{}`), tc.tenant, tc.site}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, h := range rec.Headers[2:] {
+				got = append(got, h.Key+"="+string(h.Value))
+			}
+			if rec.Headers[0].Key != "id" || rec.Headers[1].Key != "type" || !slices.Equal(got, tc.headers) {
+				t.Fatalf("headers %q after id and type, want %q", got, tc.headers)
+			}
+			if tc.format == FormatEnvelope && !strings.Contains(string(rec.Value), `"siteId":`+tc.envelopeSite+`,`) {
+				t.Fatalf("envelope %s, want siteId %s", rec.Value, tc.envelopeSite)
+			}
+		})
+	}
+}
+
 func TestEnvelopeAndAdditionalFields(t *testing.T) {
 	c := defaults()
 	c.Format = FormatEnvelope
@@ -278,16 +330,72 @@ func TestPartitionPlacementAndMissingAdditional(t *testing.T) {
 	}
 }
 
-func TestLatin1ColumnsBecomeUTF8(t *testing.T) {
-	r, _ := New(defaults())
-	// "Zürich" and "€5" in cp1252
-	rec, err := r.Route(Row{Columns: cols, Values: []any{int64(1), "e", "alarm", []byte("Z\xfcrich"), "X", []byte("{\"p\":\"\x805\"}"), nil},
-		Latin1: []bool{false, false, false, true, false, true, false}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(rec.Key) != "Zürich" || string(rec.Value) != `{"p":"€5"}` {
-		t.Fatalf("key %q value %q, want UTF-8", rec.Key, rec.Value)
+// A latin1 payload column's bytes are the record's value exactly as stored
+// (value format payload, CloudEvents binary: content-type octet-stream
+// for bytes that are not UTF-8); where the payload is embedded in a JSON
+// value (envelope, CloudEvents structured), which is UTF-8 text, its text
+// is converted, as the key's and the other text columns' are. Bytes that
+// are not UTF-8 in a column that is not latin1 are a bad row for the
+// envelope and data_base64 (as stored) in a structured CloudEvent.
+func TestLatin1PayloadKeepsItsBytes(t *testing.T) {
+	stored := []byte("{\"p\":\"\x805 Z\xfcrich\"}") // {"p":"€5 Zürich"} in cp1252
+	const text = `{"p":"€5 Zürich"}`
+	for _, tc := range []struct {
+		format, mode string
+		latin1       bool
+		value        string // the record's value; "" when checked by has
+		has          []string
+		err          string
+	}{
+		{format: FormatPayload, latin1: true, value: string(stored)},
+		{format: FormatPayload, value: string(stored)},
+		{format: FormatEnvelope, latin1: true, has: []string{`"payload":` + text + `}`}},
+		{format: FormatEnvelope, err: "payload is not UTF-8 text (a latin1 column's text is converted when the binlog names " +
+			"its character set: binlog_row_metadata MINIMAL or FULL): the envelope embeds it as JSON"},
+		{format: FormatCloudEvents, mode: ModeBinary, latin1: true, value: string(stored), has: []string{"content-type=application/octet-stream"}},
+		{format: FormatCloudEvents, mode: ModeStructured, latin1: true, has: []string{`"datacontenttype":"application/json","data":` + text + `}`}},
+		{format: FormatCloudEvents, mode: ModeStructured, has: []string{`"datacontenttype":"application/octet-stream","data_base64":"` +
+			base64.StdEncoding.EncodeToString(stored) + `"`}},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/latin1=%v", tc.format, tc.mode, tc.latin1), func(t *testing.T) {
+			c := defaults()
+			c.Format, c.CloudEventsMode, c.CloudEventsSource = tc.format, tc.mode, "urn:x"
+			r, err := New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := Row{Columns: cols, Values: []any{int64(1), "e", "alarm", []byte("Z\xfcrich"), "X", stored, nil}}
+			if tc.latin1 {
+				row.Latin1 = []bool{false, false, false, true, false, true, false}
+			} else {
+				row.Values[3] = "Zürich"
+			}
+			rec, err := r.Route(row)
+			if tc.err != "" {
+				if !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want a bad row saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(rec.Key) != "Zürich" {
+				t.Fatalf("key %q, want UTF-8", rec.Key)
+			}
+			if tc.value != "" && string(rec.Value) != tc.value {
+				t.Fatalf("value %q, want the stored bytes %q", rec.Value, tc.value)
+			}
+			all := string(rec.Value)
+			for _, h := range rec.Headers {
+				all += "\n" + h.Key + "=" + string(h.Value)
+			}
+			for _, want := range tc.has {
+				if !strings.Contains(all, want) {
+					t.Fatalf("record %q lacks %q", all, want)
+				}
+			}
+		})
 	}
 }
 
@@ -349,4 +457,41 @@ func TestSignedAndUnsignedRouteAlike(t *testing.T) {
 var signedUnsignedPairs = [][2]any{
 	{int8(7), uint8(7)}, {int16(7), uint16(7)}, {int32(7), uint32(7)}, {int64(7), uint64(7)},
 	{int32(0), uint32(0)}, {int32(2147483647), uint32(2147483647)},
+}
+
+// A column renamed to another letter case (ALTER TABLE ... MODIFY COLUMN
+// AGGREGATE_TYPE ...: the server keeps the new spelling, and the binlog's
+// column names and the tracked layout carry it) is the same column, as it
+// is to the server: every role finds it, and the record is the one the
+// lower-case names give.
+func TestRouteFindsColumnsWhateverTheirLetterCase(t *testing.T) {
+	cfg := Config{EventIDColumn: "event_id", AggregateTypeColumn: "aggregate_type", AggregateIDColumn: "aggregate_id",
+		EventTypeColumn: "event_type", PayloadColumn: "payload", SchemaVersionColumn: "ver", TimestampColumn: "created_at",
+		TracingColumn: "trace", TopicPrefix: "p.", Format: FormatEnvelope,
+		Additional: []Field{{Column: "tenant", Placement: PlaceHeader}, {Column: "part", Placement: PlacePartition},
+			{Column: "tenant", Placement: PlaceEnvelope, Alias: "t"}}}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := []string{"event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "ver", "created_at", "trace", "tenant", "part"}
+	values := []any{"e-1", "alarm", "dev-7", "Created", []byte(`{"a":1}`), int64(2), "2026-11-30 01:02:03",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "acme", int64(3)}
+	want, err := r.Route(Row{Columns: lower, Values: values})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spell := range []func(string) string{strings.ToUpper, func(s string) string { return strings.ToUpper(s[:1]) + s[1:] }} {
+		cased := make([]string, len(lower))
+		for i, c := range lower {
+			cased[i] = spell(c)
+		}
+		got, err := r.Route(Row{Columns: cased, Values: values})
+		if err != nil {
+			t.Fatalf("columns %v: %v", cased, err)
+		}
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+			t.Fatalf("columns %v:\n %+v\nwant\n %+v", cased, got, want)
+		}
+	}
 }

@@ -243,7 +243,7 @@ func (e *edit) dropDatabase() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if db, _, _ := strings.Cut(n, "."); db == e.st.db {
+		if db, _, _ := strings.Cut(n, "."); e.t.dbKey(db) == e.t.dbKey(e.st.db) {
 			e.gone(n)
 		}
 	}

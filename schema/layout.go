@@ -415,12 +415,11 @@ func position(o *colOp, def []token) error {
 	return nil
 }
 
-// applyOps computes the columns after ops, the way the server does:
-// dropped columns go, changed columns without a position keep theirs (under
-// their new name), then added and moved columns are placed in statement
-// order. IF [NOT] EXISTS specifications that do not apply are skipped. An
-// error means cols cannot be the table's layout (the server would have
-// refused the statement). target is the table's new name when renamed.
+// applyOps computes the columns after ops, the way the server does
+// (MySQL's and MariaDB's mysql_prepare_alter_table; see placeColumns). IF
+// [NOT] EXISTS specifications that do not apply are skipped. An error means
+// cols cannot be the table's layout (the server would have refused the
+// statement). target is the table's new name when renamed.
 //
 // unsigned are the table's unsigned columns before; unsignedOut those after
 // (a changed column takes its new definition's, a renamed one keeps its own).
@@ -429,7 +428,8 @@ func applyOps(cols, unsigned []string, ops []colOp) (out, unsignedOut []string, 
 		return slices.IndexFunc(list, func(x string) bool { return strings.EqualFold(x, c) })
 	}
 	var kept []colOp
-	added := slices.Clone(cols) // what exists for IF NOT EXISTS: the table's columns and earlier ADDs
+	added := slices.Clone(cols) // what exists for IF NOT EXISTS: the table's columns, earlier ADDs and CHANGEs
+	var dropped []string
 	for _, o := range ops {
 		switch o.kind {
 		case opAdd:
@@ -437,12 +437,22 @@ func applyOps(cols, unsigned []string, ops []colOp) (out, unsignedOut []string, 
 				continue
 			}
 			added = append(added, o.name)
-		case opDrop, opChange:
-			if o.ifExists && find(cols, o.old) < 0 {
+		case opDrop:
+			// DROP IF EXISTS of a column the table lacks, or that an
+			// earlier DROP drops, does nothing (MariaDB).
+			if o.ifExists && (find(cols, o.old) < 0 || find(dropped, o.old) >= 0) {
 				continue
 			}
 			if find(cols, o.old) < 0 {
 				return nil, nil, nil, fmt.Errorf("no column %s", o.old)
+			}
+			dropped = append(dropped, o.old)
+		case opChange: // of the table's column, or of one an earlier clause added (placeColumns)
+			if o.ifExists && find(cols, o.old) < 0 {
+				continue
+			}
+			if o.def { // a CHANGE or MODIFY names a column for a later ADD IF NOT EXISTS (MariaDB), a RENAME COLUMN does not
+				added = append(added, o.name)
 			}
 		case opRenameTable:
 			t := o.table
@@ -451,35 +461,8 @@ func applyOps(cols, unsigned []string, ops []colOp) (out, unsignedOut []string, 
 		}
 		kept = append(kept, o)
 	}
-	// First pass: the existing columns in their order.
-	for _, c := range cols {
-		i := slices.IndexFunc(kept, func(o colOp) bool {
-			return (o.kind == opDrop || o.kind == opChange) && strings.EqualFold(o.old, c)
-		})
-		switch {
-		case i < 0:
-			out = append(out, c)
-		case kept[i].kind == opChange && !kept[i].moves():
-			out = append(out, kept[i].name)
-		}
-	}
-	// Second pass: added and moved columns, in statement order.
-	for _, o := range kept {
-		if o.kind != opAdd && !(o.kind == opChange && o.moves()) {
-			continue
-		}
-		switch {
-		case o.first:
-			out = slices.Insert(out, 0, o.name)
-		case o.after != "":
-			i := find(out, o.after)
-			if i < 0 {
-				return nil, nil, nil, fmt.Errorf("AFTER %s: no such column", o.after)
-			}
-			out = slices.Insert(out, i+1, o.name)
-		default:
-			out = append(out, o.name)
-		}
+	if out, err = placeColumns(cols, kept); err != nil {
+		return nil, nil, nil, err
 	}
 	if err := checkUnique(out); err != nil {
 		return nil, nil, nil, err
@@ -513,4 +496,86 @@ func applyOps(cols, unsigned []string, ops []colOp) (out, unsignedOut []string, 
 		}
 	}
 	return out, unsignedOut, target, nil
+}
+
+// placeColumns lays out the columns an ALTER TABLE's column changes leave
+// of cols, as the server builds the new table (MySQL's and MariaDB's
+// mysql_prepare_alter_table): first the table's columns in their order,
+// less the dropped ones, each changed one under its new name in its own
+// place; then, in statement order, each added column and each changed one
+// with a position (FIRST, AFTER) leaves its place, if it has one, and goes
+// where its position says in the list as built so far. So AFTER names a
+// column by its new name and sees the places the clauses before it gave,
+// never those of the clauses after it: MODIFY a ... AFTER b, MODIFY b ...
+// FIRST puts a after b's old place, then b first. A change of a column the
+// table does not have (or that an earlier clause drops or changes) takes
+// the column an earlier clause added by the change's new name, and places
+// it anew (ADD x ... FIRST, MODIFY x ... puts x last). Names compare
+// without regard to case, as the server's column names do.
+func placeColumns(cols []string, ops []colOp) ([]string, error) {
+	type slot struct {
+		name string
+		op   int // the index in ops of the change or addition that placed it; -1: unchanged
+		// added: a column the table did not have (an ADD, or a change
+		// that replaced one).
+		added bool
+	}
+	matched := make([]bool, len(ops))
+	var list []slot
+	first := func(kind opKind, c string) int { // the first clause of kind on column c
+		return slices.IndexFunc(ops, func(o colOp) bool { return o.kind == kind && strings.EqualFold(o.old, c) })
+	}
+	for _, c := range cols {
+		if i := first(opDrop, c); i >= 0 {
+			matched[i] = true
+			continue
+		}
+		if i := first(opChange, c); i >= 0 {
+			matched[i] = true
+			list = append(list, slot{name: ops[i].name, op: i})
+			continue
+		}
+		list = append(list, slot{name: c, op: -1})
+	}
+	for i, o := range ops {
+		if o.kind == opDrop && !matched[i] {
+			return nil, fmt.Errorf("no column %s to drop: an earlier clause drops it", o.old)
+		}
+	}
+	for i, o := range ops {
+		switch {
+		case o.kind == opAdd:
+		case o.kind == opChange && !matched[i]:
+			// Not a column of the table (or one an earlier clause drops or
+			// changes): the server takes the column an earlier clause
+			// added by the change's new name, which the change replaces.
+			j := slices.IndexFunc(list, func(s slot) bool { return s.added && strings.EqualFold(s.name, o.name) })
+			if j < 0 {
+				return nil, fmt.Errorf("no column %s", o.old)
+			}
+			list = slices.Delete(list, j, j+1)
+		case o.kind == opChange && o.moves():
+			list = slices.DeleteFunc(list, func(s slot) bool { return s.op == i })
+		default:
+			continue
+		}
+		s := slot{name: o.name, op: i, added: !matched[i]}
+		switch {
+		case o.first:
+			list = slices.Insert(list, 0, s)
+		case o.after != "":
+			j := slices.IndexFunc(list, func(s slot) bool { return strings.EqualFold(s.name, o.after) })
+			if j < 0 {
+				return nil, fmt.Errorf("AFTER %s: no such column", o.after)
+			}
+			list = slices.Insert(list, j+1, s)
+		default:
+			list = append(list, s)
+		}
+	}
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = s.name
+	}
+	return out, nil
 }

@@ -183,6 +183,7 @@ func classesAfter(cols, classes []string, ops []colOp, out []string) []string {
 		case o.kind == opChange && !o.def:
 			now[strings.ToLower(o.name)] = was[strings.ToLower(o.old)]
 		case o.kind == opChange:
+			added = append(added, o.name)
 			now[strings.ToLower(o.name)] = o.class
 		case o.kind == opAdd && o.ifNot && has(added, o.name):
 		case o.kind == opAdd:

@@ -95,7 +95,9 @@ type Tracker struct {
 	// provisional: tables whose layout came from CREATE TABLE IF NOT
 	// EXISTS and awaits its first table map (provisional.go).
 	provisional Provisional
-	p           *parser.Parser
+	// names: how the server compares database and table names (names.go).
+	names NameCase
+	p     *parser.Parser
 }
 
 // New tracks the captured tables ("db.table"), starting from initial (may
@@ -220,11 +222,14 @@ type edit struct {
 	st         *statement
 }
 
+// key is the tracker's name of the table r names ("db.table"), as the
+// server compares names (canon).
 func (e *edit) key(r tableRef) string {
-	if r.db == "" {
-		return e.db + "." + r.name
+	db := r.db
+	if db == "" {
+		db = e.db
 	}
-	return r.db + "." + r.name
+	return e.t.canon(db+"."+r.name, e.next)
 }
 
 func (e *edit) write() Tables {
@@ -239,7 +244,7 @@ func (e *edit) write() Tables {
 func (e *edit) relevant(n string) bool {
 	_, tracked := e.next[n]
 	db, _, _ := strings.Cut(n, ".")
-	return e.t.captured[n] || tracked || e.t.capturedDB[db]
+	return e.t.captured[n] || tracked || e.t.capturedDB[e.t.dbKey(db)]
 }
 
 func (e *edit) shadows() int {
@@ -318,10 +323,11 @@ func (e *edit) ignored(format string, args ...any) error {
 }
 
 // clash returns the captured table whose name differs from n only in
-// letter case: whether the statement means it depends on the server's
-// lower_case_table_names, so the tracker cannot tell.
+// letter case, when the server's lower_case_table_names is not known:
+// whether the statement means it depends on the setting, so the tracker
+// cannot tell. Known, the name is the captured table (canon) or another.
 func (e *edit) clash(n string) (string, bool) {
-	if e.t.captured[n] {
+	if e.t.captured[n] || e.t.names != NamesUnknown {
 		return "", false
 	}
 	for c := range e.t.captured {
@@ -356,7 +362,7 @@ func (e *edit) mentioned() (string, bool) {
 				db = d
 			}
 		}
-		if n := db + "." + name; e.t.captured[n] {
+		if n := e.t.canon(db+"."+name, e.next); e.t.captured[n] {
 			return n, true
 		}
 	}

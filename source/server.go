@@ -54,7 +54,8 @@ func Variables(conn *client.Conn) (map[string]string, error) {
 		'version','version_comment','log_bin','binlog_format','binlog_row_image','binlog_row_metadata',
 		'gtid_mode','enforce_gtid_consistency','server_id','server_uuid','server_uid',
 		'gtid_binlog_pos','gtid_executed','gtid_purged','log_slave_updates','log_replica_updates',
-		'expire_logs_days','binlog_expire_logs_seconds','binlog_transaction_compression','log_bin_compress')`)
+		'expire_logs_days','binlog_expire_logs_seconds','binlog_transaction_compression','log_bin_compress',
+		'lower_case_table_names')`)
 	if err != nil {
 		return nil, fmt.Errorf("read server variables: %w", err)
 	}
@@ -78,7 +79,8 @@ func inspect(conn *client.Conn, cfg binlog.Config, addr string) (*binlog.Server,
 	if err != nil {
 		return nil, err
 	}
-	srv := &binlog.Server{Addr: addr, Version: vars["version"], ColumnNames: strings.EqualFold(vars["binlog_row_metadata"], "FULL")}
+	srv := &binlog.Server{Addr: addr, Version: vars["version"], ColumnNames: strings.EqualFold(vars["binlog_row_metadata"], "FULL"),
+		Names: schema.ParseNameCase(vars["lower_case_table_names"])}
 	detected := DetectFlavor(vars)
 	srv.Flavor = detected
 	if cfg.Flavor != "" && cfg.Flavor != "auto" {
@@ -152,11 +154,12 @@ func lastPerDomain(list string) (string, error) {
 }
 
 // Describe reads what Inspect learns without judging settings or grants:
-// flavor, version and positions of the server conn is connected to. The
-// server is returned even when reading positions fails (binary log off,
-// missing grants); the error says why.
+// flavor, version, whether table maps carry column names, and positions of
+// the server conn is connected to. The server is returned even when reading
+// positions fails (binary log off, missing grants); the error says why.
 func Describe(conn *client.Conn, addr string, vars map[string]string) (*binlog.Server, error) {
-	srv := &binlog.Server{Addr: addr, Version: vars["version"], Flavor: DetectFlavor(vars)}
+	srv := &binlog.Server{Addr: addr, Version: vars["version"], Flavor: DetectFlavor(vars),
+		ColumnNames: strings.EqualFold(vars["binlog_row_metadata"], "FULL")}
 	return srv, positions(srv, conn, vars)
 }
 

@@ -31,6 +31,19 @@ func UTCSession(conn *client.Conn) (string, error) {
 	return zone, nil
 }
 
+// StoredBytesSession makes conn's session return text columns with their
+// bytes as stored, in the column's own character set (the result's field
+// names it), as the binlog gives them to the relay: character_set_results
+// NULL. Otherwise the server converts a latin1 payload to the
+// connection's utf8mb4, and a row read again would not route to the
+// record the relay published.
+func StoredBytesSession(conn *client.Conn) error {
+	if _, err := conn.Execute("SET character_set_results = NULL"); err != nil {
+		return fmt.Errorf("read text as stored: %w", err)
+	}
+	return nil
+}
+
 // ColumnType is the DATA_TYPE (lower case) of column col of table t.
 func ColumnType(conn *client.Conn, t, col string) (string, error) {
 	db, tbl, _ := strings.Cut(t, ".")
@@ -87,3 +100,23 @@ func QuoteTable(t string) (string, error) {
 
 // Placeholders is n comma-separated ? placeholders.
 func Placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+// PrimaryKey lists table t's ("db.table") primary key columns in key
+// order; none when it has no primary key (or does not exist).
+func PrimaryKey(conn *client.Conn, t string) ([]string, error) {
+	db, tbl, _ := strings.Cut(t, ".")
+	res, err := conn.Execute(`SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
+WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, db, tbl)
+	if err != nil {
+		return nil, fmt.Errorf("read primary key: %w", err)
+	}
+	var cols []string
+	for i := range res.RowNumber() {
+		c, err := res.GetString(i, 0)
+		if err != nil {
+			return nil, fmt.Errorf("read primary key: %w", err)
+		}
+		cols = append(cols, c)
+	}
+	return cols, nil
+}

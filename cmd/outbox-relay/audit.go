@@ -14,11 +14,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/audit"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
 // errAuditFailed: the audit found a missing or duplicated row or a
 // phantom record (exit 1).
 var errAuditFailed = errors.New("audit failed")
+
+// errAuditPending: the audit found nothing missing, duplicated or phantom,
+// but rows not yet published (exitAuditPending).
+var errAuditPending = errors.New("audit not clean")
+
+// exitAuditPending is audit's exit code when rows are only pending:
+// sysexits' EX_TEMPFAIL, "try again later" (relay.ExitTransient).
+const exitAuditPending = relay.ExitTransient
 
 // auditMemoryLimit is the soft Go heap limit of `audit` unless GOMEMLIMIT
 // is set (a larger window may pass it: the limit is soft).
@@ -49,8 +58,11 @@ it starts reading, read_committed, and reports each row as:
   published     exactly as many records with its event id as rows (records
                 with the "replayed" header aside; a row published only by a
                 replay, or sent to a dead-letter topic, is counted apart)
-  missing       the committed checkpoint covers the row, no record has its id
-  pending       the checkpoint does not cover it yet (relay behind or stopped)
+  missing       the committed checkpoint covers the row (its transaction's
+                GTID is in the checkpoint's set), no record has its id:
+                whatever the relay's lag
+  pending       its transaction is past the checkpoint (relay behind or
+                stopped), no record has its id yet
   duplicated    more records with its id than rows, "replayed" ones aside
 
 and each record in the window whose id is no row's as a phantom, unless its
@@ -59,11 +71,20 @@ row left in the tables (the row may have been pruned).
 
 Coverage: after reading the rows, audit reads the server's executed GTID set
 (every row read was committed before it) and waits up to --wait for the
-committed checkpoint to contain it. If it does, every row read is covered;
-if not, rows without a record are pending, never missing: run audit again
-once the relay has caught up. Exit 0 when clean, 1 when a row is missing or
-duplicated or a record is phantom. Times are RFC 3339 or an age (90m, 2h,
-7d: that long ago). See docs/audit.md.`,
+committed checkpoint to contain it. If it does, every row read is covered.
+If not, it reads the server's binlog after the checkpoint up to that set:
+the rows INSERTed there (told apart by table and primary key) are past the
+checkpoint, every other row is covered. The checkpoint is judged as run
+judges it: a lost one stops audit as it stops run.
+
+Verdict and exit code: clean (0) when every row is published once and no
+record is phantom; mismatch (1) when a row is missing or duplicated or a
+record is phantom, pending rows or not; pending (75, "try again later") when
+nothing is missing, duplicated or phantom but rows are not yet published:
+"pending: N rows not yet published, oldest committed at T". 65 when the
+checkpoint is lost (the pipeline had one: checkpoint set or checkpoint
+reset, as run says). Times are RFC 3339 or an age (90m, 2h, 7d: that long
+ago). See docs/audit.md.`,
 		Example: `  outbox-relay audit --config relay.yaml --since 2h
   outbox-relay audit --config relay.yaml --since 2026-11-30T10:00:00Z --until 2026-11-30T11:00:00Z --json | jq .missing`,
 		Args: noArgs,
@@ -104,6 +125,12 @@ type auditDoc struct {
 	Topics     []string   `json:"topics"`
 	Checkpoint string     `json:"checkpoint_gtid_set"`
 	Executed   string     `json:"source_gtid_set"`
+	// NoCheckpoint says why there is none (a first start, a reset); ""
+	// with one.
+	NoCheckpoint string `json:"no_checkpoint,omitempty"`
+	// Unkeyed: tables without a primary key, whose rows could not be told
+	// past the checkpoint or covered (the relay behind).
+	Unkeyed []string `json:"tables_without_primary_key,omitempty"`
 	audit.Report
 }
 
@@ -139,13 +166,13 @@ func runAudit(o auditOpts) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	conn, _, err := o.db.connect(ctx, cfg)
+	conn, src, err := o.db.connect(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	prog := newProgress("audit")
-	res, err := audit.Run(ctx, cfg, conn, audit.Options{Since: since, Until: until, Margin: o.margin, Wait: o.wait,
+	res, err := audit.Run(ctx, cfg, audit.Source{Conn: conn, Config: src, Addr: o.db.addr(src)}, audit.Options{Since: since, Until: until, Margin: o.margin, Wait: o.wait,
 		MaxIDs: o.maxIDs, TimeColumn: o.timeColumn, Topics: o.topics,
 		Progress: func(n int) { prog.update("%d rows read", n) },
 		Warn:     func(msg string) { fmt.Fprintln(os.Stderr, "warning: "+msg) }})
@@ -154,7 +181,8 @@ func runAudit(o auditOpts) error {
 		return err
 	}
 	rep := res.Report
-	doc := auditDoc{Since: since, Tables: res.Tables, Topics: res.Topics, Checkpoint: res.Checkpoint, Executed: res.Executed, Report: rep}
+	doc := auditDoc{Since: since, Tables: res.Tables, Topics: res.Topics, Checkpoint: res.Checkpoint, Executed: res.Executed,
+		NoCheckpoint: res.NoCheckpoint, Unkeyed: res.Unkeyed, Report: rep}
 	if !until.IsZero() {
 		doc.Until = &until
 	}
@@ -165,10 +193,17 @@ func runAudit(o auditOpts) error {
 	} else {
 		printAudit(doc)
 	}
-	if !rep.Clean {
-		return fmt.Errorf("%w: %d missing, %d duplicated, %d phantom", errAuditFailed, rep.Missing.Count, rep.Duplicated.Count, rep.Phantom.Count)
+	switch rep.Verdict {
+	case audit.VerdictClean:
+		return nil
+	case audit.VerdictPending:
+		return fmt.Errorf("%w: %s", errAuditPending, res.PendingSentence())
 	}
-	return nil
+	err = fmt.Errorf("%w: %d missing, %d duplicated, %d phantom", errAuditFailed, rep.Missing.Count, rep.Duplicated.Count, rep.Phantom.Count)
+	if rep.Pending.Count > 0 {
+		err = fmt.Errorf("%w; %s", err, res.PendingSentence())
+	}
+	return err
 }
 
 func printAudit(d auditDoc) {
@@ -180,8 +215,17 @@ func printAudit(d auditDoc) {
 		window, d.Rows, strings.Join(d.Tables, ", "), d.Records, len(d.Topics))
 	fmt.Printf("audit: published %d, replayed only %d, dead-lettered %d, pending %d, missing %d, duplicated %d, phantom %d (records of rows outside the window %d, older than the oldest row left %d)\n",
 		d.Published, d.ReplayedOnly, d.DeadLettered, d.Pending.Count, d.Missing.Count, d.Duplicated.Count, d.Phantom.Count, d.OutsideWindow, d.Pruned)
-	if !d.Covered {
-		fmt.Printf("audit: the committed checkpoint (%q) does not cover the source's executed set %q (the relay is behind or stopped): rows without a record are pending; audit again once it has caught up\n", d.Checkpoint, d.Executed)
+	switch {
+	case d.Covered:
+	case d.Checkpoint == "":
+		fmt.Printf("audit: %s: rows without a record are pending\n", d.NoCheckpoint)
+	default:
+		fmt.Printf("audit: the committed checkpoint (%q) does not cover the source's executed set %q (the relay is behind or stopped): "+
+			"rows without a record whose transactions are past it (read from the binlog) are pending, the others missing\n", d.Checkpoint, d.Executed)
+	}
+	if len(d.Unkeyed) > 0 {
+		fmt.Printf("audit: %s: no primary key: rows without a record count as missing (their place before or past the checkpoint cannot be told)\n",
+			strings.Join(d.Unkeyed, ", "))
 	}
 	list := func(name string, ids audit.IDs) {
 		if ids.Count == 0 {
@@ -209,7 +253,20 @@ func printAudit(d auditDoc) {
 			fmt.Printf("  (and %d more)\n", n)
 		}
 	}
-	if d.Clean {
+	switch d.Verdict {
+	case audit.VerdictClean:
 		fmt.Println("audit: clean")
+	case audit.VerdictPending:
+		fmt.Println("audit: " + pendingSentence(d))
+	default:
+		fmt.Printf("audit: mismatch: %d missing, %d duplicated, %d phantom\n", d.Missing.Count, d.Duplicated.Count, d.Phantom.Count)
+		if d.Pending.Count > 0 {
+			fmt.Println("audit: " + pendingSentence(d))
+		}
 	}
+}
+
+// pendingSentence is audit.Result.PendingSentence of the document.
+func pendingSentence(d auditDoc) string {
+	return audit.Result{Report: d.Report, NoCheckpoint: d.NoCheckpoint}.PendingSentence()
 }

@@ -23,8 +23,10 @@ func newCheckCmd() *cobra.Command {
 item, PASS, WARN or FAIL with the fix: server settings, grants, the captured
 tables and columns, the checkpoint's binlogs, Kafka transactions, topics and
 ACLs. It exits 0 when nothing general or Kafka-side fails and at least one
-source host is usable, 1 otherwise, and 78 when the configuration file is
-unreadable or invalid (systemd's RestartPreventExitStatus stops there).`,
+source host is usable, 1 otherwise, 65 when the pipeline's checkpoint is
+lost (run refuses to start then: the item names the way out), and 78 when
+the configuration file is unreadable or invalid (systemd's
+RestartPreventExitStatus stops there).`,
 		Example: `  outbox-relay check --config relay.yaml
   outbox-relay check --config relay.yaml --json | jq '.[] | select(.status != "PASS")'`,
 		Args: noArgs,
@@ -55,6 +57,9 @@ func check(path string, asJSON bool) error {
 				fmt.Printf("      fix: %s\n", it.Fix)
 			}
 		}
+	}
+	if err := report.Err(); err != nil {
+		return err // a lost checkpoint: exit 65, as `run` refuses
 	}
 	if !report.OK() {
 		return errCheckFailed

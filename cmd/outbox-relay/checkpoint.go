@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/source"
 )
 
@@ -95,13 +96,23 @@ func currentState(ctx context.Context, cfg config.Config, strict bool) (store *c
 // with an error naming the transactional id that holds the topic back, and
 // prints nothing on stdout with --json; without --json it first prints the
 // last visible checkpoint under a warning that a newer one may exist.
+// Without a checkpoint it says why, judged as `run` judges it
+// (ha.LoadJudged): a first start or a reset exits 0, a lost checkpoint 65,
+// in text and --json alike.
 func newCheckpointShowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show --config FILE",
 		Short: "print the committed checkpoint",
-		Long: `show prints the committed checkpoint of the pipeline. While a transaction open
-on the checkpoint topic hides newer records beyond --wait it exits 1 naming
-the transactional id that holds it (text mode first prints the last visible
+		Long: `show prints the committed checkpoint of the pipeline. Without one it says
+why, as run judges it: a first start or an operator's reset (the relay starts
+at source.start: exit 0), or a lost checkpoint (the pipeline had one and the
+checkpoint topic was deleted, created again or emptied: run refuses to start;
+exit 65, naming the way out: checkpoint set or checkpoint reset). With --json
+a pipeline without a checkpoint prints {"name", "checkpoint_topic",
+"checkpoint": null, "state": "first-start"|"reset"|"lost", "detail",
+"start"}, with the same exit codes. While a transaction open on the
+checkpoint topic hides newer records beyond --wait it exits 1 naming the
+transactional id that holds it (text mode first prints the last visible
 checkpoint, marked not final).`,
 		Example: `  outbox-relay checkpoint show --config relay.yaml
   outbox-relay checkpoint show --config relay.yaml --json | jq -r .gtid_set`,
@@ -123,14 +134,35 @@ checkpoint, marked not final).`,
 	return cmd
 }
 
+// absentDoc is checkpoint show --json without a checkpoint.
+type absentDoc struct {
+	Name       string    `json:"name"`
+	Topic      string    `json:"checkpoint_topic"`
+	Checkpoint *struct{} `json:"checkpoint"` // always null: there is none
+	State      string    `json:"state"`
+	Detail     string    `json:"detail"`
+	Start      string    `json:"start"`
+}
+
+// absentState names a verdict without a checkpoint in absentDoc.
+func absentState(v checkpoint.Verdict) string {
+	switch v {
+	case checkpoint.Lost:
+		return "lost"
+	case checkpoint.FirstStart:
+		return "first-start"
+	}
+	return "reset"
+}
+
 func checkpointShow(cfg config.Config, asJSON *bool, wait *time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), *wait+cfg.Kafka.RequestTimeout)
 	defer cancel()
-	store, err := checkpointStore(cfg)
+	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return err
 	}
-	cp, reset, err := store.WithStableWait(*wait).LoadWithReset(ctx, cfg.Name)
+	loaded, j, err := ha.LoadJudged(ctx, cfg, k, k.CheckpointStore().WithStableWait(*wait))
 	if held, ok := errors.AsType[*checkpoint.HeldBackError](err); ok && !*asJSON {
 		fmt.Printf("WARNING: not final: %s holds records not yet visible to readers; a newer checkpoint of %s may be among them\n", cfg.Kafka.CheckpointTopic, cfg.Name)
 		for _, h := range held.Holders {
@@ -150,23 +182,22 @@ func checkpointShow(cfg config.Config, asJSON *bool, wait *time.Duration) error 
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		if cp == nil {
-			return fmt.Errorf("no checkpoint for %s in %s", cfg.Name, cfg.Kafka.CheckpointTopic)
+	if cp := loaded.Checkpoint; cp != nil {
+		if *asJSON {
+			return writeJSON(os.Stdout, cp)
 		}
-		return writeJSON(os.Stdout, cp)
-	}
-	if cp == nil && reset != nil {
-		fmt.Printf("no checkpoint for %s in %s: reset by %s at %s (it was at %s): the relay starts at source.start (%s)\n", cfg.Name,
-			cfg.Kafka.CheckpointTopic, reset.User, reset.Time.Format(time.RFC3339), cmp.Or(reset.From, "(none)"), cfg.Source.Start)
+		printCheckpoint(cp)
 		return nil
 	}
-	if cp == nil {
-		fmt.Printf("no checkpoint for %s in %s: the relay starts at source.start (%s)\n", cfg.Name, cfg.Kafka.CheckpointTopic, cfg.Source.Start)
-		return nil
+	if *asJSON {
+		doc := absentDoc{Name: cfg.Name, Topic: cfg.Kafka.CheckpointTopic, State: absentState(j.Verdict), Detail: j.Say, Start: cfg.Source.Start}
+		if err := writeJSON(os.Stdout, doc); err != nil {
+			return err
+		}
+	} else if j.Err == nil {
+		fmt.Println(j.Say)
 	}
-	printCheckpoint(cp)
-	return nil
+	return j.Err // lost: exit 65, the error naming what and the way out
 }
 
 func printCheckpoint(cp *checkpoint.Checkpoint) {

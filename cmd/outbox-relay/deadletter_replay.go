@@ -66,6 +66,9 @@ func deadLetterReplay(o dlReplayOpts) error {
 	if _, err := source.UTCSession(conn); err != nil { // rows read again route as the relay routed them
 		return err
 	}
+	if err := source.StoredBytesSession(conn); err != nil {
+		return err
+	}
 	now := time.Now().UTC()
 	items := make([]dlItem, 0, len(pending))
 	var publish, ignored, skipped int

@@ -5,8 +5,10 @@
 // --help with descriptions and examples on every command, generated shell
 // completion). Exit codes: 0 success or help, 1 an error, 2 a command-line
 // mistake (unknown command or flag, a bad flag value, an extra argument),
-// 78 a configuration error (the file invalid or unreadable) in every
-// command, and `run` adds relay.ExitCode's codes.
+// 65 a lost checkpoint (checkpoint.ErrLost) and 78 a configuration error
+// (the file invalid or unreadable) in every command, 75 `audit` with rows
+// not yet published and nothing else found, and `run` adds relay.ExitCode's
+// codes.
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -77,6 +80,13 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		// Supervisors act on these (README "Exit codes").
 		return relay.ExitCode(err)
 	}
+	if errors.Is(err, checkpoint.ErrLost) {
+		// Every command that reads the checkpoint says so as `run` does.
+		return relay.ExitData
+	}
+	if errors.Is(err, errAuditPending) {
+		return exitAuditPending
+	}
 	if errors.Is(err, config.ErrInvalid) {
 		// The same in every command: `check` run by hand or by a
 		// supervisor means the same as `run` (README "Exit codes").
@@ -94,7 +104,8 @@ position, turns each committed INSERT into a captured outbox table into a Kafka
 record, and stores its position in Kafka: exactly once by default.
 
 Exit codes: 0 success (and help), 1 an error, 2 a command-line mistake,
-78 a configuration error (every command); run adds 65, 66 and 75 (see
+65 a lost checkpoint, 78 a configuration error (every command); audit
+exits 75 when rows are only pending; run adds 65, 66 and 75 (see
 README "Exit codes").`,
 		Example: `  outbox-relay check --config relay.yaml
   outbox-relay run --config relay.yaml

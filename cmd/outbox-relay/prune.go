@@ -54,16 +54,21 @@ func addDBFlags(cmd *cobra.Command, f *dbFlags, what string) {
 	cmd.Flags().StringVar(&f.passwordEnv, "password-env", "", "environment variable holding --user's password (default: source.password)")
 }
 
+// addr is the server's address as dbFlags say, of src (clients.Source).
+func (f dbFlags) addr(src binlog.Config) string {
+	if f.host != "" {
+		return f.host
+	}
+	return src.Hosts[0]
+}
+
 // connect opens a client connection as dbFlags say.
 func (f dbFlags) connect(ctx context.Context, cfg config.Config) (*client.Conn, binlog.Config, error) {
 	src, err := clients.Source(cfg)
 	if err != nil {
 		return nil, src, err
 	}
-	addr := src.Hosts[0]
-	if f.host != "" {
-		addr = f.host
-	}
+	addr := f.addr(src)
 	if f.user != "" {
 		src.User = f.user
 	}
@@ -437,24 +442,11 @@ func (p *pruner) deleteKeys(qt string, pk []string, pkTuple string, keys [][]any
 
 // primaryKey lists table t's primary key columns: prune deletes by them.
 func primaryKey(conn *client.Conn, t string) ([]string, error) {
-	db, tbl, _ := strings.Cut(t, ".")
-	res, err := conn.Execute(`SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
-WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, db, tbl)
-	if err != nil {
-		return nil, fmt.Errorf("read primary key: %w", err)
+	cols, err := source.PrimaryKey(conn, t)
+	if err == nil && len(cols) == 0 {
+		err = errors.New("the table has no primary key (or does not exist): prune selects and deletes rows by primary key")
 	}
-	var cols []string
-	for i := range res.RowNumber() {
-		c, err := res.GetString(i, 0)
-		if err != nil {
-			return nil, fmt.Errorf("read primary key: %w", err)
-		}
-		cols = append(cols, c)
-	}
-	if len(cols) == 0 {
-		return nil, errors.New("the table has no primary key (or does not exist): prune selects and deletes rows by primary key")
-	}
-	return cols, nil
+	return cols, err
 }
 
 func quoteIdents(cols []string) string {

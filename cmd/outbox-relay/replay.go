@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/term"
 
+	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
@@ -112,6 +113,9 @@ func replay(o replayOpts) error {
 	defer conn.Close()
 	zone, err := source.UTCSession(conn)
 	if err != nil {
+		return err
+	}
+	if err := source.StoredBytesSession(conn); err != nil { // as the relay reads them: resultRow
 		return err
 	}
 	var recs []*kgo.Record
@@ -296,10 +300,18 @@ func tableRouter(rc config.RouterConfig, pipeline, table string) (*router.Router
 }
 
 // resultRow turns row i of res into a router row: text as strings (the
-// payload as its bytes, as the binlog gives it).
+// payload as its bytes, as the binlog gives it), read in a
+// source.StoredBytesSession: latin1 columns are marked as the relay marks
+// them from the binlog.
 func resultRow(res *mysql.Result, i int, at time.Time) router.Row {
 	row := router.Row{CommitTime: at}
 	for j, f := range res.Fields {
+		if binlog.IsLatin1(uint64(f.Charset)) {
+			if row.Latin1 == nil {
+				row.Latin1 = make([]bool, len(res.Fields))
+			}
+			row.Latin1[j] = true
+		}
 		row.Columns = append(row.Columns, string(f.Name))
 		v, _ := res.GetValue(i, j)
 		if b, ok := v.([]byte); ok {

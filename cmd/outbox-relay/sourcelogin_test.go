@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
 	"fmt"
 	"io"
 	"os"
@@ -59,6 +61,29 @@ func TestCheckAndRunRefuseCleartextLogin(t *testing.T) {
 	}
 	if strings.Contains(string(srv.Received()), loginSecret) {
 		t.Fatal("the server received the password")
+	}
+}
+
+// `check` against a server asking for caching_sha2_password's full
+// authentication with a trailing byte (01 04 00) over plaintext: it fails
+// naming the refusal and the settings that would allow the login, not
+// "access denied", and the server cannot decrypt the password from
+// anything it received.
+func TestCheckRefusesFullAuthenticationWithoutAPinnedKey(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := hostiledb.StartScript(t, hostiledb.Script{Plugin: "caching_sha2_password", Keys: []*rsa.PrivateKey{key}, Steps: []hostiledb.Step{
+		hostiledb.Read, hostiledb.Send([]byte("\x01\x04\x00")), hostiledb.Read,
+		hostiledb.Send(append([]byte{1}, hostiledb.PEM(&key.PublicKey)...)), hostiledb.Read, hostiledb.AccessDenied}})
+	cfg := loginConfig(t, srv.Addr, []string{"127.0.0.1:1"})
+	code, out, errOut := runCapturing(t, "check", "--config", cfg)
+	if code == 0 || !strings.Contains(out+errOut, "insecure source login refused") || !strings.Contains(out+errOut, "source.server_public_key_file") {
+		t.Fatalf("check: exit %d, output %q %q: want the refusal naming source.server_public_key_file", code, out, errOut)
+	}
+	if how := srv.Leaked(loginSecret); how != "" {
+		t.Fatalf("the server obtained the password: %s", how)
 	}
 }
 

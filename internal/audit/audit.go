@@ -3,9 +3,16 @@
 // duplicated, and which records have no row (phantoms). The reconciliation
 // (this file) does no I/O: the caller streams the rows of a time window
 // (Row), then the records read from the topics (Record), looks up the
-// unmatched records' ids (Unmatched) and asks for the Report. Run (run.go,
-// tables.go) is that caller for `outbox-relay audit`: it reads the rows on a
-// source connection and the topics with Kafka clients of its own, read-only;
+// unmatched records' ids (Unmatched) and asks for the Report, with the
+// Facts of which rows the committed checkpoint covers (beyond.go, pure too:
+// the rows of the binlog after the checkpoint, told apart by table and
+// primary key). The verdict is clean, pending or mismatch: never clean while
+// a row is pending, and a covered row without a record is missing whatever
+// the relay's lag. Run (run.go, tables.go, pastread.go) is that caller for
+// `outbox-relay audit`: it judges the checkpoint as `run` does (a lost one is
+// its error), reads the rows on a source connection, the binlog after the
+// checkpoint when it does not cover them, and the topics with Kafka clients
+// of its own, read-only;
 // Background (background.go) runs it on an interval inside `run` and exports
 // the outcome as metrics. Memory is one small entry per
 // distinct event id of the window (the id's bytes and four counters), plus
@@ -50,7 +57,7 @@ type counts struct {
 type Auditor struct {
 	w         Window
 	ids       map[string]counts
-	arena     []byte
+	arena     arena
 	rows      int
 	records   int
 	unmatched map[string]Record // records in the window whose id is no row's
@@ -64,18 +71,24 @@ func New(w Window) *Auditor {
 	return &Auditor{w: w, ids: map[string]counts{}, unmatched: map[string]Record{}}
 }
 
-// intern copies id into the arena: one allocation per MiB of ids, not one
-// per id.
-func intern[T string | []byte](a *Auditor, id T) string {
-	if len(id) == 0 {
+// intern copies id into a's arena.
+func intern[T string | []byte](a *Auditor, id T) string { return internIn(&a.arena, id) }
+
+// arena holds copied strings: one allocation per MiB of them, not one per
+// string.
+type arena []byte
+
+// internIn copies s into ar.
+func internIn[T string | []byte](ar *arena, s T) string {
+	if len(s) == 0 {
 		return ""
 	}
-	if len(a.arena)+len(id) > cap(a.arena) {
-		a.arena = make([]byte, 0, max(1<<20, len(id)))
+	if len(*ar)+len(s) > cap(*ar) {
+		*ar = make([]byte, 0, max(1<<20, len(s)))
 	}
-	start := len(a.arena)
-	a.arena = append(a.arena, id...)
-	return unsafe.String(&a.arena[start], len(id))
+	start := len(*ar)
+	*ar = append(*ar, s...)
+	return unsafe.String(&(*ar)[start], len(s))
 }
 
 // Row adds a row of the window with event id id. An id may have several
@@ -169,11 +182,45 @@ func (a *Auditor) Unmatched() []string {
 	return out
 }
 
+// Coverage is how much of the rows read the committed checkpoint covers.
+type Coverage uint8
+
+// Coverages. The zero value, CoversAll, is the one that hides nothing: a
+// row without a record is missing.
+const (
+	// CoversAll: the committed checkpoint covers every row read (its GTID
+	// set contains the source's executed set read after the rows).
+	CoversAll Coverage = iota
+	// CoversAllBut: it covers every row read but those of Facts.Beyond,
+	// whose transactions the binlog after it holds.
+	CoversAllBut
+	// CoversNone: there is no checkpoint (a first start, or after a
+	// reset): no row is covered.
+	CoversNone
+)
+
+// Beyond are the rows of one event id in the window whose transactions
+// the checkpoint does not cover.
+type Beyond struct {
+	Rows   int
+	Oldest time.Time // the oldest of their commit times
+}
+
 // Facts are what the caller learned around the rows and records.
 type Facts struct {
-	// Covered: the committed checkpoint covers every row read (its GTID
-	// set contains the source's executed set read after the rows).
-	Covered bool
+	Coverage Coverage
+	// Beyond: with CoversAllBut, the rows of the window past the
+	// checkpoint, by event id. A row without a record that is not among
+	// them is covered: missing, whatever the relay's lag.
+	Beyond map[string]Beyond
+	// Settled: no record read can be of a row past the checkpoint (the
+	// checkpoint of an exactly-once pipeline did not move while the
+	// records were read: a record is committed with the checkpoint that
+	// covers its row). Records carry an event id, not a row: with rows of
+	// one id on both sides of the checkpoint, a record counts for a
+	// covered row first when Settled, else for a row past it first, so
+	// that a covered row without its record is never called pending.
+	Settled bool
 	// Found are the unmatched ids that do have a row outside the window.
 	Found map[string]bool
 	// Oldest is the time column's oldest value still in the tables (zero:
@@ -208,12 +255,25 @@ type Phantoms struct {
 	Records []Phantom `json:"records"`
 }
 
+// Verdicts of a Report.
+const (
+	// VerdictClean: every row of the window published once, no phantom.
+	VerdictClean = "clean"
+	// VerdictPending: nothing missing, duplicated or phantom, but rows not
+	// yet published (past the committed checkpoint).
+	VerdictPending = "pending"
+	// VerdictMismatch: a row missing or duplicated, or a phantom record
+	// (pending rows besides, or not).
+	VerdictMismatch = "mismatch"
+)
+
 // Report is the audit's verdict.
 type Report struct {
 	Rows    int `json:"rows"`
 	Records int `json:"records"`
-	// Covered: the checkpoint covers every row read; else rows without a
-	// record are pending, not missing.
+	// Covered: the checkpoint covers every row read. Else the rows past
+	// it (read from the binlog after it) without a record are pending, the
+	// others without a record missing.
 	Covered bool `json:"checkpoint_covers_rows"`
 	// Published: ids with exactly as many records as rows.
 	Published int `json:"published"`
@@ -229,8 +289,14 @@ type Report struct {
 	OutsideWindow int `json:"outside_window"`
 	// Pruned: records without a row that are older than the oldest row
 	// still in the tables: their rows may have been pruned.
-	Pruned int  `json:"pruned"`
-	Clean  bool `json:"clean"`
+	Pruned int `json:"pruned"`
+	// PendingOldest is the commit time of the oldest pending row; nil when
+	// none is pending, or when there is no checkpoint to read after.
+	PendingOldest *time.Time `json:"pending_oldest_commit"`
+	// Verdict is VerdictClean, VerdictPending or VerdictMismatch; Clean is
+	// Verdict == VerdictClean.
+	Verdict string `json:"verdict"`
+	Clean   bool   `json:"clean"`
 }
 
 // Report classifies every id of the window and every unmatched record.
@@ -239,8 +305,9 @@ func (a *Auditor) Report(f Facts) Report {
 	if limit <= 0 {
 		limit = DefaultMaxIDs
 	}
-	rep := Report{Rows: a.rows, Records: a.records, Covered: f.Covered, OutsideWindow: a.edge}
+	rep := Report{Rows: a.rows, Records: a.records, Covered: f.Coverage == CoversAll, OutsideWindow: a.edge}
 	var missing, pending, dup []string
+	var oldest time.Time
 	for id, c := range a.ids {
 		switch {
 		case c.published > c.rows:
@@ -251,11 +318,22 @@ func (a *Auditor) Report(f Facts) Report {
 			rep.ReplayedOnly++
 		case c.deadLettered > 0:
 			rep.DeadLettered++
-		case f.Covered:
-			missing = append(missing, id)
 		default:
-			pending = append(pending, id)
+			miss, pend, b := shortfall(c, id, f)
+			if miss > 0 {
+				missing = append(missing, id)
+			}
+			if pend > 0 {
+				pending = append(pending, id)
+				if !b.Oldest.IsZero() && (oldest.IsZero() || b.Oldest.Before(oldest)) {
+					oldest = b.Oldest
+				}
+			}
 		}
+	}
+	if len(pending) > 0 && !oldest.IsZero() {
+		o := oldest.UTC()
+		rep.PendingOldest = &o
 	}
 	rep.Missing, rep.Pending, rep.Duplicated = capped(missing, limit), capped(pending, limit), capped(dup, limit)
 	var phantoms []Phantom
@@ -282,8 +360,39 @@ func (a *Auditor) Report(f Facts) Report {
 	if rep.Phantom.Records == nil {
 		rep.Phantom.Records = []Phantom{}
 	}
-	rep.Clean = rep.Missing.Count == 0 && rep.Duplicated.Count == 0 && rep.Phantom.Count == 0
+	switch {
+	case rep.Missing.Count > 0 || rep.Duplicated.Count > 0 || rep.Phantom.Count > 0:
+		rep.Verdict = VerdictMismatch
+	case rep.Pending.Count > 0:
+		rep.Verdict = VerdictPending
+	default:
+		rep.Verdict = VerdictClean
+	}
+	rep.Clean = rep.Verdict == VerdictClean
 	return rep
+}
+
+// shortfall splits the rows of an id that lack a record (fewer records,
+// replayed ones included, than rows) into missing and pending ones: the
+// rows past the checkpoint may lack theirs (pending), a covered row may not
+// (missing). Records name an id, not a row: see Facts.Settled for which
+// rows the records of an id count for. b is the id's rows past the
+// checkpoint.
+func shortfall(c counts, id string, f Facts) (missing, pending int, b Beyond) {
+	rows, have := int(c.rows), int(c.published)+int(c.replayed)
+	switch f.Coverage {
+	case CoversNone:
+		b.Rows = rows
+	case CoversAllBut:
+		b = f.Beyond[id]
+		b.Rows = min(b.Rows, rows)
+	}
+	forCovered := have // Settled: every record is a covered row's
+	if !f.Settled {
+		forCovered = max(0, have-b.Rows) // the rows past it may have theirs
+	}
+	missing = max(0, rows-b.Rows-forCovered)
+	return missing, rows - have - missing, b
 }
 
 func phantomOf(r Record) Phantom {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -34,7 +33,7 @@ func Background(ctx context.Context, cfg config.Config, log zerolog.Logger, m *m
 	for {
 		start := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, max(a.Interval, time.Minute))
-		res, err := background(rctx, cfg, start)
+		res, err := background(rctx, cfg, start, log)
 		cancel()
 		end := time.Now()
 		switch {
@@ -54,13 +53,16 @@ func Background(ctx context.Context, cfg config.Config, log zerolog.Logger, m *m
 			for _, p := range res.Phantom.Records {
 				phantoms = append(phantoms, p.ID+" "+p.Location())
 			}
-			ev.Time("since", res.since).Time("until", res.until).Strs("topics", res.Topics).Int("rows", res.Rows).Int("records", res.Records).
+			ev = ev.Time("since", res.since).Time("until", res.until).Strs("topics", res.Topics).Int("rows", res.Rows).Int("records", res.Records).
 				Int("published", res.Published).Bool("checkpoint_covers_rows", res.Covered).
 				Int("missing", res.Missing.Count).Strs("missing_ids", res.Missing.IDs).
 				Int("duplicate", res.Duplicated.Count).Strs("duplicate_ids", res.Duplicated.IDs).
 				Int("phantom", res.Phantom.Count).Strs("phantom_records", phantoms).
-				Int("pending", res.Pending.Count).Dur("took", end.Sub(start)).
-				Msg(summary(res.Report))
+				Int("pending", res.Pending.Count).Str("verdict", res.Verdict).Dur("took", end.Sub(start))
+			if res.PendingOldest != nil {
+				ev = ev.Time("pending_oldest_commit", *res.PendingOldest)
+			}
+			ev.Msg(summary(res.Result))
 		}
 		select {
 		case <-ctx.Done():
@@ -70,12 +72,19 @@ func Background(ctx context.Context, cfg config.Config, log zerolog.Logger, m *m
 	}
 }
 
-func summary(r Report) string {
-	if r.Clean {
+func summary(r Result) string {
+	switch r.Verdict {
+	case VerdictClean:
 		return "background audit: clean"
+	case VerdictPending:
+		return "background audit: " + r.PendingSentence()
 	}
-	return fmt.Sprintf("background audit: %d missing, %d duplicate, %d phantom: see docs/runbook.md#OutboxRelayAuditMismatch",
+	s := fmt.Sprintf("background audit: %d missing, %d duplicate, %d phantom: see docs/runbook.md#OutboxRelayAuditMismatch",
 		r.Missing.Count, r.Duplicated.Count, r.Phantom.Count)
+	if r.Pending.Count > 0 {
+		s += "; " + r.PendingSentence()
+	}
+	return s
 }
 
 type backgroundResult struct {
@@ -84,18 +93,19 @@ type backgroundResult struct {
 }
 
 // background is one run at now.
-func background(ctx context.Context, cfg config.Config, now time.Time) (backgroundResult, error) {
+func background(ctx context.Context, cfg config.Config, now time.Time, log zerolog.Logger) (backgroundResult, error) {
 	a := cfg.Audit
 	until := now.Add(-a.Delay).UTC()
 	since := until.Add(-a.Window)
-	conn, err := connect(ctx, cfg)
+	db, err := connect(ctx, cfg)
 	if err != nil {
 		return backgroundResult{}, err
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() }) // a query held past the run's deadline
+	defer db.Conn.Close()
+	stop := context.AfterFunc(ctx, func() { db.Conn.Close() }) // a query held past the run's deadline
 	defer stop()
-	res, err := Run(ctx, cfg, conn, Options{Since: since, Until: until, Margin: a.Margin, Wait: a.Wait, MaxIDs: logIDs})
+	res, err := Run(ctx, cfg, db, Options{Since: since, Until: until, Margin: a.Margin, Wait: a.Wait, MaxIDs: logIDs,
+		Warn: func(msg string) { log.Warn().Msg(msg) }})
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("audit window %s to %s: %w", since.Format(time.RFC3339), until.Format(time.RFC3339), context.Cause(ctx))
 	}
@@ -104,18 +114,18 @@ func background(ctx context.Context, cfg config.Config, now time.Time) (backgrou
 
 // connect opens a client connection to the first of source.hosts that
 // answers.
-func connect(ctx context.Context, cfg config.Config) (*client.Conn, error) {
+func connect(ctx context.Context, cfg config.Config) (Source, error) {
 	src, err := clients.Source(cfg)
 	if err != nil {
-		return nil, err
+		return Source{}, err
 	}
 	var errs []error
 	for _, h := range src.Hosts {
 		conn, err := binlog.Connect(ctx, src, h)
 		if err == nil {
-			return conn, nil
+			return Source{Conn: conn, Config: src, Addr: h}, nil
 		}
 		errs = append(errs, fmt.Errorf("connect %s: %w", h, err))
 	}
-	return nil, errors.Join(errs...)
+	return Source{}, errors.Join(errs...)
 }

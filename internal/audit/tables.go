@@ -60,8 +60,9 @@ func (s *tables) timeTerms(t, col string) (utcExpr func(string) string, bound st
 const sqlTimeLayout = "2006-01-02 15:04:05.999999"
 
 // rows streams the event ids of table t's rows in the window to fn and
-// notes the topics they route to.
-func (s *tables) rows(t string, since, until time.Time, fn func(id []byte)) error {
+// notes the topics they route to. With pk (t's primary key columns) fn also
+// gets each row's key (appendKey); else key is nil.
+func (s *tables) rows(t string, since, until time.Time, pk []string, fn func(id, key []byte)) error {
 	rc := s.cfg.Router.For(t)
 	qt, err := source.QuoteTable(t)
 	if err != nil {
@@ -80,8 +81,12 @@ func (s *tables) rows(t string, since, until time.Time, fn func(id []byte)) erro
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", t, err)
 	}
-	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IS NOT NULL AND %s >= %s",
-		source.QuoteIdent(rc.EventIDColumn), source.QuoteIdent(rc.AggregateTypeColumn), qt, source.QuoteIdent(rc.EventIDColumn), source.QuoteIdent(col), bound)
+	sel := source.QuoteIdent(rc.EventIDColumn) + ", " + source.QuoteIdent(rc.AggregateTypeColumn)
+	for _, c := range pk {
+		sel += ", " + source.QuoteIdent(c)
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s IS NOT NULL AND %s >= %s",
+		sel, qt, source.QuoteIdent(rc.EventIDColumn), source.QuoteIdent(col), bound)
 	args := []any{since.Format(sqlTimeLayout)}
 	if !until.IsZero() {
 		q += fmt.Sprintf(" AND %s < %s", source.QuoteIdent(col), bound)
@@ -94,9 +99,17 @@ func (s *tables) rows(t string, since, until time.Time, fn func(id []byte)) erro
 	defer stmt.Close()
 	routed := map[string]bool{}
 	var res mysql.Result
+	var key []byte
+	parts := make([][]byte, len(pk))
 	err = stmt.ExecuteSelectStreaming(&res, func(row []mysql.FieldValue) error {
 		id := fieldBytes(row[0])
-		fn(id)
+		if len(pk) > 0 {
+			for i := range pk {
+				parts[i] = fieldBytes(row[2+i])
+			}
+			key = appendKey(key[:0], t, parts...)
+		}
+		fn(id, key)
 		if agg := fieldBytes(row[1]); !routed[string(agg)] {
 			routed[string(agg)] = true
 			rec, err := rt.Route(router.Row{Columns: []string{rc.EventIDColumn, rc.AggregateTypeColumn, rc.AggregateIDColumn, rc.PayloadColumn},

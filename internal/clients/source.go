@@ -7,6 +7,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/membudget"
 	"github.com/outbox-relay/outbox-relay/router"
 )
 
@@ -40,6 +41,7 @@ func Source(cfg config.Config) (binlog.Config, error) {
 		AllowPublicKeyRetrieval: cfg.Source.AllowPublicKeyRetrieval,
 		ServerPublicKey:         pinned,
 		MaxPacketBytes:          cfg.Source.MaxPacketBytes,
+		MemoryBudget:            membudget.Read(),
 	}, nil
 }
 

@@ -160,7 +160,7 @@ const (
 type Source struct {
 	Hosts    []string `yaml:"hosts"`
 	User     string   `yaml:"user"`
-	Password string   `yaml:"password"`
+	Password string   `yaml:"password" secret:"true"`
 	// PasswordFile is read at start-up instead of Password (trailing newline
 	// dropped), for secrets mounted as files.
 	PasswordFile string   `yaml:"password_file"`
@@ -188,17 +188,20 @@ type Source struct {
 	// always stops the relay.
 	StatementDML StatementDML `yaml:"statement_dml"`
 	// Logins the relay refuses on a plaintext connection unless allowed
-	// here (binlog/loginguard.go): a server asking for the password in
+	// here (binlog/loginauth.go): a server asking for the password in
 	// cleartext (mysql_clear_password), and caching_sha2_password /
-	// sha256_password encrypting it with an RSA key the relay cannot
-	// verify (unless the key is pinned in ServerPublicKeyFile). Over TLS
+	// sha256_password asking for it encrypted with an RSA key: the relay
+	// encrypts it only with the key pinned in ServerPublicKeyFile, never
+	// with one the server sends, unless AllowPublicKeyRetrieval. Over TLS
 	// none is needed.
 	AllowCleartextPassword  bool   `yaml:"allow_cleartext_password"`
 	AllowPublicKeyRetrieval bool   `yaml:"allow_public_key_retrieval"`
 	ServerPublicKeyFile     string `yaml:"server_public_key_file"`
 	// MaxPacketBytes bounds one packet read from the source (a binlog
-	// event, a result row); 0: twice the server's max_allowed_packet plus
-	// 1 MiB, at most 1 GiB plus 1 MiB.
+	// event, a result row); 0: a quarter of the process's memory budget
+	// plus 1 MiB (the cgroup memory limit or GOMEMLIMIT, else 256 MiB:
+	// 65 MiB), lowered to twice the server's max_allowed_packet plus 1 MiB
+	// when that is less; never raised by the server.
 	MaxPacketBytes int64 `yaml:"max_packet_bytes"`
 }
 
@@ -517,17 +520,27 @@ func (c *Config) readSecrets() error {
 	return nil
 }
 
-// Redacted returns a copy with every secret replaced, safe to print or log.
+// Redacted returns a copy with every secret (a field tagged secret:"true")
+// replaced, safe to print or log.
 func (c Config) Redacted() Config {
-	if c.Source.Password != "" {
-		c.Source.Password = "REDACTED"
-	}
-	for _, f := range []*string{&c.Kafka.SASL.Password, &c.Kafka.SASL.Token, &c.Kafka.SASL.SecretAccessKey, &c.Kafka.SASL.SessionToken} {
-		if *f != "" {
-			*f = "REDACTED"
+	redact(reflect.ValueOf(&c).Elem())
+	return c
+}
+
+// redact replaces the set secrets of struct v and of the structs it holds
+// by value. The secret fields are strings of structs held by value (a
+// test checks it): a map or slice would share its elements with the
+// original.
+func redact(v reflect.Value) {
+	for i := range v.NumField() {
+		f, fv := v.Type().Field(i), v.Field(i)
+		switch {
+		case isSecret(f) && fv.String() != "":
+			fv.SetString("REDACTED")
+		case f.Type.Kind() == reflect.Struct && f.IsExported():
+			redact(fv)
 		}
 	}
-	return c
 }
 
 // YAML renders the configuration; callers print Redacted().YAML().

@@ -15,6 +15,7 @@ import (
 // `outbox-relay config schema` are both made from Keys.
 
 //go:generate go run ./docgen/cmd
+//go:generate go run ../../tools/chartgen ../..
 
 // Docs is the documentation read from this package's source by
 // internal/config/docgen: the doc comment of each struct field
@@ -39,6 +40,10 @@ type Key struct {
 	Enum    []string // the values allowed, when Validate has fixed choices
 	// Required: Validate refuses the configuration without it.
 	Required bool
+	// Secret: the key holds a secret (its field is tagged secret:"true"):
+	// Redacted hides it, the reference says to write it as ${VAR} or in a
+	// file, and the Helm chart refuses it in values (internal/chartgen).
+	Secret bool
 
 	typ reflect.Type
 	def reflect.Value
@@ -46,9 +51,6 @@ type Key struct {
 
 // requiredKeys are refused empty by Validate.
 var requiredKeys = []string{"name", "source.hosts", "source.user", "source.server_id", "source.tables", "kafka.brokers"}
-
-// secretKeys hold secrets: the reference says to write them as ${VAR}.
-var secretKeys = []string{"source.password", "kafka.sasl.password", "kafka.sasl.token", "kafka.sasl.secret_access_key", "kafka.sasl.session_token"}
 
 // intEnums are the integer keys Validate allows only some values of.
 var intEnums = map[string][]string{"kafka.transaction_lanes": {"1", "2"}}
@@ -79,7 +81,7 @@ var keyDocs = map[string]string{
 	"source.flavor":                        "auto (detected from the server's version), mysql or mariadb; a configured flavor must match the server.",
 	"source.start":                         "Where to start without a checkpoint: now, earliest (the oldest binlog still on the server) or a GTID set.",
 	"source.allow_public_key_retrieval":    "On a plaintext connection, encrypt the password with whatever RSA key the server sends (unverified: anyone in the middle can substitute theirs); refused by default.",
-	"source.server_public_key_file":        "PEM RSA public key of the server (MySQL's public_key.pem): on a plaintext connection, caching_sha2_password full authentication and sha256_password encrypt the password only with this key, and a server sending another key is refused.",
+	"source.server_public_key_file":        "PEM RSA public key of the server (MySQL's public_key.pem): on a plaintext connection, caching_sha2_password full authentication and sha256_password get the password encrypted by the relay with this key only, whatever key the server sends; a server sending another key is refused by name.",
 	"kafka.brokers":                        "Seed brokers, host:port.",
 	"kafka.delivery":                       "exactly-once (Kafka transactions) or at-least-once.",
 	"kafka.checkpoint_topic":               "The topic of the checkpoints: compacted, one partition; created if missing.",
@@ -109,7 +111,7 @@ var keyDocs = map[string]string{
 	"router.topic_prefix":                  "Topic = this prefix + the aggregate type.",
 	"router.dead_letter_topic":             "The topic of bad rows with on_error dead-letter; empty: outbox-relay.dead-letter.<name>.",
 	"router.additional_fields[].column":    "The column to copy.",
-	"router.additional_fields[].placement": "header, envelope (needs value_format envelope) or partition (the record's partition number).",
+	"router.additional_fields[].placement": "header (a NULL value gives no header, '' an empty one), envelope (needs value_format envelope; NULL is null) or partition (the record's partition number; NULL is a bad row).",
 	"router.additional_fields[].alias":     "The header or envelope field name; empty: the column's.",
 	"router.topic_replacement":             "The topic, from the aggregate type matched by topic_regex (default ^(?P<routedByValue>.*)$): such as outbox.event.${routedByValue} or ${domain}.$2; empty: topic_prefix + the aggregate type.",
 	"http.listen":                          "Address of /metrics, /healthz and /readyz; empty disables it.",
@@ -212,6 +214,7 @@ func (d Docs) walk(keys *[]Key, prefix string, v reflect.Value) {
 			k.Enum = e
 		}
 		k.Required = slices.Contains(requiredKeys, k.Path)
+		k.Secret = isSecret(f)
 		k.Type = typeName(f.Type)
 		k.Default = yamlText(k.def)
 		k.Example = keyExamples[k.Path]
@@ -353,7 +356,20 @@ func intBounds(t reflect.Type) (lo, hi string) {
 	return strconv.FormatInt(-(int64(1) << (t.Bits() - 1)), 10), strconv.FormatInt(int64(1)<<(t.Bits()-1)-1, 10)
 }
 
-// secret reports whether the key holds a secret.
-func (k Key) secret() bool { return slices.Contains(secretKeys, k.Path) }
+// isSecret reports whether a configuration field holds a secret: the one
+// mark every list of secrets derives from (SecretKeys, Redacted).
+func isSecret(f reflect.StructField) bool { return f.Tag.Get("secret") == "true" }
+
+// SecretKeys lists the paths of the keys that hold a secret, in the order
+// of Keys.
+func SecretKeys() []string {
+	var paths []string
+	for _, k := range SourceDocs().Keys() {
+		if k.Secret {
+			paths = append(paths, k.Path)
+		}
+	}
+	return paths
+}
 
 func (k Key) String() string { return fmt.Sprintf("%s (%s)", k.Path, k.Type) }

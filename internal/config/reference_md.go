@@ -27,15 +27,19 @@ list of strings may come from one variable holding a comma-separated list:
 ` + "`brokers: ${KAFKA_BROKERS}`" + ` with ` + "`KAFKA_BROKERS=a:9092,b:9092`" + `. Errors show a
 value that came from a variable as written (` + "`${VAR}`" + `), never what it holds.
 Durations are written as ` + "`250ms`, `5s`, `1m30s`" + `.
-
-Secrets (` + "`source.password`" + `, ` + "`kafka.sasl.password`" + `, tokens and AWS keys)
-belong in ` + "`${VAR}`" + ` or in the ` + "`*_file`" + ` keys, never in the file itself.
 `)
+	keys := d.Keys()
+	var secrets []string
+	for _, k := range keys {
+		if k.Secret {
+			secrets = append(secrets, "`"+k.Path+"`")
+		}
+	}
+	fmt.Fprintf(&b, "\nSecrets belong in `${VAR}` or in their `*_file` keys, never in the file\nitself: %s.\n", strings.Join(secrets, ", "))
 	const head = "| key | type | default | example | meaning |\n| --- | --- | --- | --- | --- |\n"
 	row := func(k Key) {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", k.Path, cell(typeText(k)), cell(defaultText(k)), code(k.Example), cell(k.Doc))
 	}
-	keys := d.Keys()
 	b.WriteString("\n## Top level\n\n" + head)
 	for _, k := range keys {
 		if !strings.Contains(k.Path, ".") && k.Type != "mapping" {

@@ -1,6 +1,9 @@
 package config
 
 import (
+	"fmt"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -56,4 +59,60 @@ func TestBrokerErrorMasksCredentials(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "pw123") || !strings.Contains(err.Error(), "URL or holds credentials") {
 		t.Fatalf("%v", err)
 	}
+}
+
+// Every key that holds a secret is hidden by Redacted: the list comes from
+// the fields' secret tag, and a secret field that Redacted cannot reach
+// (inside a map or a list) fails here.
+func TestRedactedHidesEverySecretKey(t *testing.T) {
+	keys := SecretKeys()
+	if len(keys) == 0 {
+		t.Fatal("no secret keys")
+	}
+	c := Default()
+	for i, path := range keys {
+		v := reflect.ValueOf(&c).Elem()
+		for _, name := range strings.Split(path, ".") {
+			if v.Kind() != reflect.Struct {
+				t.Fatalf("%s: inside a %s: Redacted reaches secrets in structs only", path, v.Kind())
+			}
+			v = fieldByKey(v, name)
+		}
+		if v.Kind() != reflect.String {
+			t.Fatalf("%s: a %s, want a string", path, v.Kind())
+		}
+		v.SetString(fmt.Sprintf("s3cret-%d", i))
+	}
+	out := c.Redacted().YAML()
+	for i, path := range keys {
+		if strings.Contains(out, fmt.Sprintf("s3cret-%d", i)) {
+			t.Errorf("Redacted shows %s", path)
+		}
+	}
+	if c.Source.Password == "REDACTED" {
+		t.Error("Redacted changed the original")
+	}
+}
+
+// Every credential key is marked secret. The failure guarded against:
+// kafka.sasl.token, secret_access_key and session_token were secrets in
+// name only; the Helm chart refused source.password and kafka.sasl.password
+// inline and let the others into a ConfigMap in plain text.
+func TestCredentialKeysAreMarkedSecret(t *testing.T) {
+	credential := regexp.MustCompile(`\.(password|token|secret_access_key|session_token)$`)
+	for _, k := range SourceDocs().Keys() {
+		if credential.MatchString(k.Path) != k.Secret {
+			t.Errorf("%s: secret %v, want %v", k.Path, k.Secret, !k.Secret)
+		}
+	}
+}
+
+// fieldByKey is the field of struct v whose yaml key is name.
+func fieldByKey(v reflect.Value, name string) reflect.Value {
+	for i := range v.NumField() {
+		if key, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ","); key == name {
+			return v.Field(i)
+		}
+	}
+	panic("no key " + name)
 }

@@ -88,17 +88,17 @@ const (
 type SASL struct {
 	Mechanism    SASLMechanism `yaml:"mechanism"` // PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | OAUTHBEARER | AWS_MSK_IAM; empty: none
 	User         string        `yaml:"user"`
-	Password     string        `yaml:"password"`
+	Password     string        `yaml:"password" secret:"true"`
 	PasswordFile string        `yaml:"password_file"`
 	// OAUTHBEARER
-	Token      string            `yaml:"token"`
+	Token      string            `yaml:"token" secret:"true"`
 	TokenFile  string            `yaml:"token_file"`
 	Extensions map[string]string `yaml:"extensions"`
 	// AWS_MSK_IAM
 	AccessKeyID         string `yaml:"access_key_id"`
-	SecretAccessKey     string `yaml:"secret_access_key"`
+	SecretAccessKey     string `yaml:"secret_access_key" secret:"true"`
 	SecretAccessKeyFile string `yaml:"secret_access_key_file"`
-	SessionToken        string `yaml:"session_token"`
+	SessionToken        string `yaml:"session_token" secret:"true"`
 	SessionTokenFile    string `yaml:"session_token_file"`
 }
 

@@ -80,7 +80,7 @@ func (c *Config) validateSource(bad func(string, ...any)) {
 		bad("source.statement_dml: %q: write fail or warn", s.StatementDML)
 	}
 	if s.MaxPacketBytes != 0 && (s.MaxPacketBytes < MinPacketBytes || s.MaxPacketBytes > MaxPacketBytes) {
-		bad("source.max_packet_bytes: %d: write 0 (from the server's max_allowed_packet) or %d to %d", s.MaxPacketBytes, MinPacketBytes, MaxPacketBytes)
+		bad("source.max_packet_bytes: %d: write 0 (from the memory budget and the server's max_allowed_packet) or %d to %d", s.MaxPacketBytes, MinPacketBytes, MaxPacketBytes)
 	}
 	if s.ServerPublicKeyFile != "" {
 		if _, err := os.Stat(s.ServerPublicKeyFile); err != nil {

@@ -148,6 +148,9 @@ var foreign = []rule{
 	// left unknown, a warning.
 	{is: source.ErrRDSRetentionDenied, class: Transient, kind: "source_config"},
 	{is: binlog.ErrNoColumnNames, class: ConfigStop, kind: "source_config"},
+	// A session's binlog_row_image, met at its transaction: the start-up
+	// check of the global value (source.ErrServerConfig) at run time.
+	{is: binlog.ErrPartialRowImage, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrBadPosition, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrSchemaMismatch, class: DataStop, kind: "schema"},
 	{is: binlog.ErrNoSignedness, class: DataStop, kind: "schema"},

@@ -28,7 +28,8 @@ const (
 	// commit at a stop failed, the lease lost during a stop. Restart.
 	ExitTransient = 75
 	// ExitConfig: the configuration (or the source's settings, grants,
-	// flavor, server_id, max_allowed_packet, the checkpoint topic's layout,
+	// flavor, server_id, max_allowed_packet, a session's binlog_row_image
+	// met at its transaction, the checkpoint topic's layout,
 	// Kafka refusing a topic or an authorisation: ErrRejected) is wrong. Do
 	// not restart before it is fixed.
 	ExitConfig = 78

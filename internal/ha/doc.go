@@ -23,6 +23,11 @@
 // answered requests); each term has one watcher goroutine, started by
 // Acquire and joined by End.
 //
+// The lock group also keeps a record of the checkpoint topic the
+// pipeline's checkpoints are in (claim, Mark); the commands that read the
+// checkpoint read it without joining (RecordedTopicID, LoadJudged: record.go)
+// to judge a missing checkpoint as `run` does (checkpoint.Judge).
+//
 // The package's sentinels (ErrLeaseLost, ErrRelayLive) carry their class
 // in the relay's error policy (internal/errclass); Kafka's answers are read
 // through internal/kafkaerr.

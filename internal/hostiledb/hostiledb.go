@@ -31,6 +31,10 @@ const (
 	// EndlessPacket lets the client in, then answers every command with
 	// 16 MiB continuation packets until the client goes away.
 	EndlessPacket
+	// LargeMaxAllowedPacket lets the client in, answers a query of
+	// max_allowed_packet with 1 GiB, and every other command with endless
+	// packets.
+	LargeMaxAllowedPacket
 )
 
 // Server is a running hostile server.
@@ -40,9 +44,12 @@ type Server struct {
 	Key []byte
 
 	behaviour Behaviour
+	script    *Script
 	priv      *rsa.PrivateKey
 	mu        sync.Mutex
 	received  bytes.Buffer
+	packets   [][]byte     // payloads received
+	nonces    [][]byte     // nonces sent (greeting, auth switches)
 	sent      atomic.Int64 // bytes of endless packets the client took
 	logins    atomic.Int64
 }
@@ -50,12 +57,9 @@ type Server struct {
 // Start runs a server until the test ends.
 func Start(t testing.TB, b Behaviour) *Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{Addr: ln.Addr().String(), behaviour: b}
+	s := &Server{behaviour: b}
 	if b == CachingSha2FullAuth {
+		var err error
 		if s.priv, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
 			t.Fatal(err)
 		}
@@ -63,6 +67,17 @@ func Start(t testing.TB, b Behaviour) *Server {
 			t.Fatal(err)
 		}
 	}
+	s.listen(t)
+	return s
+}
+
+// listen accepts clients until the test ends.
+func (s *Server) listen(t testing.TB) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Addr = ln.Addr().String()
 	var wg sync.WaitGroup
 	var conns sync.Map
 	t.Cleanup(func() {
@@ -83,7 +98,6 @@ func Start(t testing.TB, b Behaviour) *Server {
 			})
 		}
 	})
-	return s
 }
 
 // Received returns every byte clients sent.
@@ -125,6 +139,7 @@ func (c *conn) read() ([]byte, error) {
 	c.s.mu.Lock()
 	c.s.received.Write(h[:])
 	c.s.received.Write(p)
+	c.s.packets = append(c.s.packets, p)
 	c.s.mu.Unlock()
 	c.seq = h[3] + 1
 	return p, nil
@@ -134,6 +149,10 @@ var okPacket = []byte{0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00}
 
 func (s *Server) serve(nc net.Conn) {
 	c := &conn{s: s, c: nc}
+	if s.script != nil {
+		s.play(c)
+		return
+	}
 	plugin := "mysql_native_password"
 	if s.behaviour == CachingSha2FullAuth {
 		plugin = "caching_sha2_password"
@@ -173,12 +192,21 @@ func (s *Server) serve(nc net.Conn) {
 		}
 		_ = c.write(okPacket)
 		s.refuseCommands(c)
-	case EndlessPacket:
+	case EndlessPacket, LargeMaxAllowedPacket:
 		if c.write(okPacket) != nil {
 			return
 		}
-		if _, err := c.read(); err != nil { // a command
-			return
+		for {
+			cmd, err := c.read()
+			if err != nil {
+				return
+			}
+			if s.behaviour != LargeMaxAllowedPacket || !bytes.Contains(cmd, []byte("max_allowed_packet")) {
+				break
+			}
+			if c.writeAll(oneValue("@@max_allowed_packet", "1073741824")) != nil {
+				return
+			}
 		}
 		chunk := make([]byte, 4+0xffffff)
 		chunk[0], chunk[1], chunk[2] = 0xff, 0xff, 0xff
@@ -192,6 +220,29 @@ func (s *Server) serve(nc net.Conn) {
 			}
 		}
 	}
+}
+
+func (c *conn) writeAll(payloads [][]byte) error {
+	for _, p := range payloads {
+		if err := c.write(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// oneValue is a result set of one BIGINT column name holding value
+// (column count, definition, EOF, row, EOF: the client does not
+// deprecate EOF with the greeting's capabilities).
+func oneValue(name, value string) [][]byte {
+	lenenc := func(s string) []byte { return append([]byte{byte(len(s))}, s...) }
+	var def []byte
+	for _, f := range []string{"def", "", "", "", name, ""} {
+		def = append(def, lenenc(f)...)
+	}
+	def = append(def, 0x0c, 63, 0, 20, 0, 0, 0, 0x08, 0x81, 0, 0, 0, 0) // binary charset, length 20, LONGLONG, NOT NULL|BINARY
+	eof := []byte{0xfe, 0, 0, 2, 0}
+	return [][]byte{{1}, def, eof, lenenc(value), eof}
 }
 
 // refuseCommands answers every command with an error.

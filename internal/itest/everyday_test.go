@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,10 @@ type everydaySetup struct {
 	createAfter bool   // the table is created after the relay started
 	ifNotExists bool
 	hosts       bool // source.hosts: an unreachable host first, then the server
+	// sessionMinimal: after the rows, a session with binlog_row_image=MINIMAL
+	// writes one transaction giving every column (published) and one
+	// leaving event_type to its default (the relay stops there, named).
+	sessionMinimal bool
 }
 
 func (s everydaySetup) String() string {
@@ -43,13 +49,21 @@ func (s everydaySetup) String() string {
 	if s.hosts {
 		name += "/several_hosts"
 	}
+	if s.sessionMinimal {
+		name += "/session_row_image_minimal"
+	}
 	return name
 }
 
 // everydayOutbox is the article's outbox table, created with form (CREATE
-// TABLE or CREATE TABLE IF NOT EXISTS) in database db.
-func everydayOutbox(form, db string) string {
-	return strings.Replace(fmt.Sprintf(OutboxDDL, db), "CREATE TABLE", form, 1)
+// TABLE or CREATE TABLE IF NOT EXISTS) in database db; event_type has a
+// default ('Created') when defaulted.
+func everydayOutbox(form, db string, defaulted bool) string {
+	ddl := strings.Replace(fmt.Sprintf(OutboxDDL, db), "CREATE TABLE", form, 1)
+	if defaulted {
+		ddl = strings.Replace(ddl, "event_type     VARCHAR(64)  NOT NULL,", "event_type     VARCHAR(64)  NOT NULL DEFAULT 'Created',", 1)
+	}
+	return ddl
 }
 
 // writeEveryday commits txs transactions of three outbox rows each, for the
@@ -132,6 +146,9 @@ func TestEverydaySetupsPublishEveryRowOnce(t *testing.T) {
 		}
 	}
 	setups = append(setups, everydaySetup{metadata: "NO_LOG", start: "now", createAfter: true, ifNotExists: true, hosts: true})
+	for _, md := range []string{"MINIMAL", "FULL", "NO_LOG"} {
+		setups = append(setups, everydaySetup{metadata: md, start: "now", sessionMinimal: true})
+	}
 	for _, s := range setups {
 		t.Run(s.String(), func(t *testing.T) {
 			if err := db.Exec("SET GLOBAL binlog_row_metadata=" + s.metadata); err != nil {
@@ -147,7 +164,7 @@ func TestEverydaySetupsPublishEveryRowOnce(t *testing.T) {
 			}
 			seq := 0
 			if !s.createAfter {
-				if err := db.Exec(everydayOutbox(form, sch.Name)); err != nil {
+				if err := db.Exec(everydayOutbox(form, sch.Name, s.sessionMinimal)); err != nil {
 					t.Fatal(err)
 				}
 				if s.start == "earliest" {
@@ -163,7 +180,7 @@ func TestEverydaySetupsPublishEveryRowOnce(t *testing.T) {
 			r := RunRelay(t, cfg)
 			r.WaitReady(t)
 			if s.createAfter {
-				if err := db.Exec(everydayOutbox(form, sch.Name)); err != nil {
+				if err := db.Exec(everydayOutbox(form, sch.Name, s.sessionMinimal)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -182,6 +199,10 @@ func TestEverydaySetupsPublishEveryRowOnce(t *testing.T) {
 			r = RunRelay(t, cfg)
 			r.WaitReady(t)
 			writeEveryday(t, db, sch, "late", 4, &seq)
+			if s.sessionMinimal {
+				sessionMinimalStops(t, r, k, cfg, db, sch, &seq)
+				return
+			}
 			if cp := waitCaughtUp(t, r, cfg, db); len(cp.Provisional) != 0 {
 				t.Fatalf("checkpoint after rows: layouts still to be checked %v", cp.Provisional)
 			}
@@ -193,6 +214,31 @@ func TestEverydaySetupsPublishEveryRowOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// sessionMinimalStops: a session with binlog_row_image=MINIMAL commits a
+// transaction that gives every column (its image is whole: published) and
+// one that leaves event_type to its default (the image lacks it); the
+// relay stops at the second, named, every row before it published once
+// and nothing of it or after it.
+func sessionMinimalStops(t *testing.T, r *InProcess, k *Kafka, cfg config.Config, db *devdb.Server, sch *Schema, seq *int) {
+	t.Helper()
+	*seq++
+	whole := fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) "+
+		"VALUES ('minimal-whole', 'order', 'a', 'Placed', '{\"seq\":%d}')", sch.Table(), *seq)
+	before := sessionTx(t, db, "MINIMAL", whole)
+	*seq++
+	stopped := sessionTx(t, db, "MINIMAL", fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, payload) "+
+		"VALUES ('minimal-defaulted', 'order', 'a', '{\"seq\":%d}')", sch.Table(), *seq))
+	writeEveryday(t, db, sch, "after", 1, seq)
+	checkPartialImageStop(t, r, r.StoppedWith(t), stopped, sch.Table(), "lacks column(s) event_type:")
+	checkpointBefore(t, cfg, before, stopped)
+	rep := Compare(t, sch, Consume(t, k.Brokers, cfg.Router.TopicPrefix))
+	slices.Sort(rep.Missing)
+	if len(rep.Duplicates)+len(rep.Unexpected)+len(rep.OutOfOrder)+len(rep.WrongKey) > 0 || rep.Received == 0 ||
+		!slices.Equal(rep.Missing, []string{"after-a-" + strconv.Itoa(*seq), "after-b-" + strconv.Itoa(*seq), "after-c-" + strconv.Itoa(*seq), "minimal-defaulted"}) {
+		t.Fatalf("want every row before the stop once, nothing of the stopped transaction or after it: %s", rep)
 	}
 }
 
@@ -230,7 +276,7 @@ func TestCreateTableIfNotExistsOfAnotherLayoutStops(t *testing.T) {
 	path := WriteConfig(t, cfg)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
-	if err := db.Exec(everydayOutbox("CREATE TABLE IF NOT EXISTS", "app")); err != nil {
+	if err := db.Exec(everydayOutbox("CREATE TABLE IF NOT EXISTS", "app", false)); err != nil {
 		t.Fatal(err)
 	}
 	// Down with the layout in its checkpoint, still to be checked.

@@ -28,10 +28,14 @@ type auditReport struct {
 	Published  int  `json:"published"`
 	DeadLetter int  `json:"dead_lettered"`
 	Clean      bool `json:"clean"`
-	Missing    ids  `json:"missing"`
-	Pending    ids  `json:"pending"`
-	Duplicated ids  `json:"duplicated"`
-	Phantom    struct {
+	// Verdict: clean, pending or mismatch; PendingOldest the oldest
+	// pending row's commit time.
+	Verdict       string     `json:"verdict"`
+	PendingOldest *time.Time `json:"pending_oldest_commit"`
+	Missing       ids        `json:"missing"`
+	Pending       ids        `json:"pending"`
+	Duplicated    ids        `json:"duplicated"`
+	Phantom       struct {
 		Count   int `json:"count"`
 		Records []struct {
 			ID    string `json:"id"`
@@ -142,16 +146,28 @@ func TestAuditNamesARecordWithoutARowAsPhantom(t *testing.T) {
 	}
 }
 
+// Rows written while the relay is stopped are pending, never clean: audit
+// says how many and when the oldest committed, and exits 75 (try again
+// later), apart from a loss (1).
 func TestAuditReportsRowsWrittenWhileTheRelayIsStoppedAsPending(t *testing.T) {
 	path, _, relay, s := auditedPipeline(t, "s1")
 	if err := relay.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	before := time.Now().Add(-time.Second)
 	writeAlarms(t, s, "s2", "s3")
 	code, rep := runAudit(t, path, "--wait", "1s")
-	if code != 0 || rep.Covered || rep.Missing.Count != 0 || rep.Published != 1 ||
+	if code != 75 || rep.Clean || rep.Verdict != "pending" || rep.Covered || rep.Missing.Count != 0 || rep.Published != 1 ||
 		rep.Pending.Count != 2 || !slices.Equal(rep.Pending.IDs, []string{"s2", "s3"}) {
-		t.Fatalf("audit with the relay stopped: exit %d, %+v; want 0, s2 and s3 pending, none missing", code, rep)
+		t.Fatalf("audit with the relay stopped: exit %d, %+v; want 75, verdict pending, s2 and s3 pending, none missing", code, rep)
+	}
+	if rep.PendingOldest == nil || rep.PendingOldest.Before(before.Truncate(time.Second)) || rep.PendingOldest.After(time.Now()) {
+		t.Fatalf("pending_oldest_commit %v; want the commit time of s2 and s3 (after %s)", rep.PendingOldest, before)
+	}
+	code, out := runCLI(t, nil, "audit", "--config", path, "--since", "1h", "--wait", "1s")
+	if code != 75 || strings.Contains(out, "audit: clean") ||
+		!strings.Contains(out, "audit: pending: 2 rows not yet published, oldest committed at "+rep.PendingOldest.Format(time.RFC3339)) {
+		t.Fatalf("audit (text) with the relay stopped: exit %d; want 75 saying what is pending, never clean", code)
 	}
 }
 
@@ -245,4 +261,101 @@ func TestAuditNamesARowWhoseRecordWasDeletedAsMissing(t *testing.T) {
 	if code != 1 || rep.Clean || rep.Missing.Count != 1 || !slices.Equal(rep.Missing.IDs, []string{"m1"}) || rep.Published != 0 {
 		t.Fatalf("audit after the record of m1 was deleted: exit %d, %+v; want 1 naming m1 missing", code, rep)
 	}
+}
+
+// The operator's case: 2,000 rows published, the relay stopped, 1,000 more
+// rows written, 100 published records deleted from the output topic
+// (DeleteRecords). The rows the committed checkpoint covers whose records
+// are gone are missing while the relay is behind (exit 1), not pending; the
+// 1,000 past it are pending, the oldest's commit time named; after the
+// relay caught up, the 100 are still missing and nothing is pending.
+func TestAuditNamesDeletedRecordsMissingWhileTheRelayIsBehind(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	path := itest.WriteConfig(t, cfg)
+	relay := itest.RunRelay(t, cfg)
+	relay.WaitReady(t)
+	ids := func(prefix string, n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("%s-%04d", prefix, i))
+		}
+		return out
+	}
+	published, later := ids("pub", 2000), ids("later", 1000)
+	for i := 0; i < len(published); i += 100 {
+		writeAlarms(t, s, published[i:i+100]...)
+	}
+	itest.WaitCheckpoint(t, cfg, itest.Head(t, env.DB), time.Minute)
+	if err := relay.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	laterFrom := time.Now().Add(-time.Second).Truncate(time.Second)
+	for i := 0; i < len(later); i += 100 {
+		writeAlarms(t, s, later[i:i+100]...)
+	}
+	gone := deleteFirstRecords(t, cfg, 100)
+
+	code, rep := runAudit(t, path, "--wait", "1s", "--max-ids", "2000")
+	if code != 1 || rep.Verdict != "mismatch" || rep.Clean || rep.Covered || rep.Rows != 3000 {
+		t.Fatalf("audit with the relay behind: exit %d, verdict %q, %d rows; want 1, mismatch, 3000 rows", code, rep.Verdict, rep.Rows)
+	}
+	if rep.Missing.Count != 100 || !slices.Equal(rep.Missing.IDs, gone) {
+		t.Fatalf("missing %d %v; want the 100 whose records were deleted %v", rep.Missing.Count, rep.Missing.IDs, gone)
+	}
+	if rep.Pending.Count != 1000 || !slices.Equal(rep.Pending.IDs, later) || rep.Published != 1900 {
+		t.Fatalf("pending %d (%d published); want the 1000 written while the relay was stopped, 1900 published", rep.Pending.Count, rep.Published)
+	}
+	if rep.PendingOldest == nil || rep.PendingOldest.Before(laterFrom) {
+		t.Fatalf("pending_oldest_commit %v; want the commit time of the first row written while stopped (after %s)", rep.PendingOldest, laterFrom)
+	}
+	code, out := runCLI(t, nil, "audit", "--config", path, "--since", "1h", "--wait", "1s")
+	if code != 1 || strings.Contains(out, "audit: clean") || !strings.Contains(out, "missing 100") ||
+		!strings.Contains(out, "audit: pending: 1000 rows not yet published, oldest committed at") {
+		t.Fatalf("audit (text) with the relay behind: exit %d; want 1, missing 100 and what is pending", code)
+	}
+
+	relay = itest.RunRelay(t, cfg)
+	relay.WaitReady(t)
+	itest.WaitCheckpoint(t, cfg, itest.Head(t, env.DB), time.Minute)
+	code, rep = runAudit(t, path, "--max-ids", "2000")
+	if code != 1 || rep.Verdict != "mismatch" || !rep.Covered || rep.Missing.Count != 100 || !slices.Equal(rep.Missing.IDs, gone) ||
+		rep.Pending.Count != 0 || rep.Published != 2900 {
+		t.Fatalf("audit once caught up: exit %d, %+v; want 1, the same 100 missing, none pending, 2900 published", code, rep)
+	}
+}
+
+// deleteFirstRecords deletes the first n records of a partition of cfg's
+// alarm topic that holds more than n (DeleteRecords, as an operator or a
+// short retention would) and returns their ids, sorted.
+func deleteFirstRecords(t *testing.T, cfg config.Config, n int) []string {
+	t.Helper()
+	byPart := map[int32][]itest.Record{}
+	for _, r := range itest.Consume(t, cfg.Kafka.Brokers, cfg.Router.TopicPrefix) {
+		byPart[r.Partition] = append(byPart[r.Partition], r)
+	}
+	for _, recs := range byPart {
+		if len(recs) <= n {
+			continue
+		}
+		slices.SortFunc(recs, func(a, b itest.Record) int { return int(a.Offset - b.Offset) })
+		del := kadm.Offsets{}
+		del.Add(kadm.Offset{Topic: recs[n].Topic, Partition: recs[n].Partition, At: recs[n].Offset})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := kadm.NewClient(kgoClient(t, cfg.Kafka.Brokers)).DeleteRecords(ctx, del)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			t.Fatalf("delete the first %d records of %s[%d]: %v", n, recs[n].Topic, recs[n].Partition, err)
+		}
+		var gone []string
+		for _, r := range recs[:n] {
+			gone = append(gone, r.ID)
+		}
+		slices.Sort(gone)
+		return gone
+	}
+	t.Fatalf("no partition holds more than %d records", n)
+	return nil
 }

@@ -19,6 +19,16 @@
 // the server lacks, or lacks purged ones; otherwise the server streams
 // from the first file whose Previous_gtids the replica has, skipping the
 // transactions the replica has, then follows new commits, sending
-// heartbeats at the period the replica asked for. A statement the double
-// does not model is answered with an error and listed by Unmodelled.
+// heartbeats at the period the replica asked for. Checksums as MySQL's
+// dump thread sends them: the binlog's events carry a CRC32 when
+// binlog_checksum is CRC32 (Options.BinlogChecksum; NONE: none but the
+// format description's own); the fake rotate a dump starts with carries
+// one only when the replica declared CRC32 (@source_binlog_checksum, else
+// @master_binlog_checksum); a replica that declared nothing is refused
+// (error 1236) by a binlog with checksums. A session keeps its user
+// variables (SET @v, SELECT @v). The start-up queries of independent
+// binlog clients (go-mysql, mysql-binlog-connector-java, Debezium's
+// connector and Connector/J, a MySQL replica) are answered as MySQL 8
+// answers them (startup_test.go lists them). A statement the double does
+// not model is answered with an error and listed by Unmodelled.
 package mysqlsource

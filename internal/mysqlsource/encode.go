@@ -21,6 +21,7 @@ const (
 	evTransactionPayload = 40 // TRANSACTION_PAYLOAD_EVENT
 	evGTIDTagged         = 42 // GTID_TAGGED_LOG_EVENT (8.3+)
 	evTableMap           = 19
+	evFormatDescription  = 15
 	evHeartbeat          = 27
 )
 
@@ -51,7 +52,7 @@ func binlogFormat(version string, checksum bool) vtmysql.BinlogFormat {
 func tagged(version string) bool { return !strings.HasPrefix(version, "8.0.") }
 
 // event is one encoded binlog event: header, body and (outside a
-// Transaction_payload) a CRC32 checksum.
+// Transaction_payload, with binlog_checksum CRC32) a CRC32 checksum.
 type event []byte
 
 // writer encodes events for one stream position: it sets each header's
@@ -74,12 +75,14 @@ func (w *writer) raw(typ byte, flags uint16, body []byte) event {
 }
 
 // stamp sets ev's timestamp and end position (0 inside a payload) and
-// fixes its checksum.
+// fixes its checksum. A format description always has one: MySQL writes
+// its CRC32 whatever binlog_checksum says (the algorithm byte before it
+// says whether the file's other events have one).
 func (w *writer) stamp(ev event, ts uint32, endPos uint32) event {
 	ev = bytes.Clone(ev)
 	binary.LittleEndian.PutUint32(ev[0:4], ts)
 	binary.LittleEndian.PutUint32(ev[13:17], endPos)
-	if w.checksum {
+	if w.checksum || ev[4] == evFormatDescription {
 		n := len(ev)
 		binary.LittleEndian.PutUint32(ev[n-4:], crc32.ChecksumIEEE(ev[:n-4]))
 	}

@@ -23,8 +23,12 @@ type Options struct {
 	// Compression is binlog_transaction_compression: transactions are
 	// logged as a GTID event and a zstd Transaction_payload event.
 	Compression bool
-	User        string // default relay
-	Password    string // default relay-pw
+	// BinlogChecksum is binlog_checksum: CRC32 (default), every event of
+	// the binlog ends with its CRC32; NONE, none does (the format
+	// description's own is there all the same, as MySQL writes it).
+	BinlogChecksum string
+	User           string // default relay
+	Password       string // default relay-pw
 	// Grants is what SHOW GRANTS answers for the user (MySQL's form, e.g.
 	// "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `relay`@`%`").
 	Grants []string
@@ -134,6 +138,7 @@ type Primary struct {
 	srv      *netServer
 	unknown  []string
 	replicas map[uint32]*handler // dumps by server_id
+	started  time.Time
 }
 
 // Start starts a double listening on opts.Addr (127.0.0.1:0 by default).
@@ -150,6 +155,13 @@ func Start(opts Options) (*Primary, error) {
 	if opts.RowMetadata == "" {
 		opts.RowMetadata = "FULL"
 	}
+	switch opts.BinlogChecksum = strings.ToUpper(opts.BinlogChecksum); opts.BinlogChecksum {
+	case "":
+		opts.BinlogChecksum = "CRC32"
+	case "CRC32", "NONE":
+	default:
+		return nil, fmt.Errorf("mysqlsource: binlog_checksum %q: CRC32 or NONE", opts.BinlogChecksum)
+	}
 	if opts.User == "" {
 		opts.User, opts.Password = "relay", "relay-pw"
 	}
@@ -159,9 +171,9 @@ func Start(opts Options) (*Primary, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:0"
 	}
-	p := &Primary{opts: opts, sid: mustUUID(opts.UUID), changed: make(chan struct{}), purged: NewSet(),
+	p := &Primary{opts: opts, sid: mustUUID(opts.UUID), changed: make(chan struct{}), purged: NewSet(), started: time.Now(),
 		executed: NewSet(), tables: map[string]*Table{}, nextID: 100, replicas: map[uint32]*handler{},
-		w: newWriter(opts.Version, opts.ServerID, true), inner: newWriter(opts.Version, opts.ServerID, false)}
+		w: newWriter(opts.Version, opts.ServerID, opts.BinlogChecksum == "CRC32"), inner: newWriter(opts.Version, opts.ServerID, false)}
 	p.newFile()
 	srv, err := listen(p, opts.Addr)
 	if err != nil {

@@ -2,7 +2,9 @@ package mysqlsource
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +28,7 @@ func (p *Primary) variables() map[string]string {
 		"binlog_format":                  "ROW",
 		"binlog_row_image":               "FULL",
 		"binlog_row_metadata":            strings.ToUpper(p.opts.RowMetadata),
-		"binlog_checksum":                "CRC32",
+		"binlog_checksum":                p.opts.BinlogChecksum,
 		"gtid_mode":                      "ON",
 		"enforce_gtid_consistency":       "ON",
 		"server_id":                      strconv.FormatUint(uint64(p.opts.ServerID), 10),
@@ -39,6 +41,28 @@ func (p *Primary) variables() map[string]string {
 		"binlog_expire_logs_auto_purge":  "ON",
 		"binlog_transaction_compression": onOff(p.opts.Compression),
 		"max_allowed_packet":             "67108864",
+		"lower_case_table_names":         "0", // Linux's default; fixed at initialisation in MySQL 8
+		"binlog_row_value_options":       "",
+		"character_set_server":           "utf8mb4",
+		"collation_server":               "utf8mb4_0900_ai_ci",
+		"character_set_client":           "utf8mb4",
+		"character_set_connection":       "utf8mb4",
+		"character_set_results":          "utf8mb4",
+		"collation_connection":           "utf8mb4_0900_ai_ci",
+		"sql_mode":                       "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
+		"time_zone":                      "SYSTEM",
+		"system_time_zone":               "UTC",
+		"transaction_isolation":          "REPEATABLE-READ",
+		"transaction_read_only":          "OFF",
+		"auto_increment_increment":       "1",
+		"autocommit":                     "ON",
+		"net_write_timeout":              "60",
+		"net_read_timeout":               "30",
+		"wait_timeout":                   "28800",
+		"interactive_timeout":            "28800",
+		"init_connect":                   "",
+		"license":                        "GPL",
+		"performance_schema":             "ON",
 	}
 	if !tagged(p.opts.Version) {
 		v["expire_logs_days"] = "0" // removed in 8.4
@@ -52,6 +76,12 @@ func (p *Primary) variables() map[string]string {
 	}
 	return v
 }
+
+// booleans are the variables of variables() that are booleans: SHOW
+// VARIABLES shows ON or OFF, SELECT @@name 1 or 0.
+var booleans = map[string]bool{"log_bin": true, "autocommit": true, "transaction_read_only": true, "performance_schema": true,
+	"log_replica_updates": true, "log_slave_updates": true, "binlog_transaction_compression": true,
+	"binlog_expire_logs_auto_purge": true}
 
 // Unmodelled lists the statements the double received and does not model
 // (answered with an error): a test asserts it stays empty.
@@ -85,6 +115,15 @@ func resultset(names []string, rows [][]any) (*mysql.Result, error) {
 	if rows == nil {
 		rows = [][]any{}
 	}
+	// go-mysql encodes "" as NULL (its bytes are nil); MySQL sends an empty
+	// string (SHOW MASTER STATUS's Binlog_Do_DB, an empty gtid_purged).
+	for _, r := range rows {
+		for i, v := range r {
+			if v == "" {
+				r[i] = []byte{}
+			}
+		}
+	}
 	// go-mysql v1.16 builds the result set on a pooled Resultset whose
 	// Reset keeps the Field pointers of its last use: one a client in this
 	// process closed (the relay's own queries, in tests) can carry another
@@ -107,6 +146,15 @@ func resultset(names []string, rows [][]any) (*mysql.Result, error) {
 // query answers one COM_QUERY as MySQL 8.0 / 8.4 would.
 func (p *Primary) query(h *handler, q string) (*mysql.Result, error) {
 	q = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(q), ";"))
+	// A leading comment (Connector/J names itself in one) is no part of
+	// the statement; an executable one (/*! ... */) would be.
+	for strings.HasPrefix(q, "/*") && !strings.HasPrefix(q, "/*!") {
+		end := strings.Index(q, "*/")
+		if end < 0 {
+			break
+		}
+		q = strings.TrimSpace(q[end+2:])
+	}
 	flat := reSpaces.ReplaceAllString(q, " ")
 	upper := strings.ToUpper(flat)
 	p.mu.Lock()
@@ -114,29 +162,32 @@ func (p *Primary) query(h *handler, q string) (*mysql.Result, error) {
 	eightFour := tagged(p.opts.Version)
 	switch {
 	case strings.HasPrefix(upper, "SET "):
-		if strings.Contains(upper, "@MASTER_HEARTBEAT_PERIOD") || strings.Contains(upper, "@SOURCE_HEARTBEAT_PERIOD") {
-			var ns int64
-			if i := strings.Index(flat, "="); i >= 0 {
-				fmt.Sscanf(strings.TrimSpace(flat[i+1:]), "%d", &ns)
-			}
-			h.heartbeat = time.Duration(ns)
-		}
-		if strings.Contains(upper, "@SLAVE_UUID") || strings.Contains(upper, "@REPLICA_UUID") {
-			if i := strings.Index(flat, "="); i >= 0 {
-				h.replicaUUID = strings.Trim(strings.TrimSpace(flat[i+1:]), "'\"")
-			}
-		}
-		return nil, nil
+		return nil, p.set(h, flat[len("SET "):])
 	case strings.HasPrefix(upper, "KILL "):
 		return nil, nil
-	case strings.HasPrefix(upper, "SHOW GLOBAL VARIABLES") || strings.HasPrefix(upper, "SHOW VARIABLES"):
+	case strings.HasPrefix(upper, "SHOW GLOBAL VARIABLES") || strings.HasPrefix(upper, "SHOW VARIABLES") ||
+		strings.HasPrefix(upper, "SHOW SESSION VARIABLES"):
 		return p.showVariables(flat, upper)
-	case strings.HasPrefix(upper, "SELECT @@"):
-		return p.selectVariables(flat)
+	case strings.HasPrefix(upper, "SHOW GLOBAL STATUS") || strings.HasPrefix(upper, "SHOW STATUS") ||
+		strings.HasPrefix(upper, "SHOW SESSION STATUS"):
+		return showNamed(flat, upper, map[string]string{"Ssl_version": "", "Ssl_cipher": "", // no TLS
+			"Uptime": strconv.FormatInt(int64(time.Since(p.started).Seconds()), 10)})
 	case upper == "SELECT CURRENT_ROLE()":
 		return resultset([]string{"CURRENT_ROLE()"}, [][]any{{p.activeRoles()}})
-	case upper == "SELECT VERSION()":
-		return resultset([]string{"VERSION()"}, [][]any{{p.opts.Version}})
+	case strings.HasPrefix(upper, "SELECT ") && !strings.Contains(upper, " FROM "):
+		return p.selectList(h, flat[len("SELECT "):])
+	case upper == "SHOW DATABASES":
+		dbs := map[string]bool{"information_schema": true, "mysql": true, "performance_schema": true, "sys": true}
+		for _, t := range p.tables {
+			dbs[t.DB] = true
+		}
+		var rows [][]any
+		for _, db := range slices.Sorted(maps.Keys(dbs)) {
+			rows = append(rows, []any{db})
+		}
+		return resultset([]string{"Database"}, rows)
+	case upper == "SHOW WARNINGS":
+		return resultset([]string{"Level", "Code", "Message"}, nil)
 	case strings.HasPrefix(upper, "SHOW GRANTS"):
 		return p.showGrants(flat)
 	case (upper == "SHOW BINARY LOGS" || upper == "SHOW MASTER LOGS") && !p.allowed("REPLICATION CLIENT", "", "") &&
@@ -186,56 +237,52 @@ func (p *Primary) query(h *handler, q string) (*mysql.Result, error) {
 	return nil, mysql.NewError(mysql.ER_UNKNOWN_ERROR, "mysqlsource: statement not modelled by the MySQL double: "+flat)
 }
 
+// showVariables answers SHOW [GLOBAL|SESSION] VARIABLES [LIKE 'pattern' |
+// WHERE Variable_name = 'name' | WHERE Variable_name IN (...)].
 func (p *Primary) showVariables(flat, upper string) (*mysql.Result, error) {
 	vars := p.variables()
-	global := strings.HasPrefix(upper, "SHOW GLOBAL")
-	var names []string
-	switch {
-	case strings.Contains(upper, " LIKE "), strings.Contains(upper, " IN "):
-		for _, m := range reQuoted.FindAllStringSubmatch(flat, -1) {
-			names = append(names, strings.ToLower(unquote(m[1])))
-		}
-	default:
-		for k := range vars {
-			names = append(names, k)
+	if !strings.HasPrefix(upper, "SHOW GLOBAL") {
+		for n := range vars {
+			if strings.HasPrefix(n, "rpl_semi_sync") {
+				delete(vars, n)
+			}
 		}
 	}
-	sort.Strings(names)
-	var rows [][]any
-	for _, n := range names {
-		v, ok := vars[n]
-		if !ok || (!global && strings.HasPrefix(n, "rpl_semi_sync")) {
-			continue
-		}
+	for n, v := range vars {
 		// performance_schema.global_variables: VARIABLE_VALUE is
 		// varchar(1024); longer values are cut.
 		if len(v) > 1024 {
-			v = v[:1024]
+			vars[n] = v[:1024]
 		}
-		rows = append(rows, []any{n, v})
 	}
-	return resultset([]string{"Variable_name", "Value"}, rows)
+	return showNamed(flat, upper, vars)
 }
 
-func (p *Primary) selectVariables(flat string) (*mysql.Result, error) {
-	vars := p.variables()
-	var names []string
-	var row []any
-	for _, field := range strings.Split(flat[len("SELECT "):], ",") {
-		field = strings.TrimSpace(field)
-		m := reSysVar.FindStringSubmatch(field)
-		if m == nil || m[0] != field {
-			p.unknown = append(p.unknown, flat)
-			return nil, mysql.NewError(mysql.ER_UNKNOWN_ERROR, "mysqlsource: select not modelled: "+flat)
-		}
-		v, ok := vars[strings.ToLower(m[2])]
-		if !ok {
-			return nil, mysql.NewError(mysql.ER_UNKNOWN_SYSTEM_VARIABLE, fmt.Sprintf("Unknown system variable '%s'", m[2]))
-		}
-		names = append(names, field)
-		row = append(row, v)
+// showNamed answers a SHOW of name/value pairs (variables, status) with
+// its filter, LIKE 'pattern' (% and _ wildcards) or WHERE ... = / IN
+// (...), names compared without regard to case, in name order.
+func showNamed(flat, upper string, vals map[string]string) (*mysql.Result, error) {
+	var quoted []string
+	for _, m := range reQuoted.FindAllStringSubmatch(flat, -1) {
+		quoted = append(quoted, unquote(m[1]))
 	}
-	return resultset(names, [][]any{row})
+	match := func(string) bool { return true }
+	switch {
+	case strings.Contains(upper, " LIKE ") && len(quoted) == 1:
+		re := regexp.MustCompile("(?is)^" + strings.NewReplacer("%", ".*", "_", ".").Replace(regexp.QuoteMeta(quoted[0])) + "$")
+		match = re.MatchString
+	case strings.Contains(upper, " WHERE "):
+		match = func(n string) bool {
+			return slices.ContainsFunc(quoted, func(q string) bool { return strings.EqualFold(q, n) })
+		}
+	}
+	var rows [][]any
+	for _, n := range slices.Sorted(maps.Keys(vals)) {
+		if match(n) {
+			rows = append(rows, []any{n, vals[n]})
+		}
+	}
+	return resultset([]string{"Variable_name", "Value"}, rows)
 }
 
 // showGrants: SHOW GRANTS lists the account's own grants and the roles

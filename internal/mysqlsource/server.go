@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,6 +125,9 @@ type handler struct {
 	serverID  uint32
 	// replicaUUID is the @replica_uuid (@slave_uuid) the client set.
 	replicaUUID string
+	// vars are the session's user variables (session.go): name in lower
+	// case to value, nil for NULL.
+	vars map[string]*string
 	// kicked carries the error that ends this dump: a newer replica
 	// registered with the same identity.
 	kicked chan error
@@ -281,8 +285,27 @@ func (h *handler) feed(skip *Set, file string) {
 		data = append(append(data, mysql.OK_HEADER), ev...)
 		return h.conn.WritePacket(data) == nil
 	}
-	fake := p.w.fakeRotate(file)
-	if !send(fake) {
+	// The replica's checksum declaration (rpl_binlog_sender.cc,
+	// init_checksum_alg): the fake rotate, sent before any format
+	// description, carries a CRC32 only when the replica declared CRC32;
+	// the binlog's events go as the binlog holds them, which a replica
+	// that declared nothing cannot read when they carry checksums.
+	alg := h.replicaChecksum()
+	if !send(newWriter(p.opts.Version, p.opts.ServerID, alg == "CRC32").fakeRotate(file)) {
+		return
+	}
+	if alg == "" && p.w.checksum {
+		p.mu.Lock()
+		end := uint32(4)
+		for _, f := range p.files {
+			if f.name == file && len(f.events) > 0 {
+				end = f.events[0].pos + uint32(len(f.events[0].data))
+			}
+		}
+		p.mu.Unlock()
+		h.kick(mysql.NewError(mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG, fmt.Sprintf(
+			"Replica can not handle replication events with the checksum that source is configured to log; the first event '' "+
+				"at 4, the last event read from './%s' at %d, the last byte read from './%s' at %d.", file, end, file, end)))
 		return
 	}
 	idx := 0
@@ -346,8 +369,26 @@ func (h *handler) feed(skip *Set, file string) {
 	}
 }
 
+// replicaChecksum is the checksum algorithm the replica declared for its
+// dump, as MySQL reads it: @source_binlog_checksum, else
+// @master_binlog_checksum, CRC32 or NONE; "" when it declared none (or a
+// value MySQL does not know).
+func (h *handler) replicaChecksum() string {
+	v := h.userVar("source_binlog_checksum", "master_binlog_checksum")
+	if v == nil {
+		return ""
+	}
+	switch strings.ToUpper(*v) {
+	case "CRC32":
+		return "CRC32"
+	case "NONE":
+		return "NONE"
+	}
+	return ""
+}
+
 // fakeRotate is the artificial rotate a dump starts with: timestamp and
-// end position 0, flag LOG_EVENT_ARTIFICIAL_F.
+// end position 0, flag LOG_EVENT_ARTIFICIAL_F; with w's checksum.
 func (w *writer) fakeRotate(file string) event {
 	return w.stamp(event(vtmysql.NewFakeRotateEvent(w.f, w.s, file).Bytes()), 0, 0)
 }

@@ -15,22 +15,24 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
-// checkKafka checks the cluster and returns the committed checkpoint, if any.
-func checkKafka(ctx context.Context, cfg config.Config, k clients.Kafka, c collector) *checkpoint.Checkpoint {
+// checkKafka checks the cluster and returns what it learned of the
+// checkpoint.
+func checkKafka(ctx context.Context, cfg config.Config, k clients.Kafka, c collector) checked {
 	cl, err := kgo.NewClient(k.Admin()...)
 	if err != nil {
 		c.add("connect", Fail, err.Error(), "check kafka.brokers")
-		return nil
+		return checked{}
 	}
 	defer cl.Close()
 	pctx, cancel := context.WithTimeout(ctx, cfg.Kafka.RequestTimeout)
 	defer cancel()
 	if err := cl.Ping(pctx); err != nil {
 		c.add("connect", Fail, fmt.Sprintf("%v: %v", cfg.Kafka.Brokers, err), "check kafka.brokers and that the cluster runs")
-		return nil
+		return checked{}
 	}
 	c.add("connect", Pass, strings.Join(cfg.Kafka.Brokers, ","), "")
 	adm := kadm.NewClient(cl)
@@ -55,24 +57,54 @@ func checkKafka(ctx context.Context, cfg config.Config, k clients.Kafka, c colle
 	default:
 		c.add("transactions", Fail, "the brokers do not support transactions", "upgrade the brokers or set kafka.delivery: at-least-once")
 	}
-	var cp *checkpoint.Checkpoint
 	topics, err := adm.ListTopics(pctx)
 	if err != nil {
 		c.add("topics", Fail, err.Error(), "")
-		return nil
+		return checked{}
 	}
+	// The checkpoint judged as `run` judges it (ha.LoadJudged): a pipeline
+	// that had one and finds none is a lost checkpoint, not a first start.
+	loaded, j, loadErr := ha.LoadJudged(pctx, cfg, k, k.CheckpointStore())
+	lost := loadErr == nil && j.Verdict == checkpoint.Lost
 	if d, ok := topics[cfg.Kafka.CheckpointTopic]; !ok {
-		c.add("checkpoint topic", Pass, cfg.Kafka.CheckpointTopic+" does not exist yet: the relay creates it compacted with 1 partition", "")
+		if lost {
+			c.add("checkpoint topic", Fail, cfg.Kafka.CheckpointTopic+" does not exist, and the pipeline had checkpoints in it: see the item committed checkpoint", lostFix)
+		} else {
+			c.add("checkpoint topic", Pass, cfg.Kafka.CheckpointTopic+" does not exist yet: the relay creates it compacted with 1 partition", "")
+		}
 	} else {
 		checkCheckpointTopic(pctx, adm, cfg, d, c)
-		cp, err = k.CheckpointStore().Load(pctx, cfg.Name)
-		if err != nil {
-			c.add("checkpoint", Fail, err.Error(), "")
-		}
+	}
+	res := checked{cp: loaded.Checkpoint, judged: j}
+	switch {
+	case loadErr != nil:
+		c.add(committedItem, Fail, loadErr.Error(), "")
+		res.judged = checkpoint.Judgement{}
+	case lost:
+		c.items.fail(committedItem, j.Say, lostFix, j.Err, c.target)
+	case j.Verdict == checkpoint.Present:
+		c.add(committedItem, Pass, fmt.Sprintf("%s at %s", j.Say, loaded.Checkpoint.GTIDSet), "")
+	default:
+		c.add(committedItem, Pass, j.Say, "")
 	}
 	checkTargetTopics(pctx, adm, cfg, topics, c)
 	checkACLs(pctx, cl, cfg, topics, c)
-	return cp
+	return res
+}
+
+// committedItem names kafka's item of the committed checkpoint (each host
+// has its own item "checkpoint": its binlogs after it).
+const committedItem = "committed checkpoint"
+
+// lostFix is the way out of a lost checkpoint (checkpoint.ErrLost).
+const lostFix = "restore the position with `outbox-relay checkpoint set --config FILE --gtid SET` (the GTID set the pipeline had published: " +
+	"its consumers' newest records tell), or start at source.start on purpose with `outbox-relay checkpoint reset --config FILE --yes`"
+
+// checked is what the Kafka half learned of the checkpoint: the committed
+// one (nil when none), and the judgement of its absence.
+type checked struct {
+	cp     *checkpoint.Checkpoint
+	judged checkpoint.Judgement
 }
 
 func checkCheckpointTopic(ctx context.Context, adm *kadm.Client, cfg config.Config, d kadm.TopicDetail, c collector) {

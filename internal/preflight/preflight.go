@@ -41,6 +41,9 @@ type Item struct {
 	Status Status `json:"status"`
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
+	// err is what `check` exits with for this item (a lost checkpoint:
+	// checkpoint.ErrLost, as `run` refuses); nil for the others.
+	err error
 }
 
 // Report is the list of items.
@@ -56,6 +59,23 @@ func (r Report) OK() bool {
 		}
 	}
 	return true
+}
+
+// Err is the error of the first item that carries one of its own: the
+// lost checkpoint (checkpoint.ErrLost) that `run` refuses to start on;
+// nil when none does.
+func (r Report) Err() error {
+	for _, it := range r {
+		if it.err != nil {
+			return it.err
+		}
+	}
+	return nil
+}
+
+// fail adds a failed item that carries err (see Report.Err).
+func (r *Report) fail(name, detail, fix string, err error, target string) {
+	*r = append(*r, Item{Target: target, Name: name, Status: Fail, Detail: detail, Fix: fix, err: err})
 }
 
 // hostTarget prefixes the Target of a source host's items.
@@ -107,12 +127,13 @@ func RunTo(ctx context.Context, cfg config.Config, progress io.Writer) Report {
 	for _, w := range cfg.TransportWarnings() {
 		collector{w.Target, &r}.add("transport", Warn, w.Detail, w.Fix)
 	}
-	cp := checkKafka(ctx, cfg, k, collector{"kafka", &r})
+	kc := checkKafka(ctx, cfg, k, collector{"kafka", &r})
+	cp := kc.cp
 	hosts := make([]hostResult, len(cfg.Source.Hosts))
 	for i, addr := range cfg.Source.Hosts {
 		say("checking source host %s (connect and login within %s, each query within %s)", addr,
 			cfg.Source.ConnectTimeout, cfg.Source.QueryTimeout)
-		hosts[i] = checkSource(ctx, cfg, src, addr, cp, collector{hostTarget + addr, &r})
+		hosts[i] = checkSource(ctx, cfg, src, addr, kc, collector{hostTarget + addr, &r})
 	}
 	if cp != nil {
 		markErrant(r, hosts, cp.GTIDSet)
@@ -205,7 +226,8 @@ func summarize(r *Report, hosts []hostResult) {
 	}
 }
 
-func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr string, cp *checkpoint.Checkpoint, c collector) hostResult {
+func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr string, kc checked, c collector) hostResult {
+	cp := kc.cp
 	res := hostResult{addr: addr, position: -1}
 	conn, err := binlog.Connect(ctx, src, addr)
 	if err != nil {
@@ -263,8 +285,12 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 			checkPosition(srv, cp, &res, c)
 			checkStream(ctx, src, srv, cp, res, c)
 		}
+	case kc.judged.Verdict == checkpoint.Lost:
+		c.add("checkpoint", Warn, "no checkpoint to compare with: it is lost (see kafka's item committed checkpoint)", "")
+	case kc.judged.Starts():
+		c.add("checkpoint", Pass, "no checkpoint: the relay starts at source.start ("+cfg.Source.Start+")", "")
 	default:
-		c.add("checkpoint", Pass, "no checkpoint yet: the relay starts at source.start ("+cfg.Source.Start+")", "")
+		c.add("checkpoint", Warn, "no checkpoint to compare with: kafka's item committed checkpoint says why", "")
 	}
 	return res
 }
@@ -483,7 +509,7 @@ func checkTables(conn *client.Conn, cfg config.Config, c collector) {
 		}
 		var missing []string
 		for _, col := range want {
-			if !slices.Contains(cols, col) {
+			if !slices.ContainsFunc(cols, func(c string) bool { return strings.EqualFold(c, col) }) { // as the server compares column names
 				missing = append(missing, col)
 			}
 		}

@@ -48,6 +48,7 @@ func TestExitCode(t *testing.T) {
 		{wrap(binlog.ErrAccessDenied), ExitConfig},
 		{wrap(source.ErrServerConfig), ExitConfig},
 		{wrap(binlog.ErrNoColumnNames), ExitConfig},
+		{wrap(binlog.ErrPartialRowImage), ExitConfig},
 		{wrap(binlog.ErrBadPosition), ExitConfig},
 		{wrap(binlog.ErrDuplicateServerID), ExitConfig},
 		{wrap(binlog.ErrPacketTooLarge), ExitConfig},

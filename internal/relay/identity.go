@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -11,27 +10,11 @@ import (
 )
 
 // A pipeline's identity: what tells "never had a checkpoint" (start at
-// source.start) from "the checkpoint is gone" (stop: an operator decides),
-// and what it captures (source.tables and the router's topic mapping),
-// which every instance of one name and its checkpoint must agree on.
-//
-// "Had a checkpoint" is known three ways:
-//   - in the process: the checkpoint an attempt loaded or committed
-//     (Relay.had), so a later attempt of the same process that finds none
-//     stops;
-//   - across restarts: the lock group's record (claim, internal/ha/membership.go) also
-//     holds the id of the checkpoint topic the pipeline's checkpoints are in,
-//     written once an attempt has a checkpoint; a topic with another id (it
-//     was deleted and created again) or one whose log start offset is past
-//     0 (records deleted) without a record of the name stops the relay;
-//   - an operator's word: a tombstone, the newest record of the name
-//     (`checkpoint reset`), starts at source.start whatever the rest says.
-
-// known is the checkpoint this process last loaded or committed.
-type known struct {
-	topicID string // checkpoint.IDString of the checkpoint topic then
-	gtid    string
-}
+// source.start) from "the checkpoint is gone" (stop: an operator decides)
+// is checkpoint.Judge, the rule every command that reads the checkpoint
+// shares; the relay gives it what only it knows: the checkpoint this process
+// last loaded or committed (Relay.had) and the lock group's record of the
+// checkpoint topic's id (read when the term began).
 
 // noteCheckpoint records that cp is committed (the loop, after each commit).
 func (r *Relay) noteCheckpoint(cp *checkpoint.Checkpoint, topicID string) {
@@ -39,11 +22,11 @@ func (r *Relay) noteCheckpoint(cp *checkpoint.Checkpoint, topicID string) {
 		return
 	}
 	if r.had == nil {
-		r.had = &known{}
+		r.had = &checkpoint.Had{}
 	}
-	r.had.gtid = cp.GTIDSet
+	r.had.GTIDSet = cp.GTIDSet
 	if topicID != "" {
-		r.had.topicID = topicID
+		r.had.TopicID = topicID
 	}
 }
 
@@ -74,63 +57,30 @@ func (r *Relay) loadCheckpoint(ctx context.Context, adm *kadm.Client) (cp *check
 }
 
 // judgeMissing decides, when the checkpoint topic holds no checkpoint of
-// the pipeline, whether it starts at source.start: nil on a first start or
-// after an operator's reset; a checkpoint.ErrLost error when it has had a
-// checkpoint that is gone.
+// the pipeline, whether it starts at source.start (checkpoint.Judge): nil on
+// a first start or after an operator's reset, said in the log; a
+// checkpoint.ErrLost error when it has had a checkpoint that is gone.
 func (r *Relay) judgeMissing(st checkpoint.TopicState, loaded checkpoint.Loaded) error {
-	topic, id := r.cfg.Kafka.CheckpointTopic, checkpoint.IDString(st.ID)
-	if by := loaded.ResetBy; by != nil {
+	j := checkpoint.Judge(checkpoint.Evidence{Name: r.cfg.Name, Topic: r.cfg.Kafka.CheckpointTopic, Start: r.cfg.Source.Start,
+		Group: clients.GroupID(r.cfg.Name), State: st, Loaded: loaded, Recorded: r.recordedTopicID(), Had: r.had})
+	topic := r.cfg.Kafka.CheckpointTopic
+	switch j.Verdict {
+	case checkpoint.ResetByOperator:
 		// The operator's explicit way back to source.start: said loudly,
 		// once per start from it (the initial checkpoint replaces the marker).
+		by := loaded.ResetBy
 		r.log.Warn().Str("reset_by", by.User).Time("reset_at", by.Time).Str("reset_from", by.From).
 			Str("start", r.cfg.Source.Start).Msg("checkpoint reset by the operator (outbox-relay checkpoint reset): starting at source.start")
 		r.had = nil
-		return nil
-	}
-	if loaded.Reset {
+	case checkpoint.ResetByTombstone:
 		r.log.Warn().Str("topic", topic).Str("start", r.cfg.Source.Start).
 			Msg("checkpoint reset by a tombstone (an older build's checkpoint reset): starting at source.start")
 		r.had = nil
-		return nil
+	case checkpoint.TombstoneCompacted:
+		r.log.Warn().Str("topic", topic).Str("start", r.cfg.Source.Start).
+			Msg("no checkpoint of this pipeline, which had one, in the same checkpoint topic: it was reset with a tombstone and compaction removed it; starting at source.start")
 	}
-	if r.had != nil {
-		why := "the checkpoint topic was deleted and created again, or the records deleted"
-		switch {
-		case r.had.topicID != "" && id != "" && r.had.topicID != id:
-			why = fmt.Sprintf("the checkpoint topic was deleted and created again (topic id %s, was %s)", id, r.had.topicID)
-		case st.LogStart > 0:
-			why = fmt.Sprintf("the checkpoint topic's records were deleted (log start offset %d)", st.LogStart)
-		}
-		return r.lost(why, fmt.Sprintf("with SET '%s', the last checkpoint this process committed, it resumes exactly there", r.had.gtid))
-	}
-	rec := r.recordedTopicID()
-	switch {
-	case rec == "":
-		return nil // a first start (or a lock group that forgot: docs/operations.md)
-	case id != "" && rec != id:
-		return r.lost(fmt.Sprintf("the checkpoint topic was deleted and created again (topic id %s; the lock group %s recorded the pipeline's checkpoints in topic id %s)",
-			id, clients.GroupID(r.cfg.Name), rec), "")
-	case st.LogStart > 0:
-		return r.lost(fmt.Sprintf("the checkpoint topic's records were deleted (log start offset %d)", st.LogStart), "")
-	}
-	// The same topic, nothing deleted: only compaction removes the newest
-	// record of a name, and only a tombstone (an older build's checkpoint
-	// reset, a day or more ago: delete.retention.ms); compaction keeps a
-	// reset marker.
-	r.log.Warn().Str("topic", topic).Str("start", r.cfg.Source.Start).
-		Msg("no checkpoint of this pipeline, which had one, in the same checkpoint topic: it was reset with a tombstone and compaction removed it; starting at source.start")
-	return nil
-}
-
-// lost is the stop of a pipeline whose checkpoint is gone.
-func (r *Relay) lost(why, restore string) error {
-	if restore == "" {
-		restore = "SET being the GTID set the pipeline had published (its consumers' newest records tell; an earlier one publishes again what came after it)"
-	}
-	return fmt.Errorf("%w: pipeline %s has had a checkpoint, but %s holds none now: %s; the relay does not start over from source.start (%s) "+
-		"by itself. Restore the position with `outbox-relay checkpoint set --config FILE --gtid SET`, %s; or start at source.start on purpose "+
-		"with `outbox-relay checkpoint reset --config FILE --yes`",
-		checkpoint.ErrLost, r.cfg.Name, r.cfg.Kafka.CheckpointTopic, why, r.cfg.Source.Start, restore)
+	return j.Err
 }
 
 // recordedTopicID is the checkpoint topic id the lock group's record holds
@@ -147,7 +97,7 @@ func (r *Relay) recordedTopicID() string {
 func (r *Relay) markCheckpoint(ctx context.Context, st checkpoint.TopicState) {
 	id := checkpoint.IDString(st.ID)
 	if r.had != nil && id != "" {
-		r.had.topicID = id
+		r.had.TopicID = id
 	}
 	if r.elector == nil {
 		return

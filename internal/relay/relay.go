@@ -78,7 +78,7 @@ type Relay struct {
 	// had is the checkpoint this process last loaded or committed (nil:
 	// none yet); elector its lock group membership (nil in tests that
 	// run attempts alone): identity.go. Owned by the goroutine of Run.
-	had     *known
+	had     *checkpoint.Had
 	elector *ha.Elector
 	// spans are the relay's own spans (nil: off); set by Run for its
 	// duration, read by the loop (records.go) and the sinks.
@@ -491,13 +491,10 @@ func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.
 	var signs schema.Signs
 	var provisional schema.Provisional
 	switch {
-	case cp != nil && cp.Replays():
-		initial, signs = cp.XA.Schema, cp.XA.Unsigned // reading again from before a prepared XA transaction
-		provisional = cp.XA.Provisional
-	case cp != nil && cp.Schema != nil:
-		initial, signs = cp.Schema, cp.Unsigned
-		provisional = cp.Provisional
-	case cp == nil && r.cfg.Source.Start == "now":
+	case cp != nil:
+		// At cp.From(): before a prepared XA transaction when it reads again.
+		initial, signs, provisional = cp.Layout()
+	case r.cfg.Source.Start == "now":
 		cur, curSigns, err := source.CurrentColumns(ctx, r.source, srv.Addr)
 		if err != nil {
 			return nil, err
@@ -506,6 +503,7 @@ func (r *Relay) tracker(ctx context.Context, srv *binlog.Server, cp *checkpoint.
 	}
 	t := schema.New(r.cfg.Source.Tables, initial, signs)
 	t.SetProvisional(provisional)
+	t.SetNameCase(srv.Names)
 	return t, nil
 }
 

@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -186,9 +185,11 @@ func (l *loop) unknownXA(ctx context.Context, ev *binlog.Event) error {
 	if p != nil {
 		var captured []string
 		for _, t := range p.Tables {
-			db, tbl, _ := strings.Cut(t, ".")
-			if l.r.routes[tableKey{db, tbl}] != nil {
-				captured = append(captured, t)
+			for k := range l.r.routes { // the table map's names, compared as the server does
+				if l.srv.Names.Same(k.schema+"."+k.name, t) {
+					captured = append(captured, t)
+					break
+				}
 			}
 		}
 		if len(captured) == 0 {

@@ -5,11 +5,16 @@
 // the nonroot user 65532, /tmp), no shell, no package manager. It writes an
 // OCI image layout as a tarball (an OCI archive: `skopeo copy
 // oci-archive:FILE docker://REF`, or untar it and `crane push DIR REF`).
-// It is a build tool: nothing of it is linked into the relay.
+// The archive's index.json names the image by its full reference,
+// REPO:VERSION (org.opencontainers.image.ref.name and
+// io.containerd.image.name, which podman load and docker load read). With
+// -sbom it also writes the image's CycloneDX SBOM (sbom.go). It is a build
+// tool: nothing of it is linked into the relay.
 //
 //	go run ./tools/ociimage -binary linux/amd64=dist/.../outbox-relay \
 //	  -binary linux/arm64=... -version v0.1.0 -revision <commit> \
-//	  -created <RFC 3339> -source <repository URL> -out image.tar
+//	  -created <RFC 3339> -source <repository URL> -repo ghcr.io/o/r \
+//	  -out image.tar [-sbom linux/amd64=bin.cdx.json ... -sbom-out image.cdx.json]
 package main
 
 import (
@@ -56,12 +61,17 @@ func (b binaries) Set(v string) error {
 type options struct {
 	binaries                                 binaries
 	caBundle, version, revision, source, out string
-	license                                  string
+	license, repo                            string
 	created                                  time.Time
+	sboms                                    binaries // os/arch -> the binary's CycloneDX SBOM
+	sbomOut                                  string
 }
 
+// ref is the image's full reference, REPO:VERSION.
+func (o options) ref() string { return o.repo + ":" + o.version }
+
 func main() {
-	o := options{binaries: binaries{}}
+	o := options{binaries: binaries{}, sboms: binaries{}}
 	var created string
 	flag.Var(o.binaries, "binary", "os/arch=path of a static relay binary (repeat per platform)")
 	flag.StringVar(&o.caBundle, "ca-bundle", caPath, "CA certificates bundle to ship (Debian's ca-certificates)")
@@ -71,14 +81,20 @@ func main() {
 	flag.StringVar(&o.source, "source", "", "repository URL (label org.opencontainers.image.source)")
 	flag.StringVar(&o.license, "license", "Apache-2.0", "SPDX license (label org.opencontainers.image.licenses)")
 	flag.StringVar(&o.out, "out", "", "OCI archive (tarball of an OCI image layout) to write")
+	flag.StringVar(&o.repo, "repo", "", "image repository (ghcr.io/outbox-relay/outbox-relay): the archive names the image REPO:VERSION")
+	flag.Var(o.sboms, "sbom", "os/arch=path of the CycloneDX SBOM of that platform's binary (repeat per platform; with -sbom-out)")
+	flag.StringVar(&o.sbomOut, "sbom-out", "", "the image's CycloneDX SBOM to write: the binaries' SBOMs and the CA bundle")
 	flag.Parse()
 	t, err := time.Parse(time.RFC3339, created)
 	if err != nil {
 		fail(fmt.Errorf("parse -created %q: %w (want RFC 3339, e.g. git log -1 --format=%%cI)", created, err))
 	}
 	o.created = t.UTC()
-	if len(o.binaries) == 0 || o.version == "" || o.revision == "" || o.source == "" || o.out == "" {
-		fail(errors.New("build image: -binary, -version, -revision, -source and -out are required"))
+	if len(o.binaries) == 0 || o.version == "" || o.revision == "" || o.source == "" || o.out == "" || o.repo == "" {
+		fail(errors.New("build image: -binary, -version, -revision, -source, -repo and -out are required"))
+	}
+	if (o.sbomOut == "") != (len(o.sboms) == 0) {
+		fail(errors.New("build image: -sbom and -sbom-out go together"))
 	}
 	if err := build(o); err != nil {
 		fail(err)
@@ -131,10 +147,21 @@ func build(o options) error {
 		return fmt.Errorf("write OCI layout: %w", err)
 	}
 	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": o.version})); err != nil {
+		"org.opencontainers.image.ref.name": o.ref(),
+		"io.containerd.image.name":          o.ref()})); err != nil {
 		return fmt.Errorf("write OCI layout: %w", err)
 	}
-	return tarDir(dir, o.out, o.created)
+	if err := tarDir(dir, o.out, o.created); err != nil {
+		return err
+	}
+	if o.sbomOut == "" {
+		return nil
+	}
+	digest, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	return writeSBOM(o, digest, ca)
 }
 
 // platformImage is one platform's image: a single layer on an empty base.
