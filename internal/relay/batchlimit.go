@@ -27,7 +27,8 @@ import (
 // batches.
 var errAckTimeout = errclass.New(errclass.Transient, "kafka", "kafka did not acknowledge the batch within kafka.request_timeout")
 
-// batchRecovery is how long commits must stay fast before the bound doubles.
+// batchRecovery is how long commits must stay fast before the bound doubles
+// (batchLimit.recover, batch.go).
 const batchRecovery = time.Minute
 
 // batchLimit is the records bound of the next attempt's batches.
@@ -57,31 +58,6 @@ func (r *Relay) ackTimedOut(err error, last int) {
 	r.log.Warn().Int("max_records", r.cfg.Kafka.Batch.MaxRecords).Int("batch_limit", r.limit).
 		Dur("request_timeout", r.cfg.Kafka.RequestTimeout).
 		Msg("kafka did not acknowledge a batch within kafka.request_timeout: the next batches are smaller until commits are fast again (a slow broker or a producer quota: lower kafka.batch.max_records or raise kafka.request_timeout)")
-}
-
-// recoverLimit doubles the loop's records bound, up to
-// kafka.batch.max_records, once commits have been fast for batchRecovery.
-func (l *loop) recoverLimit(now time.Time) {
-	full := l.r.cfg.Kafka.Batch.MaxRecords
-	if l.maxRecords >= full {
-		return
-	}
-	since := l.limitSince
-	if l.lastSlow.After(since) {
-		since = l.lastSlow // a wait on Kafka was slow since (the committed stream says when)
-	}
-	if now.Sub(since) < batchRecovery {
-		return
-	}
-	l.setLimit(min(2*l.maxRecords, full), now)
-	l.r.limit = l.maxRecords
-	l.r.log.Info().Int("batch_limit", l.maxRecords).Int("max_records", full).Msg("kafka keeps up again: larger batches")
-}
-
-// setLimit sets the records bound of the loop's batches (and twice it the
-// records the delivery may have unacknowledged: part.bound).
-func (l *loop) setLimit(records int, now time.Time) {
-	l.maxRecords, l.limitSince = records, now
 }
 
 // sizeRefused lets one attempt that ended with a record Kafka refused for

@@ -35,8 +35,8 @@ func TestBatchLimitHalvesOnAckTimeoutAndRecovers(t *testing.T) {
 	t0 := time.Now()
 	r.cfg.Kafka.RequestTimeout = 30 * time.Second
 	d := &boundDelivery{fakeDelivery: &fakeDelivery{}}
-	l := &loop{r: r, d: d, topics: fakeTopics(), srv: &binlog.Server{}, setStr: "0-1-1", batchTopics: map[topicOutcome]int{}}
-	l.setLimit(r.batchLimit(), t0)
+	l := &loop{r: r, d: d, topics: fakeTopics(), srv: &binlog.Server{}, asm: &assembler{}, pos: position{str: "0-1-1"},
+		batch: newBatchPolicy(r.cfg.Kafka, r.batchLimit(), func() time.Time { return t0 })}
 	if err := l.startCommit(context.Background()); err != nil || d.bound != 10000 {
 		t.Fatalf("at-least-once bound %d (%v), want twice the batch bound", d.bound, err)
 	}
@@ -63,9 +63,11 @@ func TestBatchLimitHalvesOnAckTimeoutAndRecovers(t *testing.T) {
 		if st.aloSlowAt > 0 {
 			_ = l.committed(committed{slow: t0.Add(st.aloSlowAt)})
 		}
-		l.recoverLimit(t0.Add(st.at))
-		if l.maxRecords != st.want {
-			t.Fatalf("at %s: bound %d, want %d", st.at, l.maxRecords, st.want)
+		if err := l.onTick(context.Background(), t0.Add(st.at)); err != nil {
+			t.Fatal(err)
+		}
+		if l.batch.limit.max != st.want {
+			t.Fatalf("at %s: bound %d, want %d", st.at, l.batch.limit.max, st.want)
 		}
 	}
 	if err := l.startCommit(context.Background()); r.batchLimit() != 20000 || err != nil || d.bound != 40000 {

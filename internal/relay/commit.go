@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
@@ -14,9 +13,6 @@ import (
 // ends with the checkpoint of the position reached (seal); exactly-once
 // its commit runs on while the loop reads on (the seal is in flight until
 // the committed stream answers), and the next batch ends only after that.
-
-// batchOpen reports whether the batch being built holds records.
-func (l *loop) batchOpen() bool { return l.batchRecords > 0 }
 
 // commit ends the open batch (or writes a checkpoint-only batch) with the
 // current position and waits until it is committed.
@@ -35,46 +31,22 @@ func (l *loop) startCommit(ctx context.Context) error {
 	if err := l.awaitCommit(ctx); err != nil {
 		return err
 	}
-	l.wantCommit = false
+	// A batch cut by its size bound with rows already handed over behind
+	// it (catch-up): the next transaction does not wait for the
+	// coordinator to complete this one. Its first produce may meet the
+	// broker's retry back-off (about 20 ms, CONCURRENT_TRANSACTIONS) while
+	// the loop routes those rows; asking every 0.5 ms costs the broker more
+	// CPU than that wait. At the head (nothing handed over behind it) it
+	// always waits.
+	more := (l.batch.full() || l.batch.over(len(l.txn.records), l.txn.bytes)) && l.moreRows
 	now := time.Now()
-	cp := &checkpoint.Checkpoint{
-		Name:        l.r.cfg.Name,
-		GTIDSet:     l.position(),
-		Flavor:      l.srv.Flavor,
-		ServerID:    l.srv.ServerID,
-		Host:        l.srv.Addr,
-		SourceUID:   l.srv.UID,
-		Tables:      l.r.tables,
-		CommitTime:  l.lastCommitTime,
-		Time:        now.UTC(),
-		Events:      l.events + int64(l.batchRecords),
-		Schema:      l.schema,
-		Unsigned:    l.unsigned,
-		Provisional: l.provisional,
-		XA:          l.xaCheckpoint(),
-		Partitions:  l.topics.place.snapshot(),
-	}
-	if l.partial.GTID != "" {
-		p := l.partial
-		cp.Partial = &p
-	}
-	s := &seal{cp: cp, records: l.batchRecords, topics: l.batchTopics, partial: l.batchPart,
-		// A batch cut by its size bound with rows already handed over
-		// behind it (catch-up): the next transaction does not wait for
-		// the coordinator to complete this one. Its first produce may meet
-		// the broker's retry back-off (about 20 ms, CONCURRENT_TRANSACTIONS)
-		// while the loop routes those rows; asking every 0.5 ms costs the
-		// broker more CPU than that wait. At the head (nothing handed over
-		// behind it) it always waits.
-		more: (l.batchFull() || l.overBound()) && l.moreRows}
-	l.batchPart = false
-	l.batchTopics = make(map[topicOutcome]int, len(s.topics))
-	l.lastBatch = l.batchRecords
-	l.events = cp.Events
-	l.batchRecords, l.batchBytes = 0, 0
-	l.dirty = false
-	l.lastCheckpoint = now
-	inFlight, err := l.d.send(ctx, part{seal: s, bound: 2 * l.maxRecords})
+	records, topics, partial := l.batch.sealed(now)
+	cp := l.pos.checkpoint(l.r.cfg.Name, l.srv, l.r.tables, now, records, l.asm.xaCheckpoint(), l.topics.place.snapshot())
+	l.lastBatch = records
+	l.pos.events = cp.Events
+	l.pos.dirty = false
+	inFlight, err := l.d.send(ctx, part{seal: &seal{cp: cp, records: records, topics: topics, partial: partial, more: more},
+		bound: 2 * l.batch.limit.max})
 	if err != nil {
 		return err
 	}
@@ -100,11 +72,7 @@ func (l *loop) onCommitted(ctx context.Context, c committed) error {
 	if err := l.committed(c); err != nil {
 		return err
 	}
-	if !l.batchOpen() {
-		l.wantCommit = false
-		return nil
-	}
-	if l.wantCommit {
+	if l.batch.answered() {
 		return l.startCommit(ctx) // the batch holds ended transactions only
 	}
 	return nil
@@ -115,9 +83,7 @@ func (l *loop) onCommitted(ctx context.Context, c committed) error {
 // attempt.
 func (l *loop) committed(c committed) error {
 	l.sealing = false // exactly-once answers once per seal; at-least-once seals are never in flight
-	if c.slow.After(l.lastSlow) {
-		l.lastSlow = c.slow
-	}
+	l.batch.limit.slow(c.slow)
 	if c.err != nil {
 		return c.err
 	}

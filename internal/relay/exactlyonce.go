@@ -80,7 +80,9 @@ const releaseChunk = 2048
 
 // newExactlyOnce is the delivery over lanes (one or two), counted in m.
 func newExactlyOnce(lanes []*lane, m *accounting) *exactlyOnce {
-	return &exactlyOnce{lanes: lanes, timeout: lanes[0].timeout, acct: m, out: make(chan committed)}
+	// One answer per seal, one seal in flight: the lane goroutine never
+	// waits for the pipeline to take it.
+	return &exactlyOnce{lanes: lanes, timeout: lanes[0].timeout, acct: m, out: make(chan committed, 1)}
 }
 
 func (d *exactlyOnce) committed() <-chan committed { return d.out }
@@ -258,7 +260,8 @@ func (d *exactlyOnce) produceHeld() error {
 
 // answer sends c on the committed stream. The pipeline reads the answer
 // to every seal it made (it waits for the seal in flight before it
-// returns, whatever ended it), so the send never outlives it.
+// returns, whatever ended it), and the stream holds one: the send never
+// waits.
 func (d *exactlyOnce) answer(c committed) { d.out <- c }
 
 func (d *exactlyOnce) index(ln *lane) int {

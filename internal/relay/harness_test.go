@@ -199,7 +199,7 @@ func (h *harness) startWith(ls *ha.Lease, alo bool) *attempt {
 		fail("new loop", err)
 	}
 	l.lease = ls
-	l.schema = tracker.Tables()
+	l.pos.schema = tracker.Tables()
 	if a.cp == nil {
 		if err := l.commit(ctx); err != nil {
 			fail("initial checkpoint", err)

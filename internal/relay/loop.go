@@ -7,16 +7,20 @@ import (
 	"math"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
-	"github.com/outbox-relay/outbox-relay/schema"
 )
+
+// The loop is the pipeline of one attempt, on one goroutine: the reader's
+// events go one way through it, and out to the delivery.
+//
+//	events --> assemble (assemble.go, xa.go) --> route (records.go, recordcheck.go; catalog.go)
+//	       --> the transaction's records (pending.go) --> the batch (batch.go) --> delivery (delivery.go)
+//
+// The only ways back are the delivery's committed stream (metrics and the
+// pipeline's identity: written) and its back-pressure on send.
 
 // loop is the state of one attempt, owned by the goroutine in run.
 type loop struct {
@@ -26,117 +30,46 @@ type loop struct {
 	// attempt knows of the topics written to (catalog.go).
 	d      delivery
 	topics *catalog
-	// txnLimit is how long a batch may stay open before its Kafka
-	// transaction nears the broker's timeout (exactly-once:
-	// kafka.transaction_timeout; 0: no bound).
-	txnLimit time.Duration
 	// lease is the term the attempt runs under (nil without an election):
 	// once it is lost the loop stops at once and commits nothing.
 	lease *ha.Lease
 
-	// set covers every source transaction fully handed to the delivery.
-	set    mysql.GTIDSet
-	setStr string // set rendered, or "" when it changed since: use position()
-	// partial: rows of one source transaction already published (committed,
-	// or produced into the open batch). Loaded from the checkpoint, it makes
-	// a restart skip exactly those rows. GTID "" when there is none.
-	partial  checkpoint.Partial
-	schema   schema.Tables // captured tables' layout at set
-	unsigned schema.Signs  // and their signedness
-	// provisional: the tables of schema whose layout awaits its check
-	// against a table map (schema.Provisional).
-	provisional schema.Provisional
-	curGTID     string // transaction whose rows are being read; "" between transactions
-	curRows     int64  // routed rows of curGTID seen so far
-	// curDeleted counts rows of curGTID deleted from outbox tables, taken as
-	// the delete-after-insert pattern while they do not outnumber curRows.
-	curDeleted int64
-
-	// maxRecords bounds a batch's records: kafka.batch.max_records, less
-	// after Kafka was slow to acknowledge (batchlimit.go); lastBatch: the
-	// records of the batch committed last; lastSlow: when a commit last took
-	// a quarter of kafka.request_timeout; limitSince: when maxRecords last
-	// changed.
-	maxRecords, lastBatch int
+	asm   *assembler  // the source transactions read (assemble.go)
+	pos   position    // how far they are handed over (position.go)
+	txn   pendingTxn  // the records of the transaction being read (pending.go)
+	batch batchPolicy // the open batch and when it ends (batch.go)
+	// lastBatch: the records of the batch sealed last (batchlimit.go).
+	lastBatch int
 	// moreRows: rows the reader has already handed over follow the event
 	// being handled (later in its hand-off, or a hand-off waiting): a batch
 	// cut by its size bound then commits without the settle wait.
-	moreRows             bool
-	lastSlow, limitSince time.Time
-
-	batchRecords int
-	batchBytes   int
-	batchStart   time.Time
-	batchTopics  map[topicOutcome]int
-
-	// pending: the records of the source transaction being read (curGTID),
-	// kept apart until it ends; only then do they join the batch (produced,
-	// or held behind a commit in flight). A stop inside the transaction, or
-	// SIGTERM, drops them and commits the transactions that ended before
-	// it; a transaction larger than the batch joins it in parts (the
-	// checkpoint's partial). pendingRows: curRows at the last of them;
-	// pendingBytes: their key and value bytes.
-	pending      []pendingRecord
-	pendingRows  int64
-	pendingBytes int
-	// batchPart: the batch holds a part of a split transaction (the next
-	// commit is a partial one).
-	batchPart bool
-	// quietDue: the batch is due once the reader stays quiet for
-	// catchUpQuiet (catch-up: it caught up with the reader, not the source).
-	quietDue bool
-
-	dirty          bool // position moved since the last checkpoint
-	lastCommitTime time.Time
-	lastCheckpoint time.Time
-	lastProgress   time.Time // progress log
-	progressEvents int64
-	events         int64 // cumulative published records, carried in checkpoints
-	topicCounters  map[topicOutcome]prometheus.Counter
-
+	moreRows bool
 	// sealing: the last seal is in flight (commit.go): the next batch ends
-	// only once the committed stream has answered for it. wantCommit: the
-	// batch is due as soon as it has (the reader caught up meanwhile).
-	sealing    bool
-	wantCommit bool
+	// only once the committed stream has answered for it.
+	sealing bool
+	prog    progress
+}
 
-	xa xaState // XA transactions read and not yet ended
-	// done is, while the loop reads again from before a prepared XA
-	// transaction, the position published before the restart: nothing it
-	// covers is published again. nil otherwise.
-	done     mysql.GTIDSet
-	doneGTID string // the GTID replaying last looked up, and its answer
-	doneHit  bool
+// progress is what the progress line last said.
+type progress struct {
+	at     time.Time
+	events int64 // published as of then
 }
 
 func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from string, d delivery, topics *catalog) (*loop, error) {
-	set, err := binlog.ParseSet(srv.Flavor, from)
+	pos, err := newPosition(srv.Flavor, from, cp)
 	if err != nil {
-		return nil, fmt.Errorf("start position: %w", err)
+		return nil, err
 	}
-	now := time.Now()
-	l := &loop{r: r, srv: srv, d: d, topics: topics, set: set, setStr: from, batchTopics: map[topicOutcome]int{},
-		lastCheckpoint: now, lastProgress: now}
-	if r.cfg.Kafka.Delivery == config.ExactlyOnce {
-		l.txnLimit = r.cfg.Kafka.TransactionTimeout
+	asm, err := newAssembler(r.routes, srv.Flavor, cp, r.metrics, r.log)
+	if err != nil {
+		return nil, err
 	}
-	l.setLimit(r.batchLimit(), now)
-	if cp != nil {
-		if cp.Partial != nil {
-			l.partial = *cp.Partial
-		}
-		l.events = cp.Events
-		l.lastCommitTime = cp.CommitTime
-	}
+	l := &loop{r: r, srv: srv, d: d, topics: topics, asm: asm, pos: pos,
+		batch: newBatchPolicy(r.cfg.Kafka, r.batchLimit(), time.Now)}
 	// The progress line counts what this attempt publishes, not the
 	// pipeline's total the checkpoint carries.
-	l.progressEvents = l.events
-	l.loadXA(cp)
-	if cp != nil && cp.Replays() {
-		if l.done, err = binlog.ParseSet(srv.Flavor, cp.GTIDSet); err != nil {
-			return nil, fmt.Errorf("checkpoint position: %w", err)
-		}
-	}
+	l.prog = progress{at: time.Now(), events: pos.events}
 	return l, nil
 }
 
@@ -184,7 +117,7 @@ func (l *loop) consume(ctx, fail context.Context, events <-chan []binlog.Event, 
 	// of a long source transaction at half of it, well before the whole.
 	tick := time.NewTicker(min(cfg.Batch.MaxWait, cfg.CheckpointInterval, cfg.TransactionTimeout/4, time.Second))
 	defer tick.Stop()
-	quiet := time.NewTimer(time.Hour) // armed by quietDue
+	quiet := time.NewTimer(time.Hour) // armed when the batch waits for a quiet reader
 	quiet.Stop()
 	defer quiet.Stop()
 	ls := l.lease
@@ -228,7 +161,7 @@ func (l *loop) consume(ctx, fail context.Context, events <-chan []binlog.Event, 
 			}
 			return fmt.Errorf("%w: %w", errSourceStream, err)
 		case batch := <-events:
-			l.quietDue = false // the reader was not quiet
+			l.batch.quiet = false // the reader was not quiet
 			last := lastRows(batch)
 			for i := range batch {
 				l.moreRows = i < last || len(events) > 0
@@ -236,12 +169,17 @@ func (l *loop) consume(ctx, fail context.Context, events <-chan []binlog.Event, 
 					return l.stop(err)
 				}
 			}
-			if l.quietDue {
+			if l.batch.quiet {
 				quiet.Reset(cmp.Or(l.r.quiet, catchUpQuiet))
 			}
 		case <-quiet.C:
-			if err := l.onQuiet(work); err != nil {
-				return l.stop(err)
+			// The reader handed over nothing for the quiet window since the
+			// batch became due in catch-up: commit it (or as soon as the
+			// one in flight ends).
+			if l.batch.quietOver() {
+				if err := l.commitDue(work); err != nil {
+					return l.stop(err)
+				}
 			}
 		case c := <-l.d.committed():
 			if err := l.onCommitted(work, c); err != nil {
@@ -264,10 +202,10 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 	switch ev.Kind {
 	case binlog.KindRows:
 		if ev.XID != "" {
-			l.holdXA(ev) // published at its XA COMMIT
+			l.asm.holdXA(ev) // published at its XA COMMIT
 			return nil
 		}
-		if l.replaying(ev.GTID) {
+		if l.asm.replaying(ev.GTID) {
 			return nil
 		}
 		return l.rows(ctx, ev)
@@ -280,20 +218,20 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 	case binlog.KindHeartbeat:
 		l.r.metrics.SourceAtHead() // everything the server had is handled
 		// The reader is at the server's head: a batch waiting for a quiet
-		// reader (catch-up; a hand-off clears quietDue) is due now, not at
+		// reader (catch-up; a hand-off clears it) is due now, not at
 		// max_wait.
-		l.quietDue = false
+		l.batch.quiet = false
 		return l.commitDue(ctx)
 	case binlog.KindPrepare, binlog.KindRollback:
-		if len(l.pending) > 0 {
+		if n := len(l.txn.records); n > 0 {
 			// An XA group's rows are held by xid (holdXA), never pending.
 			return fmt.Errorf("%w: %d outbox rows of %s outside its XA transaction at its XA %s", binlog.ErrUnframed,
-				len(l.pending), l.curGTID, map[binlog.Kind]string{binlog.KindPrepare: "PREPARE", binlog.KindRollback: "ROLLBACK"}[ev.Kind])
+				n, l.asm.cur.gtid, map[binlog.Kind]string{binlog.KindPrepare: "PREPARE", binlog.KindRollback: "ROLLBACK"}[ev.Kind])
 		}
 		if ev.Kind == binlog.KindPrepare {
-			l.prepareXA(ev)
+			l.asm.prepareXA(ev, l.pos.at())
 		} else {
-			l.endXA(ev.XID)
+			l.asm.endXA(ev.XID)
 		}
 		l.advance(ev)
 	case binlog.KindCommit:
@@ -306,59 +244,50 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 			return err
 		}
 		l.advance(ev)
-		now := time.Now()
-		if !l.batchOpen() {
-			return nil // a checkpoint-only transaction waits for the tick
-		}
-		k := l.r.cfg.Kafka.Batch
-		if l.batchFull() || now.Sub(l.batchStart) >= k.MaxWait {
+		sealNow, due := l.batch.ended(ev.Time, caughtUp, l.sealing)
+		switch {
+		case sealNow:
 			return l.startCommit(ctx)
-		}
-		if caughtUp && !l.wantCommit && now.Sub(ev.Time) >= catchUpLag {
-			// Far behind the source: the loop caught up with the reader for a
-			// moment, not with the source. Committing at each such moment
-			// makes hundreds of small Kafka transactions (each costs the
-			// broker its markers and transaction-log writes); the batch
-			// commits once the reader stays quiet, or at its bounds.
-			l.quietDue = true
-			return nil
-		}
-		if caughtUp || l.wantCommit {
+		case due:
 			return l.commitDue(ctx)
 		}
 	}
 	return nil
 }
 
-// catchUpLag is how far behind the source (a transaction's commit time
-// against the relay's clock) the loop is catching up: a moment with nothing
-// handed over then only makes the batch due once the reader stays quiet for
-// catchUpQuiet. Nearer the source, a batch commits as soon as the reader has
-// nothing more (latency). A relay clock this far ahead of the source's only
-// costs catchUpQuiet per batch.
-const (
-	catchUpLag   = 5 * time.Second
-	catchUpQuiet = time.Millisecond
-)
-
-// onQuiet: the reader handed over nothing for catchUpQuiet since the batch
-// became due in catch-up: commit it (or as soon as the one in flight ends).
-func (l *loop) onQuiet(ctx context.Context) error {
-	if !l.quietDue {
-		return nil
+// commitXA publishes the held rows of the XA transaction ev commits (XA
+// COMMIT, or a one-phase commit) as rows of ev's transaction; one prepared
+// before the position the relay first started from is looked up
+// (unknownXA).
+func (l *loop) commitXA(ctx context.Context, ev *binlog.Event) error {
+	rows, known, err := l.asm.commitXA(ev)
+	if err != nil {
+		return err
 	}
-	l.quietDue = false
-	return l.commitDue(ctx)
+	if !known {
+		// The lookup may take minutes (the server's binlogs, page by page):
+		// what ended before this XA COMMIT (its own group) is committed
+		// first, so that no Kafka transaction stays open through it (the
+		// broker would abort it, and every attempt would look again) and a
+		// stop leaves the checkpoint just before it.
+		if err := l.commitEnded(ctx); err != nil {
+			return err
+		}
+		return l.unknownXA(ctx, ev)
+	}
+	for i := range rows {
+		if err := l.rows(ctx, &rows[i]); err != nil {
+			return err
+		}
+	}
+	l.asm.endXA(ev.XID)
+	return nil
 }
 
 // commitDue: the open batch is due; it is committed now, or as soon as the
 // one in flight ends.
 func (l *loop) commitDue(ctx context.Context) error {
-	if !l.batchOpen() {
-		return nil
-	}
-	if l.sealing {
-		l.wantCommit = true
+	if !l.batch.due(l.sealing) {
 		return nil
 	}
 	return l.startCommit(ctx)
@@ -368,48 +297,22 @@ func (l *loop) commitDue(ctx context.Context) error {
 // commit, an XA prepare or an XA rollback).
 func (l *loop) advance(ev *binlog.Event) {
 	l.r.metrics.SourceTransactions.Inc()
-	l.set, l.setStr, l.schema, l.unsigned = ev.Set, "", ev.Schema, ev.Unsigned
-	l.provisional = ev.Provisional
-	if l.partial.GTID == ev.GTID {
-		l.partial = checkpoint.Partial{}
-	}
-	l.curGTID, l.curRows, l.curDeleted = "", 0, 0
-	l.dirty = true
-	l.lastCommitTime = ev.Time
+	l.pos.advance(ev)
+	l.asm.leave()
 	l.r.metrics.SourceRead(ev.Time) // behind until the reader passes on a heartbeat
-	l.advanced(ev.Set)
+	l.asm.advanced(ev.Set)
 }
 
 func (l *loop) onTick(ctx context.Context, now time.Time) error {
-	cfg := l.r.cfg.Kafka
 	if err := l.topics.place.changedWhileRunning(); err != nil {
 		return err
 	}
 	l.progress(now)
-	l.recoverLimit(now)
-	if l.sealing {
-		return nil // bounded by the delivery's timeout; its end is handled in run
+	if l.batch.limit.recover(now) {
+		l.r.limit = l.batch.limit.max
+		l.r.log.Info().Int("batch_limit", l.batch.limit.max).Int("max_records", l.batch.limit.full).Msg("kafka keeps up again: larger batches")
 	}
-	if l.batchOpen() {
-		// A source transaction still being read may be committed in part
-		// (the checkpoint's partial says how far) when the Kafka transaction
-		// has been open for half its timeout: one outbox row, then minutes of
-		// other tables' rows, must not let the broker abort it.
-		// The batch holds ended transactions only (a part of a split one is
-		// committed as soon as it joins): max_wait holds while a
-		// transaction is being read too.
-		if age := now.Sub(l.batchStart); age >= cfg.Batch.MaxWait || l.txnLimit > 0 && age >= l.txnLimit/2 {
-			return l.commit(ctx)
-		}
-		return nil
-	}
-	if l.done != nil {
-		return nil // reading again what was published: the checkpoint stays
-	}
-	if now.Sub(l.lastCheckpoint) >= cfg.CheckpointInterval {
-		// Heartbeat: a checkpoint-only transaction, even when idle, so a
-		// restart starts near the head, the binlogs it needs are not purged,
-		// and the checkpoint's time shows the relay is alive.
+	if l.batch.tick(l.sealing, l.asm.replays()) {
 		return l.commit(ctx)
 	}
 	return nil
@@ -422,19 +325,19 @@ func (l *loop) onTick(ctx context.Context, now time.Time) error {
 // server has, however old the last commit).
 func (l *loop) progress(now time.Time) {
 	interval := l.r.cfg.Log.ProgressInterval
-	if interval <= 0 || now.Sub(l.lastProgress) < interval {
+	if interval <= 0 || now.Sub(l.prog.at) < interval {
 		return
 	}
-	n := l.events - l.progressEvents
+	n := l.pos.events - l.prog.events
 	if n > 0 {
-		el := now.Sub(l.lastProgress).Seconds()
+		el := now.Sub(l.prog.at).Seconds()
 		ev := l.r.log.Info().Int64("events", n).Float64("events_per_second", float64(n)/el)
 		if lag := l.r.metrics.LagSeconds(); !math.IsNaN(lag) {
 			ev = ev.Float64("lag_seconds", lag)
 		}
-		ev.Str("gtid_set", l.position()).Msg("progress")
+		ev.Str("gtid_set", l.pos.String()).Msg("progress")
 	}
-	l.lastProgress, l.progressEvents = now, l.events
+	l.prog = progress{at: now, events: l.pos.events}
 }
 
 // written notes a checkpoint the delivery wrote (nil: none).
@@ -456,7 +359,7 @@ func (l *loop) written(cp *checkpoint.Checkpoint) {
 func (l *loop) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.r.cfg.Kafka.RequestTimeout)
 	defer cancel()
-	l.dropPending() // the transaction being read: read again from the checkpoint
+	l.txn.drop() // the transaction being read: read again from the checkpoint
 	if err := l.commitEnded(ctx); err != nil {
 		return fmt.Errorf("write final checkpoint: %w", err)
 	}
@@ -465,7 +368,7 @@ func (l *loop) shutdown() error {
 		return fmt.Errorf("write final checkpoint: %w", err)
 	}
 	l.written(cp)
-	l.r.log.Info().Str("gtid_set", l.position()).Int64("events", l.events).Msg("final checkpoint written")
+	l.r.log.Info().Str("gtid_set", l.pos.String()).Int64("events", l.pos.events).Msg("final checkpoint written")
 	return nil
 }
 
@@ -476,16 +379,8 @@ func (l *loop) commitEnded(ctx context.Context) error {
 	if err := l.awaitCommit(ctx); err != nil {
 		return err
 	}
-	if l.batchOpen() || (l.dirty && l.done == nil) {
+	if l.batch.open() || (l.pos.dirty && !l.asm.replays()) {
 		return l.commit(ctx)
 	}
 	return nil
-}
-
-// position is set rendered in the server's notation, rendered once per change.
-func (l *loop) position() string {
-	if l.setStr == "" {
-		l.setStr = l.set.String()
-	}
-	return l.setStr
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -12,27 +11,8 @@ import (
 )
 
 // The source transaction being read: its rows routed to pending records,
-// the batch's size bounds, and the move of the pending records into the
-// batch when the transaction ends (or, split, when it alone fills a batch).
-
-// batchFull reports whether the open batch reached its size bound
-// (kafka.batch.max_records, as lowered after ack time-outs, or max_bytes).
-func (l *loop) batchFull() bool {
-	return l.batchRecords >= l.maxRecords || l.batchBytes >= l.r.cfg.Kafka.Batch.MaxBytes
-}
-
-// pendingFull reports whether the source transaction being read has, alone,
-// reached the batch's size bound: it is committed in parts.
-func (l *loop) pendingFull() bool {
-	return len(l.pending) >= l.maxRecords || l.pendingBytes >= l.r.cfg.Kafka.Batch.MaxBytes
-}
-
-// overBound reports whether the batch and the pending records together
-// reached the bound: the ended transactions are committed, and the one being
-// read stays whole (it may fit in the next batch).
-func (l *loop) overBound() bool {
-	return l.batchRecords+len(l.pending) >= l.maxRecords || l.batchBytes+l.pendingBytes >= l.r.cfg.Kafka.Batch.MaxBytes
-}
+// and the move of the pending records into the batch when the transaction
+// ends (or, split, when it alone fills a batch).
 
 // pendingRecord is a routed record of the source transaction being read.
 type pendingRecord struct {
@@ -40,14 +20,35 @@ type pendingRecord struct {
 	to  topicOutcome
 }
 
+// pendingTxn is the records of the source transaction being read, kept
+// apart until it ends; only then do they join the batch (handed to the
+// delivery). A stop inside the transaction, or SIGTERM, drops them and
+// commits the transactions that ended before it; a transaction larger
+// than the batch joins it in parts (the checkpoint's partial).
+type pendingTxn struct {
+	records []pendingRecord
+	rows    int64 // the transaction's rows read at the last of them
+	bytes   int   // their key and value bytes
+}
+
+// drop forgets the pending records: their transaction is not published in
+// this attempt (a stop inside it, or SIGTERM; the next attempt reads it
+// again from the checkpoint).
+func (p *pendingTxn) drop() {
+	clear(p.records)
+	p.records, p.bytes = p.records[:0], 0
+}
+
 // flushPending moves the pending records into the batch: the transaction
 // they belong to ended, or (split) they are a part of it that fills a batch
 // alone, committed next with a partial checkpoint.
 func (l *loop) flushPending(ctx context.Context, split bool) error {
-	if len(l.pending) == 0 {
+	p := &l.txn
+	if len(p.records) == 0 {
 		return nil
 	}
-	if split && l.partial.GTID != "" && l.partial.GTID != l.curGTID {
+	gtid := l.asm.cur.gtid
+	if partial := l.pos.partial; split && partial.GTID != "" && partial.GTID != gtid {
 		// A checkpoint holds one partial: that of another transaction, read
 		// after this one here (a host whose binlog orders independent
 		// transactions otherwise than the one the checkpoint was written
@@ -56,36 +57,22 @@ func (l *loop) flushPending(ctx context.Context, split bool) error {
 			"while the checkpoint's part of transaction %s (%d rows published) is outstanding: this host's binlog has them "+
 			"in another order than the host the checkpoint was written from; raise kafka.batch.max_records and "+
 			"max_bytes above the transaction's size, or read from that host until %s is published",
-			binlog.ErrUnframed, l.curGTID, len(l.pending), l.pendingBytes, l.partial.GTID, l.partial.Rows, l.partial.GTID)
+			binlog.ErrUnframed, gtid, len(p.records), p.bytes, partial.GTID, partial.Rows, partial.GTID)
 	}
-	if !l.batchOpen() {
-		l.batchStart = time.Now()
-	}
-	if _, err := l.d.send(ctx, part{records: l.pending, bound: 2 * l.maxRecords}); err != nil {
+	if _, err := l.d.send(ctx, part{records: p.records, bound: 2 * l.batch.limit.max}); err != nil {
 		return err
 	}
-	for i, p := range l.pending {
-		l.batchTopics[p.to]++
-		l.pending[i] = pendingRecord{}
+	for _, r := range p.records {
+		l.batch.topics[r.to]++
 	}
-	l.batchRecords += len(l.pending)
-	l.batchBytes += l.pendingBytes
-	if split || l.partial.GTID == l.curGTID {
+	l.batch.join(len(p.records), p.bytes, split)
+	if split || l.pos.partial.GTID == gtid {
 		// Else the partial belongs to another transaction, still to come
 		// (see above): the end of this one leaves it alone.
-		l.partial = checkpoint.Partial{GTID: l.curGTID, Rows: l.pendingRows}
-		l.batchPart = split
+		l.pos.partial = checkpoint.Partial{GTID: gtid, Rows: p.rows}
 	}
-	l.pending, l.pendingBytes = l.pending[:0], 0
+	p.drop()
 	return nil
-}
-
-// dropPending forgets the pending records: their transaction is not
-// published in this attempt (a stop inside it, or SIGTERM; the next attempt
-// reads it again from the checkpoint).
-func (l *loop) dropPending() {
-	clear(l.pending)
-	l.pending, l.pendingBytes = l.pending[:0], 0
 }
 
 // rows routes the INSERTed rows of a captured table into pending records
@@ -93,19 +80,17 @@ func (l *loop) dropPending() {
 // the batch is committed in parts, and the ended ones are committed before
 // a transaction that would take the batch over its bound.
 func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
-	rt := l.r.routes[tableKey{ev.Table.Schema, ev.Table.Name}]
-	if rt == nil {
-		return fmt.Errorf("rows of %s, which is not a captured table", ev.Table)
+	rt, err := l.asm.route(ev)
+	if err != nil {
+		return err
 	}
-	if l.curGTID != ev.GTID {
-		l.curGTID, l.curRows, l.curDeleted = ev.GTID, 0, 0
-	}
+	l.asm.enter(ev.GTID)
 	if ev.Op != binlog.OpInsert {
-		return l.invalidOp(rt, ev)
+		return l.asm.invalidOp(rt, ev)
 	}
+	p := &l.txn
 	for _, values := range ev.Rows {
-		l.curRows++
-		if l.partial.GTID == ev.GTID && l.curRows <= l.partial.Rows {
+		if l.asm.next(l.pos.partial) {
 			continue // published before the restart
 		}
 		row := router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time, Latin1: ev.Table.Latin1}
@@ -122,12 +107,12 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 				return err
 			}
 		}
-		if len(l.pending) > 0 && l.pendingFull() {
-			// One source transaction outgrew the batch: commit the part read so
-			// far; the checkpoint's partial says how many rows to skip. Decided
-			// at the row after the bound, not at the bound's own: a transaction
-			// that just fills a batch stays whole (a stop later in it then
-			// leaves none of its rows visible).
+		if len(p.records) > 0 && l.batch.fillsAlone(len(p.records), p.bytes) {
+			// One source transaction outgrew the batch: commit the part read
+			// so far; the checkpoint's partial says how many rows to skip.
+			// Decided at the row after the bound, not at the bound's own: a
+			// transaction that just fills a batch stays whole (a stop later
+			// in it then leaves none of its rows visible).
 			if err := l.flushPending(ctx, true); err != nil {
 				return err
 			}
@@ -135,10 +120,10 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 				return err
 			}
 		}
-		l.pending = append(l.pending, pendingRecord{rec.kafka, topicOutcome{rec.kafka.Topic, rec.outcome}})
-		l.pendingRows = l.curRows
-		l.pendingBytes += len(rec.kafka.Key) + len(rec.kafka.Value)
-		if l.overBound() && l.batchOpen() {
+		p.records = append(p.records, pendingRecord{rec.kafka, topicOutcome{rec.kafka.Topic, rec.outcome}})
+		p.rows = l.asm.cur.rows
+		p.bytes += len(rec.kafka.Key) + len(rec.kafka.Value)
+		if l.batch.open() && l.batch.over(len(p.records), p.bytes) {
 			// The ended transactions fill the batch: commit them, and keep
 			// this one whole (never a part of a transaction that fits).
 			if err := l.startCommit(ctx); err != nil {

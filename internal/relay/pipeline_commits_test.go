@@ -168,7 +168,7 @@ func newPipeline(t *testing.T, s *script, cp *checkpoint.Checkpoint, snk *fakeDe
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.schema = outboxSchema
+	l.pos.schema = outboxSchema
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pipeline{t: t, s: s, snk: snk, l: l, events: make(chan []binlog.Event), readErr: make(chan error, 1),
 		cancel: cancel, done: make(chan error, 1)}

@@ -14,9 +14,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/router"
 )
 
-// The loop's records: a row routed to a record and checked against its
-// topic (recordcheck.go), a bad row's dead letter, and the outbox rows
-// updated or deleted instead of inserted.
+// The route step: a row routed to a record and checked against its topic
+// (recordcheck.go; the topic as the catalog knows it, catalog.go), its
+// placement and its span, or a bad row's dead letter.
 
 // outgoing is a record ready to produce and what it counts as.
 type outgoing struct {
@@ -160,33 +160,4 @@ func rowBytes(row router.Row) int {
 		}
 	}
 	return n
-}
-
-// invalidOp handles UPDATE and DELETE on an outbox table. DELETEs in a
-// transaction that inserted at least as many outbox rows before them are the
-// delete-after-insert pattern (the row was published by its INSERT) and are
-// only counted.
-func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
-	n := int64(len(ev.Rows))
-	if ev.Op == binlog.OpDelete {
-		expected := min(n, l.curRows-l.curDeleted)
-		l.curDeleted += expected
-		if expected > 0 {
-			l.r.metrics.InvalidOps.WithLabelValues(rt.table, "delete_after_insert").Add(float64(expected))
-		}
-		if n -= expected; n == 0 {
-			return nil
-		}
-	}
-	l.r.metrics.InvalidOps.WithLabelValues(rt.table, ev.Op.String()).Add(float64(n))
-	msg := "outbox rows must only be inserted: skipped"
-	switch rt.invalidOp {
-	case "fatal":
-		return fmt.Errorf("%w: %s of %d rows of %s at %s (router.invalid_op fatal)", ErrInvalidOp, ev.Op, n, ev.Table, ev.GTID)
-	case "error":
-		l.r.log.Error().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
-	default:
-		l.r.log.Warn().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
-	}
-	return nil
 }

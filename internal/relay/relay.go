@@ -429,8 +429,8 @@ func (r *Relay) stream(ctx, gctx context.Context, g *errgroup.Group, a attemptSt
 		return err
 	}
 	l.lease = a.lease
-	l.schema, l.unsigned = a.tracker.Tables(), a.tracker.Unsigned()
-	l.provisional = a.tracker.Provisional()
+	l.pos.schema, l.pos.unsigned = a.tracker.Tables(), a.tracker.Unsigned()
+	l.pos.provisional = a.tracker.Provisional()
 	if cp == nil {
 		// Pin the start position first: a restart before the first batch must
 		// resume here, not at a later "now".
@@ -443,8 +443,8 @@ func (r *Relay) stream(ctx, gctx context.Context, g *errgroup.Group, a attemptSt
 	events := make(chan []binlog.Event, 2) // with the reader's batch size, bounds rows in memory
 	readErr := make(chan error, 1)         // the loop takes the reader's error from here
 	reader := binlog.NewReader(r.source, srv, a.tracker, clients.MySQLLogger(r.log))
-	if l.done != nil {
-		reader.Published(l.done)
+	if done := l.asm.replay.done; done != nil {
+		reader.Published(done)
 	}
 	// The reader's own context: a stale host (stale.go) ends the stream,
 	// never the delivery's work in hand.

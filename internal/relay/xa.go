@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
-
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
-	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // ErrUnknownXA: XA COMMIT of a transaction whose XA PREPARE the relay has
@@ -21,14 +18,10 @@ var ErrUnknownXA = errclass.New(errclass.DataStop, "transaction_shape", "xa comm
 // xaTx is an XA transaction the loop has seen rows or a prepare of and
 // not yet seen end.
 type xaTx struct {
-	gtid     string         // its XA PREPARE group; "" until prepared
-	events   []binlog.Event // its rows of captured tables, held until XA COMMIT
-	rows     int64
-	before   string        // the GTID set before its prepare group
-	schema   schema.Tables // the captured tables' layout there
-	unsigned schema.Signs  // and their signedness
-	// provisional: the layouts there not yet checked against a table map
-	provisional schema.Provisional
+	gtid   string         // its XA PREPARE group; "" until prepared
+	events []binlog.Event // its rows of captured tables, held until XA COMMIT
+	rows   int64
+	at     xaAt // where it was prepared
 	// want is the row count a checkpoint recorded for it (restart): the rows
 	// read again must match; -1 when not from a checkpoint.
 	want int64
@@ -45,19 +38,19 @@ type xaState struct {
 	listed map[string]int64
 }
 
-// loadXA restores the prepared XA transactions a checkpoint lists. Those
+// load restores the prepared XA transactions a checkpoint lists. Those
 // without rows are known at once (their prepare may lie before the position
 // read from); those with rows are collected again while replaying.
-func (l *loop) loadXA(cp *checkpoint.Checkpoint) {
-	l.xa = xaState{txs: map[string]*xaTx{}, listed: map[string]int64{}}
+func (x *xaState) load(cp *checkpoint.Checkpoint) {
+	*x = xaState{txs: map[string]*xaTx{}, listed: map[string]int64{}}
 	if cp == nil || cp.XA == nil {
 		return
 	}
 	for _, p := range cp.XA.Prepared {
-		l.xa.listed[p.GTID] = p.Rows
+		x.listed[p.GTID] = p.Rows
 		if p.Rows == 0 {
-			l.xa.txs[p.XID] = &xaTx{gtid: p.GTID, want: 0}
-			l.xa.prepared = append(l.xa.prepared, p.XID)
+			x.txs[p.XID] = &xaTx{gtid: p.GTID, want: 0}
+			x.prepared = append(x.prepared, p.XID)
 		}
 	}
 }
@@ -65,99 +58,87 @@ func (l *loop) loadXA(cp *checkpoint.Checkpoint) {
 // pendingAtCheckpoint reports, while replaying, whether the prepare group
 // gtid is one the checkpoint lists as pending (else it ended before the
 // checkpoint, and replaying must ignore it).
-func (l *loop) pendingAtCheckpoint(gtid string) bool {
-	_, ok := l.xa.listed[gtid]
+func (a *assembler) pendingAtCheckpoint(gtid string) bool {
+	_, ok := a.xa.listed[gtid]
 	return ok
 }
 
 // holdXA keeps rows of an XA transaction until it commits.
-func (l *loop) holdXA(ev *binlog.Event) {
-	if l.replaying(ev.GTID) && !l.pendingAtCheckpoint(ev.GTID) {
+func (a *assembler) holdXA(ev *binlog.Event) {
+	if a.replaying(ev.GTID) && !a.pendingAtCheckpoint(ev.GTID) {
 		return // its XA transaction ended before the checkpoint
 	}
-	x := l.xa.txs[ev.XID]
+	x := a.xa.txs[ev.XID]
 	if x == nil {
 		x = &xaTx{want: -1}
-		l.xa.txs[ev.XID] = x
+		a.xa.txs[ev.XID] = x
 	}
 	x.events = append(x.events, *ev)
 	x.rows += int64(len(ev.Rows))
 }
 
-// prepareXA notes an XA PREPARE; the loop's position is still the one
-// before it.
-func (l *loop) prepareXA(ev *binlog.Event) {
-	if l.replaying(ev.GTID) && !l.pendingAtCheckpoint(ev.GTID) {
+// prepareXA notes an XA PREPARE, at the position before it.
+func (a *assembler) prepareXA(ev *binlog.Event, at xaAt) {
+	if a.replaying(ev.GTID) && !a.pendingAtCheckpoint(ev.GTID) {
 		return // ended before the checkpoint
 	}
-	x := l.xa.txs[ev.XID]
+	x := a.xa.txs[ev.XID]
 	if x == nil {
 		x = &xaTx{want: -1}
-		l.xa.txs[ev.XID] = x
+		a.xa.txs[ev.XID] = x
 	}
-	if want, ok := l.xa.listed[ev.GTID]; ok {
+	if want, ok := a.xa.listed[ev.GTID]; ok {
 		x.want = want
 	}
-	x.gtid, x.before, x.schema, x.unsigned = ev.GTID, l.position(), l.schema, l.unsigned
-	x.provisional = l.provisional
-	for _, id := range l.xa.prepared {
+	x.gtid, x.at = ev.GTID, at
+	for _, id := range a.xa.prepared {
 		if id == ev.XID {
 			return // read again after a restart
 		}
 	}
-	l.xa.prepared = append(l.xa.prepared, ev.XID)
+	a.xa.prepared = append(a.xa.prepared, ev.XID)
 }
 
 // endXA forgets an XA transaction and returns it (nil when unknown).
-func (l *loop) endXA(xid string) *xaTx {
-	x := l.xa.txs[xid]
-	delete(l.xa.txs, xid)
-	for i, id := range l.xa.prepared {
+func (a *assembler) endXA(xid string) *xaTx {
+	x := a.xa.txs[xid]
+	delete(a.xa.txs, xid)
+	for i, id := range a.xa.prepared {
 		if id == xid {
-			l.xa.prepared = append(l.xa.prepared[:i], l.xa.prepared[i+1:]...)
+			a.xa.prepared = append(a.xa.prepared[:i], a.xa.prepared[i+1:]...)
 			break
 		}
 	}
 	return x
 }
 
-// commitXA publishes the held rows of the XA transaction ev commits (XA
-// COMMIT, or a one-phase commit) as rows of ev's transaction.
-func (l *loop) commitXA(ctx context.Context, ev *binlog.Event) error {
-	if l.replaying(ev.GTID) {
-		l.endXA(ev.XID) // committed, and published, before the checkpoint
-		return nil
+// commitXA returns the held rows of the XA transaction ev commits (XA
+// COMMIT, or a one-phase commit) as rows events of ev's transaction, to
+// publish before the transaction is forgotten (endXA): until its last row
+// is out it stays listed, so that a checkpoint committed in the middle
+// (partial) brings a restart back to its rows. known is false for the XA
+// COMMIT of a transaction prepared before the position the relay first
+// started from (the loop looks it up: unknownXA); a one-phase commit
+// without rows wrote no captured table.
+func (a *assembler) commitXA(ev *binlog.Event) (rows []binlog.Event, known bool, err error) {
+	if a.replaying(ev.GTID) {
+		a.endXA(ev.XID) // committed, and published, before the checkpoint
+		return nil, true, nil
 	}
-	x := l.xa.txs[ev.XID]
+	x := a.xa.txs[ev.XID]
 	if x == nil {
-		if ev.OnePhase {
-			return nil // it wrote no captured table
-		}
-		// The lookup may take minutes (the server's binlogs, page by page):
-		// what ended before this XA COMMIT (its own group) is committed
-		// first, so that no Kafka transaction stays open through it (the
-		// broker would abort it, and every attempt would look again) and a
-		// stop leaves the checkpoint just before it.
-		if err := l.commitEnded(ctx); err != nil {
-			return err
-		}
-		return l.unknownXA(ctx, ev)
+		return nil, ev.OnePhase, nil
 	}
 	if x.want >= 0 && x.want != x.rows {
-		return fmt.Errorf("%w: XA transaction %s (prepared at %s) held %d outbox rows when checkpointed, %d read again",
+		return nil, true, fmt.Errorf("%w: XA transaction %s (prepared at %s) held %d outbox rows when checkpointed, %d read again",
 			ErrUnknownXA, ev.XID, x.gtid, x.want, x.rows)
 	}
-	// Until its last row is out, the transaction stays listed: a checkpoint
-	// committed in the middle (partial) must bring a restart back to its rows.
-	for i := range x.events {
-		row := x.events[i]
+	rows = make([]binlog.Event, len(x.events))
+	for i, row := range x.events {
 		row.GTID, row.XID, row.Time = ev.GTID, "", ev.Time
-		if err := l.rows(ctx, &row); err != nil {
-			return err
-		}
+		rows[i] = row
 	}
-	l.endXA(ev.XID)
-	return nil
+	return rows, true, nil
 }
 
 // xaLookupTimeout bounds the search of the server's binlogs for the XA
@@ -208,40 +189,19 @@ func (l *loop) unknownXA(ctx context.Context, ev *binlog.Event) error {
 }
 
 // xaCheckpoint is the XA part of the next checkpoint.
-func (l *loop) xaCheckpoint() *checkpoint.XA {
-	if len(l.xa.prepared) == 0 {
+func (a *assembler) xaCheckpoint() *checkpoint.XA {
+	if len(a.xa.prepared) == 0 {
 		return nil
 	}
-	st := &checkpoint.XA{Prepared: make([]checkpoint.PreparedXA, 0, len(l.xa.prepared))}
-	for _, id := range l.xa.prepared {
-		x := l.xa.txs[id]
+	st := &checkpoint.XA{Prepared: make([]checkpoint.PreparedXA, 0, len(a.xa.prepared))}
+	for _, id := range a.xa.prepared {
+		x := a.xa.txs[id]
 		st.Prepared = append(st.Prepared, checkpoint.PreparedXA{XID: id, GTID: x.gtid, Rows: x.rows})
 		if max(x.rows, x.want) > 0 && st.Resume == nil {
-			before := x.before
-			st.Resume, st.Schema, st.Unsigned = &before, x.schema, x.unsigned
-			st.Provisional = x.provisional
+			before := x.at.before
+			st.Resume, st.Schema, st.Unsigned = &before, x.at.schema, x.at.unsigned
+			st.Provisional = x.at.provisional
 		}
 	}
 	return st
-}
-
-// replaying reports whether gtid was published before a restart that
-// resumed from before a prepared XA transaction: its rows are read again
-// only to collect the XA transactions' rows.
-func (l *loop) replaying(gtid string) bool {
-	if l.done == nil {
-		return false
-	}
-	if gtid != l.doneGTID {
-		one, err := binlog.ParseSet(l.srv.Flavor, gtid)
-		l.doneGTID, l.doneHit = gtid, err == nil && l.done.Contain(one)
-	}
-	return l.doneHit
-}
-
-// advanced ends the replay once the position covers what was published.
-func (l *loop) advanced(set mysql.GTIDSet) {
-	if l.done != nil && set.Contain(l.done) {
-		l.done, l.doneGTID = nil, ""
-	}
 }

@@ -1,0 +1,168 @@
+package relay
+
+import (
+	"fmt"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// Assembling source transactions: the binlog's events (binlog.Event, one
+// group per source transaction, framed by the reader) become the rows the
+// loop publishes, transaction by transaction. The assembler knows the
+// transaction being read (its rows so far, to skip those a split
+// checkpoint says are published, and its deletes, to tell the
+// delete-after-insert pattern from an invalid operation), the XA
+// transactions read and not yet ended (their rows held from prepare to
+// commit), and, after a restart from before a prepared XA transaction,
+// what the checkpoint covers (read again only to collect the XA rows). It
+// does no I/O: the loop routes what it hands over, and looks up an XA
+// prepare it does not know (xa.go).
+
+// assembler is the loop's assembly of source transactions; only the
+// loop's goroutine uses it.
+type assembler struct {
+	routes  map[tableKey]*route
+	flavor  string
+	cur     reading
+	xa      xaState  // XA transactions read and not yet ended (xa.go)
+	replay  replayed // what the checkpoint covered, while it is read again
+	metrics *metrics.Metrics
+	log     zerolog.Logger
+}
+
+// reading is the source transaction whose rows are being read.
+type reading struct {
+	gtid string // "" between transactions
+	rows int64  // its INSERTed rows of captured tables seen so far
+	// deleted counts its rows deleted from outbox tables, taken as the
+	// delete-after-insert pattern while they do not outnumber rows.
+	deleted int64
+}
+
+// replayed is, while the loop reads again from before a prepared XA
+// transaction, the position published before the restart: nothing it
+// covers is published again.
+type replayed struct {
+	done mysql.GTIDSet // nil: not replaying
+	gtid string        // the GTID last looked up, and its answer
+	hit  bool
+}
+
+// newAssembler is the assembly of the captured tables of routes read from
+// a server of flavor, from cp (nil: none): the XA transactions it lists
+// as prepared, and, when it resumes from before one of them, what it
+// covers.
+func newAssembler(routes map[tableKey]*route, flavor string, cp *checkpoint.Checkpoint, m *metrics.Metrics, log zerolog.Logger) (*assembler, error) {
+	a := &assembler{routes: routes, flavor: flavor, metrics: m, log: log}
+	a.xa.load(cp)
+	if cp != nil && cp.Replays() {
+		done, err := binlog.ParseSet(flavor, cp.GTIDSet)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint position: %w", err)
+		}
+		a.replay.done = done
+	}
+	return a, nil
+}
+
+// route is the route of the captured table of a rows event.
+func (a *assembler) route(ev *binlog.Event) (*route, error) {
+	rt := a.routes[tableKey{ev.Table.Schema, ev.Table.Name}]
+	if rt == nil {
+		return nil, fmt.Errorf("rows of %s, which is not a captured table", ev.Table)
+	}
+	return rt, nil
+}
+
+// enter notes that a rows event of transaction gtid is read.
+func (a *assembler) enter(gtid string) {
+	if a.cur.gtid != gtid {
+		a.cur = reading{gtid: gtid}
+	}
+}
+
+// next counts the next INSERTed row of the transaction being read and
+// reports whether it was published before the restart (published, the
+// checkpoint's part of a split transaction, covers it).
+func (a *assembler) next(published checkpoint.Partial) bool {
+	a.cur.rows++
+	return published.GTID == a.cur.gtid && a.cur.rows <= published.Rows
+}
+
+// leave notes the end of the transaction being read.
+func (a *assembler) leave() { a.cur = reading{} }
+
+// invalidOp handles UPDATE and DELETE on an outbox table. DELETEs in a
+// transaction that inserted at least as many outbox rows before them are the
+// delete-after-insert pattern (the row was published by its INSERT) and are
+// only counted.
+func (a *assembler) invalidOp(rt *route, ev *binlog.Event) error {
+	n := int64(len(ev.Rows))
+	if ev.Op == binlog.OpDelete {
+		expected := min(n, a.cur.rows-a.cur.deleted)
+		a.cur.deleted += expected
+		if expected > 0 {
+			a.metrics.InvalidOps.WithLabelValues(rt.table, "delete_after_insert").Add(float64(expected))
+		}
+		if n -= expected; n == 0 {
+			return nil
+		}
+	}
+	a.metrics.InvalidOps.WithLabelValues(rt.table, ev.Op.String()).Add(float64(n))
+	msg := "outbox rows must only be inserted: skipped"
+	switch rt.invalidOp {
+	case "fatal":
+		return fmt.Errorf("%w: %s of %d rows of %s at %s (router.invalid_op fatal)", ErrInvalidOp, ev.Op, n, ev.Table, ev.GTID)
+	case "error":
+		a.log.Error().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
+	default:
+		a.log.Warn().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
+	}
+	return nil
+}
+
+// replaying reports whether gtid was published before a restart that
+// resumed from before a prepared XA transaction: its rows are read again
+// only to collect the XA transactions' rows.
+func (a *assembler) replaying(gtid string) bool {
+	r := &a.replay
+	if r.done == nil {
+		return false
+	}
+	if gtid != r.gtid {
+		one, err := binlog.ParseSet(a.flavor, gtid)
+		r.gtid, r.hit = gtid, err == nil && r.done.Contain(one)
+	}
+	return r.hit
+}
+
+// replays reports whether the loop is reading again what the checkpoint
+// covered.
+func (a *assembler) replays() bool { return a.replay.done != nil }
+
+// advanced ends the replay once the position covers what was published.
+func (a *assembler) advanced(set mysql.GTIDSet) {
+	if a.replay.done != nil && set.Contain(a.replay.done) {
+		a.replay = replayed{}
+	}
+}
+
+// xaAt is where an XA transaction was prepared: the position before its
+// prepare group and the captured tables' layout there.
+type xaAt struct {
+	before      string
+	schema      schema.Tables
+	unsigned    schema.Signs
+	provisional schema.Provisional
+}
+
+// at is the position p as an XA prepare records it.
+func (p *position) at() xaAt {
+	return xaAt{before: p.String(), schema: p.schema, unsigned: p.unsigned, provisional: p.provisional}
+}
