@@ -40,15 +40,11 @@ type Config struct {
 // (the relay's Run) calls its methods; franz-go's group goroutines call its
 // hooks, and each term's watcher is its own (joined by End).
 type Elector struct {
-	c         Config
-	cfg       config.Config
-	log       zerolog.Logger
-	metrics   *metrics.Metrics
-	group     string
-	topic     string
-	session   time.Duration
-	heartbeat time.Duration
-	guard     time.Duration // how long without an answered group request the lease is trusted
+	c Config
+	// id names this member, its group and lock topic; times are its
+	// session's.
+	id    memberID
+	times sessionTimes
 
 	cl       *kgo.Client
 	clCancel context.CancelFunc // cl's context (kgo.WithContext): ends its requests in flight
@@ -56,17 +52,12 @@ type Elector struct {
 	assigned chan struct{}
 	refused  chan error // the coordinator refuses the membership for good
 
-	// instanceID is the static membership id (ha.instance_id, or the host
-	// name): a restart with the same id rejoins without a rebalance.
-	instanceID string
 	// fencedInstance: another live member took this instance id; leaving
 	// must not remove it (a leave names the instance id, not the member).
 	fencedInstance atomic.Bool
 
 	mu  sync.Mutex
 	own bool // partition 0 is assigned to this member
-	// clientID tells this member from the others in the lock group.
-	clientID string
 	// waited: an assignment gave the lease to another member while this one
 	// waited (only Acquire's goroutine uses it).
 	waited bool
@@ -78,22 +69,40 @@ type Elector struct {
 	recordedID string
 }
 
+// memberID names a member of the lock group.
+type memberID struct {
+	group string // clients.GroupID
+	topic string // ha.lock_topic
+	// instance is the static membership id (ha.instance_id, or the host
+	// name): a restart with the same id rejoins without a rebalance.
+	instance string
+	// client tells this member from the others in the lock group.
+	client string
+}
+
+// sessionTimes are a member's session timing: ha.session_timeout,
+// ha.heartbeat_interval, and guard, how long without an answered group
+// request the lease is trusted.
+type sessionTimes struct {
+	session, heartbeat, guard time.Duration
+}
+
 // New returns the elector of c.Relay's pipeline; Join joins the group.
 func New(c Config) *Elector {
 	h := c.Relay.HA
-	return &Elector{c: c, cfg: c.Relay, log: c.Log, metrics: c.Metrics, group: clients.GroupID(c.Relay.Name), topic: h.LockTopic,
-		session: h.SessionTimeout, heartbeat: h.HeartbeatInterval, guard: h.SessionTimeout - 2*h.HeartbeatInterval,
-		assigned: make(chan struct{}, 1), refused: make(chan error, 1), instanceID: instanceIDOf(c.Relay)}
+	return &Elector{c: c, id: memberID{group: clients.GroupID(c.Relay.Name), topic: h.LockTopic, instance: instanceIDOf(c.Relay)},
+		times:    sessionTimes{session: h.SessionTimeout, heartbeat: h.HeartbeatInterval, guard: h.SessionTimeout - 2*h.HeartbeatInterval},
+		assigned: make(chan struct{}, 1), refused: make(chan error, 1)}
 }
 
 // Group is the lock group's id (clients.GroupID).
-func (e *Elector) Group() string { return e.group }
+func (e *Elector) Group() string { return e.id.group }
 
 // Topic is the lock topic (ha.lock_topic).
-func (e *Elector) Topic() string { return e.topic }
+func (e *Elector) Topic() string { return e.id.topic }
 
 // Session is ha.session_timeout.
-func (e *Elector) Session() time.Duration { return e.session }
+func (e *Elector) Session() time.Duration { return e.times.session }
 
 // Waited reports whether another member was in the group or held the
 // lease while this one waited, at any time since it first joined: a
@@ -128,23 +137,23 @@ func (e *Elector) OnGroupManageError(err error) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	e.log.Warn().Err(err).Str("group", e.group).Msg("lock group")
+	e.c.Log.Warn().Err(err).Str("group", e.id.group).Msg("lock group")
 	switch kafkaerr.MembershipOf(err) {
 	case kafkaerr.MemberBadSession:
 		err = fmt.Errorf("%w: ha.session_timeout %s refused by the broker (group.min.session.timeout.ms, group.max.session.timeout.ms): %w",
-			config.ErrInvalid, e.session, err)
+			config.ErrInvalid, e.times.session, err)
 	case kafkaerr.MemberReplaced:
 		// A newer member joined with this instance's ha.instance_id: two
 		// live instances share it (a restart replaces a dead one and never
 		// meets this). Each would be handed the other's place.
 		err = fmt.Errorf("%w: another instance of pipeline %s joined the lock group with this instance's ha.instance_id %q "+
-			"(by default the host name): give every instance its own: %w", config.ErrInvalid, e.cfg.Name, e.instanceID, err)
+			"(by default the host name): give every instance its own: %w", config.ErrInvalid, e.c.Relay.Name, e.id.instance, err)
 		e.fencedInstance.Store(true)
 		if cur := e.current(); cur != nil {
 			cur.Lose("fenced in the lock group by an instance with the same ha.instance_id")
 		}
 	case kafkaerr.MemberRefused:
-		err = fmt.Errorf("%w: lock group %s on %s: %w", errclass.ErrRejected, e.group, e.topic, err)
+		err = fmt.Errorf("%w: lock group %s on %s: %w", errclass.ErrRejected, e.id.group, e.id.topic, err)
 	default:
 		return
 	}
@@ -171,22 +180,22 @@ func (e *Elector) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E
 			break
 		}
 	}
-	e.metrics.KafkaSeen(time.Now())
-	e.metrics.LeaseUntil(sent.Add(e.guard))
+	e.c.Metrics.KafkaSeen(time.Now())
+	e.c.Metrics.LeaseUntil(sent.Add(e.times.guard))
 }
 
 // Join checks Kafka, creates the lock topic if missing and joins the group.
 // Errors (Kafka unreachable, refused) are returned at once.
 func (e *Elector) Join(ctx context.Context) error {
-	if e.clientID == "" {
+	if e.id.client == "" {
 		// fingerprint-capture.random: an older build checks the prefix
 		// only; memberCapture reads the capture tag.
-		e.clientID = e.fingerprint() + "-" + e.captureTag() + "." + strconv.FormatUint(rand.Uint64(), 36)
+		e.id.client = e.fingerprint() + "-" + e.captureTag() + "." + strconv.FormatUint(rand.Uint64(), 36)
 	}
 	if err := e.awaitInstanceID(ctx); err != nil {
 		return err
 	}
-	opts := e.c.Kafka.LockGroup(clients.LockMember{InstanceID: e.instanceID, ClientID: e.clientID, Hooks: e,
+	opts := e.c.Kafka.LockGroup(clients.LockMember{InstanceID: e.id.instance, ClientID: e.id.client, Hooks: e,
 		Assigned: e.onAssigned, Revoked: e.onRevoked, Lost: e.onLost})
 	cctx, ccancel := context.WithCancel(context.Background())
 	cl, err := kgo.NewClient(append(opts, kgo.WithContext(cctx))...)
@@ -194,7 +203,7 @@ func (e *Elector) Join(ctx context.Context) error {
 		ccancel()
 		return fmt.Errorf("create kafka group client: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
+	pctx, cancel := context.WithTimeout(ctx, e.c.Relay.Kafka.RequestTimeout)
 	err = cl.Ping(pctx)
 	if err == nil {
 		err = e.ensureTopic(pctx, kadm.NewClient(cl))
@@ -209,15 +218,15 @@ func (e *Elector) Join(ctx context.Context) error {
 		if errors.Is(err, errclass.ErrRejected) {
 			return err
 		}
-		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", errclass.ErrKafkaUnreachable, e.cfg.Kafka.Brokers, err)
+		return fmt.Errorf("%w: %v: %w (check kafka.brokers, kafka.tls and kafka.sasl)", errclass.ErrKafkaUnreachable, e.c.Relay.Kafka.Brokers, err)
 	}
 	// Another member already in the group (an active instance, or one
 	// whose session has not ended yet): this one starts as a standby, and
 	// takes over later like a running instance (no fail-fast start).
-	if groups, derr := kadm.NewClient(cl).DescribeGroups(ctx, e.group); derr == nil {
+	if groups, derr := kadm.NewClient(cl).DescribeGroups(ctx, e.id.group); derr == nil {
 		for _, g := range groups {
 			for _, m := range g.Members {
-				if m.ClientID != e.clientID {
+				if m.ClientID != e.id.client {
 					e.waited = true
 				}
 			}
@@ -225,26 +234,26 @@ func (e *Elector) Join(ctx context.Context) error {
 	}
 	now := time.Now()
 	e.lastOK.Store(now.UnixNano())
-	e.metrics.KafkaSeen(now)
-	e.metrics.LeaseUntil(now.Add(e.guard))
+	e.c.Metrics.KafkaSeen(now)
+	e.c.Metrics.LeaseUntil(now.Add(e.times.guard))
 	e.cl, e.clCancel = cl, ccancel
 	return nil
 }
 
 // ensureTopic creates the one-partition lock topic if it is missing.
 func (e *Elector) ensureTopic(ctx context.Context, adm *kadm.Client) error {
-	resp, err := adm.CreateTopic(ctx, 1, e.cfg.Kafka.ReplicationFactor, nil, e.topic)
+	resp, err := adm.CreateTopic(ctx, 1, e.c.Relay.Kafka.ReplicationFactor, nil, e.id.topic)
 	if err == nil {
 		err = resp.Err
 	}
 	if err != nil && kafkaerr.AdminRefused(err) {
 		// least privilege: the lock topic was created beforehand, or the
 		// group join names what is missing
-		e.log.Debug().Str("topic", e.topic).AnErr("refused", err).Msg("kafka refused to create the lock topic: using it as it exists")
+		e.c.Log.Debug().Str("topic", e.id.topic).AnErr("refused", err).Msg("kafka refused to create the lock topic: using it as it exists")
 		return nil
 	}
 	if err != nil && !kafkaerr.TopicExists(err) {
-		return fmt.Errorf("create lock topic %s: %w", e.topic, errclass.Kafka(err))
+		return fmt.Errorf("create lock topic %s: %w", e.id.topic, errclass.Kafka(err))
 	}
 	return nil
 }
@@ -259,13 +268,13 @@ func (e *Elector) Leave() {
 	// member's client does not send the leave itself (a restart would take
 	// its place back): the relay leaves on purpose, so it sends it for the
 	// instance id, and a standby takes over at once.
-	lctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.Kafka.RequestTimeout, e.session))
+	lctx, cancel := context.WithTimeout(context.Background(), min(e.c.Relay.Kafka.RequestTimeout, e.times.session))
 	_ = e.cl.LeaveGroupContext(lctx)
 	if e.fencedInstance.Load() {
 		// The id is another live member's now.
-	} else if _, err := kadm.NewClient(e.cl).LeaveGroup(lctx, kadm.LeaveGroup(e.group).InstanceIDs(e.instanceID).
+	} else if _, err := kadm.NewClient(e.cl).LeaveGroup(lctx, kadm.LeaveGroup(e.id.group).InstanceIDs(e.id.instance).
 		Reason("outbox-relay instance leaving")); err != nil {
-		e.log.Debug().Err(err).Str("group", e.group).Msg("leave the lock group")
+		e.c.Log.Debug().Err(err).Str("group", e.id.group).Msg("leave the lock group")
 	}
 	cancel()
 	// Close waits for the group's management loop, which may wait in a
@@ -294,7 +303,7 @@ func hasLease(m map[string][]int32, topic string) bool {
 }
 
 func (e *Elector) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	if !hasLease(m, e.topic) {
+	if !hasLease(m, e.id.topic) {
 		return
 	}
 	e.mu.Lock()
@@ -310,7 +319,7 @@ func (e *Elector) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]in
 // and stops; the partition goes to the next member only once this returns,
 // and in any case before the session could end (the lease is lost then).
 func (e *Elector) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	if !hasLease(m, e.topic) {
+	if !hasLease(m, e.id.topic) {
 		return
 	}
 	e.mu.Lock()
@@ -320,7 +329,7 @@ func (e *Elector) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int
 	if cur == nil {
 		return
 	}
-	e.metrics.LeaseEvents.WithLabelValues("revoked").Inc()
+	e.c.Metrics.LeaseEvents.WithLabelValues("revoked").Inc()
 	cur.cancel()
 	select {
 	case <-cur.done:
@@ -331,7 +340,7 @@ func (e *Elector) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int
 // onLost: the session ended (the coordinator no longer knows this member):
 // another member may already hold the lease.
 func (e *Elector) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	if !hasLease(m, e.topic) {
+	if !hasLease(m, e.id.topic) {
 		return
 	}
 	e.mu.Lock()
@@ -341,12 +350,12 @@ func (e *Elector) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32)
 	if cur == nil {
 		return
 	}
-	if silent := time.Since(time.Unix(0, e.lastOK.Load())); silent > e.heartbeat+e.heartbeat/2 {
+	if silent := time.Since(time.Unix(0, e.lastOK.Load())); silent > e.times.heartbeat+e.times.heartbeat/2 {
 		// The coordinator stopped answering before the session ended: Kafka,
 		// not another instance, took the lease. The state reads
 		// kafka_unreachable until a group request is answered again, never
 		// standby (which says another instance covers).
-		e.metrics.LeaseUntil(time.Now())
+		e.c.Metrics.LeaseUntil(time.Now())
 	}
 	cur.Lose("group session lost")
 }
@@ -372,7 +381,7 @@ func (e *Elector) Acquire(ctx context.Context) (*Lease, error) {
 		case err := <-e.refused:
 			return nil, err
 		case <-tick.C:
-			e.metrics.Progress() // the standby loop is alive
+			e.c.Metrics.Progress() // the standby loop is alive
 			e.mu.Lock()
 			own := e.own
 			e.mu.Unlock()
@@ -404,10 +413,10 @@ func (e *Elector) Acquire(ctx context.Context) (*Lease, error) {
 			continue
 		}
 		l := NewLease(ctx)
-		l.expired, l.metrics = e.expired, e.metrics
+		l.expired, l.metrics = e.expired, e.c.Metrics
 		e.cur = l
 		e.mu.Unlock()
-		e.metrics.LeaseEvents.WithLabelValues("acquired").Inc()
+		e.c.Metrics.LeaseEvents.WithLabelValues("acquired").Inc()
 		e.watching.Go(func() { e.watch(l) })
 		return l, nil
 	}
@@ -418,7 +427,7 @@ func (e *Elector) Acquire(ctx context.Context) (*Lease, error) {
 // ended the session yet, so this instance stops publishing before any other
 // member can be given the lease.
 func (e *Elector) watch(l *Lease) {
-	tick := time.NewTicker(min(100*time.Millisecond, e.heartbeat/4))
+	tick := time.NewTicker(min(100*time.Millisecond, e.times.heartbeat/4))
 	defer tick.Stop()
 	for {
 		select {
@@ -438,9 +447,9 @@ func (e *Elector) watch(l *Lease) {
 // expired says why the lease can no longer be trusted: no group request
 // answered for guard. "" while it can.
 func (e *Elector) expired() string {
-	if d := time.Since(time.Unix(0, e.lastOK.Load())); d > e.guard {
+	if d := time.Since(time.Unix(0, e.lastOK.Load())); d > e.times.guard {
 		return fmt.Sprintf("no group request answered for %s (ha.session_timeout %s): the session may end",
-			d.Round(time.Millisecond), e.session)
+			d.Round(time.Millisecond), e.times.session)
 	}
 	return ""
 }

@@ -220,11 +220,11 @@ func TestElectionRestartWaitsForOwnDeadMember(t *testing.T) {
 	t.Cleanup(restarted.Leave)
 	adm := kadm.NewClient(restarted.cl)
 	for { // until the rebalance its join started is over
-		groups, err := adm.DescribeGroups(ctx, restarted.group)
+		groups, err := adm.DescribeGroups(ctx, restarted.id.group)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g := groups[restarted.group]; g.State == "Stable" && len(g.Members) == 2 {
+		if g := groups[restarted.id.group]; g.State == "Stable" && len(g.Members) == 2 {
 			break
 		}
 		select {

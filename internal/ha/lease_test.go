@@ -44,7 +44,7 @@ func TestGroupSessionLostToASilentCoordinatorReadsKafkaUnreachable(t *testing.T)
 		want   metrics.State
 	}{{3 * time.Second, metrics.StateKafkaUnreachable}, {100 * time.Millisecond, metrics.StateStandby}} {
 		m := metrics.New("test")
-		e := &Elector{metrics: m, topic: "lock", heartbeat: time.Second}
+		e := &Elector{c: Config{Metrics: m}, id: memberID{topic: "lock"}, times: sessionTimes{heartbeat: time.Second}}
 		now := time.Now()
 		e.lastOK.Store(now.Add(-tc.silent).UnixNano())
 		m.LeaseUntil(now.Add(-tc.silent + 4*time.Second)) // the guard has not passed

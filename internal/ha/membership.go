@@ -67,11 +67,11 @@ func (e *Elector) awaitInstanceID(ctx context.Context) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(e.session + 2*e.heartbeat + time.Second)
+	deadline := time.Now().Add(e.times.session + 2*e.times.heartbeat + time.Second)
 	logged := false
 	for {
-		dctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
-		groups, err := adm.DescribeGroups(dctx, e.group)
+		dctx, cancel := context.WithTimeout(ctx, e.c.Relay.Kafka.RequestTimeout)
+		groups, err := adm.DescribeGroups(dctx, e.id.group)
 		cancel()
 		if err != nil || groups.Error() != nil {
 			return nil
@@ -79,7 +79,7 @@ func (e *Elector) awaitInstanceID(ctx context.Context) error {
 		var holder *kadm.DescribedGroupMember
 		for _, g := range groups {
 			for i, m := range g.Members {
-				if m.InstanceID != nil && *m.InstanceID == e.instanceID {
+				if m.InstanceID != nil && *m.InstanceID == e.id.instance {
 					holder = &g.Members[i]
 				}
 			}
@@ -90,17 +90,17 @@ func (e *Elector) awaitInstanceID(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: a live member of the lock group %s (%s, %s) has this instance's ha.instance_id %q "+
 				"(by default the host name, source.server_id and the port of http.listen): give every instance of pipeline %s its own",
-				config.ErrInvalid, e.group, holder.ClientHost, holder.ClientID, e.instanceID, e.cfg.Name)
+				config.ErrInvalid, e.id.group, holder.ClientHost, holder.ClientID, e.id.instance, e.c.Relay.Name)
 		}
 		if !logged {
-			e.log.Info().Str("instance_id", e.instanceID).Str("member", holder.ClientID).
+			e.c.Log.Info().Str("instance_id", e.id.instance).Str("member", holder.ClientID).
 				Msg("a member with this instance id is in the lock group (this instance's earlier process, or another one): waiting for it to leave")
 			logged = true
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(e.heartbeat):
+		case <-time.After(e.times.heartbeat):
 		}
 	}
 }
@@ -139,7 +139,7 @@ func (e *Elector) agreeWithHolder(ctx context.Context) error {
 		return nil
 	}
 	for _, m := range members {
-		if m.ClientID == e.clientID || !holdsPartition0(m, e.topic) {
+		if m.ClientID == e.id.client || !holdsPartition0(m, e.id.topic) {
 			continue
 		}
 		if err := e.disagreement(m); err != nil {
@@ -154,9 +154,9 @@ func (e *Elector) agreeWithHolder(ctx context.Context) error {
 // assigned the lease, or the group is rebalancing, so a failed description
 // is likely passing and must not block a takeover.
 func (e *Elector) members(ctx context.Context, skipped string) ([]kadm.DescribedGroupMember, bool) {
-	dctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
+	dctx, cancel := context.WithTimeout(ctx, e.c.Relay.Kafka.RequestTimeout)
 	defer cancel()
-	groups, err := kadm.NewClient(e.cl).DescribeGroups(dctx, e.group)
+	groups, err := kadm.NewClient(e.cl).DescribeGroups(dctx, e.id.group)
 	if err == nil {
 		err = groups.Error()
 	}
@@ -164,7 +164,7 @@ func (e *Elector) members(ctx context.Context, skipped string) ([]kadm.Described
 		return nil, false // stopping (SIGTERM): nothing skipped to warn about
 	}
 	if err != nil {
-		e.log.Warn().Err(err).Msg("describe the lock group: " + skipped)
+		e.c.Log.Warn().Err(err).Msg("describe the lock group: " + skipped)
 		return nil, false
 	}
 	var out []kadm.DescribedGroupMember
@@ -196,24 +196,24 @@ func (e *Elector) disagreement(m kadm.DescribedGroupMember) error {
 		return fmt.Errorf("%w: instances of pipeline %s disagree on kafka.checkpoint_topic, kafka.delivery or "+
 			"ha.lock_topic: member %s (%s) is not %s; a standby taking over with another checkpoint would publish "+
 			"from another position: give every instance of one name the same settings", config.ErrInvalid,
-			e.cfg.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
+			e.c.Relay.Name, m.ClientHost, m.ClientID, strings.TrimSuffix(prefix, "-"))
 	}
 	if tag := memberCapture(m.ClientID, prefix); tag != "" && tag != e.captureTag() {
 		return fmt.Errorf("%w: instances of pipeline %s capture different things: member %s (%s) has other source.tables "+
 			"or another topic mapping of the router (topic_prefix, topic_regex, topic_replacement, aggregate columns) than this one "+
 			"(%s); taking over each other's checkpoint, one would never publish the rows of the tables only the other captures: "+
 			"give every instance of one name the same source.tables and router (to change them on purpose: docs/cli.md, "+
-			"\"A pipeline's identity\")", config.ErrInvalid, e.cfg.Name, m.ClientHost, m.ClientID,
-			strings.Join(checkpoint.TablesOf(e.cfg.Source.Tables), ", "))
+			"\"A pipeline's identity\")", config.ErrInvalid, e.c.Relay.Name, m.ClientHost, m.ClientID,
+			strings.Join(checkpoint.TablesOf(e.c.Relay.Source.Tables), ", "))
 	}
 	meta, ok := m.Join.AsConsumer()
 	if !ok || len(meta.Topics) == 0 {
 		return nil // between generations, a member may show no subscription
 	}
-	if len(meta.Topics) != 1 || meta.Topics[0] != e.topic {
+	if len(meta.Topics) != 1 || meta.Topics[0] != e.id.topic {
 		return fmt.Errorf("%w: instances of pipeline %s disagree on ha.lock_topic: this one uses %q, member %s (%s) "+
 			"subscribes to %v; give every instance of one name the same settings", config.ErrInvalid,
-			e.cfg.Name, e.topic, m.ClientHost, m.ClientID, meta.Topics)
+			e.c.Relay.Name, e.id.topic, m.ClientHost, m.ClientID, meta.Topics)
 	}
 	return nil
 }
@@ -257,29 +257,29 @@ func parseClaim(meta string) (topic, id string, ours bool) {
 // record are best effort: Kafka just assigned the lease, and a passing
 // failure must not block a takeover.
 func (e *Elector) claim(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, e.c.Relay.Kafka.RequestTimeout)
 	defer cancel()
-	want := claimPrefix + e.cfg.Kafka.CheckpointTopic
+	want := claimPrefix + e.c.Relay.Kafka.CheckpointTopic
 	e.recordedID = ""
-	offs, err := kadm.NewClient(e.cl).FetchOffsets(ctx, e.group)
+	offs, err := kadm.NewClient(e.cl).FetchOffsets(ctx, e.id.group)
 	if err != nil {
-		e.log.Warn().Err(err).Msg("read the lock group's checkpoint topic record: not checked")
+		e.c.Log.Warn().Err(err).Msg("read the lock group's checkpoint topic record: not checked")
 		return nil
 	}
-	if o, ok := offs.Lookup(e.topic, 0); ok && o.Err == nil && o.Metadata != "" {
-		if prev, id, ours := parseClaim(o.Metadata); ours && prev != e.cfg.Kafka.CheckpointTopic {
+	if o, ok := offs.Lookup(e.id.topic, 0); ok && o.Err == nil && o.Metadata != "" {
+		if prev, id, ours := parseClaim(o.Metadata); ours && prev != e.c.Relay.Kafka.CheckpointTopic {
 			return fmt.Errorf("%w: pipeline %s last published with kafka.checkpoint_topic %q, this instance uses %q: "+
 				"taking over it would publish from another position; give every instance of one name the same settings, "+
 				"or, moving the pipeline to another checkpoint topic on purpose, stop every instance and delete the lock group %s "+
-				"(kafka-consumer-groups.sh --delete --group %s) first", config.ErrInvalid, e.cfg.Name, prev,
-				e.cfg.Kafka.CheckpointTopic, e.group, e.group)
+				"(kafka-consumer-groups.sh --delete --group %s) first", config.ErrInvalid, e.c.Relay.Name, prev,
+				e.c.Relay.Kafka.CheckpointTopic, e.id.group, e.id.group)
 		} else if ours {
 			e.recordedID = id
 			return nil
 		}
 	}
 	if err := e.commitClaim(ctx, want); err != nil {
-		e.log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
+		e.c.Log.Warn().Err(err).Msg("record the checkpoint topic in the lock group")
 	}
 	return nil
 }
@@ -295,10 +295,10 @@ func (e *Elector) Mark(ctx context.Context, id string) {
 	if id == "" || id == e.recordedID || e.cl == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.Kafka.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, e.c.Relay.Kafka.RequestTimeout)
 	defer cancel()
-	if err := e.commitClaim(ctx, claimPrefixV2+e.cfg.Kafka.CheckpointTopic+" topic_id="+id); err != nil {
-		e.log.Warn().Err(err).Str("group", e.group).Msg("record the checkpoint topic's id in the lock group: a checkpoint topic deleted " +
+	if err := e.commitClaim(ctx, claimPrefixV2+e.c.Relay.Kafka.CheckpointTopic+" topic_id="+id); err != nil {
+		e.c.Log.Warn().Err(err).Str("group", e.id.group).Msg("record the checkpoint topic's id in the lock group: a checkpoint topic deleted " +
 			"and created again while every instance is stopped is not detected until it is")
 		return
 	}
@@ -309,15 +309,15 @@ func (e *Elector) Mark(ctx context.Context, id string) {
 // the lock topic's partition 0.
 func (e *Elector) commitClaim(ctx context.Context, meta string) error {
 	// OffsetCommit v10+ names the topic by its id.
-	tds, err := kadm.NewClient(e.cl).ListTopics(ctx, e.topic)
+	tds, err := kadm.NewClient(e.cl).ListTopics(ctx, e.id.topic)
 	if err != nil {
 		return err
 	}
 	member, gen := e.cl.GroupMetadata()
 	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Group, req.MemberID, req.Generation, req.InstanceID = e.group, member, gen, &e.instanceID
+	req.Group, req.MemberID, req.Generation, req.InstanceID = e.id.group, member, gen, &e.id.instance
 	t := kmsg.NewOffsetCommitRequestTopic()
-	t.Topic, t.TopicID = e.topic, tds[e.topic].ID
+	t.Topic, t.TopicID = e.id.topic, tds[e.id.topic].ID
 	pt := kmsg.NewOffsetCommitRequestTopicPartition()
 	pt.Partition, pt.Offset, pt.Metadata = 0, 0, &meta
 	t.Partitions = append(t.Partitions, pt)
@@ -336,7 +336,7 @@ func (e *Elector) commitClaim(ctx context.Context, meta string) error {
 // fingerprint names the settings every instance of a pipeline must share
 // (a hash, carried in the lock group member's client id).
 func (e *Elector) fingerprint() string {
-	c := e.cfg
+	c := e.c.Relay
 	h := fnv.New32a()
 	for _, s := range []string{c.Kafka.CheckpointTopic, string(c.Kafka.Delivery), c.HA.LockTopic} {
 		h.Write([]byte(s))
@@ -350,7 +350,7 @@ func (e *Elector) fingerprint() string {
 // (so its partition). Every member of the lock group must carry the same
 // (agree).
 func (e *Elector) captureTag() string {
-	c := e.cfg
+	c := e.c.Relay
 	h := fnv.New32a()
 	for _, t := range checkpoint.TablesOf(c.Source.Tables) {
 		rc := c.Router.For(t)

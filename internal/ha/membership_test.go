@@ -26,7 +26,7 @@ func TestCaptureTagNamesWhatAPipelinePublishes(t *testing.T) {
 		cfg.Name = "p"
 		cfg.Source.Tables = []string{"app.outbox", "app.audit"}
 		edit(&cfg)
-		return (&Elector{cfg: cfg}).captureTag()
+		return (&Elector{c: Config{Relay: cfg}}).captureTag()
 	}
 	base := tag(func(*config.Config) {})
 	if got := tag(func(c *config.Config) { c.Source.Tables = []string{"app.audit", "app.outbox"} }); got != base {
