@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 func newStore(t *testing.T) (*Store, []kgo.Opt) {
@@ -22,11 +24,7 @@ func newStore(t *testing.T) (*Store, []kgo.Opt) {
 
 func newStoreCluster(t *testing.T) (*Store, []kgo.Opt, *kfake.Cluster) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
 	s := NewStore("checkpoints", opts...)
 	cl, err := kgo.NewClient(opts...)

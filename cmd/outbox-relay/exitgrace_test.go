@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
@@ -21,11 +22,7 @@ import (
 // the stopped state and its exit code, so that a scrape sees why it
 // stopped; then it exits.
 func TestExitGraceShowsTheStop(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "1000"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "1000"}))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // runStdout is execute with the process's stdout captured: the commands
@@ -42,11 +44,7 @@ func runStdout(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // command choosing its own form (an array, an indented object, JSON lines),
 // so that a script's parsing works for one command and breaks on the next.
 func TestJSONOutputOneCompactDocument(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.SeedTopics(1, "outbox-relay.checkpoints"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.SeedTopics(1, "outbox-relay.checkpoints"))
 	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
 	yaml := "name: a\nsource:\n  hosts: [\"127.0.0.1:1\"]\n  user: u\n  server_id: 1\n  tables: [a.b]\nkafka:\n  brokers: [\"" + kc.ListenAddrs()[0] + "\"]\n"
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {

@@ -12,26 +12,23 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // Without CREATE, a topic that does not exist stops replay before anything
 // is produced, naming the topic and what to do.
 func TestReplayEnsureTopicsMissingWithoutCreate(t *testing.T) {
 	const topic = "outbox.event.Missing"
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableACLs(), kfake.EnableSASL(),
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.EnableACLs(), kfake.EnableSASL(),
 		kfake.Superuser("PLAIN", "admin", "admin"),
 		kfake.User("PLAIN", "relay", "pw",
 			kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite, Allow: true},
 		))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
 	cfg := config.Default()
 	kopts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...), kgo.SASL(plain.Auth{User: "relay", Pass: "pw"}.AsMechanism())}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err = ensureTopics(ctx, cfg, kopts, []*kgo.Record{{Topic: topic, Key: []byte("1"), Value: []byte("{}")}}, nil)
+	err := ensureTopics(ctx, cfg, kopts, []*kgo.Record{{Topic: topic, Key: []byte("1"), Value: []byte("{}")}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "topic "+topic+" does not exist and creating it was refused") {
 		t.Fatalf("got %v", err)
 	}
@@ -45,15 +42,11 @@ func TestReplayEnsureTopicsMissingWithoutCreate(t *testing.T) {
 // event under least privilege fails before publishing.
 func TestReplayUnderLeastPrivilegeTopicCreationBestEffort(t *testing.T) {
 	const topic = "outbox.event.Order"
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic), kfake.EnableACLs(), kfake.EnableSASL(),
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, topic), kfake.EnableACLs(), kfake.EnableSASL(),
 		kfake.Superuser("PLAIN", "admin", "admin"),
 		kfake.User("PLAIN", "relay", "pw",
 			kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite, Allow: true},
 		))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
 	cfg := config.Default()
 	kopts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...), kgo.SASL(plain.Auth{User: "relay", Pass: "pw"}.AsMechanism())}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

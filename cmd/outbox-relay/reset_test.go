@@ -12,17 +12,14 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // After a downgrade the newest checkpoint is in a newer format: reset
 // refuses without --force (a newer relay may still run) and with --force
 // deletes it, after which Load reads "no checkpoint".
 func TestResetNewerFormatNeedsForce(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, config.Default().Kafka.CheckpointTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, config.Default().Kafka.CheckpointTopic))
 	cfg := config.Default()
 	cfg.Name = "alarms"
 	cfg.Kafka.Brokers = kc.ListenAddrs()

@@ -21,6 +21,7 @@ var testOnlyPackages = []string{
 	"github.com/outbox-relay/outbox-relay/internal/itest",
 	"github.com/outbox-relay/outbox-relay/internal/mysqlsource",
 	"github.com/outbox-relay/outbox-relay/internal/hostiledb",
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest",
 }
 
 // TestShippedBinaryCarriesNoTestMachinery builds the relay as `make build`

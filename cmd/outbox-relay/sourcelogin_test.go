@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/outbox-relay/internal/hostiledb"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
 
@@ -37,11 +38,7 @@ func loginConfig(t *testing.T, addr string, brokers []string) string {
 // never leaves the process.
 func TestCheckAndRunRefuseCleartextLogin(t *testing.T) {
 	srv := hostiledb.Start(t, hostiledb.ClearPassword)
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	cfg := loginConfig(t, srv.Addr, kc.ListenAddrs())
 
 	code, out, errOut := runCapturing(t, "check", "--config", cfg)
@@ -93,11 +90,7 @@ func TestCheckRefusesFullAuthenticationWithoutAPinnedKey(t *testing.T) {
 // start, before it connects.
 func TestCheckAndRunWarnAboutInsecureTransport(t *testing.T) {
 	srv := hostiledb.Start(t, hostiledb.ClearPassword)
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	cfg := loginConfig(t, srv.Addr, kc.ListenAddrs())
 	b, err := os.ReadFile(cfg)
 	if err != nil {

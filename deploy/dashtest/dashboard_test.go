@@ -32,6 +32,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/audit"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -120,12 +121,8 @@ func TestEveryPanelQueryReturnsSeries(t *testing.T) {
 		"GRANT SELECT ON app.outbox TO 'relay'@'%'"); err != nil {
 		t.Fatal(err)
 	}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1),
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1),
 		kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "900000", "group.min.session.timeout.ms": "1000"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
 
 	cfg := config.Default()
 	cfg.Name = "dash"

@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -194,7 +195,7 @@ func TestMissingTransactionalIDWriteStopsAsRejected(t *testing.T) {
 	all := func(rt kmsg.ACLResourceType) kfake.ACL {
 		return kfake.ACL{Resource: rt, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationAll, Allow: true}
 	}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableACLs(), kfake.EnableSASL(),
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.EnableACLs(), kfake.EnableSASL(),
 		kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "900000", "group.min.session.timeout.ms": "1000"}),
 		kfake.Superuser("PLAIN", "admin", "admin"),
 		// everything but the transactional id: DESCRIBE only there
@@ -203,10 +204,6 @@ func TestMissingTransactionalIDWriteStopsAsRejected(t *testing.T) {
 		kfake.User("PLAIN", "notxn", "pw", all(kmsg.ACLResourceTypeTopic), all(kmsg.ACLResourceTypeGroup), all(kmsg.ACLResourceTypeCluster),
 			kfake.ACL{Resource: kmsg.ACLResourceTypeTransactionalId, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationDescribe, Allow: true}),
 	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
 	k := &itest.Kafka{Brokers: kc.ListenAddrs()}
 	s := env.NewSchema(t)
 

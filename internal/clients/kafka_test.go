@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
@@ -178,11 +179,7 @@ func optName(o any) string {
 // The checkpoint store of an exactly-once pipeline accepts only checkpoints
 // written in a transaction; at-least-once, it takes one written without.
 func TestCheckpointStoreRole(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	stores := map[config.Delivery]*checkpoint.Store{}
 	for _, d := range []config.Delivery{config.ExactlyOnce, config.AtLeastOnce} {
 		cfg := config.Default()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -18,11 +19,7 @@ import (
 // A session timeout the broker refuses is a configuration error, not an
 // endless standby.
 func TestElectionRefusedSessionTimeout(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1)) // group.min.session.timeout.ms 6s
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1)) // group.min.session.timeout.ms 6s
 	cfg := config.Default()
 	cfg.Name = "pipe"
 	cfg.Kafka.Brokers = c.ListenAddrs()

@@ -3,78 +3,22 @@ package ha
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
-// electionCluster is an embedded broker that accepts short sessions, and a
-// gate that stops answering one member's heartbeats (a partition between it
-// and the group coordinator).
-type electionCluster struct {
-	c       *kfake.Cluster
-	mu      sync.Mutex
-	blocked string        // member id whose heartbeats get no answer
-	wake    chan struct{} // closed at cleanup: blocked requests end
-
-	instances int // relays made: each gets its own ha.instance_id
-}
-
-func newElectionCluster(t *testing.T) *electionCluster {
-	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"),
-		kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "1000"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ec := &electionCluster{c: c, wake: make(chan struct{})}
-	t.Cleanup(func() { close(ec.wake) }) // runs before Close
-	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		ec.mu.Lock()
-		blocked := ec.blocked
-		ec.mu.Unlock()
-		if hb, ok := req.(*kmsg.HeartbeatRequest); ok && blocked != "" && hb.MemberID == blocked {
-			c.SleepControl(func() { <-ec.wake })
-		}
-		return nil, nil, false
-	})
-	return ec
-}
-
-func (ec *electionCluster) partition(member string) {
-	ec.mu.Lock()
-	ec.blocked = member
-	ec.mu.Unlock()
-}
-
-// config is an elector's configuration with only what the election needs.
-func (ec *electionCluster) config(t *testing.T) Config {
-	t.Helper()
-	cfg := config.Default()
-	cfg.Name = "pipe"
-	cfg.Kafka.Brokers = ec.c.ListenAddrs()
-	cfg.Kafka.ReplicationFactor = 1
-	cfg.Kafka.RequestTimeout = 10 * time.Second
-	cfg.HA.SessionTimeout = 3 * time.Second
-	cfg.HA.HeartbeatInterval = 500 * time.Millisecond
-	// Instances of one pipeline on one host: each needs its own id.
-	ec.instances++
-	cfg.HA.InstanceID = fmt.Sprintf("instance-%d", ec.instances)
-	return testConfig(cfg)
-}
+// electionConfig is an elector's configuration for another instance on
+// e's broker.
+func electionConfig(e *kafkatest.Election) Config { return testConfig(e.Config()) }
 
 // testConfig is an elector's configuration for cfg: the relay's Kafka
 // connection options without TLS or SASL.
@@ -113,10 +57,10 @@ func acquireAsync(ctx context.Context, e *Elector) <-chan acquired {
 
 func TestElectionOneActiveAndCleanHandOver(t *testing.T) {
 	realTime(t)
-	ec := newElectionCluster(t)
+	ec := kafkatest.NewElection(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, b := joined(t, ec.config(t)), joined(t, ec.config(t))
+	a, b := joined(t, electionConfig(ec)), joined(t, electionConfig(ec))
 	ca, cb := acquireAsync(ctx, a), acquireAsync(ctx, b)
 	var first acquired
 	var holder, standby *Elector
@@ -163,16 +107,16 @@ func TestElectionOneActiveAndCleanHandOver(t *testing.T) {
 // still there after a session timeout. The incumbent keeps its lease.
 func TestElectionSameInstanceIDRefused(t *testing.T) {
 	realTime(t)
-	ec := newElectionCluster(t)
+	ec := kafkatest.NewElection(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c1 := ec.config(t)
+	c1 := electionConfig(ec)
 	a := joined(t, c1)
 	la, err := a.Acquire(ctx)
 	if err != nil || la == nil {
 		t.Fatalf("first instance: lease %v, err %v", la, err)
 	}
-	c2 := ec.config(t)
+	c2 := electionConfig(ec)
 	c2.Relay.HA.InstanceID = c1.Relay.HA.InstanceID
 	b := New(c2)
 	began := time.Now()
@@ -197,15 +141,15 @@ func TestElectionSameInstanceIDRefused(t *testing.T) {
 // and the member that is active meanwhile keeps its lease.
 func TestElectionRestartWaitsForOwnDeadMember(t *testing.T) {
 	realTime(t)
-	ec := newElectionCluster(t)
+	ec := kafkatest.NewElection(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a := joined(t, ec.config(t))
+	a := joined(t, electionConfig(ec))
 	la, err := a.Acquire(ctx)
 	if err != nil || la == nil {
 		t.Fatalf("active: lease %v, err %v", la, err)
 	}
-	cs := ec.config(t)
+	cs := electionConfig(ec)
 	s := New(cs)
 	if err := s.Join(ctx); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // Leaving the lock group while its coordinator takes requests and never
@@ -19,11 +21,7 @@ import (
 // within its bound.
 func TestLeaveReturnsWhileTheCoordinatorDoesNotAnswer(t *testing.T) {
 	realTime(t)
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "1000"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "1000"}))
 	wake := make(chan struct{})
 	t.Cleanup(func() { close(wake) }) // runs before Close
 	var frozen, joinsHeld atomic.Bool
@@ -46,8 +44,7 @@ func TestLeaveReturnsWhileTheCoordinatorDoesNotAnswer(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	ec := &electionCluster{c: c}
-	cfg := ec.config(t)
+	cfg := testConfig(kafkatest.PipelineConfig(c, "instance-1"))
 	cfg.Relay.Kafka.RequestTimeout = 2 * time.Second
 	e := New(cfg)
 	if err := e.Join(context.Background()); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // kafkaOf is the relay's client builder for cfg.
@@ -32,11 +33,7 @@ func kafkaOf(t *testing.T, cfg config.Config) clients.Kafka {
 // the relay does) is a running relay, named by its instance id; once it
 // leaves (a relay that exits, on an error too) there is none again.
 func TestRefuseLiveTellsRunningRelayByLockGroup(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "outbox-relay.lock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "outbox-relay.lock"))
 	cfg := config.Default()
 	cfg.Name = "alarms"
 	cfg.Kafka.Brokers = kc.ListenAddrs()
@@ -84,15 +81,11 @@ func TestRefuseLiveTellsRunningRelayByLockGroup(t *testing.T) {
 // A principal that may not describe the lock group cannot tell: the guard
 // refuses, naming the ACL, rather than guess.
 func TestRefuseLiveCannotTellWithoutDescribeOnTheGroup(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableACLs(), kfake.EnableSASL(),
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.EnableACLs(), kfake.EnableSASL(),
 		kfake.Superuser("PLAIN", "admin", "admin"),
 		kfake.User("PLAIN", "relay", "pw",
 			kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationAll, Allow: true},
 		))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
 	cfg := config.Default()
 	cfg.Name = "alarms"
 	cfg.Kafka.Brokers = kc.ListenAddrs()
@@ -100,7 +93,7 @@ func TestRefuseLiveCannotTellWithoutDescribeOnTheGroup(t *testing.T) {
 	cfg.Kafka.SASL = config.SASL{Mechanism: "PLAIN", User: "relay", Password: "pw"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = ha.RefuseLive(ctx, cfg, kafkaOf(t, cfg).Admin())
+	err := ha.RefuseLive(ctx, cfg, kafkaOf(t, cfg).Admin())
 	if err == nil || errors.Is(err, ha.ErrRelayLive) || !strings.Contains(err.Error(), "cannot tell") || !strings.Contains(err.Error(), "DESCRIBE on the group") {
 		t.Fatalf("without DESCRIBE on the group: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // The lock group's capture fingerprint tells instances of one name that
@@ -120,7 +121,7 @@ func TestHandOverAmongMembersThatCaptureOtherTablesIsRefused(t *testing.T) {
 // as the holder does (c).
 func holderAndTwoStandbys(ctx context.Context, t *testing.T) (a *Elector, held *Lease, bDone, cDone <-chan acquireOutcome) {
 	t.Helper()
-	ec := newElectionCluster(t)
+	ec := kafkatest.NewElection(t)
 	a = capturing(t, ec, "app.outbox")
 	held, err := a.Acquire(ctx)
 	if err != nil || held == nil {
@@ -146,9 +147,9 @@ func acquireResult(ctx context.Context, e *Elector) <-chan acquireOutcome {
 }
 
 // capturing is a joined member of ec's pipeline that captures tables.
-func capturing(t *testing.T, ec *electionCluster, tables ...string) *Elector {
+func capturing(t *testing.T, ec *kafkatest.Election, tables ...string) *Elector {
 	t.Helper()
-	c := ec.config(t)
+	c := electionConfig(ec)
 	c.Relay.Source.Tables = tables
 	return joined(t, c)
 }
@@ -156,14 +157,14 @@ func capturing(t *testing.T, ec *electionCluster, tables ...string) *Elector {
 // holdDescribe makes ec's coordinator hold the next DescribeGroups request
 // after arm is called, unanswered until the test ends; held gets a value
 // once it holds one.
-func holdDescribe(ec *electionCluster) (arm func(), held <-chan struct{}) {
+func holdDescribe(ec *kafkatest.Election) (arm func(), held <-chan struct{}) {
 	var armed atomic.Bool
 	ch := make(chan struct{}, 1)
-	ec.c.ControlKey(int16(kmsg.DescribeGroups), func(kmsg.Request) (kmsg.Response, error, bool) {
-		ec.c.KeepControl()
+	ec.C.ControlKey(int16(kmsg.DescribeGroups), func(kmsg.Request) (kmsg.Response, error, bool) {
+		ec.C.KeepControl()
 		if armed.CompareAndSwap(true, false) {
 			ch <- struct{}{}
-			ec.c.SleepControl(func() { <-ec.wake })
+			ec.C.SleepControl(func() { <-ec.Released() })
 		}
 		return nil, nil, false
 	})
@@ -176,7 +177,7 @@ func holdDescribe(ec *electionCluster) (arm func(), held <-chan struct{}) {
 // skipped, the instance is stopping.
 func TestStandbyStoppedDuringItsCheckOfTheHolderDoesNotWarn(t *testing.T) {
 	realTime(t)
-	ec := newElectionCluster(t)
+	ec := kafkatest.NewElection(t)
 	a := capturing(t, ec, "app.outbox")
 	held, err := a.Acquire(context.Background())
 	if err != nil || held == nil {
@@ -184,7 +185,7 @@ func TestStandbyStoppedDuringItsCheckOfTheHolderDoesNotWarn(t *testing.T) {
 	}
 	arm, describing := holdDescribe(ec)
 	var logs syncBuffer
-	c := ec.config(t)
+	c := electionConfig(ec)
 	c.Relay.Source.Tables = []string{"app.outbox"}
 	c.Log = zerolog.New(&logs)
 	b := joined(t, c)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/source"
 )
@@ -88,16 +89,12 @@ func TestSourceTLS(t *testing.T) {
 
 func TestKafkaSASLOverTLS(t *testing.T) {
 	certs := NewCerts(t, "kafka")
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(),
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.EnableSASL(),
 		kfake.Superuser("PLAIN", "plain-user", "plain-secret"),
 		kfake.Superuser("SCRAM-SHA-256", "scram256", "scram256-secret"),
 		kfake.Superuser("SCRAM-SHA-512", "scram512", "scram512-secret"),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{certs.Server}, MinVersion: tls.VersionTLS12}),
 		kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "1000"})) // RelayConfig's short ha.session_timeout
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	k := &Kafka{Brokers: c.ListenAddrs()}
 	for _, m := range []struct{ mech, user, pass string }{
 		{"PLAIN", "plain-user", "plain-secret"},

@@ -7,17 +7,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // The relay opens a new producer per attempt: each client's kprom metrics
 // show under the outbox_relay_kafka_ prefix, and the next client registers
 // its own without a duplicate-registration panic.
 func TestKafkaClientMetrics(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	m := New("test")
 	has := func() bool {
 		fams, err := m.Registry.Gather()

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // check lists ACL items for the topics of per-table prefixes and regexes
@@ -22,11 +23,7 @@ import (
 // there). With topic_prefix "" every topic the principal sees counts as an
 // event topic and needs WRITE, the lock topic (READ only) among them.
 func TestACLItemsFollowPerTableTopics(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/mysqlsource"
 )
@@ -35,11 +36,7 @@ func TestAttemptStopsWithLeaseLostWhenItsLeaseIsLost(t *testing.T) {
 	if _, err := p.Commit(mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: tbl, Rows: [][]any{row}}}}); err != nil {
 		t.Fatal(err)
 	}
-	k, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
+	k := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	cfg := config.Default()
 	cfg.Name = "leased"
 	cfg.Source.Hosts = []string{p.Addr()}

@@ -3,78 +3,25 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
-// electionCluster is an embedded broker that accepts short sessions, and a
-// gate that stops answering one member's heartbeats (a partition between it
-// and the group coordinator).
-type electionCluster struct {
-	c       *kfake.Cluster
-	mu      sync.Mutex
-	blocked string        // member id whose heartbeats get no answer
-	wake    chan struct{} // closed at cleanup: blocked requests end
-
-	instances int // relays made: each gets its own ha.instance_id
-}
-
-func newElectionCluster(t *testing.T) *electionCluster {
+// electionRelay is a Relay with only what the election needs, another
+// instance on e's broker.
+func electionRelay(t *testing.T, e *kafkatest.Election) *Relay {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"),
-		kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "1000"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ec := &electionCluster{c: c, wake: make(chan struct{})}
-	t.Cleanup(func() { close(ec.wake) }) // runs before Close
-	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		ec.mu.Lock()
-		blocked := ec.blocked
-		ec.mu.Unlock()
-		if hb, ok := req.(*kmsg.HeartbeatRequest); ok && blocked != "" && hb.MemberID == blocked {
-			c.SleepControl(func() { <-ec.wake })
-		}
-		return nil, nil, false
-	})
-	return ec
-}
-
-func (ec *electionCluster) partition(member string) {
-	ec.mu.Lock()
-	ec.blocked = member
-	ec.mu.Unlock()
-}
-
-// relay is a Relay with only what the election needs.
-func (ec *electionCluster) relay(t *testing.T) *Relay {
-	t.Helper()
-	cfg := config.Default()
-	cfg.Name = "pipe"
-	cfg.Kafka.Brokers = ec.c.ListenAddrs()
-	cfg.Kafka.ReplicationFactor = 1
-	cfg.Kafka.RequestTimeout = 10 * time.Second
-	cfg.HA.SessionTimeout = 3 * time.Second
-	cfg.HA.HeartbeatInterval = 500 * time.Millisecond
-	// Instances of one pipeline on one host: each needs its own id.
-	ec.instances++
-	cfg.HA.InstanceID = fmt.Sprintf("instance-%d", ec.instances)
+	cfg := e.Config()
 	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -114,10 +61,10 @@ func acquireAsync(ctx context.Context, e *ha.Elector) <-chan acquired {
 // InitProducerID fenced the old producer.
 func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 	realTime(t)
-	ec := newElectionCluster(t)
+	ec := kafkatest.NewElection(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ra := ec.relay(t)
+	ra := electionRelay(t, ec)
 	a := joined(t, ra)
 	var la *ha.Lease
 	select {
@@ -126,12 +73,12 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("a did not acquire the lease")
 	}
-	b := joined(t, ec.relay(t))
+	b := joined(t, electionRelay(t, ec))
 	cb := acquireAsync(ctx, b)
 
 	// a is active: an open transaction with a record in it, under its lease,
 	// and one more (the same transactional id) that bypasses the guard.
-	brokers := ec.c.ListenAddrs()
+	brokers := ec.C.ListenAddrs()
 	store := checkpoint.NewStore("cp", kgo.SeedBrokers(brokers...))
 	open := func(ctx context.Context, lease *ha.Lease) *lane {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0), kgo.TransactionalID("pipe"))
@@ -155,7 +102,7 @@ func TestElectionPartitionedActiveStopsBeforeTakeover(t *testing.T) {
 
 	member := a.MemberID()
 	partitioned := time.Now()
-	ec.partition(member)
+	ec.Partition(member)
 
 	var lostAt time.Time
 	select {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/mysqlsource"
 )
@@ -64,11 +65,7 @@ func TestAttemptJoinsItsGoroutinesBeforeReturning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer replica.Close()
-	k, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
+	k := kafkatest.Cluster(t, kfake.NumBrokers(1))
 
 	cfg := config.Default()
 	cfg.Name = "joined"

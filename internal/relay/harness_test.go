@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/source"
 )
@@ -45,11 +46,7 @@ type harness struct {
 // configuration.
 func newHarness(t *testing.T, s *script, tweak func(*config.Config)) *harness {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	cfg := config.Default()
 	cfg.Name = "pipeline"
 	cfg.Source.Flavor = config.Flavor(s.flavor)

@@ -140,19 +140,8 @@ func (s *lane) firstLaneOurs(ctx context.Context) error {
 	id, _ := f.cl.OptValue(kgo.TransactionalID).(string)
 	qctx, cancel := context.WithTimeout(ctx, checkMax)
 	defer cancel()
-	d, err := c.adm.DescribeTransactions(qctx, id)
-	var state producerEpoch
-	if err == nil {
-		t, ok := d[id]
-		switch {
-		case !ok:
-			err = errors.New("no state for the transactional id")
-		case t.Err != nil:
-			err = t.Err
-		default:
-			state = producerEpoch{t.ProducerID, t.ProducerEpoch}
-		}
-	}
+	t, err := describeTxn(qctx, c.adm, id)
+	state := producerEpoch{t.ProducerID, t.ProducerEpoch}
 	if err != nil {
 		if settleVerdict(qctx, err) == settleNever {
 			c.off = true // Kafka before 3.0, or not allowed to DESCRIBE

@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // Catch-up with two lanes: the records held behind a batch in flight (here
@@ -107,11 +108,7 @@ func TestLanesReleaseSendsHeldRecords(t *testing.T) {
 // has not answered; the same for a record produced after it (lingering
 // anew).
 func TestSinkSendNow(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "data"))
 	var requests atomic.Int32
 	arrived := make(chan struct{}, 10)
 	release := make(chan struct{})
@@ -394,11 +391,7 @@ func TestLanesReleaseManyChunks(t *testing.T) {
 // not end it early), and must return once they are (no hang); the
 // goroutines sendNow's Flush starts all end.
 func TestSendNowConcurrentFlush(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	release := make(chan struct{})
 	var held atomic.Int32
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	mrand "math/rand/v2"
 	"os"
 	"strconv"
@@ -18,16 +19,14 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
+	"github.com/outbox-relay/outbox-relay/internal/spans"
 )
 
 // limitCluster starts kfake with topic holding max.message.bytes limit.
 func limitCluster(t *testing.T, topic, limit string) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -175,39 +174,7 @@ func itoa(n int) string {
 // fits (on_error: dead_letter does not help: the row never reaches the
 // dead-letter check).
 func TestRecordSizeRowAtLimitFirstOfAttemptPublished(t *testing.T) {
-	s := newScript("mariadb")
-	s.tx(s.insert("order", "1", 1)) // e1
-	s.tx(s.insert("order", "1", 1)) // e2: the same record size as e1
-	for i := range s.events {       // 2 KB payloads: above franz-go's 512-byte floor
-		for _, row := range s.events[i].Rows {
-			row[4] = []byte(`{"pad":"` + strings.Repeat("p", 2000) + `"}`)
-		}
-	}
-	h := newHarness(t, s, nil)
-	a := h.start()
-	a.feed(s.through(1))
-	if err := a.term(); err != nil {
-		t.Fatal(err)
-	}
-	recs := h.consume()
-	if len(recs) != 1 {
-		t.Fatalf("%d records after the first transaction", len(recs))
-	}
-	n := recordSize(recs[0])
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := itoa(n)
-	rs, err := kadm.NewClient(cl).AlterTopicConfigs(context.Background(),
-		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, recs[0].Topic)
-	cl.Close()
-	if err == nil {
-		_, err = rs.On(recs[0].Topic, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, n := rowAtLimit(t)
 	failed := 0
 	for i := 0; i < 3; i++ { // the restarts
 		a := h.start()
@@ -222,6 +189,85 @@ func TestRecordSizeRowAtLimitFirstOfAttemptPublished(t *testing.T) {
 		if got := len(h.consume()); got != 2 {
 			t.Errorf("%d records published, want 2", got)
 		}
+	}
+}
+
+// rowAtLimit is a pipeline of two transactions of one 2 KB row each (the
+// same record size, above franz-go's 512-byte floor) whose first
+// transaction is published, and whose topic's max.message.bytes is then
+// set to that record's recordSize, n: the second row's record is at the
+// topic's limit, as recordSize counts it.
+func rowAtLimit(t *testing.T) (h *harness, n int) {
+	t.Helper()
+	s := newScript("mariadb")
+	s.tx(s.insert("order", "1", 1)) // e1
+	s.tx(s.insert("order", "1", 1)) // e2: the same record size as e1
+	for i := range s.events {
+		for _, row := range s.events[i].Rows {
+			row[4] = []byte(`{"pad":"` + strings.Repeat("p", 2000) + `"}`)
+		}
+	}
+	h = newHarness(t, s, nil)
+	a := h.start()
+	a.feed(s.through(1))
+	if err := a.term(); err != nil {
+		t.Fatal(err)
+	}
+	recs := h.consume()
+	if len(recs) != 1 {
+		t.Fatalf("%d records after the first transaction", len(recs))
+	}
+	n = recordSize(recs[0])
+	setTopicConfig(t, h, recs[0].Topic, "max.message.bytes", itoa(n))
+	return h, n
+}
+
+// setTopicConfig sets topic's config key to value on h's broker.
+func setTopicConfig(t *testing.T, h *harness, topic, key, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rs, err := kadm.NewClient(cl).AlterTopicConfigs(context.Background(),
+		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: key, Value: &value}}, topic)
+	if err == nil {
+		_, err = rs.On(topic, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A row without a trace context whose record is at its topic's limit is
+// published also with the relay's spans on (as it came, without the span).
+// The failure guarded against: loop.record checks the record's size, then
+// spans.Start adds the span's traceparent header (68 bytes) to a row that
+// had none: a record the check let through is over max.message.bytes,
+// franz-go (or the broker) refuses it inside the Kafka transaction and the
+// relay stops on every restart, for a row that is published with tracing
+// off.
+func TestRecordSizeRowAtLimitWithoutContextPublishedWithSpansOn(t *testing.T) {
+	h, n := rowAtLimit(t)
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := spans.New(context.Background(), config.Tracing{SampleRatio: 1}, spans.Options{Exporter: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	h.relay.spans = tr
+	b := h.start()
+	b.feedAll()
+	if err := b.term(); err != nil {
+		t.Fatalf("spans on, a row without a trace context of recordSize %d on a topic with max.message.bytes %d: %v (fatal: %v)", n, n, err, errclass.Fatal(err))
+	}
+	recs := h.consume()
+	if len(recs) != 2 {
+		t.Fatalf("%d records published, want 2", len(recs))
+	}
+	if tp := header(recs[1], "traceparent"); tp != "" || recordSize(recs[1]) != n {
+		t.Errorf("the row at the limit went out with traceparent %q, %d bytes; want it as it came (%d bytes)", tp, recordSize(recs[1]), n)
 	}
 }
 
@@ -296,22 +342,9 @@ func TestRecordSizeLimitLoweredWhileRunningDeadLetters(t *testing.T) {
 	a := h.start()
 	a.feed(s.through(1))
 	h.waitCheckpoint("first transaction", func(cp *checkpoint.Checkpoint) bool { return cp != nil && strings.Contains(cp.GTIDSet, s.gtid(1)) })
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := "1000"
-	rs, err := kadm.NewClient(cl).AlterTopicConfigs(context.Background(),
-		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, "outbox.event.order")
-	cl.Close()
-	if err == nil {
-		_, err = rs.On("outbox.event.order", nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	setTopicConfig(t, h, "outbox.event.order", "max.message.bytes", "1000")
 	a.feedAll()
-	err = a.term()
+	err := a.term()
 	if err != nil && errclass.Fatal(err) {
 		t.Fatalf("max.message.bytes lowered to 1000 while running, a 2 KB row with on_error dead-letter: %v (fatal: %v, exit %d)", err, errclass.Fatal(err), ExitCode(err))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -101,11 +102,7 @@ func TestSmallBatchOneProduceRequest(t *testing.T) {
 		{"sent at once", []kgo.Opt{kgo.ProducerLinger(0)}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
 			var produces atomic.Int32
 			c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 				c.KeepControl()
@@ -233,11 +230,7 @@ func TestCatchUpCommitsAtBounds(t *testing.T) {
 // the attempt, which lasts until the next failure (days), every transaction
 // would pay the 20 ms CONCURRENT_TRANSACTIONS back-off again, silently.
 func TestSettleStaysOnAfterOneTransientError(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	var failed atomic.Int32
 	c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if failed.Add(1) > 1 {
@@ -272,11 +265,7 @@ func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
 		after int
 	}{{kerr.UnknownServerError.Code, settleGiveUp}, {kerr.TransactionalIDAuthorizationFailed.Code, 1}} {
 		t.Run(kerr.ErrorForCode(tc.code).Error(), func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
+			c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 			var asked atomic.Int32
 			c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				c.KeepControl()
@@ -318,11 +307,7 @@ func TestSettleGivesUpOnPersistentFailure(t *testing.T) {
 // DescribeTransactions per commit at a coordinator that is already slow.
 // Here: 20 one-record commits, DescribeTransactions answered in 80 ms.
 func TestSettleGivesUpOnSlowDescribeTransactions(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	var asked atomic.Int32
 	c.ControlKey(int16(kmsg.DescribeTransactions), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -354,11 +339,7 @@ func TestSettleGivesUpOnSlowDescribeTransactions(t *testing.T) {
 // for settleGiveUp questions in a row) does not turn the settle wait off:
 // kadm retries the retriable answer within the 50 ms wait.
 func TestSettleSurvivesBriefCoordinatorUnavailability(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	var failed atomic.Int32
 	c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // Exactly-once, the sink knows where its last checkpoint record is and waits
@@ -165,11 +166,7 @@ func TestExactlyOnceTimedOutIsNotFenced(t *testing.T) {
 // and retries after 20 ms otherwise). The broker here reports PrepareCommit to
 // the first two DescribeTransactions.
 func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	var mu sync.Mutex
 	var seen []string // "describe:<state>" and "produce", in arrival order
 	prepared := 2

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // listedWithGap answers the first n metadata requests that name topic with
@@ -59,11 +60,7 @@ func listedWithGap(t *testing.T, c *kfake.Cluster, topic string, n int32) {
 // names the topic and is retried, the placement learning nothing.
 func TestEnsureTopicCountsPartitionsOnceEveryOneIsListed(t *testing.T) {
 	t.Run("listed whole on the third ask", func(t *testing.T) {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 		s, ctx := testCatalog(t, c)
 		s.place = newPlacements(config.PartitionsKeep, zerolog.Nop())
 		listedWithGap(t, c, "orders", 2)
@@ -79,17 +76,13 @@ func TestEnsureTopicCountsPartitionsOnceEveryOneIsListed(t *testing.T) {
 		}
 	})
 	t.Run("never listed whole", func(t *testing.T) {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 		s, ctx := testCatalog(t, c)
 		s.timeout = 500 * time.Millisecond
 		s.place = newPlacements(config.PartitionsKeep, zerolog.Nop())
 		listedWithGap(t, c, "orders", 1<<30)
 		start := time.Now()
-		_, err = s.ensure(ctx, "orders")
+		_, err := s.ensure(ctx, "orders")
 		if err == nil || errclass.Fatal(err) {
 			t.Fatalf("ensure a topic never listed whole: %v (fatal %v), want a retried error", err, errclass.Fatal(err))
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // testSink drives a delivery on an embedded broker as the loop does, whose
@@ -80,11 +81,7 @@ func (a testSink) abort(ctx context.Context) error {
 
 func newTestSink(t *testing.T, opts testOptions) testSink {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "data"))
 	var mu sync.Mutex
 	var gate chan struct{} // nil: acknowledge at once
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -256,11 +253,7 @@ func committedCount(t *testing.T, cl *kgo.Client, topic string) (committed, all 
 // it unfences them); a replication factor above the cluster's size is a
 // configuration error.
 func TestBrokersRestarting(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -427,11 +420,7 @@ func createdNotListed(t *testing.T, c *kfake.Cluster, topic string, delay time.D
 // never shows is an error once the request timeout has passed.
 func TestEnsureTopicWaitsForANewTopicToShowInMetadata(t *testing.T) {
 	t.Run("shows after 300 ms", func(t *testing.T) {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 		s, ctx := testCatalog(t, c)
 		createdNotListed(t, c, "orders", 300*time.Millisecond)
 		start := time.Now()
@@ -449,16 +438,12 @@ func TestEnsureTopicWaitsForANewTopicToShowInMetadata(t *testing.T) {
 		}
 	})
 	t.Run("never shows", func(t *testing.T) {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 		s, ctx := testCatalog(t, c)
 		s.timeout = 500 * time.Millisecond
 		createdNotListed(t, c, "orders", -1)
 		start := time.Now()
-		_, err = s.ensure(ctx, "orders")
+		_, err := s.ensure(ctx, "orders")
 		if !errors.Is(err, kerr.UnknownTopicOrPartition) {
 			t.Fatalf("ensure a created topic that never shows in metadata: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
 		}
@@ -474,11 +459,7 @@ func TestEnsureTopicWaitsForANewTopicToShowInMetadata(t *testing.T) {
 // UNKNOWN_TOPIC_OR_PARTITION from a "describe" the operator never asked
 // for.
 func TestEnsureTopicMarkedForDeletionEndsNamingIt(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	s, ctx := testCatalog(t, c)
 	s.timeout = 500 * time.Millisecond
 	c.ControlKey(int16(kmsg.CreateTopics), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
@@ -494,7 +475,7 @@ func TestEnsureTopicMarkedForDeletionEndsNamingIt(t *testing.T) {
 		return resp, nil, true
 	})
 	start := time.Now()
-	_, err = s.ensure(ctx, "orders")
+	_, err := s.ensure(ctx, "orders")
 	took := time.Since(start)
 	if !errors.Is(err, kerr.UnknownTopicOrPartition) || errclass.Fatal(err) {
 		t.Fatalf("ensure a topic that exists and is never listed: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, errclass.Fatal(err))
@@ -513,11 +494,7 @@ func TestEnsureTopicMarkedForDeletionEndsNamingIt(t *testing.T) {
 // two requests: the topic, how long and why, not a bare "context deadline
 // exceeded" from the request the deadline cut short.
 func TestEnsureTopicNeverListedEndsNamingItWhenTheDeadlineCutsARequest(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1))
 	s, ctx := testCatalog(t, c)
 	s.timeout = 500 * time.Millisecond
 	createdNotListed(t, c, "orders", -1)
@@ -533,7 +510,7 @@ func TestEnsureTopicNeverListedEndsNamingItWhenTheDeadlineCutsARequest(t *testin
 		}
 		return nil, nil, false
 	})
-	_, err = s.ensure(ctx, "orders")
+	_, err := s.ensure(ctx, "orders")
 	if !errors.Is(err, kerr.UnknownTopicOrPartition) || errclass.Fatal(err) {
 		t.Fatalf("ensure a created topic never listed, the deadline landing in a metadata request: %v (fatal %v), want a retried UNKNOWN_TOPIC_OR_PARTITION", err, errclass.Fatal(err))
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
@@ -118,20 +119,11 @@ func (s *lane) settleNow(done chan struct{}) {
 func (s *lane) askSettled(ctx context.Context) settleAnswer {
 	id := s.settle.txnID
 	for {
-		d, err := s.adm.DescribeTransactions(ctx, id)
+		t, err := describeTxn(ctx, s.adm, id)
 		if err == nil {
-			t, ok := d[id]
-			switch {
-			case !ok:
-				err = errors.New("no state for the transactional id")
-			case t.Err != nil:
-				err = t.Err
-			}
-			if err == nil {
-				switch t.State {
-				case "CompleteCommit", "CompleteAbort", "Empty":
-					return settleDone
-				}
+			switch t.State {
+			case "CompleteCommit", "CompleteAbort", "Empty":
+				return settleDone
 			}
 		}
 		if err != nil && (kafkaerr.KindOf(err) != kafkaerr.Retriable || ctx.Err() != nil) {
@@ -145,6 +137,22 @@ func (s *lane) askSettled(ctx context.Context) settleAnswer {
 		case <-time.After(settlePoll):
 		}
 	}
+}
+
+// describeTxn is the coordinator's state of transactional id id.
+func describeTxn(ctx context.Context, adm *kadm.Client, id string) (kadm.DescribedTransaction, error) {
+	d, err := adm.DescribeTransactions(ctx, id)
+	if err != nil {
+		return kadm.DescribedTransaction{}, err
+	}
+	t, ok := d[id]
+	switch {
+	case !ok:
+		return t, errors.New("no state for the transactional id")
+	case t.Err != nil:
+		return t, t.Err
+	}
+	return t, nil
 }
 
 // settleVerdict classifies a failed question: by property (authorization,
