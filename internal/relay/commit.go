@@ -176,6 +176,7 @@ func (l *loop) startCommit(ctx context.Context) error {
 		Provisional: l.provisional,
 		XA:          l.xaCheckpoint(),
 		Partitions:  l.sink.placements().snapshot(),
+		Fingerprint: l.lastFingerprint(),
 	}
 	if l.partial.GTID != "" {
 		p := l.partial

@@ -80,6 +80,14 @@ type loop struct {
 	// catchUpQuiet (catch-up: it caught up with the reader, not the source).
 	quietDue bool
 
+	// fingerprint is the last transaction with rows of captured tables that
+	// the position covers (carried from the checkpoint, replaced at each such
+	// commit; source.Prove checks it on a host before the relay reads it);
+	// fpBefore the set just before it, rendered into its Before when a
+	// checkpoint first carries it.
+	fingerprint *checkpoint.Fingerprint
+	fpBefore    mysql.GTIDSet
+
 	dirty          bool // position moved since the last checkpoint
 	lastCommitTime time.Time
 	lastCheckpoint time.Time
@@ -120,6 +128,7 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 		}
 		l.events = cp.Events
 		l.lastCommitTime = cp.CommitTime
+		l.fingerprint = cp.Fingerprint
 	}
 	// The progress line counts what this attempt publishes, not the
 	// pipeline's total the checkpoint carries.
@@ -311,6 +320,10 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		if err := l.flushPending(ctx, false); err != nil {
 			return err
 		}
+		if ev.Digest != nil && ev.XID == "" && !l.replaying(ev.GTID) {
+			l.fingerprint = &checkpoint.Fingerprint{GTID: ev.GTID, Tables: ev.Digest.Tables, Rows: int64(ev.Digest.Rows), Digest: ev.Digest.Sum}
+			l.fpBefore = l.set
+		}
 		l.advance(ev)
 		now := time.Now()
 		if !l.batchOpen() {
@@ -497,6 +510,14 @@ func (l *loop) commitEnded(ctx context.Context) error {
 		return l.commit(ctx)
 	}
 	return nil
+}
+
+// lastFingerprint is the fingerprint a checkpoint written now carries.
+func (l *loop) lastFingerprint() *checkpoint.Fingerprint {
+	if l.fpBefore != nil {
+		l.fingerprint.Before, l.fpBefore = l.fpBefore.String(), nil
+	}
+	return l.fingerprint
 }
 
 // position is set rendered in the server's notation, rendered once per change.
