@@ -320,7 +320,7 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		if err := l.flushPending(ctx, false); err != nil {
 			return err
 		}
-		if ev.Digest != nil && ev.XID == "" && !l.replaying(ev.GTID) {
+		if ev.Digest != nil && ev.XID == "" {
 			l.fingerprint = &checkpoint.Fingerprint{GTID: ev.GTID, Tables: ev.Digest.Tables, Rows: int64(ev.Digest.Rows), Digest: ev.Digest.Sum}
 			l.fpBefore = l.set
 		}
