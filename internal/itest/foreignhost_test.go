@@ -69,6 +69,8 @@ func TestFailoverRefusesUnrelatedServerWithSameServerID(t *testing.T) {
 	if cp.Fingerprint == nil || cp.Fingerprint.Rows != 3 {
 		t.Fatalf("checkpoint %s carries fingerprint %+v, want one of A's last transaction (3 rows)", cp.GTIDSet, cp.Fingerprint)
 	}
+	requireProof(t, cfg, a, preflight.Pass, "the same rows")
+	requireProof(t, cfg, b, preflight.Fail, "other values")
 	a.Kill()
 
 	// The relay chooses again: A is unreachable, B is judged.

@@ -192,3 +192,37 @@ func binlogState(t *testing.T, db *devdb.Server) string {
 	}
 	return rows[0][0]
 }
+
+// RESET MASTER on the source, then a new history past the checkpoint's
+// sequence number before the relay connects again: GTIDs read it as ahead
+// of the checkpoint, the proof finds another transaction under the
+// checkpoint's last GTID with outbox rows. Refused, nothing of the new
+// history published from a position that names another transaction.
+func TestResetMasterPastCheckpointRefusedByProof(t *testing.T) {
+	k := StartKafka(t)
+	db := startServer(t, nil)
+	s := &Schema{DB: db, Name: "app"}
+	seq := 0
+	cfg := env.RelayConfig(k, s.Table())
+	cfg.Source.Hosts = []string{db.Addr}
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	writeEveryday(t, db, s, "old", 20, &seq)
+	cp := waitCaughtUp(t, p, cfg, db)
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("RESET MASTER"); err != nil {
+		t.Fatal(err)
+	}
+	writeEveryday(t, db, s, "new", 40, &seq)
+	if gtidBelow(t, Head(t, db), cp.GTIDSet) {
+		t.Fatalf("the new history %s has not passed the checkpoint %s", Head(t, db), cp.GTIDSet)
+	}
+	p = RunRelay(t, cfg)
+	err := p.StoppedWith(t)
+	if !errors.Is(err, source.ErrForeignHistory) {
+		t.Fatalf("after RESET MASTER and a new history past the checkpoint: %v, want ErrForeignHistory", err)
+	}
+	onlyTagged(t, k, cfg.Router.TopicPrefix, "old", 60)
+}
