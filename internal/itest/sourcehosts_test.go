@@ -20,6 +20,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // startMixedCluster starts a primary and len(lsu) replicas; lsu[i] says
@@ -406,9 +407,24 @@ func gtidBelow(t testing.TB, have, want string) bool {
 // The relay must not stop for good while
 // another host has the transactions: it holds the refusal against the reset
 // replica, waits while the preferred replica is down, and resumes on it
-// when it is back, losing nothing.
+// when it is back, losing nothing. (The checkpoint carries no fingerprint
+// here, as one written by an older release or `checkpoint set`: with one,
+// the reset replica cannot even show the checkpoint's last transaction and
+// is refused before any stream, TestResetReplicaRefusedByProofAtFirstStart.)
 func TestResetReplicaHeldWhileAnotherHostHasTransactions(t *testing.T) {
-	resetReplica(t, false)
+	resetReplica(t, resetHeld)
+}
+
+// With a fingerprint in the checkpoint, the reset replica is refused at the
+// choice: its binlog no longer holds the checkpoint's last transaction with
+// outbox rows, and it is not the server the checkpoint was read from
+// (purged, source.ErrUnproven). A fresh process whose preferred replica is
+// down at its first start then exits 75 (transient, as with every host
+// unreachable: its supervisor starts it again), having read nothing of the
+// reset replica; started once the preferred one is back, it resumes there,
+// losing nothing.
+func TestResetReplicaRefusedByProofAtFirstStart(t *testing.T) {
+	resetReplica(t, resetProved)
 }
 
 // A reset replica alone in source.hosts fails check and stops the relay as
@@ -417,10 +433,17 @@ func TestResetReplicaHeldWhileAnotherHostHasTransactions(t *testing.T) {
 // `run` start the unit), and the relay stops on it as purged (exit 66: its
 // binlogs after the checkpoint are gone), not as diverged.
 func TestResetReplicaAloneFailsCheckAndStopsAsPurged(t *testing.T) {
-	resetReplica(t, true)
+	resetReplica(t, resetCheckOnly)
 }
 
-func resetReplica(t *testing.T, checkOnly bool) {
+// How resetReplica goes on once the replica's binlog is reset.
+const (
+	resetHeld      = iota // a checkpoint without a fingerprint; the relay started with a down
+	resetProved           // the relay's own checkpoint; the relay started with a down
+	resetCheckOnly        // check and the relay on the reset replica alone
+)
+
+func resetReplica(t *testing.T, mode int) {
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)
@@ -456,7 +479,7 @@ func resetReplica(t *testing.T, checkOnly bool) {
 	c.WaitReplicated(t, time.Minute, b)
 	rows, _ := b.Query("SELECT @@GLOBAL.gtid_binlog_state")
 	t.Logf("b gtid_binlog_state after reset: %v", rows)
-	if checkOnly {
+	if mode == resetCheckOnly {
 		only := cfg
 		only.Source.Hosts = c.Addrs(b)
 		r := preflight.Run(context.Background(), only)
@@ -473,6 +496,32 @@ func resetReplica(t *testing.T, checkOnly bool) {
 		return
 	}
 	a.Kill() // the preferred replica dies: b cannot serve the position
+	if mode == resetProved {
+		err := RunRelay(t, cfg).StoppedWith(t)
+		if relay.ExitCode(err) != relay.ExitTransient || !errors.Is(err, source.ErrUnreachable) ||
+			!strings.Contains(err.Error(), source.ErrUnproven.Error()) {
+			t.Fatalf("first start with a down and b reset: exit %d (%v), want %d, a unreachable and b unproven",
+				relay.ExitCode(err), err, relay.ExitTransient)
+		}
+		if recs := Consume(t, k.Brokers, cfg.Router.TopicPrefix); len(recs) != len(first) {
+			t.Fatalf("%d records published, want the %d before the outage", len(recs), len(first))
+		}
+		if err := a.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		p = RunRelay(t, cfg)
+		WaitCheckpoint(t, cfg, Head(t, c.Primary), 2*time.Minute)
+		if rep := requireExact(t, k, s, cfg.Router.TopicPrefix); rep.Expected != len(first)+len(second)+len(third) {
+			t.Fatalf("outbox has %d rows, writers committed %d", rep.Expected, len(first)+len(second)+len(third))
+		}
+		return
+	}
+	// The same position set by hand: a checkpoint without a fingerprint.
+	cp := loadCheckpoint(t, cfg)
+	if out, errOut, code := env.CLI(t, "checkpoint", "set", "--gtid", cp.GTIDSet, "--schema", "keep", "--yes",
+		"--config", WriteConfig(t, cfg)); code != 0 {
+		t.Fatalf("checkpoint set: exit %d: %s%s", code, out, errOut)
+	}
 	p = RunRelay(t, cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
