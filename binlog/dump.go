@@ -114,13 +114,16 @@ func (d *Dump) Close() { d.syncer.Close() }
 // dump's tables (NewRowsDump), computed as the Reader computes
 // Event.Digest: nil when it has none of them. found is false when the
 // stream showed that the binlog does not hold gtid where it should: MySQL,
-// another transaction came first (the server sends every transaction the
-// set lacks, in binlog order); MariaDB, a later transaction of gtid's
-// domain and server_id came first, or a heartbeat (the server had nothing
-// more to send; MySQL also sends heartbeats while it skips transactions,
-// so there they say nothing). An error is the stream's, as it came (see
-// Refused), or ctx's.
-func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, gtid string) (dg *TxDigest, found bool, err error) {
+// a transaction outside within (the checkpoint's set) came first, or more
+// than reorderedLimit of within's (the server sends every transaction the
+// start set lacks, in binlog order; a replica that applies in parallel
+// without preserving the commit order may log a few of the checkpoint's
+// later ones first); MariaDB, a later transaction of gtid's domain and
+// server_id came first, or a heartbeat (the server had nothing more to
+// send; MySQL also sends heartbeats while it skips transactions, so there
+// they say nothing). An error is the stream's, as it came (see Refused),
+// or ctx's.
+func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, gtid string, within mysql.GTIDSet) (dg *TxDigest, found bool, err error) {
 	var want *mysql.MariadbGTID
 	if !strings.Contains(gtid, ":") {
 		if want, err = mysql.ParseMariadbGTID(gtid); err != nil {
@@ -128,7 +131,7 @@ func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, g
 		}
 	}
 	var sum rowsDigest
-	in := false
+	in, reordered := false, 0
 	for {
 		ev, err := stream.GetEvent(ctx)
 		if err != nil {
@@ -158,7 +161,9 @@ func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, g
 					in = true
 					sum.reset(gtid)
 				case !mariadb:
-					return nil, false, nil
+					if reordered++; reordered > reorderedLimit || within == nil || !containsGTID(within, g) {
+						return nil, false, nil
+					}
 				case want != nil && m.GTID.DomainID == want.DomainID && m.GTID.ServerID == want.ServerID &&
 					m.GTID.SequenceNumber > want.SequenceNumber:
 					return nil, false, nil
@@ -188,6 +193,16 @@ func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, g
 			}
 		}
 	}
+}
+
+// reorderedLimit is how many of the checkpoint's transactions Digest lets
+// come before the one it reads on MySQL.
+const reorderedLimit = 1000
+
+// containsGTID reports whether set holds the single GTID g.
+func containsGTID(set mysql.GTIDSet, g string) bool {
+	one, err := mysql.ParseMysqlGTIDSet(g)
+	return err == nil && set.Contain(one)
 }
 
 // endsGroup reports whether a Query event's statement ends its

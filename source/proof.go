@@ -101,10 +101,10 @@ func Prove(ctx context.Context, cfg binlog.Config, srv *binlog.Server, cp *check
 		return Proof{Kind: ProofNone, Detail: fmt.Sprintf("the checkpoint's fingerprint of %s is of a scheme this build does not compute "+
 			"(%.40s): nothing to prove; the next transaction with outbox rows replaces it", fp.GTID, fp.Digest)}, nil
 	}
-	dg, found, err := readDigest(ctx, cfg, srv, fp, limit)
+	dg, found, err := readDigest(ctx, cfg, srv, cp, limit)
 	if errors.Is(err, binlog.ErrDuplicateServerID) {
 		// Another probe drew the same id (see Probe): draw again.
-		dg, found, err = readDigest(ctx, cfg, srv, fp, limit)
+		dg, found, err = readDigest(ctx, cfg, srv, cp, limit)
 	}
 	what := fmt.Sprintf("the checkpoint's last transaction with outbox rows, %s (%d rows of %s)", fp.GTID, fp.Rows, strings.Join(fp.Tables, ", "))
 	switch {
@@ -156,8 +156,9 @@ func sameServer(srv *binlog.Server, cp *checkpoint.Checkpoint, what, why string)
 		cp.SourceUID, srv.UID, cp.GTIDSet)
 }
 
-// readDigest reads the transaction of fp from srv's binlog.
-func readDigest(ctx context.Context, cfg binlog.Config, srv *binlog.Server, fp *checkpoint.Fingerprint, limit time.Duration) (*binlog.TxDigest, bool, error) {
+// readDigest reads the transaction of cp's fingerprint from srv's binlog.
+func readDigest(ctx context.Context, cfg binlog.Config, srv *binlog.Server, cp *checkpoint.Checkpoint, limit time.Duration) (*binlog.TxDigest, bool, error) {
+	fp := cp.Fingerprint
 	set, err := binlog.ParseSet(srv.Flavor, fp.Before)
 	if err != nil {
 		return nil, false, err
@@ -174,7 +175,11 @@ func readDigest(ctx context.Context, cfg binlog.Config, srv *binlog.Server, fp *
 	if err != nil {
 		return nil, false, dump.Refused(what, err)
 	}
-	dg, found, err := dump.Digest(pctx, stream, fp.GTID)
+	within, err := binlog.ParseSet(srv.Flavor, cp.GTIDSet)
+	if err != nil {
+		return nil, false, err
+	}
+	dg, found, err := dump.Digest(pctx, stream, fp.GTID, within)
 	if err != nil {
 		if pctx.Err() != nil {
 			return nil, false, fmt.Errorf("%s: %w", what, pctx.Err())

@@ -122,6 +122,56 @@ func TestMySQLRefusesCloneWithOtherHistory(t *testing.T) {
 	requireExact(t, k, cfg, a)
 }
 
+// A replica that logs the checkpoint's transactions in another order (MySQL
+// applying in parallel without replica_preserve_commit_order): a
+// transaction after the checkpoint's last one with outbox rows comes first
+// in its binlog. It still proves it holds that transaction, and the relay
+// goes on there, every row once.
+func TestMySQLReplicaLoggingOutOfOrderProves(t *testing.T) {
+	primary := startPrimary(t, mysqlsource.Options{Version: v80})
+	a := newApp(t, primary)
+	for i := 0; i < 3; i++ {
+		a.commit(t, "", a.newRows(2, 2, "p"))
+	}
+	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Close)
+	rows := a.newRows(2, 2, "last")
+	last := mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: a.tbl, Rows: rows}}}
+	g, err := primary.Commit(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.committed(rows)
+	note := mysqlsource.Tx{Statement: "CREATE TABLE note (id INT)", DB: "app"}
+	n, err := primary.Commit(note)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note.GTID, last.GTID = n.String(), g.String()
+	for _, tx := range []mysqlsource.Tx{note, last} { // the other order
+		if _, err := replica.Commit(tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := itest.StartKafka(t)
+	cfg := relayConfig(t, k, "mysql", primary.Addr(), replica.Addr())
+	cfg.Source.Start = "earliest"
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	waitCheckpoint(t, cfg, primary.Executed().Flat(), time.Minute)
+	primary.Close()
+	promoted := &app{p: replica, tbl: a.tbl, seq: a.seq, rows: a.rows, value: a.value, next: a.next}
+	promoted.commit(t, "", promoted.newRows(2, 2, "r"))
+	waitCheckpoint(t, cfg, replica.Executed().Flat(), time.Minute)
+	requireExact(t, k, cfg, promoted)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Failover between two doubles sharing history: the relay reads the
 // primary; the primary dies with a transaction the replica has not
 // applied yet; the relay waits for the replica to catch up, then reads it,
