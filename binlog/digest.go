@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -23,7 +24,7 @@ import (
 // names (binlog_row_metadata may differ) and never signedness (NO_LOG
 // leaves it to the schema tracker, which a second reading has not got): an
 // integer counts by its bits at the column type's width, the same whether
-// it was decoded signed or UNSIGNED.
+// it was decoded signed or UNSIGNED. Table names count in lower case.
 //
 // Both the Reader (for each commit, Event.Digest) and Dump.Digest (one
 // transaction, from another host) compute it with the same decoder
@@ -44,8 +45,8 @@ const DigestScheme = "rows-xxh64-v1"
 
 // TxDigest is the digest of the rows of captured tables of one transaction.
 type TxDigest struct {
-	// Tables are the captured tables that have rows in it (db.table, in
-	// the order of their first rows).
+	// Tables are the captured tables that have rows in it (db.table in
+	// lower case, in the order of their first rows).
 	Tables []string
 	// Rows counts the rows (an UPDATE's row is one).
 	Rows int
@@ -78,7 +79,9 @@ func (d *rowsDigest) add(gtid string, tm *replication.TableMapEvent, op Op, rows
 	if d.gtid != gtid || d.h == nil {
 		d.reset(gtid)
 	}
-	name := string(tm.Schema) + "." + string(tm.Table)
+	// In lower case: a replica whose lower_case_table_names differs may log
+	// the names in another case.
+	name := strings.ToLower(string(tm.Schema) + "." + string(tm.Table))
 	if !slices.Contains(d.tables, name) {
 		d.tables = append(d.tables, name)
 	}

@@ -50,6 +50,9 @@ func TestDigestCoversRowsNotTheirDecoding(t *testing.T) {
 	other("NULL for empty", digestOf(ints, OpInsert, []any{int8(-1), int16(-2), int32(-3), int32(-294967296), int64(-1), "payload", nil}))
 	other("another operation", digestOf(ints, OpDelete, signed))
 	other("another table", digestOf(typedMap("app", "outbox2", ints.ColumnType...), OpInsert, signed))
+	if got := digestOf(typedMap("App", "OUTBOX", ints.ColumnType...), OpInsert, signed); got.Sum != base.Sum {
+		t.Fatal("the table's names in another letter case (lower_case_table_names) digest otherwise")
+	}
 	other("a wider column", digestOf(typedMap("app", "outbox", mysql.MYSQL_TYPE_TINY, mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_LONG,
 		mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_BLOB), OpInsert, signed))
 	if a, b := digestOf(ints, OpInsert, signed, two), digestOf(ints, OpInsert, two, signed); a.Sum == b.Sum {

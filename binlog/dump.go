@@ -19,7 +19,8 @@ import (
 // Dump is a short replication connection for a look at what a server
 // serves (package source: its probe of a position, its try of REPLICATION
 // SLAVE), opened as the Reader opens its own: the login guard, and each
-// wait bounded by its phase (deadline.go). It decodes no row. Close it.
+// wait bounded by its phase (deadline.go). It decodes no row, but those of
+// the tables NewRowsDump names. Close it.
 type Dump struct {
 	syncer *replication.BinlogSyncer
 	guard  *loginGuard
@@ -38,14 +39,16 @@ func NewDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint
 }
 
 // NewRowsDump is NewDump for reading one transaction's digest (Digest):
-// it decodes the rows of tables (db.table) as the Reader decodes captured
-// tables' rows.
+// it decodes the rows of tables (db.table, in any letter case, as the
+// digest counts them) as the Reader decodes captured tables' rows.
 func NewRowsDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint32, heartbeat time.Duration, tables []string) (*Dump, error) {
 	set := map[string]bool{}
 	for _, t := range tables {
-		set[t] = true
+		set[strings.ToLower(t)] = true
 	}
-	return newDump(ctx, cfg, addr, flavor, serverID, heartbeat, func(db, table []byte) bool { return set[string(db)+"."+string(table)] })
+	return newDump(ctx, cfg, addr, flavor, serverID, heartbeat, func(db, table []byte) bool {
+		return set[strings.ToLower(string(db)+"."+string(table))]
+	})
 }
 
 func newDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint32, heartbeat time.Duration,
