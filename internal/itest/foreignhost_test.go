@@ -163,6 +163,29 @@ func startPair(t *testing.T, replicaSettings map[string]string) *Cluster {
 	return c
 }
 
+// pairRelay is a relay reading a primary and its replica, in that order
+// (startPair), ready.
+type pairRelay struct {
+	c                *Cluster
+	primary, replica *devdb.Server
+	k                *Kafka
+	s                *Schema
+	cfg              config.Config
+	p                *InProcess
+}
+
+func startPairRelay(t *testing.T, replicaSettings map[string]string) *pairRelay {
+	t.Helper()
+	c := startPair(t, replicaSettings)
+	r := &pairRelay{c: c, primary: c.Primary, replica: c.Replicas[0], k: StartKafka(t)}
+	r.s = c.NewSchema(t, env)
+	r.cfg = env.RelayConfig(r.k, r.s.Table())
+	r.cfg.Source.Hosts = []string{r.primary.Addr, r.replica.Addr}
+	r.p = RunRelay(t, r.cfg)
+	r.p.WaitReady(t)
+	return r
+}
+
 // Failover from the primary to a real replica with log_slave_updates,
 // whose binlog holds the primary's transactions in other bytes: compressed
 // row events (log_bin_compress) and no column metadata (NO_LOG, so
@@ -170,14 +193,8 @@ func startPair(t *testing.T, replicaSettings map[string]string) *Cluster {
 // holds the checkpoint's last transaction and the relay goes on there,
 // through its promotion: every row exactly once.
 func TestFailoverToReplicaProvesItHoldsLastTransaction(t *testing.T) {
-	c := startPair(t, map[string]string{"log-bin-compress": "ON", "log-bin-compress-min-len": "10", "binlog-row-metadata": "NO_LOG"})
-	primary, replica := c.Primary, c.Replicas[0]
-	k := StartKafka(t)
-	s := c.NewSchema(t, env)
-	cfg := env.RelayConfig(k, s.Table())
-	cfg.Source.Hosts = []string{primary.Addr, replica.Addr}
-	p := RunRelay(t, cfg)
-	p.WaitReady(t)
+	pr := startPairRelay(t, map[string]string{"log-bin-compress": "ON", "log-bin-compress-min-len": "10", "binlog-row-metadata": "NO_LOG"})
+	c, primary, replica, k, s, cfg, p := pr.c, pr.primary, pr.replica, pr.k, pr.s, pr.cfg, pr.p
 	waitHostState(t, p, primary.Addr, "streaming")
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 50, Tag: "p"}); err != nil {
 		t.Fatal(err)

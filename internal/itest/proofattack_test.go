@@ -122,14 +122,8 @@ func TestRestoredBackupRefusedOncePastItsDivergence(t *testing.T) {
 // hold the checkpoint's, its transactions under them are its own; refused
 // as another history. Nothing of it published, the checkpoint unchanged.
 func TestPromotedReplicaThatLostTransactionsIsRefused(t *testing.T) {
-	c := startPair(t, nil)
-	primary, replica := c.Primary, c.Replicas[0]
-	k := StartKafka(t)
-	s := c.NewSchema(t, env)
-	cfg := env.RelayConfig(k, s.Table())
-	cfg.Source.Hosts = []string{primary.Addr, replica.Addr}
-	p := RunRelay(t, cfg)
-	p.WaitReady(t)
+	pr := startPairRelay(t, nil)
+	c, primary, replica, k, s, cfg, p := pr.c, pr.primary, pr.replica, pr.k, pr.s, pr.cfg, pr.p
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 10, Tag: "both"}); err != nil {
 		t.Fatal(err)
 	}

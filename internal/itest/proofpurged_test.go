@@ -27,14 +27,8 @@ import (
 // after `checkpoint set --gtid <the checkpoint> --schema keep` the relay
 // reads it, every row exactly once.
 func TestReplicaThatPurgedLastTransactionStopsUntilOperatorSetsPosition(t *testing.T) {
-	c := startPair(t, nil)
-	primary, replica := c.Primary, c.Replicas[0]
-	k := StartKafka(t)
-	s := c.NewSchema(t, env)
-	cfg := env.RelayConfig(k, s.Table())
-	cfg.Source.Hosts = []string{primary.Addr, replica.Addr}
-	p := RunRelay(t, cfg)
-	p.WaitReady(t)
+	pr := startPairRelay(t, nil)
+	c, primary, replica, k, s, cfg, p := pr.c, pr.primary, pr.replica, pr.k, pr.s, pr.cfg, pr.p
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "p"}); err != nil {
 		t.Fatal(err)
 	}
