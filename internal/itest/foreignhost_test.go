@@ -163,9 +163,10 @@ func startPair(t *testing.T, replicaSettings map[string]string) *Cluster {
 	return c
 }
 
-// pairRelay is a relay reading a primary and its replica, in that order
-// (startPair), ready.
-type pairRelay struct {
+// sourceRelay is a relay reading a primary and its replica, in that order
+// (startPairRelay), or one server alone (startServerRelay: replica and c
+// nil), ready.
+type sourceRelay struct {
 	c                *Cluster
 	primary, replica *devdb.Server
 	k                *Kafka
@@ -174,13 +175,25 @@ type pairRelay struct {
 	p                *InProcess
 }
 
-func startPairRelay(t *testing.T, replicaSettings map[string]string) *pairRelay {
+func startPairRelay(t *testing.T, replicaSettings map[string]string) *sourceRelay {
 	t.Helper()
 	c := startPair(t, replicaSettings)
-	r := &pairRelay{c: c, primary: c.Primary, replica: c.Replicas[0], k: StartKafka(t)}
+	r := &sourceRelay{c: c, primary: c.Primary, replica: c.Replicas[0], k: StartKafka(t)}
 	r.s = c.NewSchema(t, env)
 	r.cfg = env.RelayConfig(r.k, r.s.Table())
 	r.cfg.Source.Hosts = []string{r.primary.Addr, r.replica.Addr}
+	r.p = RunRelay(t, r.cfg)
+	r.p.WaitReady(t)
+	return r
+}
+
+func startServerRelay(t *testing.T) *sourceRelay {
+	t.Helper()
+	k := StartKafka(t)
+	db := startServer(t, nil)
+	r := &sourceRelay{primary: db, k: k, s: &Schema{DB: db, Name: "app"}}
+	r.cfg = env.RelayConfig(k, r.s.Table())
+	r.cfg.Source.Hosts = []string{db.Addr}
 	r.p = RunRelay(t, r.cfg)
 	r.p.WaitReady(t)
 	return r

@@ -193,14 +193,9 @@ func binlogState(t *testing.T, db *devdb.Server) string {
 // checkpoint's last GTID with outbox rows. Refused, nothing of the new
 // history published from a position that names another transaction.
 func TestResetMasterPastCheckpointRefusedByProof(t *testing.T) {
-	k := StartKafka(t)
-	db := startServer(t, nil)
-	s := &Schema{DB: db, Name: "app"}
+	sr := startServerRelay(t)
+	k, db, s, cfg, p := sr.k, sr.primary, sr.s, sr.cfg, sr.p
 	seq := 0
-	cfg := env.RelayConfig(k, s.Table())
-	cfg.Source.Hosts = []string{db.Addr}
-	p := RunRelay(t, cfg)
-	p.WaitReady(t)
 	writeEveryday(t, db, s, "old", 20, &seq)
 	cp := waitCaughtUp(t, p, cfg, db)
 	if err := p.Stop(); err != nil {

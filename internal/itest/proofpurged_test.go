@@ -85,14 +85,9 @@ func TestReplicaThatPurgedLastTransactionStopsUntilOperatorSetsPosition(t *testi
 // binlog retention): a restart on it is accepted as the same server, with
 // a warning, and goes on.
 func TestSameServerThatPurgedLastTransactionIsAccepted(t *testing.T) {
-	k := StartKafka(t)
-	db := startServer(t, nil)
-	s := &Schema{DB: db, Name: "app"}
+	sr := startServerRelay(t)
+	k, db, s, cfg, p := sr.k, sr.primary, sr.s, sr.cfg, sr.p
 	seq := 0
-	cfg := env.RelayConfig(k, s.Table())
-	cfg.Source.Hosts = []string{db.Addr}
-	p := RunRelay(t, cfg)
-	p.WaitReady(t)
 	writeEveryday(t, db, s, "early", 5, &seq)
 	// Transactions without outbox rows after the last one with rows: the
 	// checkpoint passes them, its fingerprint stays.
