@@ -22,6 +22,8 @@ type streamState struct {
 	// the server sends one per transaction, mostly identical to the last.
 	// Cleared when DDL changes a captured table's layout.
 	tableCache map[uint64]*cachedTable
+	// digest of the captured rows of the group being read (digest.go).
+	digest rowsDigest
 }
 
 // convert appends the relay's view of ev (nothing, rows, a commit, a
@@ -100,29 +102,23 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	}
 	t := c.table
 	out := Event{Kind: KindRows, GTID: f.gtid, XID: f.xid, Table: t, Time: f.commitTime, Size: st.size}
-	switch e.Type() {
-	case replication.EnumRowsEventTypeInsert:
+	var ok bool
+	if out.Op, out.Rows, ok = rowImages(e); !ok {
+		return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s", ErrUnframed, f.gtid, ev.Header.EventType, t)
+	}
+	if out.Op == OpInsert {
 		// Decided from the image's own bitmap: go-mysql gives an absent
 		// column as nil, the same value as a NULL (rowimage.go).
 		if absent := absentColumns(e.ColumnBitmap1, e.ColumnCount, len(t.Columns)); len(absent) > 0 {
 			return batch, partialImageError(f.gtid, t, absent)
 		}
-		out.Op, out.Rows = OpInsert, e.Rows
-	case replication.EnumRowsEventTypeDelete:
-		out.Op, out.Rows = OpDelete, e.Rows
-	case replication.EnumRowsEventTypeUpdate:
-		out.Op = OpUpdate
-		for i := 1; i < len(e.Rows); i += 2 {
-			out.Rows = append(out.Rows, e.Rows[i])
-		}
-	default:
-		return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s", ErrUnframed, f.gtid, ev.Header.EventType, t)
 	}
 	if c.signs != nil {
 		if err := c.signs.apply(out.Rows, out.Op == OpInsert, t.String(), f.gtid); err != nil {
 			return batch, fmt.Errorf("read binlog: %w", err)
 		}
 	}
+	st.digest.add(f.gtid, e.Table, out.Op, out.Rows)
 	f.rows += len(out.Rows)
 	st.size = 0
 	if f.hold {
@@ -130,6 +126,23 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 		return batch, nil
 	}
 	return append(batch, out), nil
+}
+
+// rowImages are a rows event's operation and row images (UPDATE: the
+// after images); ok false for an event of another kind.
+func rowImages(e *replication.RowsEvent) (op Op, rows [][]any, ok bool) {
+	switch e.Type() {
+	case replication.EnumRowsEventTypeInsert:
+		return OpInsert, e.Rows, true
+	case replication.EnumRowsEventTypeDelete:
+		return OpDelete, e.Rows, true
+	case replication.EnumRowsEventTypeUpdate:
+		for i := 1; i < len(e.Rows); i += 2 {
+			rows = append(rows, e.Rows[i])
+		}
+		return OpUpdate, rows, true
+	}
+	return 0, nil, false
 }
 
 // tableOf is the Table (columns, signedness plan) of tm: the one cached
@@ -322,6 +335,9 @@ func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
 	}
 	ev := Event{Kind: out.kind, GTID: f.gtid, XID: out.xid, OnePhase: out.onePhase, Set: out.set, Schema: r.tracker.Tables(), Unsigned: r.tracker.Unsigned(),
 		Provisional: r.tracker.Provisional(), Time: f.commitTime, Size: st.size}
+	if out.kind == KindCommit && out.xid == "" && f.xid == "" {
+		ev.Digest = st.digest.sum(f.gtid)
+	}
 	st.size = 0
 	return append(batch, ev)
 }

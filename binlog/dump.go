@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -18,11 +19,14 @@ import (
 // Dump is a short replication connection for a look at what a server
 // serves (package source: its probe of a position, its try of REPLICATION
 // SLAVE), opened as the Reader opens its own: the login guard, and each
-// wait bounded by its phase (deadline.go). It decodes no row. Close it.
+// wait bounded by its phase (deadline.go). It decodes no row, but those of
+// the tables NewRowsDump names. Close it.
 type Dump struct {
 	syncer *replication.BinlogSyncer
 	guard  *loginGuard
 	repl   atomic.Pointer[sourceConn] // the replication connection, for its phases
+	// decode: the tables whose rows it decodes (NewRowsDump); nil: none.
+	decode func(db, table []byte) bool
 }
 
 // NewDump prepares a replication connection to addr, a server of flavor,
@@ -31,6 +35,24 @@ type Dump struct {
 // heartbeat is not 0, asking for heartbeats that often. The end of ctx
 // closes its connections.
 func NewDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint32, heartbeat time.Duration) (*Dump, error) {
+	return newDump(ctx, cfg, addr, flavor, serverID, heartbeat, nil)
+}
+
+// NewRowsDump is NewDump for reading one transaction's digest (Digest):
+// it decodes the rows of tables (db.table, in any letter case, as the
+// digest counts them) as the Reader decodes captured tables' rows.
+func NewRowsDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint32, heartbeat time.Duration, tables []string) (*Dump, error) {
+	set := map[string]bool{}
+	for _, t := range tables {
+		set[strings.ToLower(t)] = true
+	}
+	return newDump(ctx, cfg, addr, flavor, serverID, heartbeat, func(db, table []byte) bool {
+		return set[strings.ToLower(string(db)+"."+string(table))]
+	})
+}
+
+func newDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint32, heartbeat time.Duration,
+	decode func(db, table []byte) bool) (*Dump, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("address %q: %w", addr, err)
@@ -39,8 +61,8 @@ func NewDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint
 	if err != nil {
 		return nil, fmt.Errorf("port %q: %w", portStr, err)
 	}
-	d := &Dump{guard: newLoginGuard(cfg, addr)}
-	d.syncer = replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+	d := &Dump{guard: newLoginGuard(cfg, addr), decode: decode}
+	scfg := replication.BinlogSyncerConfig{
 		ServerID:         serverID,
 		Flavor:           flavor,
 		Host:             host,
@@ -53,9 +75,13 @@ func NewDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint
 		Dialer:           d.guard.dial(syncerDialer(ctx, cfg, func(c *sourceConn) { d.repl.Store(c) })),
 		Option:           func(c *client.Conn) error { setPhase(&d.repl, phaseRegister); return d.guard.bound(c) },
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		// A dump reads no row: skip decoding them.
+		// A dump reads no row (but Digest's): skip decoding them.
 		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
-	})
+	}
+	if decode != nil {
+		rowDecoding(&scfg, decode)
+	}
+	d.syncer = replication.NewBinlogSyncer(scfg)
 	return d, nil
 }
 
@@ -85,3 +111,105 @@ func (d *Dump) Refused(what string, err error) error {
 
 // Close closes the replication connection.
 func (d *Dump) Close() { d.syncer.Close() }
+
+// Digest reads stream (Start's, from the GTID set just before gtid) until
+// the group gtid has ended and returns the digest of its rows of the
+// dump's tables (NewRowsDump), computed as the Reader computes
+// Event.Digest: nil when it has none of them. found is false when the
+// stream showed that the binlog does not hold gtid where it should: MySQL,
+// a transaction outside within (the checkpoint's set) came first, or more
+// than reorderedLimit of within's (the server sends every transaction the
+// start set lacks, in binlog order; a replica that applies in parallel
+// without preserving the commit order may log a few of the checkpoint's
+// later ones first); MariaDB, a later transaction of gtid's domain and
+// server_id came first, or a heartbeat (the server had nothing more to
+// send; MySQL also sends heartbeats while it skips transactions, so there
+// they say nothing). An error is the stream's, as it came (see Refused),
+// or ctx's.
+func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, gtid string, within mysql.GTIDSet) (dg *TxDigest, found bool, err error) {
+	var want *mysql.MariadbGTID
+	if !strings.Contains(gtid, ":") {
+		if want, err = mysql.ParseMariadbGTID(gtid); err != nil {
+			return nil, false, fmt.Errorf("%w: %q: %v", ErrBadPosition, gtid, err)
+		}
+	}
+	var sum rowsDigest
+	in, reordered := false, 0
+	for {
+		ev, err := stream.GetEvent(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		evs := []*replication.BinlogEvent{ev}
+		if p, ok := ev.Event.(*replication.TransactionPayloadEvent); ok {
+			evs = p.Events // MySQL's compressed transaction
+		}
+		for _, ev := range evs {
+			switch e := ev.Event.(type) {
+			case *replication.HeartbeatEvent:
+				if !in && want != nil {
+					return nil, false, nil
+				}
+			case *replication.GTIDEvent, *replication.GtidTaggedLogEvent, *replication.MariadbGTIDEvent:
+				if in { // the group ended without a marker read here
+					return sum.sum(gtid), true, nil
+				}
+				g, _, _, _, err := gtidOf(ev)
+				if err != nil {
+					return nil, false, err
+				}
+				m, mariadb := e.(*replication.MariadbGTIDEvent)
+				switch {
+				case g == gtid:
+					in = true
+					sum.reset(gtid)
+				case !mariadb:
+					if reordered++; reordered > reorderedLimit || within == nil || !containsGTID(within, g) {
+						return nil, false, nil
+					}
+				case want != nil && m.GTID.DomainID == want.DomainID && m.GTID.ServerID == want.ServerID &&
+					m.GTID.SequenceNumber > want.SequenceNumber:
+					return nil, false, nil
+				}
+			case *replication.RowsEvent:
+				if !in || e.Table == nil || d.decode == nil || !d.decode(e.Table.Schema, e.Table.Table) || len(e.Rows) == 0 {
+					continue
+				}
+				if op, rows, ok := rowImages(e); ok {
+					sum.add(gtid, e.Table, op, rows)
+				}
+			case *replication.XIDEvent:
+				if in {
+					return sum.sum(gtid), true, nil
+				}
+			case *replication.QueryEvent:
+				if in && endsGroup(e.Query) {
+					return sum.sum(gtid), true, nil
+				}
+			case *replication.GenericEvent:
+				switch {
+				case ev.Header.EventType == replication.HEARTBEAT_LOG_EVENT_V2 && !in && want != nil:
+					return nil, false, nil
+				case ev.Header.EventType == xaPrepareLogEvent && in:
+					return sum.sum(gtid), true, nil
+				}
+			}
+		}
+	}
+}
+
+// reorderedLimit is how many of the checkpoint's transactions Digest lets
+// come before the one it reads on MySQL.
+const reorderedLimit = 1000
+
+// containsGTID reports whether set holds the single GTID g.
+func containsGTID(set mysql.GTIDSet, g string) bool {
+	one, err := mysql.ParseMysqlGTIDSet(g)
+	return err == nil && set.Contain(one)
+}
+
+// endsGroup reports whether a Query event's statement ends its
+// transaction, as the framer reads it.
+func endsGroup(q []byte) bool {
+	return isWord(string(q), "COMMIT") || isWord(string(q), "ROLLBACK")
+}

@@ -118,6 +118,9 @@ type Event struct {
 	// Provisional: the tables of Schema whose layout awaits its check
 	// against a table map (schema.Provisional).
 	Provisional schema.Provisional
+	// Digest: on a commit, the digest of the transaction's rows of captured
+	// tables (digest.go); nil when it has none, and on XA transactions.
+	Digest *TxDigest
 	// DDL: the statement and what became of it.
 	Note string
 	// Time is the transaction's commit time (on rows and commits).
@@ -246,6 +249,33 @@ func (r *Reader) configured(db, table string) (string, string) {
 	return db, table
 }
 
+// rowDecoding sets how c's syncer decodes rows: the row images of the
+// tables captured reports as the relay reads them (decodeInsertRows, else
+// go-mysql's decoder), other tables' not at all. The Reader and a Dump
+// that reads a transaction's digest (Dump.Digest) decode alike through it.
+func rowDecoding(c *replication.BinlogSyncerConfig, captured func(schema, table []byte) bool) {
+	c.UseDecimal = false
+	// TIMESTAMP values as text in this zone; decodeInsertRows renders
+	// them the same way.
+	c.TimestampStringLocation = timestampLocation
+	// MySQL's binary JSON rendered as MySQL itself prints it (key order,
+	// 1.0 stays 1.0): the closest text to what the application stored.
+	c.RenderJSONAsMySQLText = true
+	c.RowsEventDecodeFunc = func(e *replication.RowsEvent, data []byte) error {
+		pos, err := e.DecodeHeader(data)
+		if err != nil {
+			return err
+		}
+		if !captured(e.Table.Schema, e.Table.Table) {
+			return nil // not ours: skip decoding the row images
+		}
+		if decodeInsertRows(e, pos, data) {
+			return nil
+		}
+		return e.DecodeData(pos, data)
+	}
+}
+
 func (r *Reader) newFramer() framer {
 	f := framer{captured: r.captured, savepoints: map[string]int{}, allowStatements: r.cfg.AllowStatementDML}
 	for _, t := range r.cfg.Tables {
@@ -276,7 +306,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	var repl atomic.Pointer[sourceConn] // the replication connection, for its phases (deadline.go)
 	watch := &watchdog{ahead: r.ahead, base: syncerDialer(ctx, r.cfg, func(c *sourceConn) { repl.Store(c) })}
 	guard := newLoginGuard(r.cfg, r.srv.Addr)
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+	scfg := replication.BinlogSyncerConfig{
 		ServerID:        r.cfg.ServerID,
 		Flavor:          r.srv.Flavor,
 		Host:            host,
@@ -291,33 +321,15 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		Dialer:           guard.dial(watch.dial),
 		Option:           func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory
-		UseDecimal:       false,
-		// TIMESTAMP values as text in this zone; decodeInsertRows renders
-		// them the same way.
-		TimestampStringLocation: timestampLocation,
-		// MySQL's binary JSON rendered as MySQL itself prints it (key order,
-		// 1.0 stays 1.0): the closest text to what the application stored.
-		RenderJSONAsMySQLText: true,
 		// go-mysql buffers this many decoded events ahead of the reader; with
 		// the reader's batches and the relay loop's channel it bounds the rows
 		// held in memory (go-mysql's default of 10,240 row events of 200 rows
 		// each is two million rows).
 		EventCacheCount: eventCacheCount,
 		Logger:          r.logger,
-		RowsEventDecodeFunc: func(e *replication.RowsEvent, data []byte) error {
-			pos, err := e.DecodeHeader(data)
-			if err != nil {
-				return err
-			}
-			if !r.captured(e.Table.Schema, e.Table.Table) {
-				return nil // not ours: skip decoding the row images
-			}
-			if decodeInsertRows(e, pos, data) {
-				return nil
-			}
-			return e.DecodeData(pos, data)
-		},
-	})
+	}
+	rowDecoding(&scfg, r.captured)
+	syncer := replication.NewBinlogSyncer(scfg)
 	defer syncer.Close()
 	// Runs before syncer.Close: go-mysql's Close waits for its reading
 	// goroutine, which may wait on the read-ahead bound (conn.go).

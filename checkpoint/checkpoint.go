@@ -75,6 +75,13 @@ type Checkpoint struct {
 	// restart (kafka.on_partitions_added). An older checkpoint without it:
 	// each topic's count when the relay first writes to it.
 	Partitions map[string]int32 `json:"partitions,omitempty"`
+	// Fingerprint identifies the last transaction with rows of captured
+	// tables that the checkpoint covers, beyond its GTID: a host is used
+	// only when it proves it holds that same transaction (package source,
+	// Prove). Nil in checkpoints written before it existed, by the
+	// operator's commands that set a position, and before the pipeline
+	// published its first transaction with outbox rows.
+	Fingerprint *Fingerprint `json:"fingerprint,omitempty"`
 	// Operator is set on a record an operator's command wrote (checkpoint
 	// set, skip, reset, tables), not the relay, whose next checkpoint drops it: a
 	// stop on the position can say it was set by hand. With Command
@@ -165,6 +172,23 @@ type PreparedXA struct {
 	XID  string `json:"xid"`  // canonical: hex(gtrid),hex(bqual),formatID
 	GTID string `json:"gtid"` // of its XA PREPARE group
 	Rows int64  `json:"rows"` // outbox rows (of any operation) it holds
+}
+
+// Fingerprint is what identifies a transaction across the servers that
+// hold it: its GTID and the digest of its rows of captured tables (a
+// replica re-logs them unchanged, with other event bytes), and where to
+// read it again.
+type Fingerprint struct {
+	// GTID is the transaction's.
+	GTID string `json:"gtid"`
+	// Before is the GTID set just before it (where a stream that reads it
+	// again starts), in the server's notation.
+	Before string `json:"before"`
+	// Tables are the captured tables with rows in it; Rows counts them.
+	Tables []string `json:"tables"`
+	Rows   int64    `json:"rows"`
+	// Digest is binlog.TxDigest.Sum: the scheme, then the hash.
+	Digest string `json:"digest"`
 }
 
 // Partial describes a source transaction that is published in part.

@@ -2,7 +2,9 @@
 // is asked of a server before, beside and apart from reading its binlog.
 // Inspect and Choose read a host's flavor, settings, grants (Privileges)
 // and positions and judge its binlog against the checkpoint (failover.go:
-// behind, diverged, purged; Probe asks the server itself); Retention and
+// behind, diverged, purged; Probe asks the server itself; Prove reads the
+// checkpoint's last transaction with outbox rows again from a host, the
+// proof beyond GTIDs that it holds the checkpoint's history); Retention and
 // BehindBytes read what the source sampler reports; FindXAPrepare and
 // Unexecuted answer questions about what a server logged; WatchStale
 // notices a host in use that stopped receiving transactions.

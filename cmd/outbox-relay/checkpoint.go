@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -217,6 +218,12 @@ func printCheckpoint(cp *checkpoint.Checkpoint) {
 		fmt.Printf("last commit: %s\n", cp.CommitTime.UTC().Format(time.RFC3339))
 	}
 	fmt.Printf("events:      %d\n", cp.Events)
+	if fp := cp.Fingerprint; fp != nil {
+		fmt.Printf("last rows:   %s, %d rows of %s (%s): a source host must hold it to be used\n", fp.GTID, fp.Rows,
+			strings.Join(fp.Tables, ", "), fp.Digest)
+	} else {
+		fmt.Printf("last rows:   none recorded: source hosts are used without proving they hold the checkpoint's history\n")
+	}
 	if op := cp.Operator; op != nil {
 		fmt.Printf("written by:  checkpoint %s, %s at %s (it was at %s)\n", op.Command, op.User, op.Time.Format(time.RFC3339), cmp.Or(op.From, "(none)"))
 	}

@@ -139,6 +139,8 @@ var foreign = []rule{
 	{is: binlog.ErrInsecureLogin, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPositionAhead, class: Transient, kind: "source_position"},
 	{is: binlog.ErrPositionDiverged, class: DataStop, kind: "source_position"},
+	{is: source.ErrForeignHistory, class: DataStop, kind: "source_position"},
+	{is: source.ErrUnproven, class: Purged, kind: "purged"},
 	{is: source.ErrNotInBinlogs, class: Transient, kind: "source_position"},
 	{is: checkpoint.ErrCheckpointHeldBack, class: Transient, kind: "checkpoint_held_back"},
 	{is: binlog.ErrAccessDenied, class: ConfigStop, kind: "source_config"},

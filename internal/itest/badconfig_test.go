@@ -22,9 +22,15 @@ import (
 // schema "app" and the relay user.
 func startServer(t *testing.T, settings map[string]string) *devdb.Server {
 	t.Helper()
+	return startServerAt(t, filepath.Join(t.TempDir(), "db"), settings)
+}
+
+// startServerAt is startServer with its directory at dir.
+func startServerAt(t *testing.T, dir string, settings map[string]string) *devdb.Server {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := devdb.Start(ctx, devdb.Options{Dir: filepath.Join(t.TempDir(), "db"), Settings: settings, ServerID: 1})
+	srv, err := devdb.Start(ctx, devdb.Options{Dir: dir, Settings: settings, ServerID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,14 @@ import (
 	"testing"
 	"time"
 
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/schema"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // everydaySetup is one everyday way to run the relay: the server's
@@ -34,6 +37,10 @@ type everydaySetup struct {
 	// writes one transaction giving every column (published) and one
 	// leaving event_type to its default (the relay stops there, named).
 	sessionMinimal bool
+	// unrelated: once rows are published, source.hosts puts first an
+	// unrelated server with the same server_id (1) and domain whose GTIDs
+	// hold the checkpoint's, its own transactions under them.
+	unrelated bool
 }
 
 func (s everydaySetup) String() string {
@@ -51,6 +58,9 @@ func (s everydaySetup) String() string {
 	}
 	if s.sessionMinimal {
 		name += "/session_row_image_minimal"
+	}
+	if s.unrelated {
+		name += "/unrelated_server_same_server_id"
 	}
 	return name
 }
@@ -149,6 +159,7 @@ func TestEverydaySetupsPublishEveryRowOnce(t *testing.T) {
 	for _, md := range []string{"MINIMAL", "FULL", "NO_LOG"} {
 		setups = append(setups, everydaySetup{metadata: md, start: "now", sessionMinimal: true})
 	}
+	setups = append(setups, everydaySetup{metadata: "NO_LOG", start: "now", createAfter: true, ifNotExists: true, unrelated: true})
 	for _, s := range setups {
 		t.Run(s.String(), func(t *testing.T) {
 			if err := db.Exec("SET GLOBAL binlog_row_metadata=" + s.metadata); err != nil {
@@ -206,6 +217,9 @@ func TestEverydaySetupsPublishEveryRowOnce(t *testing.T) {
 			if cp := waitCaughtUp(t, r, cfg, db); len(cp.Provisional) != 0 {
 				t.Fatalf("checkpoint after rows: layouts still to be checked %v", cp.Provisional)
 			}
+			if s.unrelated {
+				r = switchToUnrelated(t, r, cfg, db, startServer(t, nil), sch, &seq)
+			}
 			rep := Compare(t, sch, Consume(t, k.Brokers, cfg.Router.TopicPrefix))
 			if !rep.OK() || rep.Received != rep.Expected || rep.Expected == 0 {
 				t.Fatalf("%s", rep)
@@ -240,6 +254,59 @@ func sessionMinimalStops(t *testing.T, r *InProcess, k *Kafka, cfg config.Config
 		!slices.Equal(rep.Missing, []string{"after-a-" + strconv.Itoa(*seq), "after-b-" + strconv.Itoa(*seq), "after-c-" + strconv.Itoa(*seq), "minimal-defaulted"}) {
 		t.Fatalf("want every row before the stop once, nothing of the stopped transaction or after it: %s", rep)
 	}
+}
+
+// switchToUnrelated stops r, gives stranger (another server with the same
+// server_id and domain as db) its own transactions with outbox rows of the
+// same table under the GTIDs of r's checkpoint and past it, and starts the
+// relay again with stranger first in source.hosts: stranger is refused,
+// the relay goes on with db. It returns the new relay, caught up with db.
+func switchToUnrelated(t *testing.T, r *InProcess, cfg config.Config, db, stranger *devdb.Server, sch *Schema, seq *int) *InProcess {
+	t.Helper()
+	cp := waitCaughtUp(t, r, cfg, db)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	at, err := binlog.ParseSet("mariadb", cp.GTIDSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := at.(*gomysql.MariadbGTIDSet).Sets[0].SequenceNumber
+	own, err := binlog.ParseSet("mariadb", Head(t, stranger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := max(own.(*gomysql.MariadbGTIDSet).Sets[0].SequenceNumber+1, last-30)
+	other := &Schema{DB: stranger, Name: sch.Name}
+	if err := stranger.Exec("SET SESSION sql_log_bin = 0", "CREATE DATABASE IF NOT EXISTS "+sch.Name, everydayOutbox("CREATE TABLE IF NOT EXISTS", sch.Name, false)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := stranger.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Execute(fmt.Sprintf("SET SESSION gtid_seq_no = %d", from)); err != nil {
+		t.Fatal(err)
+	}
+	for n := from; n <= last+20; n++ {
+		if _, err := c.Execute(fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) "+
+			"VALUES ('stranger-%d', 'order', 'a', 'Placed', '{\"seq\":%d}')", other.Table(), n, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rel, why, err := source.Relate("mariadb", cp.GTIDSet, binlogState(t, stranger), "1"); err != nil || rel != source.Contains {
+		t.Fatalf("the unrelated server's GTIDs do not hold the checkpoint %s: %v %s %v", cp.GTIDSet, rel, why, err)
+	}
+	cfg.Source.Hosts = []string{stranger.Addr, db.Addr}
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	writeEveryday(t, db, sch, "after", 2, seq)
+	waitCaughtUp(t, r, cfg, db)
+	if st := hostState(r, stranger.Addr); st != "diverged" {
+		t.Fatalf("the unrelated server %s is %q, want diverged", stranger.Addr, st)
+	}
+	return r
 }
 
 // legacyOutbox is the outbox with its columns in another order.

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
 	"github.com/outbox-relay/outbox-relay/internal/mysqlsource"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // A purged prefix: start `earliest` begins at gtid_purged and publishes
@@ -88,6 +89,89 @@ func TestMySQLRefusesGTIDsItLacks(t *testing.T) {
 	}
 }
 
+// Another server with the same server_uuid (a clone that kept auto.cnf)
+// and more transactions under it, other rows: its gtid_executed holds the
+// checkpoint, its transactions under those GTIDs are not the checkpoint's.
+// Refused as another history, nothing of it published.
+func TestMySQLRefusesCloneWithOtherHistory(t *testing.T) {
+	const id = "5a5a5a5a-0000-4000-8000-0000000000bb"
+	orig := startPrimary(t, mysqlsource.Options{Version: v84, UUID: id})
+	a := newApp(t, orig)
+	k := itest.StartKafka(t)
+	cfg := relayConfig(t, k, "mysql", orig.Addr())
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	for i := 0; i < 5; i++ {
+		a.commit(t, "", a.newRows(2, 2, "orig"))
+	}
+	waitCheckpoint(t, cfg, orig.Executed().Flat(), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	clone := startPrimary(t, mysqlsource.Options{Version: v84, UUID: id})
+	c := newApp(t, clone)
+	for i := 0; i < 8; i++ {
+		c.commit(t, "", c.newRows(2, 2, "clone"))
+	}
+	cfg.Source.Hosts = []string{clone.Addr()}
+	r = itest.RunRelay(t, cfg)
+	err := r.StoppedWith(t)
+	if !errors.Is(err, source.ErrForeignHistory) || !errors.Is(err, binlog.ErrPositionDiverged) {
+		t.Fatalf("relay on a clone with another history: %v, want ErrForeignHistory", err)
+	}
+	requireExact(t, k, cfg, a)
+}
+
+// A replica that logs the checkpoint's transactions in another order (MySQL
+// applying in parallel without replica_preserve_commit_order): a
+// transaction after the checkpoint's last one with outbox rows comes first
+// in its binlog. It still proves it holds that transaction, and the relay
+// goes on there, every row once.
+func TestMySQLReplicaLoggingOutOfOrderProves(t *testing.T) {
+	primary := startPrimary(t, mysqlsource.Options{Version: v80})
+	a := newApp(t, primary)
+	for i := 0; i < 3; i++ {
+		a.commit(t, "", a.newRows(2, 2, "p"))
+	}
+	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Close)
+	rows := a.newRows(2, 2, "last")
+	last := mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: a.tbl, Rows: rows}}}
+	g, err := primary.Commit(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.committed(rows)
+	note := mysqlsource.Tx{Statement: "CREATE TABLE note (id INT)", DB: "app"}
+	n, err := primary.Commit(note)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note.GTID, last.GTID = n.String(), g.String()
+	for _, tx := range []mysqlsource.Tx{note, last} { // the other order
+		if _, err := replica.Commit(tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := itest.StartKafka(t)
+	cfg := relayConfig(t, k, "mysql", primary.Addr(), replica.Addr())
+	cfg.Source.Start = "earliest"
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	waitCheckpoint(t, cfg, primary.Executed().Flat(), time.Minute)
+	primary.Close()
+	promoted := &app{p: replica, tbl: a.tbl, seq: a.seq, rows: a.rows, value: a.value, next: a.next}
+	promoted.commit(t, "", promoted.newRows(2, 2, "r"))
+	waitCheckpoint(t, cfg, replica.Executed().Flat(), time.Minute)
+	requireExact(t, k, cfg, promoted)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Failover between two doubles sharing history: the relay reads the
 // primary; the primary dies with a transaction the replica has not
 // applied yet; the relay waits for the replica to catch up, then reads it,
@@ -95,7 +179,10 @@ func TestMySQLRefusesGTIDsItLacks(t *testing.T) {
 func TestMySQLFailover(t *testing.T) {
 	primary := startPrimary(t, mysqlsource.Options{Version: v80})
 	a := newApp(t, primary)
-	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr()})
+	// The replica logs the primary's transactions in other bytes:
+	// compressed (Transaction_payload), without column names.
+	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr(),
+		Compression: true, RowMetadata: "MINIMAL"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +209,14 @@ func TestMySQLFailover(t *testing.T) {
 	if err := replica.Apply(primary); err != nil { // its relay log catches up
 		t.Fatal(err)
 	}
+	itest.Eventually(t, 30*time.Second, func() error {
+		for _, line := range strings.Split(r.Logs(), "\n") {
+			if strings.Contains(line, `"host":"`+replica.Addr()+`"`) && strings.Contains(line, "source host holds the checkpoint's last transaction") {
+				return nil
+			}
+		}
+		return errors.New("the replica has not proved it holds the checkpoint's last transaction")
+	})
 	// Promoted: new transactions under the replica's own uuid.
 	promoted := &app{p: replica, tbl: a.tbl, seq: a.seq, rows: a.rows, value: a.value, next: a.next}
 	for i := 0; i < 10; i++ {

@@ -284,6 +284,7 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 		} else {
 			checkPosition(srv, cp, &res, c)
 			checkStream(ctx, src, srv, cp, res, c)
+			checkProof(ctx, src, srv, cp, res, c)
 		}
 	case kc.judged.Verdict == checkpoint.Lost:
 		c.add("checkpoint", Warn, "no checkpoint to compare with: it is lost (see kafka's item committed checkpoint)", "")

@@ -100,10 +100,14 @@ func (h *harness) verify() {
 
 // verifyHistory checks that no checkpoint moved backwards: the GTID set
 // never shrinks, and at the same GTID set a partial transaction's count of
-// published rows never drops (nor is forgotten).
+// published rows never drops (nor is forgotten); and that each carries the
+// fingerprint of the last transaction with digested rows it covers.
 func (h *harness) verifyHistory() {
 	h.t.Helper()
 	all := h.history()
+	for i, cp := range all {
+		h.verifyFingerprint(i, cp)
+	}
 	for i := 1; i < len(all); i++ {
 		prev, cur := all[i-1], all[i]
 		ps, err1 := binlog.ParseSet(h.s.flavor, prev.GTIDSet)
@@ -119,6 +123,43 @@ func (h *harness) verifyHistory() {
 			(cur.Partial == nil || cur.Partial.GTID != prev.Partial.GTID || cur.Partial.Rows < prev.Partial.Rows) {
 			h.t.Errorf("checkpoint %d moved backwards at %q: partial %+v after %+v", i, cur.GTIDSet, cur.Partial, prev.Partial)
 		}
+	}
+}
+
+// verifyFingerprint checks that the k-th checkpoint written by the relay
+// carries the fingerprint of the last transaction of the script with a
+// digest (a commit of rows, not of an XA transaction) whose GTID its set
+// covers, with the set just before that transaction; nil when none.
+func (h *harness) verifyFingerprint(k int, cp *checkpoint.Checkpoint) {
+	h.t.Helper()
+	if cp.Operator != nil {
+		return
+	}
+	covered, err := binlog.ParseSet(h.s.flavor, cp.GTIDSet)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var want *checkpoint.Fingerprint
+	before := ""
+	for _, ev := range h.s.events {
+		if ev.Set == nil {
+			continue
+		}
+		one, err := binlog.ParseSet(h.s.flavor, ev.GTID)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if ev.Digest != nil && covered.Contain(one) {
+			want = &checkpoint.Fingerprint{GTID: ev.GTID, Before: before, Tables: ev.Digest.Tables, Rows: int64(ev.Digest.Rows), Digest: ev.Digest.Sum}
+		}
+		before = ev.Set.String()
+	}
+	got := cp.Fingerprint
+	switch {
+	case want == nil && got == nil:
+	case want == nil || got == nil || got.GTID != want.GTID || got.Before != want.Before || got.Rows != want.Rows ||
+		got.Digest != want.Digest || !slices.Equal(got.Tables, want.Tables):
+		h.t.Errorf("checkpoint %d at %q carries fingerprint %+v, want %+v", k, cp.GTIDSet, got, want)
 	}
 }
 

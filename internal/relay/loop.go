@@ -233,7 +233,7 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		} else {
 			l.asm.endXA(ev.XID)
 		}
-		l.advance(ev)
+		l.advance(ev, false)
 	case binlog.KindCommit:
 		if ev.XID != "" {
 			if err := l.commitXA(ctx, ev); err != nil {
@@ -243,7 +243,7 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 		if err := l.flushPending(ctx, false); err != nil {
 			return err
 		}
-		l.advance(ev)
+		l.advance(ev, ev.Digest != nil && ev.XID == "" && !l.asm.replaying(ev.GTID))
 		sealNow, due := l.batch.ended(ev.Time, caughtUp, l.sealing)
 		switch {
 		case sealNow:
@@ -294,10 +294,11 @@ func (l *loop) commitDue(ctx context.Context) error {
 }
 
 // advance moves the position past ev, the end of a source transaction (a
-// commit, an XA prepare or an XA rollback).
-func (l *loop) advance(ev *binlog.Event) {
+// commit, an XA prepare or an XA rollback); fingerprinted: see
+// position.advance.
+func (l *loop) advance(ev *binlog.Event, fingerprinted bool) {
 	l.r.metrics.SourceTransactions.Inc()
-	l.pos.advance(ev)
+	l.pos.advance(ev, fingerprinted)
 	l.asm.leave()
 	l.r.metrics.SourceRead(ev.Time) // behind until the reader passes on a heartbeat
 	l.asm.advanced(ev.Set)

@@ -29,6 +29,13 @@ type position struct {
 	commitTime  time.Time // of the last source transaction handed over
 	events      int64     // cumulative published records, carried in checkpoints
 	dirty       bool      // moved since the last checkpoint
+	// fingerprint is the last transaction with rows of captured tables that
+	// the position covers (carried from the checkpoint, replaced at each such
+	// commit; source.Prove checks it on a host before the relay reads it);
+	// fpBefore the set just before it, rendered into its Before when a
+	// checkpoint first carries it.
+	fingerprint *checkpoint.Fingerprint
+	fpBefore    mysql.GTIDSet
 }
 
 // newPosition is the position from (a GTID set of flavor), with what cp
@@ -46,6 +53,7 @@ func newPosition(flavor, from string, cp *checkpoint.Checkpoint) (position, erro
 		}
 		p.events = cp.Events
 		p.commitTime = cp.CommitTime
+		p.fingerprint = cp.Fingerprint
 	}
 	return p, nil
 }
@@ -59,8 +67,13 @@ func (p *position) String() string {
 }
 
 // advance moves the position past ev, the end of a source transaction (a
-// commit, an XA prepare or an XA rollback).
-func (p *position) advance(ev *binlog.Event) {
+// commit, an XA prepare or an XA rollback); fingerprinted, ev is the last
+// transaction with rows of captured tables the position covers.
+func (p *position) advance(ev *binlog.Event, fingerprinted bool) {
+	if fingerprinted {
+		p.fingerprint = &checkpoint.Fingerprint{GTID: ev.GTID, Tables: ev.Digest.Tables, Rows: int64(ev.Digest.Rows), Digest: ev.Digest.Sum}
+		p.fpBefore = p.set
+	}
 	p.set, p.str, p.schema, p.unsigned = ev.Set, "", ev.Schema, ev.Unsigned
 	p.provisional = ev.Provisional
 	if p.partial.GTID == ev.GTID {
@@ -68,6 +81,14 @@ func (p *position) advance(ev *binlog.Event) {
 	}
 	p.dirty = true
 	p.commitTime = ev.Time
+}
+
+// lastFingerprint is the fingerprint a checkpoint written now carries.
+func (p *position) lastFingerprint() *checkpoint.Fingerprint {
+	if p.fpBefore != nil {
+		p.fingerprint.Before, p.fpBefore = p.fpBefore.String(), nil
+	}
+	return p.fingerprint
 }
 
 // checkpoint is the checkpoint of the position, once the open batch's
@@ -92,6 +113,7 @@ func (p *position) checkpoint(name string, srv *binlog.Server, tables []string, 
 		Provisional: p.provisional,
 		XA:          xa,
 		Partitions:  placed,
+		Fingerprint: p.lastFingerprint(),
 	}
 	if p.partial.GTID != "" {
 		part := p.partial

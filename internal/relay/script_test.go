@@ -163,8 +163,12 @@ func (s *script) group(kind binlog.Kind, xid string, onePhase bool, rows [][]out
 	if err != nil {
 		panic(err)
 	}
-	s.events = append(s.events, binlog.Event{Kind: kind, GTID: gtid, XID: xid, OnePhase: onePhase, Set: set,
-		Schema: outboxSchema, Time: at, Size: 50})
+	end := binlog.Event{Kind: kind, GTID: gtid, XID: xid, OnePhase: onePhase, Set: set, Schema: outboxSchema, Time: at, Size: 50}
+	if n := len(slices.Concat(rows...)); kind == binlog.KindCommit && xid == "" && n > 0 {
+		// As the reader digests a transaction's captured rows.
+		end.Digest = &binlog.TxDigest{Tables: []string{outboxTable.String()}, Rows: n, Sum: "digest of " + gtid}
+	}
+	s.events = append(s.events, end)
 	s.ends = append(s.ends, len(s.events)-1)
 	return gtid
 }

@@ -34,7 +34,7 @@ var (
 // unreachable hosts are retried by Run, diverged, purged or refused ones
 // need an operator.
 func (r *Relay) chooseSource(ctx context.Context, cp *checkpoint.Checkpoint) (*binlog.Server, error) {
-	accept := r.acceptHost(cp)
+	accept := r.acceptHost(ctx, cp)
 	wait := sourceWaitFirst
 	for {
 		srv, checks := source.Choose(ctx, r.source, accept)
@@ -69,8 +69,10 @@ func (r *Relay) chooseSource(ctx context.Context, cp *checkpoint.Checkpoint) (*b
 }
 
 // acceptHost judges an inspected host against the checkpoint (or, without
-// one, source.start): nil when the relay can stream from it.
-func (r *Relay) acceptHost(cp *checkpoint.Checkpoint) func(*binlog.Server) error {
+// one, source.start): nil when the relay can stream from it. With a
+// checkpoint, a host whose GTIDs hold it must also prove that it holds the
+// checkpoint's last transaction (prove).
+func (r *Relay) acceptHost(ctx context.Context, cp *checkpoint.Checkpoint) func(*binlog.Server) error {
 	return func(srv *binlog.Server) error {
 		from := r.cfg.Source.Start
 		if cp != nil {
@@ -84,7 +86,10 @@ func (r *Relay) acceptHost(cp *checkpoint.Checkpoint) func(*binlog.Server) error
 				return fmt.Errorf("%w: checkpoint of %s was written for %s, the source %s runs %s",
 					ErrFlavorMismatch, cp.Name, cp.Flavor, srv.Addr, srv.Flavor)
 			}
-			return setByHand(srv, cp, source.Resumable(srv, cp.GTIDSet, cp.From()))
+			if err := setByHand(srv, cp, source.Resumable(srv, cp.GTIDSet, cp.From())); err != nil {
+				return err
+			}
+			return r.prove(ctx, srv, cp)
 		}
 		switch start := r.cfg.Source.Start; start {
 		case "now", "earliest":
@@ -96,6 +101,35 @@ func (r *Relay) acceptHost(cp *checkpoint.Checkpoint) func(*binlog.Server) error
 			return source.Resumable(srv, start, start)
 		}
 	}
+}
+
+// proofLimit bounds the read of the checkpoint's last transaction from a
+// host (source.Prove): finding the position in a large binlog file takes
+// the server a while.
+var proofLimit = 30 * time.Second
+
+// prove accepts srv only when it proves that it holds the checkpoint's
+// last transaction with outbox rows (source.Prove: the same rows read again
+// from its binlog), and logs how it was accepted. A host that holds
+// another transaction under that GTID is refused as diverged, one that
+// cannot show it as purged (unless it is the server the checkpoint was
+// read from), one that did not answer in time as unreachable.
+func (r *Relay) prove(ctx context.Context, srv *binlog.Server, cp *checkpoint.Checkpoint) error {
+	p, err := source.Prove(ctx, r.source, srv, cp, proofLimit)
+	if err != nil {
+		return err
+	}
+	switch p.Kind {
+	case source.ProofRead:
+		r.log.Info().Str("host", srv.Addr).Str("proof", p.Detail).Msg("source host holds the checkpoint's last transaction")
+	case source.ProofSameServer:
+		r.log.Warn().Str("host", srv.Addr).Str("proof", p.Detail).
+			Msg("source host's binlog no longer holds the checkpoint's last transaction; accepted as the server the checkpoint was read from")
+	default:
+		r.log.Info().Str("host", srv.Addr).Str("proof", p.Detail).
+			Msg("checkpoint without a fingerprint: the source host is not proved; the next checkpoint after a transaction with outbox rows carries one")
+	}
+	return nil
 }
 
 // noteHosts logs each host's verdict and sets outbox_relay_source_host.
