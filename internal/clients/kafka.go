@@ -111,6 +111,11 @@ func exactlyOnceLinger(configured time.Duration) time.Duration {
 	return max(configured, minExactlyOnceLinger)
 }
 
+// MaxBatchBytes is franz-go's default ProducerBatchMaxBytes, the record
+// batch bound of the relay's producers unless a topic's max.message.bytes
+// is smaller: no record may be larger, whatever the topic allows.
+const MaxBatchBytes = 1_000_012
+
 // Attempt is what a relay producer takes from the attempt that runs it.
 type Attempt struct {
 	// BatchMaxBytes is a topic's batch bound: its max.message.bytes,

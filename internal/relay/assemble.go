@@ -8,6 +8,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -24,10 +25,12 @@ import (
 // does no I/O: the loop routes what it hands over, and looks up an XA
 // prepare it does not know (xa.go).
 
+// ErrInvalidOp: an UPDATE or DELETE on an outbox table with invalid_op fatal.
+var ErrInvalidOp = errclass.New(errclass.DataStop, "invalid_op", "invalid operation on an outbox table")
+
 // assembler is the loop's assembly of source transactions; only the
 // loop's goroutine uses it.
 type assembler struct {
-	routes  map[tableKey]*route
 	flavor  string
 	cur     reading
 	xa      xaState  // XA transactions read and not yet ended (xa.go)
@@ -54,12 +57,11 @@ type replayed struct {
 	hit  bool
 }
 
-// newAssembler is the assembly of the captured tables of routes read from
-// a server of flavor, from cp (nil: none): the XA transactions it lists
-// as prepared, and, when it resumes from before one of them, what it
-// covers.
-func newAssembler(routes map[tableKey]*route, flavor string, cp *checkpoint.Checkpoint, m *metrics.Metrics, log zerolog.Logger) (*assembler, error) {
-	a := &assembler{routes: routes, flavor: flavor, metrics: m, log: log}
+// newAssembler is the assembly of the captured tables read from a server
+// of flavor, from cp (nil: none): the XA transactions it lists as
+// prepared, and, when it resumes from before one of them, what it covers.
+func newAssembler(flavor string, cp *checkpoint.Checkpoint, m *metrics.Metrics, log zerolog.Logger) (*assembler, error) {
+	a := &assembler{flavor: flavor, metrics: m, log: log}
 	a.xa.load(cp)
 	if cp != nil && cp.Replays() {
 		done, err := binlog.ParseSet(flavor, cp.GTIDSet)
@@ -69,15 +71,6 @@ func newAssembler(routes map[tableKey]*route, flavor string, cp *checkpoint.Chec
 		a.replay.done = done
 	}
 	return a, nil
-}
-
-// route is the route of the captured table of a rows event.
-func (a *assembler) route(ev *binlog.Event) (*route, error) {
-	rt := a.routes[tableKey{ev.Table.Schema, ev.Table.Name}]
-	if rt == nil {
-		return nil, fmt.Errorf("rows of %s, which is not a captured table", ev.Table)
-	}
-	return rt, nil
 }
 
 // enter notes that a rows event of transaction gtid is read.
@@ -98,31 +91,31 @@ func (a *assembler) next(published checkpoint.Partial) bool {
 // leave notes the end of the transaction being read.
 func (a *assembler) leave() { a.cur = reading{} }
 
-// invalidOp handles UPDATE and DELETE on an outbox table. DELETEs in a
-// transaction that inserted at least as many outbox rows before them are the
-// delete-after-insert pattern (the row was published by its INSERT) and are
-// only counted.
-func (a *assembler) invalidOp(rt *route, ev *binlog.Event) error {
+// invalidOp handles UPDATE and DELETE on table, an outbox table whose
+// router.invalid_op is policy. DELETEs in a transaction that inserted at
+// least as many outbox rows before them are the delete-after-insert
+// pattern (the row was published by its INSERT) and are only counted.
+func (a *assembler) invalidOp(table, policy string, ev *binlog.Event) error {
 	n := int64(len(ev.Rows))
 	if ev.Op == binlog.OpDelete {
 		expected := min(n, a.cur.rows-a.cur.deleted)
 		a.cur.deleted += expected
 		if expected > 0 {
-			a.metrics.InvalidOps.WithLabelValues(rt.table, "delete_after_insert").Add(float64(expected))
+			a.metrics.InvalidOps.WithLabelValues(table, "delete_after_insert").Add(float64(expected))
 		}
 		if n -= expected; n == 0 {
 			return nil
 		}
 	}
-	a.metrics.InvalidOps.WithLabelValues(rt.table, ev.Op.String()).Add(float64(n))
+	a.metrics.InvalidOps.WithLabelValues(table, ev.Op.String()).Add(float64(n))
 	msg := "outbox rows must only be inserted: skipped"
-	switch rt.invalidOp {
+	switch policy {
 	case "fatal":
 		return fmt.Errorf("%w: %s of %d rows of %s at %s (router.invalid_op fatal)", ErrInvalidOp, ev.Op, n, ev.Table, ev.GTID)
 	case "error":
-		a.log.Error().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
+		a.log.Error().Str("table", table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
 	default:
-		a.log.Warn().Str("table", rt.table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
+		a.log.Warn().Str("table", table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
 	}
 	return nil
 }

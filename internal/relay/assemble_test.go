@@ -12,13 +12,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
-// testAssembler assembles app.outbox (invalid_op invalidOp) of a MariaDB
-// source from cp (nil: none).
-func testAssembler(t *testing.T, cp *checkpoint.Checkpoint, invalidOp string) (*assembler, *metrics.Metrics) {
+// testAssembler assembles the transactions of a MariaDB source from cp
+// (nil: none).
+func testAssembler(t *testing.T, cp *checkpoint.Checkpoint) (*assembler, *metrics.Metrics) {
 	t.Helper()
 	m := metrics.New("test")
-	routes := map[tableKey]*route{{"app", "outbox"}: {table: "app.outbox", invalidOp: invalidOp}}
-	a, err := newAssembler(routes, "mariadb", cp, m, zerolog.Nop())
+	a, err := newAssembler("mariadb", cp, m, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,14 +37,11 @@ func rowsEvent(gtid string, op binlog.Op, n int) *binlog.Event {
 // skipped when their transaction is read again, and only those: the rest
 // of it, and every other transaction, are published.
 func TestAssemblerSkipsWhatTheCheckpointsPartPublished(t *testing.T) {
-	a, _ := testAssembler(t, nil, "warn")
+	a, _ := testAssembler(t, nil)
 	published := checkpoint.Partial{GTID: "0-1-5", Rows: 3}
 	var skipped []bool
 	for _, gtid := range []string{"0-1-5", "0-1-6"} {
 		ev := rowsEvent(gtid, binlog.OpInsert, 4)
-		if _, err := a.route(ev); err != nil {
-			t.Fatal(err)
-		}
 		a.enter(ev.GTID)
 		for range ev.Rows {
 			skipped = append(skipped, a.next(published))
@@ -58,21 +54,17 @@ func TestAssemblerSkipsWhatTheCheckpointsPartPublished(t *testing.T) {
 			t.Fatalf("skipped %v, want %v", skipped, want)
 		}
 	}
-	if _, err := a.route(&binlog.Event{Table: &binlog.Table{Schema: "app", Name: "other"}}); err == nil {
-		t.Fatal("rows of a table not captured have a route")
-	}
 }
 
 // DELETEs after as many INSERTs in one transaction are the
 // delete-after-insert pattern, only counted; more, and UPDATEs, are
 // invalid operations: warned about, or a stop with invalid_op fatal.
 func TestAssemblerInvalidOperations(t *testing.T) {
-	a, m := testAssembler(t, nil, "warn")
+	a, m := testAssembler(t, nil)
 	a.enter("0-1-1")
 	a.next(checkpoint.Partial{})
 	a.next(checkpoint.Partial{})
-	rt := a.routes[tableKey{"app", "outbox"}]
-	if err := a.invalidOp(rt, rowsEvent("0-1-1", binlog.OpDelete, 3)); err != nil {
+	if err := a.invalidOp("app.outbox", "warn", rowsEvent("0-1-1", binlog.OpDelete, 3)); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(m.InvalidOps.WithLabelValues("app.outbox", "delete_after_insert")); got != 2 {
@@ -83,15 +75,14 @@ func TestAssemblerInvalidOperations(t *testing.T) {
 	}
 	a.leave()
 	a.enter("0-1-2")
-	if err := a.invalidOp(rt, rowsEvent("0-1-2", binlog.OpDelete, 1)); err != nil {
+	if err := a.invalidOp("app.outbox", "warn", rowsEvent("0-1-2", binlog.OpDelete, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(m.InvalidOps.WithLabelValues("app.outbox", "delete")); got != 2 {
 		t.Fatalf("a delete in a transaction without inserts counted %v as invalid, want 2 in all", got)
 	}
-	fatal, _ := testAssembler(t, nil, "fatal")
-	fatal.enter("0-1-3")
-	if err := fatal.invalidOp(fatal.routes[tableKey{"app", "outbox"}], rowsEvent("0-1-3", binlog.OpUpdate, 1)); !errors.Is(err, ErrInvalidOp) {
+	a.enter("0-1-3")
+	if err := a.invalidOp("app.outbox", "fatal", rowsEvent("0-1-3", binlog.OpUpdate, 1)); !errors.Is(err, ErrInvalidOp) {
 		t.Fatalf("an update with invalid_op fatal: %v, want ErrInvalidOp", err)
 	}
 }
@@ -102,7 +93,7 @@ func TestAssemblerInvalidOperations(t *testing.T) {
 // drops them; the commit of one prepared before the relay's start is not
 // known (looked up), a one-phase commit without rows wrote none.
 func TestAssemblerXA(t *testing.T) {
-	a, _ := testAssembler(t, nil, "warn")
+	a, _ := testAssembler(t, nil)
 	at := xaAt{before: "0-1-9"}
 	a.holdXA(&binlog.Event{Kind: binlog.KindRows, GTID: "0-1-10", XID: "x1", Rows: [][]any{{1}, {2}}})
 	a.prepareXA(&binlog.Event{Kind: binlog.KindPrepare, GTID: "0-1-10", XID: "x1"}, at)
@@ -140,7 +131,7 @@ func TestAssemblerReplaysFromBeforeAPreparedXA(t *testing.T) {
 	before := "0-1-9"
 	cp := &checkpoint.Checkpoint{GTIDSet: "0-1-20", XA: &checkpoint.XA{Resume: &before,
 		Prepared: []checkpoint.PreparedXA{{XID: "x1", GTID: "0-1-10", Rows: 2}}}}
-	a, _ := testAssembler(t, cp, "warn")
+	a, _ := testAssembler(t, cp)
 	if !a.replays() || !a.replaying("0-1-15") || a.replaying("0-1-21") {
 		t.Fatal("the transactions the checkpoint covers are not replayed, or others are")
 	}

@@ -231,3 +231,7 @@ func (l *batchLimit) recover(now time.Time) bool {
 	l.set(min(2*l.max, l.full), now)
 	return true
 }
+
+// batchRecovery is how long commits must stay fast before the bound doubles
+// (batchLimit.recover, batch.go).
+const batchRecovery = time.Minute

@@ -3,9 +3,6 @@ package relay
 import (
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // Batch bound after a slow broker.
@@ -21,15 +18,6 @@ import (
 // each minute in which no commit (or wait for acknowledgements) took a
 // quarter of request_timeout or more. Correctness does not depend on it: a
 // batch is a batch whatever its size.
-
-// errAckTimeout: Kafka did not acknowledge a batch within
-// kafka.request_timeout; the attempt ends and the next one uses smaller
-// batches.
-var errAckTimeout = errclass.New(errclass.Transient, "kafka", "kafka did not acknowledge the batch within kafka.request_timeout")
-
-// batchRecovery is how long commits must stay fast before the bound doubles
-// (batchLimit.recover, batch.go).
-const batchRecovery = time.Minute
 
 // batchLimit is the records bound of the next attempt's batches.
 func (r *Relay) batchLimit() int {

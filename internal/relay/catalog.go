@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
@@ -44,7 +45,7 @@ type catalog struct {
 func newCatalog(adm *kadm.Client, checkpointTopic string, timeout time.Duration, parts int32, repl int16,
 	log zerolog.Logger, limits *topicLimits, place *placements) *catalog {
 	return &catalog{adm: adm, timeout: timeout, parts: parts, repl: repl, log: log, limits: limits, place: place,
-		topics:    map[string]topicInfo{checkpointTopic: {partitions: 1, placeBy: 1, maxBytes: maxBatchBytes}},
+		topics:    map[string]topicInfo{checkpointTopic: {partitions: 1, placeBy: 1, maxBytes: clients.MaxBatchBytes}},
 		readAgain: map[string]bool{}}
 }
 
@@ -57,10 +58,6 @@ type topicInfo struct {
 	maxBytes int         // largest record the topic accepts
 	stamps   stampBounds // the timestamps it accepts (recordcheck.go)
 }
-
-// maxBatchBytes is franz-go's default ProducerBatchMaxBytes: no record may
-// be larger, whatever the topic allows.
-const maxBatchBytes = 1_000_012
 
 // brokersRestarting reports whether an INVALID_REPLICATION_FACTOR answer
 // can be passing: the cluster's metadata lists at least as many brokers as
@@ -109,7 +106,7 @@ func (c *catalog) ensure(ctx context.Context, topic string) (topicInfo, error) {
 	default:
 		return topicInfo{}, fmt.Errorf("create topic %s: %w", topic, errclass.Kafka(err))
 	}
-	info := topicInfo{maxBytes: maxBatchBytes}
+	info := topicInfo{maxBytes: clients.MaxBatchBytes}
 	details, err := c.listCreated(ctx, topic, refused == nil)
 	if err != nil && refused != nil && kafkaerr.UnknownTopic(err) {
 		return topicInfo{}, missingTopic(topic, refused, err)
@@ -231,7 +228,7 @@ func (t *topicLimits) batchMaxBytes(topic string) int32 {
 	if v, ok := t.m.Load(topic); ok {
 		return v.(int32)
 	}
-	return maxBatchBytes
+	return clients.MaxBatchBytes
 }
 
 // set stores topic's largest record batch: its max.message.bytes (franz-go
@@ -259,4 +256,70 @@ func noteCreateRefused(log zerolog.Logger, topic string, createErr error) {
 func missingTopic(topic string, createErr, describeErr error) error {
 	return fmt.Errorf("%w: topic %s does not exist and creating it was refused (%v): create it beforehand, or grant the relay's principal CREATE: %w",
 		errclass.ErrRejected, topic, createErr, describeErr)
+}
+
+// stampBounds are a topic's timestamp settings: with CreateTime, the broker
+// refuses a record whose timestamp is more than after ahead of its clock or
+// more than before behind it (0: no bound). LogAppendTime topics take any.
+type stampBounds struct {
+	logAppend     bool
+	before, after time.Duration
+	// difference: message.timestamp.difference.max.ms (Kafka before 4.0;
+	// deprecated since 3.6): a bound where before or after sets none.
+	difference time.Duration
+}
+
+// take reads one topic config entry into b.
+func (b *stampBounds) take(key, value string) {
+	ms := func() time.Duration {
+		v, err := strconv.ParseInt(value, 10, 64)
+		if err != nil || v <= 0 || v >= int64(1<<62)/int64(time.Millisecond) {
+			return 0 // unbounded (Long.MAX_VALUE by default)
+		}
+		return time.Duration(v) * time.Millisecond
+	}
+	switch key {
+	case "message.timestamp.type":
+		b.logAppend = value == "LogAppendTime"
+	case "message.timestamp.before.max.ms":
+		b.before = ms()
+	case "message.timestamp.after.max.ms":
+		b.after = ms()
+	case "message.timestamp.difference.max.ms":
+		b.difference = ms()
+	}
+}
+
+// bounds are the effective before and after bounds (0: none).
+func (b stampBounds) bounds() (before, after time.Duration) {
+	before, after = b.before, b.after
+	if before == 0 {
+		before = b.difference
+	}
+	if after == 0 {
+		after = b.difference
+	}
+	return before, after
+}
+
+// bounded reports whether the topic refuses any timestamp.
+func (b stampBounds) bounded() bool {
+	return !b.logAppend && (b.before > 0 || b.after > 0 || b.difference > 0)
+}
+
+// refuses says why the topic would refuse a record stamped ts at now, or "".
+func (b stampBounds) refuses(ts, now time.Time) string {
+	before, after := b.bounds()
+	if b.logAppend || ts.IsZero() || before == 0 && after == 0 {
+		return "" // the broker stamps it; a zero one is stamped by the client
+	}
+	if d := ts.Sub(now); after > 0 && d > after {
+		return fmt.Sprintf("timestamp %s is %s ahead of the relay's clock, the topic takes at most %s ahead (message.timestamp.after.max.ms)",
+			ts.UTC().Format(time.RFC3339Nano), d.Round(time.Millisecond), after)
+	}
+	if d := now.Sub(ts); before > 0 && d > before {
+		return fmt.Sprintf("timestamp %s is %s behind the relay's clock, the topic takes at most %s behind (message.timestamp.before.max.ms)",
+			ts.UTC().Format(time.RFC3339Nano), d.Round(time.Millisecond), before)
+	}
+	return ""
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/errclass"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
@@ -24,7 +25,7 @@ import (
 // stayed open for kafka.transaction_timeout, and bumped the producer epoch,
 // so the producer's next request was refused as if another instance had
 // fenced it. Nothing of the transaction is visible. Not fatal: the relay
-// resumes from the committed checkpoint. It does not wrap ErrFenced.
+// resumes from the committed checkpoint. It does not wrap errclass.ErrFenced.
 var ErrTxnTimedOut = errclass.New(errclass.Transient, "kafka_txn_timeout", "kafka transaction timed out")
 
 // delivery takes the pipeline's batches to Kafka, one implementation per
@@ -105,7 +106,7 @@ type deliveryOptions struct {
 	timeout time.Duration // bound of each wait on Kafka
 	// txnTimeout is the producer's transaction timeout
 	// (kafka.transaction_timeout): a fencing error on a transaction open
-	// at least this long is ErrTxnTimedOut, not ErrFenced.
+	// at least this long is ErrTxnTimedOut, not errclass.ErrFenced.
 	txnTimeout time.Duration
 	// maxUnackedBytes (at-least-once) bounds the key and value bytes of
 	// the records produced and not yet acknowledged: large rows must not
@@ -195,13 +196,13 @@ func (s *producer) refusedAt() string {
 // larger than the client sends (many prepared XA transactions listed).
 func (s *producer) checkpointRecord(cp *checkpoint.Checkpoint) (*kgo.Record, error) {
 	rec := s.store.Record(cp)
-	if n := recordSize(rec); n > maxBatchBytes {
+	if n := recordSize(rec); n > clients.MaxBatchBytes {
 		xa := 0
 		if cp.XA != nil {
 			xa = len(cp.XA.Prepared)
 		}
 		return nil, fmt.Errorf("%w: checkpoint record of %d bytes, the client sends at most %d (it lists %d prepared XA transactions with outbox rows: commit or roll them back)",
-			ErrRejected, n, maxBatchBytes, xa)
+			errclass.ErrRejected, n, clients.MaxBatchBytes, xa)
 	}
 	return rec, nil
 }
@@ -287,3 +288,8 @@ func (a *accounting) ended(s *seal, took time.Duration, err error) {
 		hit("after-commit")
 	}
 }
+
+// errAckTimeout: Kafka did not acknowledge a batch within
+// kafka.request_timeout; the attempt ends and the next one uses smaller
+// batches.
+var errAckTimeout = errclass.New(errclass.Transient, "kafka", "kafka did not acknowledge the batch within kafka.request_timeout")

@@ -193,7 +193,7 @@ func (s *lane) abort(ctx context.Context) error {
 // both with the same fencing errors.
 func (s *lane) classify(err error) error {
 	c := errclass.Kafka(err)
-	if open := s.openFor(); errors.Is(c, ErrFenced) && s.txnTimeout > 0 && open >= s.txnTimeout {
+	if open := s.openFor(); errors.Is(c, errclass.ErrFenced) && s.txnTimeout > 0 && open >= s.txnTimeout {
 		return fmt.Errorf("%w: open for %s, kafka.transaction_timeout is %s: the broker aborted it and bumped the producer epoch: %w",
 			ErrTxnTimedOut, open.Round(time.Millisecond), s.txnTimeout, err)
 	}

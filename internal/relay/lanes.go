@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-relay/outbox-relay/internal/errclass"
 )
 
 // Two transaction lanes (kafka.transaction_lanes 2; how batches alternate
@@ -23,7 +25,7 @@ import (
 // the coordinator for the name's producer id and epoch and compares them
 // with the first lane's after its last commit: another producer id, or a
 // larger epoch, means another producer initialised the name, and the
-// second lane does not commit (ErrFenced). It asks once its own batch is
+// second lane does not commit (errclass.ErrFenced). It asks once its own batch is
 // flushed: a producer that initialised the name after the question writes
 // its checkpoint after this batch's, and one taking over reads the
 // checkpoint only once this transaction has ended (its checkpoint record
@@ -161,7 +163,7 @@ func (s *lane) firstLaneOurs(ctx context.Context) error {
 	c.fails = 0
 	if !own.ours(state) {
 		return fmt.Errorf("%w: transactional id %s was initialised by another producer (the coordinator has producer id %d epoch %d, this instance's first lane %d epoch %d after its last commit, %d epoch %d before it): the second lane does not commit",
-			ErrFenced, id, state.id, state.epoch, own.after.id, own.after.epoch, own.before.id, own.before.epoch)
+			errclass.ErrFenced, id, state.id, state.epoch, own.after.id, own.after.epoch, own.before.id, own.before.epoch)
 	}
 	return nil
 }

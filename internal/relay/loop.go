@@ -61,7 +61,7 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 	if err != nil {
 		return nil, err
 	}
-	asm, err := newAssembler(r.routes, srv.Flavor, cp, r.metrics, r.log)
+	asm, err := newAssembler(srv.Flavor, cp, r.metrics, r.log)
 	if err != nil {
 		return nil, err
 	}
@@ -385,3 +385,5 @@ func (l *loop) commitEnded(ctx context.Context) error {
 	}
 	return nil
 }
+
+var errSourceStream = errclass.New(errclass.Transient, "binlog", "binlog stream ended")

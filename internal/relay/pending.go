@@ -14,12 +14,6 @@ import (
 // and the move of the pending records into the batch when the transaction
 // ends (or, split, when it alone fills a batch).
 
-// pendingRecord is a routed record of the source transaction being read.
-type pendingRecord struct {
-	rec outRecord
-	to  topicOutcome
-}
-
 // pendingTxn is the records of the source transaction being read, kept
 // apart until it ends; only then do they join the batch (handed to the
 // delivery). A stop inside the transaction, or SIGTERM, drops them and
@@ -80,13 +74,13 @@ func (l *loop) flushPending(ctx context.Context, split bool) error {
 // the batch is committed in parts, and the ended ones are committed before
 // a transaction that would take the batch over its bound.
 func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
-	rt, err := l.asm.route(ev)
+	rt, err := l.routeOf(ev)
 	if err != nil {
 		return err
 	}
 	l.asm.enter(ev.GTID)
 	if ev.Op != binlog.OpInsert {
-		return l.asm.invalidOp(rt, ev)
+		return l.asm.invalidOp(rt.table, rt.invalidOp, ev)
 	}
 	p := &l.txn
 	for _, values := range ev.Rows {

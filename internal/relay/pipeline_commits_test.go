@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
@@ -60,7 +61,7 @@ var _ delivery = (*fakeDelivery)(nil)
 // fakeTopics is a catalog that knows the topics the scripts route to (3
 // partitions, the default record bound), and asks no Kafka.
 func fakeTopics() *catalog {
-	info := topicInfo{partitions: 3, placeBy: 3, maxBytes: maxBatchBytes}
+	info := topicInfo{partitions: 3, placeBy: 3, maxBytes: clients.MaxBatchBytes}
 	return &catalog{topics: map[string]topicInfo{"outbox.event.order": info, "outbox.event.customer": info}, readAgain: map[string]bool{}}
 }
 

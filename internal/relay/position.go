@@ -116,8 +116,8 @@ func (p *position) checkpoint(name string, srv *binlog.Server, tables []string, 
 		Fingerprint: p.lastFingerprint(),
 	}
 	if p.partial.GTID != "" {
-		part := p.partial
-		cp.Partial = &part
+		published := p.partial
+		cp.Partial = &published
 	}
 	return cp
 }

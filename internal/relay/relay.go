@@ -46,8 +46,6 @@ var (
 	ErrFlavorMismatch = errclass.New(errclass.ConfigStop, "source_config", "checkpoint flavor mismatch")
 	// ErrBadRow wraps router.ErrBadRow with table, event id and GTID.
 	ErrBadRow = router.ErrBadRow
-	// ErrInvalidOp: an UPDATE or DELETE on an outbox table with invalid_op fatal.
-	ErrInvalidOp = errclass.New(errclass.DataStop, "invalid_op", "invalid operation on an outbox table")
 )
 
 // Relay is one pipeline.
@@ -85,20 +83,6 @@ type Relay struct {
 	spans *spans.Tracer
 	// tables are source.tables as checkpoints record them.
 	tables []string
-}
-
-// tableKey names a captured table without allocating.
-type tableKey struct{ schema, name string }
-
-// route is how the rows of one outbox table are published.
-type route struct {
-	router     *router.Router
-	deadLetter string // topic; "" when on_error is fail
-	invalidOp  string // warn | error | fatal
-	table      string
-	// traceLogged is when an invalid trace context was last logged (unix
-	// nanoseconds): see traceInvalid.
-	traceLogged atomic.Int64
 }
 
 // New builds a relay from a validated configuration.
@@ -181,8 +165,6 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // spanShutdown bounds the export of the last spans when Run returns.
 const spanShutdown = 5 * time.Second
-
-var errSourceStream = errclass.New(errclass.Transient, "binlog", "binlog stream ended")
 
 // producerOpts are the options of an attempt's producer of lane
 // (clients.Kafka.Producer): batches bounded by limits, every record in the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,18 +26,14 @@ type outgoing struct {
 	EventID string
 }
 
-// outRecord is a record the relay produces, with the span it publishes it
-// under (the zero spans.Span: none), kept beside the record, never in it.
-// Its place is the record's own Partition, chosen by the loop: the
-// router's (placement partition), or its key's by the count the topic's
-// keys are placed by (placement.go); the producer keeps it
-// (clients.Partitioner).
-type outRecord struct {
-	*kgo.Record
-	span spans.Span
+// routeOf is the route of the captured table of a rows event.
+func (l *loop) routeOf(ev *binlog.Event) (*route, error) {
+	rt := l.r.routes[tableKey{ev.Table.Schema, ev.Table.Name}]
+	if rt == nil {
+		return nil, fmt.Errorf("rows of %s, which is not a captured table", ev.Table)
+	}
+	return rt, nil
 }
-
-type topicOutcome struct{ topic, outcome string }
 
 // record routes row and checks it against its topic: a bad row, or a record
 // Kafka would refuse, is an error wrapping router.ErrBadRow.
@@ -160,4 +157,18 @@ func rowBytes(row router.Row) int {
 		}
 	}
 	return n
+}
+
+// tableKey names a captured table without allocating.
+type tableKey struct{ schema, name string }
+
+// route is how the rows of one outbox table are published.
+type route struct {
+	router     *router.Router
+	deadLetter string // topic; "" when on_error is fail
+	invalidOp  string // warn | error | fatal
+	table      string
+	// traceLogged is when an invalid trace context was last logged (unix
+	// nanoseconds): see traceInvalid.
+	traceLogged atomic.Int64
 }
