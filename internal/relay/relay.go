@@ -391,14 +391,15 @@ func (r *Relay) attempt(ctx context.Context, ls *ha.Lease, started *bool) error 
 
 	events := make(chan []binlog.Event, 2) // with the reader's batch size, bounds rows in memory
 	readErr := make(chan error, 1)         // the loop takes the reader's error from here
-	reader := binlog.NewReader(r.source, srv, tracker, clients.MySQLLogger(r.log))
+	// The reader's own context: a stale host (stale.go) ends the stream,
+	// never the sink's work in hand. Once it ends, go-mysql's complaints
+	// about the connection it closes are debug lines (clients.MySQLLogger).
+	readCtx, stopReading := context.WithCancel(runCtx)
+	defer stopReading()
+	reader := binlog.NewReader(r.source, srv, tracker, clients.MySQLLogger(r.log, readCtx.Done()))
 	if l.done != nil {
 		reader.Published(l.done)
 	}
-	// The reader's own context: a stale host (stale.go) ends the stream,
-	// never the sink's work in hand.
-	readCtx, stopReading := context.WithCancel(runCtx)
-	defer stopReading()
 	group.start(func() { readErr <- reader.Run(readCtx, from, events) })
 	group.start(func() { r.sampleSource(runCtx, srv, reader) }) // behind bytes, binlog retention
 	var stale atomic.Pointer[error]
