@@ -71,15 +71,19 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return relay.ExitOK
 	}
-	fmt.Fprintln(stderr, "outbox-relay:", strings.TrimPrefix(err.Error(), "usage: "))
 	if errors.Is(err, errUsage) {
+		fmt.Fprintln(stderr, "outbox-relay:", strings.TrimPrefix(err.Error(), "usage: "))
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return relay.ExitUsage
 	}
 	if cmd.Name() == "run" && cmd.Parent() == root {
-		// Supervisors act on these (README "Exit codes").
-		return relay.ExitCode(err)
+		// Supervisors act on these (README "Exit codes"); the last line
+		// says the code, after the log's `relay stopped` when there is a log.
+		code := relay.ExitCode(err)
+		fmt.Fprintf(stderr, "outbox-relay: %v (exit %d)\n", err, code)
+		return code
 	}
+	fmt.Fprintln(stderr, "outbox-relay:", err)
 	if errors.Is(err, checkpoint.ErrLost) {
 		// Every command that reads the checkpoint says so as `run` does.
 		return relay.ExitData
