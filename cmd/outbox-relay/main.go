@@ -171,7 +171,9 @@ func legacyCommand(c command) *cobra.Command {
 }
 
 // groupRun is the action of a command that only groups subcommands: without
-// arguments it prints its help, anything else is an unknown subcommand.
+// arguments it prints its help, anything else is an unknown subcommand,
+// with cobra's suggestions of what was meant (cobra makes them only for
+// a command without Args and RunE, which the root and groups are not).
 func groupRun(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return cmd.Help()
@@ -181,6 +183,13 @@ func groupRun(cmd *cobra.Command, args []string) error {
 		if c.IsAvailableCommand() {
 			names = append(names, c.Name())
 		}
+	}
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default, set where it suggests
+	}
+	if near := cmd.SuggestionsFor(args[0]); len(near) > 0 {
+		return usageErr("unknown command %q for %q: did you mean %s? (want one of: %s)", args[0], cmd.CommandPath(),
+			strings.Join(near, " or "), strings.Join(names, ", "))
 	}
 	return usageErr("unknown command %q for %q (want one of: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))
 }
