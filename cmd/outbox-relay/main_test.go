@@ -200,3 +200,29 @@ func TestUsageMistakesExit2(t *testing.T) {
 		}
 	}
 }
+
+// Each command's help says its own truth: --host of audit and replay said
+// "prune needs the primary" (text shared with prune), although they only
+// read and a replica does.
+func TestHostFlagHelpIsEachCommandsOwn(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		want, not string
+	}{
+		{[]string{"prune", "--help"}, "prune needs the primary", "replica is fine"},
+		{[]string{"audit", "--help"}, "a replica is fine: audit only reads", "prune"},
+		{[]string{"replay", "--help"}, "a replica is fine: replay only reads", "prune"},
+		{[]string{"dead-letter", "replay", "--help"}, "a replica is fine: dead-letter replay only reads", "prune"},
+	} {
+		_, stdout, _ := run(t, c.args...)
+		var host string
+		for _, l := range strings.Split(stdout, "\n") {
+			if strings.Contains(l, "--host string") {
+				host = l
+			}
+		}
+		if !strings.Contains(host, c.want) || strings.Contains(host, c.not) {
+			t.Errorf("%v: --host says %q, want %q and no %q", c.args, strings.TrimSpace(host), c.want, c.not)
+		}
+	}
+}
