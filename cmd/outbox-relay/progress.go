@@ -17,14 +17,15 @@ const progressEvery = 5 * time.Second
 
 // progress reports a long command's advance on stderr, timed: whatever
 // the command does between its updates (a batch that takes a minute, or a
-// thousand batches a second), the current state is written every
-// progressEvery (a line each; on a terminal one line rewritten every
-// second), and the last state once more when it ends if that was not
-// written yet. Updates only store the state.
+// thousand batches a second), the newest state is written every
+// progressEvery with the time since the start (a line each; on a terminal
+// one line rewritten every second), and the last state once more when it
+// ends unless that tick wrote it. Updates only store the state.
 type progress struct {
 	name    string
 	w       io.Writer
 	tty     bool
+	start   time.Time
 	mu      sync.Mutex
 	state   string // the newest update
 	written string // the state last written
@@ -44,7 +45,7 @@ func newProgress(name string) *progress {
 
 // startProgress starts writing name's progress to w every interval.
 func startProgress(name string, w io.Writer, tty bool, every time.Duration) *progress {
-	p := &progress{name: name, w: w, tty: tty, stop: make(chan struct{})}
+	p := &progress{name: name, w: w, tty: tty, start: time.Now(), stop: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -55,7 +56,7 @@ func startProgress(name string, w io.Writer, tty bool, every time.Duration) *pro
 			case <-p.stop:
 				return
 			case <-t.C:
-				p.write()
+				p.write(false)
 			}
 		}
 	}()
@@ -70,28 +71,30 @@ func (p *progress) update(format string, a ...any) {
 	p.mu.Unlock()
 }
 
-// write writes the state when it changed since the last report.
-func (p *progress) write() {
+// write writes the state with the time since the start; last only when the
+// state was not written yet.
+func (p *progress) write(last bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.state == "" || p.state == p.written {
+	if p.state == "" || (last && p.state == p.written) {
 		return
 	}
+	line := fmt.Sprintf("%s [%s]", p.state, time.Since(p.start).Round(time.Second))
 	if p.tty {
-		fmt.Fprintf(p.w, "\r%s\x1b[K", p.state)
+		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
 	} else {
-		fmt.Fprintln(p.w, p.state)
+		fmt.Fprintln(p.w, line)
 	}
 	p.written = p.state
 }
 
-// done stops the reports and writes the last state if it was not written;
-// on a terminal it ends the rewritten line. Safe to call more than once.
+// done stops the reports and writes the last state if no report did; on a
+// terminal it ends the rewritten line. Safe to call more than once.
 func (p *progress) done() {
 	p.ended.Do(func() {
 		close(p.stop)
 		p.wg.Wait()
-		p.write()
+		p.write(true)
 		if p.tty && p.written != "" {
 			fmt.Fprintln(p.w)
 		}
