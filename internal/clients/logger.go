@@ -91,4 +91,6 @@ func (h demoteInfo) WithAttrs(a []slog.Attr) slog.Handler {
 	return demoteInfo{h.Handler.WithAttrs(a), h.stopping}
 }
 
-func (h demoteInfo) WithGroup(n string) slog.Handler { return demoteInfo{h.Handler.WithGroup(n), h.stopping} }
+func (h demoteInfo) WithGroup(n string) slog.Handler {
+	return demoteInfo{h.Handler.WithGroup(n), h.stopping}
+}
