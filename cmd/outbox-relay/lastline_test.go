@@ -11,27 +11,6 @@ import (
 	"testing"
 )
 
-// runWithStderr is execute with the process's stderr captured: run logs
-// there (its pipeWriter wraps os.Stderr).
-func runWithStderr(t *testing.T, args ...string) (code int, log, stderr string) {
-	t.Helper()
-	f, err := os.CreateTemp(t.TempDir(), "stderr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stderr
-	os.Stderr = f
-	var o, e bytes.Buffer
-	code = execute(args, &o, &e)
-	os.Stderr = saved
-	raw, err := os.ReadFile(f.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	return code, string(raw), e.String()
-}
-
 // Every way out of run ends with the exit code: the log's last line is
 // `relay stopped` with exit_code, the code the process exits with, and
 // the last line on stderr is `outbox-relay: ... (exit N)`. Ways out before
@@ -62,7 +41,9 @@ func TestRunLastLineCarriesTheExitCode(t *testing.T) {
 		{"cpu profile unwritable", []string{"run", "--config", cfg(""), "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "cpu.out")}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			code, log, stderr := runWithStderr(t, c.args...)
+			var code int
+			var stderr string
+			log := stderrOf(t, func() { code, _, stderr = run(t, c.args...) })
 			if code == 0 {
 				t.Fatalf("exit 0, want an error")
 			}
