@@ -91,30 +91,19 @@ ago). See docs/audit.md.`,
 	}
 	path := configFlag(cmd)
 	cmd.Flags().StringVar(&o.since, "since", "", "audit rows whose time column is at or after this (RFC 3339, or an age: 2h)")
-	cmd.Flags().StringVar(&o.until, "until", "", "audit rows whose time column is before this (default: no end)")
+	cmd.Flags().StringVar(&o.until, "until", "", "audit rows whose time column is before this (RFC 3339, or an age: 1h; default: no end)")
 	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print the report as one JSON object on one line")
 	cmd.Flags().DurationVar(&o.margin, "margin", 5*time.Minute, "read records from this long before --since (clock skew, commit delay)")
 	cmd.Flags().DurationVar(&o.wait, "wait", 10*time.Second, "how long to wait for the checkpoint to cover the rows read")
 	cmd.Flags().IntVar(&o.maxIDs, "max-ids", audit.DefaultMaxIDs, "name at most this many ids of each outcome")
 	cmd.Flags().StringVar(&o.timeColumn, "time-column", "", "column holding the row's time (default: router timestamp_column, else created_at)")
 	cmd.Flags().StringSliceVar(&o.topics, "topic", nil, "also read this topic for phantoms (repeat, or comma-separated)")
-	addDBFlags(cmd, &o.db, "read from")
+	addDBFlags(cmd, &o.db, "read from", "a replica is fine: audit only reads the rows and the binlog after the checkpoint")
 	cmd.RunE = func(*cobra.Command, []string) error {
 		o.path = *path
 		return runAudit(o)
 	}
 	return cmd
-}
-
-// auditTime reads an RFC 3339 time, or an age (parseAge's forms) before now.
-func auditTime(flag, s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), nil
-	}
-	if d, err := parseAge(s); err == nil {
-		return now.Add(-d).UTC(), nil
-	}
-	return time.Time{}, usageErr("%s %q: give an RFC 3339 time (2026-11-30T10:00:00Z) or an age (90m, 2h, 7d)", flag, s)
 }
 
 // auditDoc is the --json document.
@@ -142,16 +131,18 @@ func runAudit(o auditOpts) error {
 		return usageErr("--max-ids must be positive, --margin and --wait not negative")
 	}
 	now := time.Now()
-	since, err := auditTime("--since", o.since, now)
+	from, err := parseWhen("--since", o.since, now)
 	if err != nil {
 		return err
 	}
+	since := from.At
 	var until time.Time
 	if o.until != "" {
-		if until, err = auditTime("--until", o.until, now); err != nil {
+		to, err := parseWhen("--until", o.until, now)
+		if err != nil {
 			return err
 		}
-		if !until.After(since) {
+		if until = to.At; !until.After(since) {
 			return usageErr("--until %s is not after --since %s", o.until, o.since)
 		}
 	}

@@ -85,7 +85,7 @@ first's Kafka transaction and re-reads what is already replayed.`,
 	dry := rp.Flags().Bool("dry-run", false, "show where each record would go; publish nothing")
 	yes := rp.Flags().Bool("yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
 	var db dbFlags
-	addDBFlags(rp, &db, "read outbox rows from")
+	addDBFlags(rp, &db, "read outbox rows from", "a replica is fine: dead-letter replay only reads")
 	skip := rp.Flags().StringSlice("skip", nil, "event id of a pending record to mark replayed without publishing it (repeat, or comma-separated): "+
 		"one that can no longer be rebuilt, or was handled another way")
 	fromRecord := rp.Flags().Bool("from-record", false, "records of this pipeline's tables whose row is not in the table are this pipeline's: "+

@@ -77,12 +77,18 @@ func (p *pendingDeadLetters) filter(t string, keys [][]any, ids []string) [][]an
 	return out
 }
 
-// note is the progress line's mention of rows kept for dead letters.
-func (p *pendingDeadLetters) note() string {
+// count is the number of pending dead-lettered events.
+func (p *pendingDeadLetters) count() int {
 	n := 0
 	for _, ids := range p.ids {
 		n += len(ids)
 	}
+	return n
+}
+
+// note is the progress line's mention of rows kept for dead letters.
+func (p *pendingDeadLetters) note() string {
+	n := p.count()
 	if n == 0 {
 		return ""
 	}

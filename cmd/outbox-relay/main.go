@@ -71,15 +71,19 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return relay.ExitOK
 	}
-	fmt.Fprintln(stderr, "outbox-relay:", strings.TrimPrefix(err.Error(), "usage: "))
 	if errors.Is(err, errUsage) {
+		fmt.Fprintln(stderr, "outbox-relay:", strings.TrimPrefix(err.Error(), "usage: "))
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return relay.ExitUsage
 	}
 	if cmd.Name() == "run" && cmd.Parent() == root {
-		// Supervisors act on these (README "Exit codes").
-		return relay.ExitCode(err)
+		// Supervisors act on these (README "Exit codes"); the last line
+		// says the code, after the log's `relay stopped` when there is a log.
+		code := relay.ExitCode(err)
+		fmt.Fprintf(stderr, "outbox-relay: %v (exit %d)\n", err, code)
+		return code
 	}
+	fmt.Fprintln(stderr, "outbox-relay:", err)
 	if errors.Is(err, checkpoint.ErrLost) {
 		// Every command that reads the checkpoint says so as `run` does.
 		return relay.ExitData
@@ -167,7 +171,9 @@ func legacyCommand(c command) *cobra.Command {
 }
 
 // groupRun is the action of a command that only groups subcommands: without
-// arguments it prints its help, anything else is an unknown subcommand.
+// arguments it prints its help, anything else is an unknown subcommand,
+// with cobra's suggestions of what was meant (cobra makes them only for
+// a command without Args and RunE, which the root and groups are not).
 func groupRun(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return cmd.Help()
@@ -177,6 +183,13 @@ func groupRun(cmd *cobra.Command, args []string) error {
 		if c.IsAvailableCommand() {
 			names = append(names, c.Name())
 		}
+	}
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default, set where it suggests
+	}
+	if near := cmd.SuggestionsFor(args[0]); len(near) > 0 {
+		return usageErr("unknown command %q for %q: did you mean %s? (want one of: %s)", args[0], cmd.CommandPath(),
+			strings.Join(near, " or "), strings.Join(names, ", "))
 	}
 	return usageErr("unknown command %q for %q (want one of: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))
 }

@@ -53,8 +53,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"version"}, 0, "github.com/twmb/franz-go", ""},
 		{[]string{"version", "extra"}, 2, "", `takes no arguments, got "extra"`},
 		{[]string{"bogus"}, 2, "", `unknown command "bogus" for "outbox-relay"`},
-		{[]string{"chekc", "--config", good}, 2, "", `unknown command "chekc" for "outbox-relay"`},
-		{[]string{"checkpoint", "shwo", "--config", good, "-n", "3"}, 2, "", `unknown command "shwo" for "outbox-relay checkpoint"`},
+		{[]string{"chekc", "--config", good}, 2, "", `unknown command "chekc" for "outbox-relay": did you mean check?`},
+		{[]string{"checkpoint", "shwo", "--config", good, "-n", "3"}, 2, "", `unknown command "shwo" for "outbox-relay checkpoint": did you mean show?`},
+		{[]string{"replya", "--config", good}, 2, "", `unknown command "replya" for "outbox-relay": did you mean replay?`},
+		{[]string{"dead-leter", "list"}, 2, "", `did you mean dead-letter?`},
 		{[]string{"--bogus"}, 2, "", "unknown flag: --bogus"},
 		{[]string{"run", "--bogus"}, 2, "", "unknown flag: --bogus"},
 		{[]string{"run"}, 2, "", "--config FILE is required"},
@@ -195,6 +197,32 @@ func TestUsageMistakesExit2(t *testing.T) {
 		if code != 2 {
 			n := min(len(stdout), 80)
 			t.Errorf("%q: exit %d, want 2 (stdout %q…, stderr %q)", args, code, stdout[:n], stderr)
+		}
+	}
+}
+
+// Each command's help says its own truth: --host of audit and replay said
+// "prune needs the primary" (text shared with prune), although they only
+// read and a replica does.
+func TestHostFlagHelpIsEachCommandsOwn(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		want, not string
+	}{
+		{[]string{"prune", "--help"}, "prune needs the primary", "replica is fine"},
+		{[]string{"audit", "--help"}, "a replica is fine: audit only reads", "prune"},
+		{[]string{"replay", "--help"}, "a replica is fine: replay only reads", "prune"},
+		{[]string{"dead-letter", "replay", "--help"}, "a replica is fine: dead-letter replay only reads", "prune"},
+	} {
+		_, stdout, _ := run(t, c.args...)
+		var host string
+		for _, l := range strings.Split(stdout, "\n") {
+			if strings.Contains(l, "--host string") {
+				host = l
+			}
+		}
+		if !strings.Contains(host, c.want) || strings.Contains(host, c.not) {
+			t.Errorf("%v: --host says %q, want %q and no %q", c.args, strings.TrimSpace(host), c.want, c.not)
 		}
 	}
 }

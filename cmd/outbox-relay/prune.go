@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +35,7 @@ type pruneOpts struct {
 	maxRate    float64
 	dryRun     bool
 	yes        bool
+	asJSON     bool
 	wait       time.Duration
 	db         dbFlags
 	timeColumn string
@@ -48,8 +49,11 @@ type dbFlags struct {
 	host, user, passwordEnv string
 }
 
-func addDBFlags(cmd *cobra.Command, f *dbFlags, what string) {
-	cmd.Flags().StringVar(&f.host, "host", "", "host:port of the server to "+what+" (default: the first of source.hosts; prune needs the primary)")
+// addDBFlags adds --host, --user and --password-env to cmd; what says what
+// cmd does on the server and note which server that may be (the help of
+// each command says its own).
+func addDBFlags(cmd *cobra.Command, f *dbFlags, what, note string) {
+	cmd.Flags().StringVar(&f.host, "host", "", "host:port of the server to "+what+" (default: the first of source.hosts; "+note+")")
 	cmd.Flags().StringVar(&f.user, "user", "", "database user (default: source.user)")
 	cmd.Flags().StringVar(&f.passwordEnv, "password-env", "", "environment variable holding --user's password (default: source.password)")
 }
@@ -86,14 +90,16 @@ func (f dbFlags) connect(ctx context.Context, cfg config.Config) (*client.Conn, 
 func newPruneCmd() *cobra.Command {
 	var o pruneOpts
 	cmd := &cobra.Command{
-		Use:   "prune --config FILE --older-than AGE [--batch N] [--max-rate N] [--dry-run] [--yes]",
-		Short: "delete published outbox rows older than AGE, in small batches",
+		Use:   "prune --config FILE --older-than AGE|TIME [--batch N] [--max-rate N] [--dry-run] [--yes] [--json]",
+		Short: "delete published outbox rows older than an age or a time, in small batches",
 		Long: `prune deletes rows of the captured outbox tables whose time column (router
-timestamp_column, else created_at) is older than --older-than, --batch rows per
-DELETE, never a row the relay may not have published: for each batch it selects
-the candidate rows, then reads the server's executed GTID set (every row the
-SELECT saw was committed before it), and deletes them only once the relay's
-committed checkpoint contains that set (waiting up to --wait). Auto-increment
+timestamp_column, else created_at) is older than --older-than (an age such as
+7d, 36h or 90m, on the server's clock; or an RFC 3339 time in the past, as
+audit and replay read times), --batch rows per DELETE, never a row the relay
+may not have published: for each batch it selects the candidate rows, then
+reads the server's executed GTID set (every row the SELECT saw was committed
+before it), and deletes them only once the relay's committed checkpoint
+contains that set (waiting up to --wait). Auto-increment
 ids are not commit order, so "below the last published id" is never used.
 Rows are selected and deleted by primary key (a table without one is refused);
 rows with a NULL event id, and rows whose event id is pending on the
@@ -104,7 +110,9 @@ place and prune exits 1. The relay logs prune's DELETEs as invalid operations
 (router.invalid_op warn or error); with invalid_op fatal prune refuses to run.
 The user needs DELETE on the tables (--user, --password-env) on the primary
 (--host); prune checks it first, --dry-run too (EXPLAIN DELETE: nothing is
-deleted). Progress goes to stderr.
+deleted). Progress goes to stderr every few seconds, the summary to stdout
+(--json: one JSON document: dry_run, older_than, before, host, rows, tables,
+dead_letter_kept).
 
 The host must be proven to be of the checkpoint's source: the server the
 relay reads (its server_uid, MySQL's server_uuid, is recorded in the
@@ -115,68 +123,40 @@ the checkpoint is refused. Another host is refused (MariaDB GTIDs such as
 never have been published) unless --force-host. Before deleting, prune names
 the host, the tables, the rows older than the age and the cut-off time.`,
 		Example: `  outbox-relay prune --config relay.yaml --older-than 7d --dry-run
+  outbox-relay prune --config relay.yaml --older-than 2026-11-01T00:00:00Z --yes --json | jq .rows
   PRUNE_PW=... outbox-relay prune --config relay.yaml --older-than 7d --batch 1000 --max-rate 5000 \
       --user outbox_pruner --password-env PRUNE_PW --yes`,
 		Args: noArgs,
 	}
 	path := configFlag(cmd)
-	cmd.Flags().StringVar(&o.olderThan, "older-than", "", "delete rows older than this: 7d, 36h, 90m")
+	cmd.Flags().StringVar(&o.olderThan, "older-than", "", "delete rows older than this: an age (7d, 36h, 90m) or an RFC 3339 time")
 	cmd.Flags().IntVar(&o.batch, "batch", 1000, "rows per DELETE")
 	cmd.Flags().Float64Var(&o.maxRate, "max-rate", 0, "at most this many rows deleted per second (0: no limit)")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "report what would be deleted; delete nothing")
 	cmd.Flags().BoolVar(&o.yes, "yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
+	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print one JSON document: dry_run, older_than, before, host, rows, tables, dead_letter_kept")
 	cmd.Flags().DurationVar(&o.wait, "wait", 30*time.Second, "how long a batch waits for the checkpoint to cover it")
 	cmd.Flags().StringVar(&o.timeColumn, "time-column", "", "column holding the row's time (default: router timestamp_column, else created_at)")
 	cmd.Flags().BoolVar(&o.forceHost, "force-host", false, "delete on --host although it is not proven to be of the checkpoint's source (see above)")
-	addDBFlags(cmd, &o.db, "delete from")
-	cmd.RunE = func(*cobra.Command, []string) error {
+	addDBFlags(cmd, &o.db, "delete from", "prune needs the primary")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.path = *path
-		return prune(o)
+		return prune(cmd.OutOrStdout(), o)
 	}
 	return cmd
 }
 
-// maxAge bounds --older-than: an age past it is a typo (or an overflow
-// in the making), not a retention anyone means.
-const maxAge = 3650 * 24 * time.Hour
-
-// dayCount is a plain decimal number of days: no sign, exponent, hex,
-// underscore, NaN or Inf (strconv.ParseFloat takes all of those).
-var dayCount = regexp.MustCompile(`^[0-9]{1,5}(\.[0-9]{1,6})?$`)
-
-// parseAge reads 7d, 12h, 90m, 30s (days added to Go's durations): a
-// finite, positive age of at most maxAge. Anything else is refused, so an
-// overflowing or meaningless age can never turn into "every row".
-func parseAge(s string) (time.Duration, error) {
-	if s == "" {
-		return 0, usageErr("--older-than is required (such as 7d)")
+func prune(out io.Writer, o pruneOpts) error {
+	if o.olderThan == "" {
+		return usageErr("--older-than is required (such as 7d)")
 	}
-	var d time.Duration
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if !dayCount.MatchString(days) {
-			return 0, usageErr("--older-than %q: want a positive number of days, such as 7d", s)
-		}
-		n, err := strconv.ParseFloat(days, 64)
-		if err != nil || n <= 0 || n > float64(maxAge/(24*time.Hour)) {
-			return 0, usageErr("--older-than %q: want a positive number of days up to %d, such as 7d", s, int(maxAge/(24*time.Hour)))
-		}
-		d = time.Duration(n * float64(24*time.Hour))
-	} else {
-		var err error
-		if d, err = time.ParseDuration(s); err != nil {
-			return 0, usageErr("--older-than %q: want a positive age such as 7d, 36h or 90m", s)
-		}
-	}
-	if d <= 0 || d > maxAge {
-		return 0, usageErr("--older-than %q: want an age above 0 and at most %dd", s, int(maxAge/(24*time.Hour)))
-	}
-	return d, nil
-}
-
-func prune(o pruneOpts) error {
-	age, err := parseAge(o.olderThan)
+	now := time.Now()
+	cutoff, err := parseWhen("--older-than", o.olderThan, now)
 	if err != nil {
 		return err
+	}
+	if cutoff.Age == 0 && !cutoff.At.Before(now) {
+		return usageErr("--older-than %q is not in the past: every row would be older than it; give a past time or an age (7d)", o.olderThan)
 	}
 	if o.batch <= 0 || o.batch > 100000 {
 		return usageErr("--batch %d: want 1 to 100000", o.batch)
@@ -216,8 +196,9 @@ func prune(o pruneOpts) error {
 	if err != nil {
 		return err
 	}
-	p := &pruner{o: o, cfg: cfg, conn: conn, store: store, age: age, progress: newProgress("prune"),
+	p := &pruner{o: o, cfg: cfg, conn: conn, store: store, cutoff: cutoff, progress: newProgress("prune"),
 		pending: &pendingDeadLetters{cfg: cfg, kafka: k}}
+	defer p.progress.done()
 	addr := o.db.host
 	if addr == "" {
 		addr = src.Hosts[0]
@@ -226,19 +207,45 @@ func prune(o pruneOpts) error {
 	if err := p.preflight(ctx, addr); err != nil {
 		return err
 	}
+	doc := pruneDoc{DryRun: o.dryRun, OlderThan: o.olderThan, Before: cutoff.At, Host: addr, Tables: []pruneTable{}}
 	for _, t := range cfg.Source.Tables {
+		before := p.total
 		if err := p.table(ctx, t); err != nil {
-			p.progress.done()
 			return err
 		}
+		doc.Tables = append(doc.Tables, pruneTable{Table: t, Rows: p.total - before})
 	}
 	p.progress.done()
+	doc.Rows, doc.DeadLetterKept = p.total, p.pending.count()
+	if o.asJSON {
+		return writeJSON(out, doc)
+	}
 	verb := "deleted"
 	if o.dryRun {
 		verb = "would delete"
 	}
-	fmt.Printf("prune: %s %d rows older than %s%s\n", verb, p.total, o.olderThan, p.pending.note())
+	fmt.Fprintf(out, "prune: %s %d rows older than %s%s\n", verb, p.total, o.olderThan, p.pending.note())
 	return nil
+}
+
+// pruneDoc is prune's --json document.
+type pruneDoc struct {
+	DryRun    bool      `json:"dry_run"`
+	OlderThan string    `json:"older_than"`
+	Before    time.Time `json:"before"` // the cut-off: rows older than it (an age: now less it, on prune's clock)
+	Host      string    `json:"host"`
+	// Rows is the count deleted (with dry_run: that would be deleted).
+	Rows   int          `json:"rows"`
+	Tables []pruneTable `json:"tables"`
+	// DeadLetterKept counts the pending dead-lettered events whose rows
+	// were kept.
+	DeadLetterKept int `json:"dead_letter_kept"`
+}
+
+// pruneTable is one table's count in pruneDoc.
+type pruneTable struct {
+	Table string `json:"table"`
+	Rows  int    `json:"rows"`
 }
 
 type pruner struct {
@@ -246,7 +253,7 @@ type pruner struct {
 	cfg      config.Config
 	conn     *client.Conn
 	store    *checkpoint.Store
-	age      time.Duration
+	cutoff   when // rows before it go
 	total    int
 	progress *progress
 	started  time.Time
@@ -294,9 +301,8 @@ func (p *pruner) table(ctx context.Context, t string) error {
 		if err := p.pending.refresh(ctx); err != nil {
 			return fmt.Errorf("prune %s: %w", t, err)
 		}
-		q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s < NOW(6) - INTERVAL %d MICROSECOND AND %s IS NOT NULL",
-			pkList, idCol, qt, tcol, p.age.Microseconds(), idCol)
-		var args []any
+		older, args := p.older(tcol)
+		q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s AND %s IS NOT NULL", pkList, idCol, qt, older, idCol)
 		if skip := p.pending.of(t); len(skip) > 0 {
 			q += fmt.Sprintf(" AND %s NOT IN (%s)", idCol, source.Placeholders(len(skip)))
 			args = append(args, skip...)
@@ -377,8 +383,7 @@ func (p *pruner) table(ctx context.Context, t string) error {
 			return fmt.Errorf("prune %s: delete %d rows: %w (%d deleted before)", t, len(keys), err, p.total)
 		}
 		p.total += n
-		rate := float64(p.total) / max(time.Since(p.started).Seconds(), 1e-3)
-		p.progress.update("%s: %d rows deleted, %.0f rows/s%s", t, p.total, rate, p.pending.note())
+		p.progress.update("%s: %d rows deleted, %d rows/s%s", t, p.total, perSecond(p.total, time.Since(p.started)), p.pending.note())
 		if p.o.maxRate > 0 {
 			// Pace: the next batch starts when the average is back at the limit.
 			due := p.started.Add(time.Duration(float64(p.total) / p.o.maxRate * float64(time.Second)))

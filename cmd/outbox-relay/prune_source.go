@@ -144,17 +144,29 @@ func checkDeleteGrants(conn *client.Conn, tables []string) error {
 	return nil
 }
 
-// candidates counts the rows of table t older than age (the upper bound
-// of what prune deletes: only rows the checkpoint covers go).
+// older is the condition that column col (quoted) is before the cut-off,
+// and its arguments: an age against the server's clock at each statement
+// (the clock that filled the column's DEFAULT CURRENT_TIMESTAMP), an RFC
+// 3339 time as that instant in the session's time zone, as NOW() is.
+func (p *pruner) older(col string) (string, []any) {
+	if p.cutoff.Age > 0 {
+		return fmt.Sprintf("%s < NOW(6) - INTERVAL %d MICROSECOND", col, p.cutoff.Age.Microseconds()), nil
+	}
+	at := p.cutoff.At
+	return col + " < FROM_UNIXTIME(CAST(? AS DECIMAL(20,6)))", []any{fmt.Sprintf("%d.%06d", at.Unix(), at.Nanosecond()/1000)}
+}
+
+// candidates counts the rows of table t older than the cut-off (the upper
+// bound of what prune deletes: only rows the checkpoint covers go).
 func (p *pruner) candidates(t string) (int64, error) {
 	qt, err := source.QuoteTable(t)
 	if err != nil {
 		return 0, err
 	}
 	rc := p.cfg.Router.For(t)
-	q := fmt.Sprintf("SELECT COUNT(*) FROM %s WHERE %s < NOW(6) - INTERVAL %d MICROSECOND AND %s IS NOT NULL",
-		qt, source.QuoteIdent(p.timeColumn(t)), p.age.Microseconds(), source.QuoteIdent(rc.EventIDColumn))
-	res, err := p.conn.Execute(q)
+	older, args := p.older(source.QuoteIdent(p.timeColumn(t)))
+	q := fmt.Sprintf("SELECT COUNT(*) FROM %s WHERE %s AND %s IS NOT NULL", qt, older, source.QuoteIdent(rc.EventIDColumn))
+	res, err := p.conn.Execute(q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("prune %s: count rows: %w", t, err)
 	}
@@ -207,7 +219,7 @@ func (p *pruner) preflight(ctx context.Context, addr string) error {
 		total += n
 		counts = append(counts, fmt.Sprintf("%s: %d", t, n))
 	}
-	cutoff := time.Now().Add(-p.age).UTC().Format(time.RFC3339)
+	cutoff := p.cutoff.At.Format(time.RFC3339)
 	plan := fmt.Sprintf("delete published rows older than %s (before %s) on %s [%s] from %s: %d rows are that old (%s); only those the checkpoint of %s covers go",
 		p.o.olderThan, cutoff, h, why, strings.Join(p.cfg.Source.Tables, ", "), total, strings.Join(counts, ", "), p.cfg.Name)
 	if p.o.dryRun {

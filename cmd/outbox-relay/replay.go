@@ -3,8 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,14 +14,12 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/term"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/source"
 )
@@ -38,16 +36,18 @@ type replayOpts struct {
 	aggregateType, aggregID string
 	table                   string
 	dryRun, yes             bool
+	verbose, asJSON         bool
 	batch                   int
 	maxRows                 int
 	db                      dbFlags
 	timeColumn              string
+	now                     time.Time // what an age is before
 }
 
 func newReplayCmd() *cobra.Command {
 	var o replayOpts
 	cmd := &cobra.Command{
-		Use:   "replay --config FILE (--event-id ID... | --since T --until T | --aggregate-type T [--aggregate-id ID]) [--dry-run] [--yes]",
+		Use:   "replay --config FILE (--event-id ID... | --since T --until T | --aggregate-type T [--aggregate-id ID]) [--dry-run] [--yes] [--verbose | --json]",
 		Short: "publish chosen outbox rows again, with their original event ids",
 		Long: `replay reads the chosen rows from the outbox tables (by event id, by time range
 of the time column, by aggregate type and id; several filters combine with AND),
@@ -55,35 +55,65 @@ routes them with the current router settings and publishes them again in Kafka
 transactions of --batch records (transactional id <name>.replay, so the running
 relay is not fenced), in the time column's order, then the auto-increment
 column's (rows of one INSERT share a time). Each record keeps its event id
-(header "id": consumers deduplicate) and gets a "replayed" header. Times are
-RFC 3339 (converted to the session's time zone) or "2006-01-02 15:04:05" as
-the server compares it.`,
+(header "id": consumers deduplicate) and gets a "replayed" header.
+
+Times (--since, --until) are RFC 3339 (2026-11-30T10:00:00Z, converted to the
+session's time zone), an age before now (90m, 2h, 7d) as audit and prune read
+them, or the server's local time ("2026-11-30 10:00:00", as the server
+compares it).
+
+Output: a summary line on stdout ("replay: published N records in T
+transactions"), and progress on stderr every few seconds while it publishes.
+The rows themselves (event id, topic, key: one line each) only with
+--verbose or --dry-run; --json prints one JSON document instead: dry_run,
+selected, published and the records (event_id, topic, key).
+
+The rows are read from the first of source.hosts (or --host): a replica is
+fine, replay only reads.`,
 		Example: `  outbox-relay replay --config relay.yaml --event-id 0191c1f6-... --event-id 0191c1f7-... --yes
-  outbox-relay replay --config relay.yaml --since '2026-11-30 10:00:00' --until '2026-11-30 11:00:00' --dry-run
-  outbox-relay replay --config relay.yaml --aggregate-type alarm --aggregate-id device-7 --yes`,
+  outbox-relay replay --config relay.yaml --since 2h --dry-run
+  outbox-relay replay --config relay.yaml --since '2026-11-30 10:00:00' --until '2026-11-30 11:00:00' --yes
+  outbox-relay replay --config relay.yaml --aggregate-type alarm --aggregate-id device-7 --yes --json | jq .published`,
 		Args: noArgs,
 	}
 	path := configFlag(cmd)
 	cmd.Flags().StringSliceVar(&o.eventIDs, "event-id", nil, "event id to replay (repeat, or comma-separated)")
-	cmd.Flags().StringVar(&o.since, "since", "", "replay rows whose time column is at or after this")
-	cmd.Flags().StringVar(&o.until, "until", "", "replay rows whose time column is before this")
+	cmd.Flags().StringVar(&o.since, "since", "", "replay rows whose time column is at or after this (RFC 3339, an age such as 2h, or the server's local time)")
+	cmd.Flags().StringVar(&o.until, "until", "", "replay rows whose time column is before this (same forms as --since)")
 	cmd.Flags().StringVar(&o.aggregateType, "aggregate-type", "", "replay rows of this aggregate type")
 	cmd.Flags().StringVar(&o.aggregID, "aggregate-id", "", "replay rows of this aggregate id")
 	cmd.Flags().StringVar(&o.table, "table", "", "only this captured table (db.table; default: all of source.tables)")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "list what would be published; publish nothing")
 	cmd.Flags().BoolVar(&o.yes, "yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
+	cmd.Flags().BoolVarP(&o.verbose, "verbose", "v", false, "list each record published (event id, topic, key)")
+	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print one JSON document: dry_run, selected, published, records")
 	cmd.Flags().IntVar(&o.batch, "batch", 500, "records per Kafka transaction")
 	cmd.Flags().IntVar(&o.maxRows, "max-rows", 100000, "refuse a selection of more rows than this (they are held in memory)")
 	cmd.Flags().StringVar(&o.timeColumn, "time-column", "", "column holding the row's time (default: router timestamp_column, else created_at)")
-	addDBFlags(cmd, &o.db, "read from")
-	cmd.RunE = func(*cobra.Command, []string) error {
+	addDBFlags(cmd, &o.db, "read from", "a replica is fine: replay only reads")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.path = *path
-		return replay(o)
+		return replay(cmd.OutOrStdout(), o)
 	}
 	return cmd
 }
 
-func replay(o replayOpts) error {
+// replayDoc is replay's --json document.
+type replayDoc struct {
+	DryRun    bool           `json:"dry_run"`
+	Selected  int            `json:"selected"`
+	Published int            `json:"published"`
+	Records   []replayRecord `json:"records"`
+}
+
+// replayRecord is a record replay publishes (or would).
+type replayRecord struct {
+	EventID string `json:"event_id"`
+	Topic   string `json:"topic"`
+	Key     string `json:"key"`
+}
+
+func replay(out io.Writer, o replayOpts) error {
 	if len(o.eventIDs) == 0 && o.since == "" && o.until == "" && o.aggregateType == "" && o.aggregID == "" {
 		return usageErr("choose rows: --event-id, --since/--until or --aggregate-type/--aggregate-id")
 	}
@@ -92,6 +122,18 @@ func replay(o replayOpts) error {
 	}
 	if o.batch <= 0 || o.maxRows <= 0 {
 		return usageErr("--batch and --max-rows must be positive")
+	}
+	if o.verbose && o.asJSON {
+		return usageErr("--verbose and --json: choose one (--json lists the records)")
+	}
+	o.now = time.Now()
+	for _, c := range []struct{ flag, v string }{{"--since", o.since}, {"--until", o.until}} {
+		if c.v == "" {
+			continue
+		}
+		if _, _, err := sqlTime(c.flag, c.v, o.now); err != nil {
+			return err
+		}
 	}
 	cfg, err := loadConfigFile(o.path)
 	if err != nil {
@@ -129,24 +171,41 @@ func replay(o replayOpts) error {
 	if err := explicitIDsMatched(o, recs, tables); err != nil {
 		return err
 	}
-	if len(recs) == 0 {
-		fmt.Println("replay: no row matches")
-		return nil
-	}
+	doc := replayDoc{DryRun: o.dryRun, Selected: len(recs), Records: make([]replayRecord, 0, len(recs))}
 	for _, r := range recs {
-		fmt.Printf("%s  topic=%s key=%s\n", printable(headerValue(r, "id")), printable(r.Topic), printable(string(r.Key)))
+		rec := replayRecord{EventID: headerValue(r, "id"), Topic: r.Topic, Key: string(r.Key)}
+		switch {
+		case o.asJSON:
+			doc.Records = append(doc.Records, rec)
+		case o.verbose || o.dryRun:
+			fmt.Fprintf(out, "%s  topic=%s key=%s\n", printable(rec.EventID), printable(rec.Topic), printable(rec.Key))
+		}
 	}
-	if o.dryRun {
-		fmt.Printf("replay: would publish %d records (dry run)\n", len(recs))
+	switch {
+	case len(recs) == 0 && !o.asJSON:
+		fmt.Fprintln(out, "replay: no row matches")
 		return nil
+	case o.dryRun && !o.asJSON:
+		fmt.Fprintf(out, "replay: would publish %d records (dry run)\n", len(recs))
+		return nil
+	case len(recs) == 0 || o.dryRun:
+		return writeJSON(out, doc)
 	}
 	if err := confirm(o.yes, fmt.Sprintf("publish %d records again", len(recs))); err != nil {
 		return err
 	}
-	if err := publishTransactional(ctx, cfg, recs, o.batch, nil); err != nil {
+	began := time.Now()
+	txns, err := publishTransactional(ctx, cfg, recs, o.batch, nil)
+	if err != nil {
 		return err
 	}
-	fmt.Printf("replay: published %d records\n", len(recs))
+	doc.Published = len(recs)
+	if o.asJSON {
+		return writeJSON(out, doc)
+	}
+	took := time.Since(began)
+	fmt.Fprintf(out, "replay: published %d records in %d transactions (%s, %d records/s)\n",
+		len(recs), txns, took.Round(time.Millisecond), perSecond(len(recs), took))
 	return nil
 }
 
@@ -180,11 +239,11 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 			args = append(args, id)
 		}
 	}
-	for _, c := range []struct{ v, cond string }{{o.since, source.QuoteIdent(timeCol) + " >= "}, {o.until, source.QuoteIdent(timeCol) + " < "}} {
+	for _, c := range []struct{ flag, v, cond string }{{"--since", o.since, source.QuoteIdent(timeCol) + " >= "}, {"--until", o.until, source.QuoteIdent(timeCol) + " < "}} {
 		if c.v == "" {
 			continue
 		}
-		v, absolute, err := sqlTime(c.v)
+		v, absolute, err := sqlTime(c.flag, c.v, o.now)
 		if err != nil {
 			return nil, err
 		}
@@ -253,13 +312,14 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 	return out, nil
 }
 
-// sqlTime turns an RFC 3339 time into DATETIME text in UTC (absolute:
-// the caller converts it to the session's zone), and a local time (one of
+// sqlTime turns a time of the command line (parseWhen's: an RFC 3339 time
+// or an age before now) into DATETIME text in UTC (absolute: the caller
+// converts it to the session's zone), and a local time (one of
 // localTimeLayouts) into DATETIME text in the server's terms; anything else
-// is a usage error.
-func sqlTime(s string) (string, bool, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC().Format("2006-01-02 15:04:05.999999"), true, nil
+// is a usage error naming flag.
+func sqlTime(flag, s string, now time.Time) (string, bool, error) {
+	if w, err := parseWhen(flag, s, now); err == nil {
+		return w.At.Format("2006-01-02 15:04:05.999999"), true, nil
 	}
 	for _, layout := range localTimeLayouts {
 		if t, err := time.Parse(layout, s); err == nil {
@@ -268,8 +328,8 @@ func sqlTime(s string) (string, bool, error) {
 	}
 	// The server would compare a string it cannot read as a time as
 	// nothing, or as the zero date: an empty selection, silently.
-	return "", false, fmt.Errorf("%w: %q is not a time: give RFC 3339 (2026-11-30T10:00:00Z, 2026-11-30T12:00:00+02:00) "+
-		"or the server's local time (2026-11-30 10:00:00[.ffffff], 2026-11-30 10:00, 2026-11-30)", errUsage, s)
+	return "", false, usageErr("%s %q: give %s, or the server's local time (2026-11-30 10:00:00[.ffffff], 2026-11-30 10:00, 2026-11-30)",
+		flag, s, whenForms)
 }
 
 // localTimeLayouts are the local-time forms --since and --until accept
@@ -373,146 +433,6 @@ func routeAgain(rt *router.Router, row router.Row, now time.Time) (*kgo.Record, 
 	return k, nil
 }
 
-// publishTransactional produces recs in Kafka transactions of batch records
-// with the transactional id <name>.replay. When sess is set (dead-letter
-// replay), it is the producer and the consumed offsets commit with it.
-func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Record, batch int, sess *kgo.GroupTransactSession) error {
-	k, err := clients.NewKafka(cfg)
-	if err != nil {
-		return err
-	}
-	counts, err := placedCounts(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	if err := ensureTopics(ctx, cfg, k.Admin(), recs, counts); err != nil {
-		return err
-	}
-	if sess != nil {
-		return publishInSession(ctx, sess, recs)
-	}
-	cl, err := kgo.NewClient(k.Replay()...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
-	prog := newProgress("replay")
-	defer prog.done()
-	for start := 0; start < len(recs); start += batch {
-		chunk := recs[start:min(len(recs), start+batch)]
-		if err := cl.BeginTransaction(); err != nil {
-			return fmt.Errorf("begin kafka transaction: %w", err)
-		}
-		if err := cl.ProduceSync(context.WithoutCancel(ctx), chunk...).FirstErr(); err != nil {
-			_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
-			return fmt.Errorf("produce: %w (%d of %d published before)", err, start, len(recs))
-		}
-		if err := cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryCommit); err != nil {
-			return fmt.Errorf("commit kafka transaction: %w (%d of %d published before)", err, start, len(recs))
-		}
-		prog.update("%d of %d records published", start+len(chunk), len(recs))
-	}
-	return nil
-}
-
-func publishInSession(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record) error {
-	if err := sess.Begin(); err != nil {
-		return fmt.Errorf("begin kafka transaction: %w", err)
-	}
-	if err := sess.Client().ProduceSync(context.WithoutCancel(ctx), recs...).FirstErr(); err != nil {
-		_, _ = sess.End(context.WithoutCancel(ctx), kgo.TryAbort)
-		return fmt.Errorf("produce: %w", err)
-	}
-	committed, err := sess.End(context.WithoutCancel(ctx), kgo.TryCommit)
-	if err != nil {
-		return fmt.Errorf("commit kafka transaction: %w", err)
-	}
-	if !committed {
-		return errors.New("commit kafka transaction: aborted (the group rebalanced): nothing was replayed, run it again")
-	}
-	return nil
-}
-
-// ensureTopics creates the records' topics that are missing, as the relay
-// would (kafka.topic_partitions, kafka.replication_factor), places the
-// records routeAgain left byKey as the relay does (their key's partition by
-// the count their topic has in counts, a checkpoint's, else by the count
-// it has), and refuses a record whose chosen partition (placement
-// partition) its topic lacks, before anything is produced. A refused
-// creation (no CREATE permission) is fine for a topic that exists.
-func ensureTopics(ctx context.Context, cfg config.Config, kopts []kgo.Opt, recs []*kgo.Record, counts map[string]int32) error {
-	seen := map[string]bool{}
-	var topics []string
-	for _, r := range recs {
-		if !seen[r.Topic] {
-			seen[r.Topic] = true
-			topics = append(topics, r.Topic)
-		}
-	}
-	cl, err := kgo.NewClient(kopts...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	cctx, cancel := context.WithTimeout(ctx, cfg.Kafka.RequestTimeout)
-	defer cancel()
-	refused := map[string]error{} // creation refused: fine if the topic exists
-	res, err := adm.CreateTopics(cctx, cfg.Kafka.TopicPartitions, cfg.Kafka.ReplicationFactor, nil, topics...)
-	switch {
-	case err != nil && kafkaerr.AdminRefused(err):
-		for _, t := range topics {
-			refused[t] = err
-		}
-	case err != nil:
-		return fmt.Errorf("create topics: %w", err)
-	}
-	for _, r := range res.Sorted() {
-		switch {
-		case r.Err == nil || kafkaerr.TopicExists(r.Err):
-		case kafkaerr.AdminRefused(r.Err):
-			refused[r.Topic] = r.Err
-		default:
-			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
-		}
-	}
-	details, err := adm.ListTopics(cctx, topics...)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	for _, t := range topics {
-		cerr, ok := refused[t]
-		if !ok {
-			continue
-		}
-		if d, found := details[t]; !found || d.Err != nil {
-			derr := kafkaerr.ErrUnknownTopic
-			if found {
-				derr = d.Err
-			}
-			return fmt.Errorf("topic %s does not exist and creating it was refused (%v): create it beforehand, or grant the principal CREATE (describe: %w); nothing was published", t, cerr, derr)
-		}
-		fmt.Fprintf(os.Stderr, "warning: kafka refused to create topic %s (%v): using it as it exists\n", t, cerr)
-	}
-	for _, r := range recs {
-		n := len(details[r.Topic].Partitions)
-		if r.Partition == byKey {
-			by := counts[r.Topic]
-			if by <= 0 {
-				by = int32(n)
-			}
-			// A topic with fewer partitions than its recorded count (created
-			// again) may get a partition it lacks: franz-go fails the record.
-			r.Partition = clients.KeyPartition(r.Key, by)
-			continue
-		}
-		if int(r.Partition) >= n {
-			return fmt.Errorf("%w: event id %s: partition %d, topic %s has %d; nothing was published", router.ErrBadRow, headerValue(r, "id"), r.Partition, r.Topic, n)
-		}
-	}
-	return nil
-}
-
 func headerValue(r *kgo.Record, key string) string {
 	for _, h := range r.Headers {
 		if h.Key == key {
@@ -531,46 +451,6 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// progress reports a long command's advance on stderr: one line rewritten
-// in place on a terminal, else a line at most every second (and the last).
-type progress struct {
-	name     string
-	tty      bool
-	last     time.Time
-	pending  string
-	rewrites bool
-}
-
-func newProgress(name string) *progress {
-	return &progress{name: name, tty: term.IsTerminal(int(os.Stderr.Fd()))}
-}
-
-func (p *progress) update(format string, a ...any) {
-	line := p.name + ": " + fmt.Sprintf(format, a...)
-	if p.tty {
-		fmt.Fprintf(os.Stderr, "\r%s\x1b[K", line)
-		p.rewrites = true
-		return
-	}
-	p.pending = line
-	if time.Since(p.last) >= time.Second {
-		fmt.Fprintln(os.Stderr, line)
-		p.last, p.pending = time.Now(), ""
-	}
-}
-
-// done ends the progress output.
-func (p *progress) done() {
-	if p.rewrites {
-		fmt.Fprintln(os.Stderr)
-		p.rewrites = false
-	}
-	if p.pending != "" {
-		fmt.Fprintln(os.Stderr, p.pending)
-		p.pending = ""
-	}
-}
-
 // confirm asks before a command changes state: --yes skips the question,
 // and is required when stdin is not a terminal.
 func confirm(yes bool, action string) error {
@@ -586,24 +466,4 @@ func confirm(yes bool, action string) error {
 		return fmt.Errorf("not confirmed: nothing changed")
 	}
 	return nil
-}
-
-// placedCounts are the partition counts the relay places each topic's keys
-// by, as its committed checkpoint records them (nil: none), so that a
-// replay does not put an aggregate's record in another partition after
-// partitions were added to its topic.
-func placedCounts(ctx context.Context, cfg config.Config) (map[string]int32, error) {
-	store, err := checkpointStore(cfg)
-	if err != nil {
-		return nil, err
-	}
-	loaded, err := store.LoadState(ctx, cfg.Name)
-	if err != nil {
-		return nil, fmt.Errorf("load checkpoint (its partition counts): %w", err)
-	}
-	placed := loaded.Partitions // after a reset: the counts its marker carries
-	if loaded.Checkpoint != nil {
-		placed = loaded.Checkpoint.Partitions
-	}
-	return placed, nil
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 )
 
 // A prepared statement's DATETIME/TIMESTAMP comes back as the binlog (and
@@ -29,10 +31,11 @@ func TestWithFraction(t *testing.T) {
 	}
 }
 
-// --since/--until: RFC 3339 becomes UTC, local forms the server's terms;
-// anything else (a day that does not exist included) is refused, not
+// --since/--until: RFC 3339 and ages become UTC, local forms the server's
+// terms; anything else (a day that does not exist included) is refused, not
 // compared by the server as no time at all (an empty selection, silently).
 func TestSQLTime(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		in       string
 		want     string
@@ -44,14 +47,16 @@ func TestSQLTime(t *testing.T) {
 		{"2026-11-30 10:00:00.120", "2026-11-30 10:00:00.12", false},
 		{"2026-11-30T10:00", "2026-11-30 10:00:00", false},
 		{"2026-11-30", "2026-11-30 00:00:00", false},
+		{"2h", "2026-12-01 10:00:00", true},
+		{"1.5d", "2026-11-30 00:00:00", true},
 	} {
-		got, abs, err := sqlTime(c.in)
+		got, abs, err := sqlTime("--since", c.in, now)
 		if err != nil || got != c.want || abs != c.absolute {
 			t.Errorf("sqlTime(%q) = %q, %v, %v; want %q, %v", c.in, got, abs, err, c.want, c.absolute)
 		}
 	}
-	for _, bad := range []string{"2026-11-31", "2026-13-01 00:00:00", "yesterday", "30.11.2026", ""} {
-		if _, _, err := sqlTime(bad); !errors.Is(err, errUsage) {
+	for _, bad := range []string{"2026-11-31", "2026-13-01 00:00:00", "yesterday", "30.11.2026", "", "-2h", "0s"} {
+		if _, _, err := sqlTime("--since", bad, now); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--since") {
 			t.Errorf("sqlTime(%q): error %v, want a usage error", bad, err)
 		}
 	}

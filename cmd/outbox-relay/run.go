@@ -12,8 +12,10 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/audit"
@@ -108,7 +110,7 @@ position, 75 transient failure, 78 configuration error (README "Exit codes").`,
 func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfile string) error {
 	cfg, err := loadConfigFile(path)
 	if err != nil {
-		return err // an invalid or unreadable file: exit 78
+		return err // an invalid or unreadable file: exit 78 (execute's line says so)
 	}
 	if logFormat != "" {
 		cfg.Log.Format = config.LogFormat(logFormat)
@@ -120,12 +122,51 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 		fmt.Fprint(stdout, cfg.Redacted().YAML())
 		return nil
 	}
+	logOut := newPipeWriter(os.Stderr)
+	log := newLogger(cfg.Log, logOut)
+	last := &lastLine{log: log}
+	err = relayUntilStopped(cfg, log, logOut, cpuProfile, last)
+	last.say(err, nil) // a way out before the relay ran
+	return err
+}
+
+// lastLine is the log's last line of `run`, `relay stopped` with the exit
+// code (README "Exit codes"): info on a clean stop, error otherwise; said
+// once, on every way out once the logger exists.
+type lastLine struct {
+	log  zerolog.Logger
+	said bool
+}
+
+func (l *lastLine) say(err, cause error) {
+	if l.said {
+		return
+	}
+	l.said = true
+	var ev *zerolog.Event
+	switch {
+	case err == nil:
+		ev = l.log.Info().AnErr("cause", cause) // the signal of a clean stop
+	case errors.Is(err, errLogClosed):
+		ev = l.log.Warn().Err(err) // stopped cleanly; nobody hears it
+	default:
+		ev = l.log.Error().Err(err)
+	}
+	ev.Int("exit_code", relay.ExitCode(err)).Msg("relay stopped")
+}
+
+// relayUntilStopped runs the relay with its HTTP server, signal watcher
+// and background audit until a signal or an error stops it. It says the
+// last line (last) once the relay has stopped and its audit has ended,
+// before http.exit_grace.
+func relayUntilStopped(cfg config.Config, log zerolog.Logger, logOut *pipeWriter, cpuProfile string, last *lastLine) error {
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
 		if err != nil {
 			return fmt.Errorf("create cpu profile: %w", err)
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
 			return fmt.Errorf("start cpu profile: %w", err)
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
@@ -138,8 +179,6 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	logOut := newPipeWriter(os.Stderr)
-	log := newLogger(cfg.Log, logOut)
 	m := metrics.New(shortVersion())
 	r, err := relay.New(cfg, log, m)
 	if err != nil {
@@ -176,32 +215,39 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 	for _, w := range cfg.TransportWarnings() {
 		log.Warn().Str("target", w.Target).Str("fix", w.Fix).Msg("insecure transport: " + w.Detail)
 	}
+	stopAudit := func() {}
 	if cfg.Audit.Interval > 0 {
 		// The background audit (read-only; on every instance, the active
-		// one and the standbys alike): stopped and joined before run
-		// returns, within its deadline (a run's queries end when their
+		// one and the standbys alike): stopped and joined once the relay
+		// has stopped, within its deadline (a run's queries end when their
 		// connection closes).
-		actx, stopAudit := context.WithCancel(ctx)
+		actx, cancel := context.WithCancel(ctx)
 		audited := make(chan struct{})
 		go func() {
 			defer close(audited)
 			audit.Background(actx, cfg, log, m)
 		}()
-		defer func() {
-			stopAudit()
-			select {
-			case <-audited:
-			case <-time.After(10 * time.Second):
-				log.Warn().Msg("background audit did not stop within 10s of the relay's stop")
-			}
-		}()
+		var once sync.Once
+		stopAudit = func() {
+			once.Do(func() {
+				cancel()
+				select {
+				case <-audited:
+				case <-time.After(10 * time.Second):
+					log.Warn().Msg("background audit did not stop within 10s of the relay's stop")
+				}
+			})
+		}
+		defer stopAudit()
 		log.Info().Dur("interval", cfg.Audit.Interval).Dur("window", cfg.Audit.Window).Msg("background audit on")
 	}
 	err = r.Run(ctx)
+	stopAudit()
 	if err != nil {
-		log.Error().Err(err).Int("exit_code", relay.ExitCode(err)).Msg("relay stopped")
+		last.say(err, nil)
 		// Keep /metrics up for http.exit_grace (the deferred shutdown runs
-		// after it), so that a scrape sees the stop and its exit code.
+		// after it), so that a scrape sees the stop and its exit code; a
+		// signal ends it.
 		m.Exiting(relay.ExitCode(err))
 		if cfg.HTTP.Listen != "" && cfg.HTTP.ExitGrace > 0 {
 			select {
@@ -212,11 +258,11 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 		return err
 	}
 	cause := context.Cause(ctx)
-	log.Info().AnErr("cause", cause).Msg("stopped")
 	if errors.Is(cause, errLogClosed) {
 		// Stopped cleanly, the final checkpoint written: exit 75 so that a
 		// supervisor starts it again with a log stream that works.
-		return fmt.Errorf("stopped after the final checkpoint: %w: restart the relay with a working stderr", cause)
+		err = fmt.Errorf("stopped after the final checkpoint: %w: restart the relay with a working stderr", cause)
 	}
-	return nil
+	last.say(err, cause)
+	return err
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 func TestPrintSchemaFollowsRouterColumns(t *testing.T) {
@@ -24,8 +25,10 @@ router:
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := printSchema(&out, cfg, "auto", true); err != nil {
-		t.Fatal(err)
+	for _, f := range []outbox.Flavor{outbox.MySQL, outbox.MariaDB} {
+		if err := printSchema(&out, cfg, f, true); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := out.String()
 	for _, want := range []string{
@@ -74,5 +77,56 @@ kafka:
 	}
 	if !strings.Contains(stdout.String(), "CREATE TABLE `app`.`outbox`") {
 		t.Fatalf("no CREATE TABLE in:\n%s", stdout.String())
+	}
+}
+
+// TestSchemaPrintsOneFlavor: schema prints the table of one flavor, so that
+// its output can be piped into a client (flavor auto printed the MySQL and
+// the MariaDB table one after the other: ERROR 1050, table exists). With
+// source.flavor auto and no --flavor it asks the source; a source that
+// does not answer stops it naming --flavor, with nothing on stdout.
+func TestSchemaPrintsOneFlavor(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, flavor string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(`name: alarms
+source:
+  hosts: ["127.0.0.1:1"]
+  user: relay
+  password: x
+  tables: ["app.outbox", "app.outbox2"]
+  server_id: 7
+  flavor: `+flavor+`
+  connect_timeout: 1s
+kafka:
+  brokers: ["k:9092"]
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	auto, mariadb := write("auto.yaml", "auto"), write("mariadb.yaml", "mariadb")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"schema", "--config", auto, "--flavor", "mysql"}, "-- mysql: outbox table"},
+		{[]string{"schema", "--config", mariadb}, "-- mariadb: outbox table"},
+		{[]string{"schema", "--config", mariadb, "--flavor", "mysql"}, "-- mysql: outbox table"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := execute(c.args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, stderr.String())
+		}
+		if n := strings.Count(stdout.String(), "CREATE TABLE"); n != 2 || !strings.Contains(stdout.String(), c.want) {
+			t.Errorf("%v: %d CREATE TABLEs, want 2 (one per table) of %q:\n%s", c.args, n, c.want, stdout.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	code := execute([]string{"schema", "--config", auto}, &stdout, &stderr)
+	if code != 1 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "pass --flavor mysql or --flavor mariadb") ||
+		!strings.Contains(stderr.String(), "127.0.0.1:1") {
+		t.Fatalf("flavor auto, source down: exit %d, stdout %q, stderr %s; want 1 naming the host and --flavor, nothing printed",
+			code, stdout.String(), stderr.String())
 	}
 }

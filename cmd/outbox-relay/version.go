@@ -91,15 +91,31 @@ func versionString() string { return readBuildInfo(debug.ReadBuildInfo).String()
 // shortVersion is the version alone, for logs and metrics.
 func shortVersion() string { return readBuildInfo(debug.ReadBuildInfo).Version }
 
+// versionDoc is version's --json document.
+type versionDoc struct {
+	Version  string            `json:"version"`
+	Commit   string            `json:"commit"`
+	Time     string            `json:"time"` // the commit's, RFC 3339
+	Modified bool              `json:"modified"`
+	Go       string            `json:"go"`
+	Deps     map[string]string `json:"dependencies"` // module path -> version
+}
+
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "version",
+	cmd := &cobra.Command{
+		Use:     "version [--json]",
 		Short:   "print the version, commit, Go version and key library versions",
-		Example: "  outbox-relay version\n  outbox-relay --version",
+		Example: "  outbox-relay version\n  outbox-relay --version\n  outbox-relay version --json | jq -r .version",
 		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(cmd.OutOrStdout(), versionString())
-			return nil
-		},
 	}
+	asJSON := cmd.Flags().Bool("json", false, "print one JSON document: version, commit, time, modified, go, dependencies")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		b := readBuildInfo(debug.ReadBuildInfo)
+		if *asJSON {
+			return writeJSON(cmd.OutOrStdout(), versionDoc{Version: b.Version, Commit: b.Commit, Time: b.Time, Modified: b.Modified, Go: b.Go, Deps: b.Deps})
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), b.String())
+		return nil
+	}
+	return cmd
 }

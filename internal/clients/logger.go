@@ -49,14 +49,29 @@ func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 }
 
 // MySQLLogger is the slog logger for go-mysql: its records in log, Info
-// as Debug.
-func MySQLLogger(log zerolog.Logger) *slog.Logger {
-	return slog.New(demoteInfo{zerolog.NewSlogHandler(log.With().Str("component", "go-mysql").Logger())})
+// as Debug. Once stopping is closed (nil: never) every record is Debug:
+// the caller stopped the reader and closed the connection go-mysql reads
+// itself, and go-mysql logs that close as a failure ("io.ReadFull(header)
+// failed ... context canceled" at error, "retry sync is disabled" at warn)
+// when its read returns before its own Close, at one stop in four. A clean
+// stop logs nothing above info; a failure before the stop keeps its level.
+func MySQLLogger(log zerolog.Logger, stopping <-chan struct{}) *slog.Logger {
+	return slog.New(demoteInfo{zerolog.NewSlogHandler(log.With().Str("component", "go-mysql").Logger()), stopping})
 }
 
-type demoteInfo struct{ slog.Handler }
+// demoteInfo lowers go-mysql's Info to Debug, and everything to Debug
+// once stopping is closed.
+type demoteInfo struct {
+	slog.Handler
+	stopping <-chan struct{}
+}
 
-func demote(l slog.Level) slog.Level {
+func (h demoteInfo) demote(l slog.Level) slog.Level {
+	select {
+	case <-h.stopping:
+		return min(l, slog.LevelDebug)
+	default:
+	}
 	if l >= slog.LevelInfo && l < slog.LevelWarn {
 		return slog.LevelDebug
 	}
@@ -64,13 +79,18 @@ func demote(l slog.Level) slog.Level {
 }
 
 func (h demoteInfo) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.Handler.Enabled(ctx, demote(l))
+	return h.Handler.Enabled(ctx, h.demote(l))
 }
 
 func (h demoteInfo) Handle(ctx context.Context, r slog.Record) error {
-	r.Level = demote(r.Level)
+	r.Level = h.demote(r.Level)
 	return h.Handler.Handle(ctx, r)
 }
 
-func (h demoteInfo) WithAttrs(a []slog.Attr) slog.Handler { return demoteInfo{h.Handler.WithAttrs(a)} }
-func (h demoteInfo) WithGroup(n string) slog.Handler      { return demoteInfo{h.Handler.WithGroup(n)} }
+func (h demoteInfo) WithAttrs(a []slog.Attr) slog.Handler {
+	return demoteInfo{h.Handler.WithAttrs(a), h.stopping}
+}
+
+func (h demoteInfo) WithGroup(n string) slog.Handler {
+	return demoteInfo{h.Handler.WithGroup(n), h.stopping}
+}

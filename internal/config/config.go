@@ -408,7 +408,16 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(raw, os.LookupEnv)
+	cfg, err := Parse(raw, os.LookupEnv)
+	return cfg, inFile(path, err)
+}
+
+// inFile names the file an invalid configuration was read from.
+func inFile(path string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // Parse is Load on bytes, with lookup standing in for the environment.

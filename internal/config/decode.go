@@ -125,6 +125,8 @@ func hint(t reflect.Type) string {
 		return "write a number such as 0.25"
 	case t.Kind() == reflect.String:
 		return "write a single value (quote it if it contains \": \", \" #\" or starts with a special character)"
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
+		return "write a list, such as [a, b], one \"- item\" per line, or one value a, b"
 	case t.Kind() == reflect.Slice:
 		return "write a list, such as [a, b] or one \"- item\" per line"
 	case t.Kind() == reflect.Map, t.Kind() == reflect.Struct:
@@ -164,8 +166,8 @@ func (d *decoder) decode(path string, n *yaml.Node, out reflect.Value) {
 			out.Set(reflect.Zero(t))
 			return
 		}
-		if n.Kind == yaml.ScalarNode && t.Elem().Kind() == reflect.String && d.refersToVariable(n.Value) {
-			d.list(path, n, out)
+		if n.Kind == yaml.ScalarNode && t.Elem().Kind() == reflect.String {
+			d.list(path, n, out) // one value: a comma-separated list
 			return
 		}
 		if n.Kind != yaml.SequenceNode {
@@ -199,24 +201,16 @@ func (d *decoder) decode(path string, n *yaml.Node, out reflect.Value) {
 	}
 }
 
-// refersToVariable reports whether v holds a ${VAR} reference ($${VAR} is
-// a literal).
-func (d *decoder) refersToVariable(v string) bool {
-	for _, m := range varRef.FindAllString(v, -1) {
-		if !strings.HasPrefix(m, "$$") {
-			return true
-		}
-	}
-	return false
-}
-
-// list decodes a list of strings written as one value that refers to
-// variables, such as brokers: ${KAFKA_BROKERS} holding "a:9092,b:9092":
-// the expanded text, split at commas, each element trimmed; an empty text
-// is an empty list. An element's error shows the value as written.
+// list decodes a list of strings written as one value: the value (after
+// expanding the variables it refers to, such as brokers: ${KAFKA_BROKERS}
+// holding "a:9092,b:9092", or as written: hosts: db1:3306,db2:3306) split
+// at commas, each element trimmed; an empty text is an empty list. An
+// element's error shows a value from a variable as written.
 func (d *decoder) list(path string, n *yaml.Node, out reflect.Value) {
-	v, _ := d.expand(path, n)
-	d.expanded = append(d.expanded, expandedValue{path: path, value: v, raw: n.Value})
+	v, expanded := d.expand(path, n)
+	if expanded {
+		d.expanded = append(d.expanded, expandedValue{path: path, value: v, raw: n.Value})
+	}
 	var elems []string
 	for _, e := range strings.Split(v, ",") {
 		if e = strings.TrimSpace(e); e != "" {
@@ -225,8 +219,9 @@ func (d *decoder) list(path string, n *yaml.Node, out reflect.Value) {
 	}
 	s := reflect.MakeSlice(out.Type(), len(elems), len(elems))
 	for i, e := range elems {
-		p := fmt.Sprintf("%s[%d]", path, i)
-		d.expanded = append(d.expanded, expandedValue{path: p, value: e, raw: n.Value})
+		if expanded {
+			d.expanded = append(d.expanded, expandedValue{path: fmt.Sprintf("%s[%d]", path, i), value: e, raw: n.Value})
+		}
 		s.Index(i).SetString(e)
 	}
 	out.Set(s)
@@ -301,7 +296,11 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, out reflect.Value) {
 		fi, ok := fields[k.Value]
 		if !ok {
 			slices.Sort(names)
-			d.fail(p, k, "unknown key: write one of %s", strings.Join(names, ", "))
+			if s := suggestKey(k.Value, names); s != "" {
+				d.fail(p, k, "unknown key: did you mean %s? (the keys here: %s)", s, strings.Join(names, ", "))
+			} else {
+				d.fail(p, k, "unknown key: write one of %s", strings.Join(names, ", "))
+			}
 			continue
 		}
 		if t == reflect.TypeFor[RouterConfig]() && k.Value == "tables" {

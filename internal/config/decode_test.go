@@ -88,11 +88,13 @@ func TestExactErrorMessages(t *testing.T) {
 		{"regex", "router:\n  topic_regex: \"([\"\n  topic_replacement: x\n",
 			"invalid configuration: router.topic_regex (line 2): \"([\" is not a valid regular expression (Go RE2 syntax): missing closing ]: `[`"},
 		{"unknown key", "kafka:\n  brokerz: [a]\n",
-			"invalid configuration: kafka.brokerz (line 2): unknown key: write one of batch, brokers, checkpoint_interval, checkpoint_topic, client_metrics, compression, delivery, linger, on_partitions_added, replication_factor, request_timeout, sasl, tls, topic_partitions, transaction_lanes, transaction_timeout"},
+			"invalid configuration: kafka.brokerz (line 2): unknown key: did you mean brokers? (the keys here: batch, brokers, checkpoint_interval, checkpoint_topic, client_metrics, compression, delivery, linger, on_partitions_added, replication_factor, request_timeout, sasl, tls, topic_partitions, transaction_lanes, transaction_timeout)"},
+		{"unknown key, nothing near", "kafka:\n  zzz: [a]\n",
+			"invalid configuration: kafka.zzz (line 2): unknown key: write one of batch, brokers, checkpoint_interval, checkpoint_topic, client_metrics, compression, delivery, linger, on_partitions_added, replication_factor, request_timeout, sasl, tls, topic_partitions, transaction_lanes, transaction_timeout"},
 		{"list for a string", "source:\n  user: [a, b]\n",
 			`invalid configuration: source.user (line 2): got a list: write a single value (quote it if it contains ": ", " #" or starts with a special character)`},
-		{"string for a list", "source:\n  tables: app.outbox\n",
-			`invalid configuration: source.tables (line 2): got "app.outbox": write a list, such as [a, b] or one "- item" per line`},
+		{"mapping for a list", "source:\n  tables: {app: outbox}\n",
+			`invalid configuration: source.tables (line 2): got a mapping: write a list, such as [a, b], one "- item" per line, or one value a, b`},
 		{"syntax", "source:\n  user: pa: ss\n",
 			`invalid configuration: line 2: mapping values are not allowed in this context: fix the YAML syntax (quote a value that contains ": " or " #")`},
 		{"compression", "kafka:\n  compression: brotli\n",
@@ -197,7 +199,7 @@ log:
 	want := `invalid configuration: 10 problems:
   name (line 1): "bad name": write 1-200 characters of letters, digits, '.', '_' or '-'
   source.hosts[0] (line 3): "db:abc" has port "abc": write a number from 1 to 65535
-  source.user (line 2): empty: write the replication user
+  source.user (line 2, not set): empty: write the replication user
   source.server_id (line 4): must be set and unique among the server's replicas, such as 4242
   source.flavor (line 6): "oracle": write auto, mysql or mariadb
   source.tables[0] (line 5): "nodot": write db.table
@@ -330,5 +332,23 @@ func TestSecondDocumentLine(t *testing.T) {
 	_, err := Parse([]byte(atkBase+"---\nrouter:\n  topic_prefix: prod.\n"), env(nil))
 	if err == nil || !strings.Contains(err.Error(), "line 9: a second YAML document") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// TestMissingNameSaysRequiredWithFileAndLine: a file without name says it
+// is required, with the file and the line of the mapping it belongs in
+// (it said name: "": write 1-200 characters..., with neither); an empty
+// name is required too, at its own line.
+func TestMissingNameSaysRequiredWithFileAndLine(t *testing.T) {
+	t.Setenv("RELAY_MYSQL_PASSWORD", "x")
+	_, err := Load("testdata/no-name.bad.yaml")
+	want := "testdata/no-name.bad.yaml: invalid configuration: name (line 1, not set): required: write the pipeline's name " +
+		"(its checkpoint key and Kafka transactional id), 1-200 characters of letters, digits, '.', '_' or '-'"
+	if err == nil || err.Error() != want || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("got\n%v\nwant\n%s", err, want)
+	}
+	_, err = Parse([]byte(strings.Replace(base, "name: a\n", "name: \"\"\n", 1)), env(map[string]string{"PW": "x"}))
+	if err == nil || !strings.HasPrefix(err.Error(), "invalid configuration: name (line 2): required: ") {
+		t.Fatalf("empty name: got %v", err)
 	}
 }

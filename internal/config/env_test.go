@@ -119,3 +119,30 @@ kafka:
 		}
 	}
 }
+
+// TestListWrittenAsOneValue: a list key written as one value, such as
+// hosts: db1:3306,db2:3306, is that comma-separated list, as one variable
+// holding it is (it was refused with "write a list" unless the whole value
+// was a ${VAR}); a bad element is named by its index and line.
+func TestListWrittenAsOneValue(t *testing.T) {
+	raw, err := os.ReadFile("testdata/list-one-value.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(raw, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Source.Hosts, []string{"db1:3306", "db2:3306"}) || !slices.Equal(c.Source.Tables, []string{"app.outbox", "billing.outbox"}) ||
+		!slices.Equal(c.Kafka.Brokers, []string{"k1:9092", "k2:9092"}) {
+		t.Fatalf("hosts %q tables %q brokers %q", c.Source.Hosts, c.Source.Tables, c.Kafka.Brokers)
+	}
+	raw, err = os.ReadFile("testdata/list-one-value-element.bad.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Parse(raw, env(nil))
+	if err == nil || !strings.Contains(err.Error(), `source.hosts[1] (line 5): "db2"`) {
+		t.Fatalf("got %v, want source.hosts[1] (line 5) named", err)
+	}
+}

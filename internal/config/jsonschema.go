@@ -12,7 +12,8 @@ import (
 // The JSON Schema of the configuration file (`outbox-relay config schema`),
 // made from the same Keys as docs/configuration.md. It describes the file
 // as written: any value may instead refer to variables (${VAR},
-// ${VAR:-default}), and a list of strings may be one such reference.
+// ${VAR:-default}), and a list of strings may be one value, a
+// comma-separated list (or a reference to one).
 // Validate checks more than the schema can (host:port, GTID sets, the
 // relations between keys); the schema checks the shape: every key known,
 // every value of its type, the fixed choices.
@@ -97,7 +98,9 @@ func property(k Key, t reflect.Type, byPath map[string]Key) map[string]any {
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
 		s = map[string]any{"type": "array", "items": object(t.Elem(), k.Path+"[].", byPath)}
 	case t.Kind() == reflect.Slice:
-		s = orVar(map[string]any{"type": "array", "items": map[string]any{"type": "string"}})
+		// a list, or one value: a comma-separated list (references included)
+		s = map[string]any{"anyOf": []any{map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+			map[string]any{"type": "string"}}}
 	case t.Kind() == reflect.Map:
 		s = map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}}
 	case t.Kind() == reflect.Bool:

@@ -18,7 +18,8 @@ func LoadOffline(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("read config: %w", err)
 	}
-	return ParseOffline(raw, os.LookupEnv)
+	cfg, err := ParseOffline(raw, os.LookupEnv)
+	return cfg, inFile(path, err)
 }
 
 // ParseOffline is LoadOffline on bytes, with lookup standing in for the

@@ -38,6 +38,11 @@ func TestReadmeRelayConfigLoads(t *testing.T) {
 	if err != nil || len(c.Source.Hosts) != 2 || len(c.Kafka.Brokers) != 2 {
 		t.Fatalf("hosts %q brokers %q: %v", c.Source.Hosts, c.Kafka.Brokers, err)
 	}
+	// The comment's list written in place of the variable, as it says.
+	literal := regexp.MustCompile(`\$\{MYSQL_HOSTS:-[^}]*\}`).ReplaceAll(raw, []byte("db1:3306,db2:3306"))
+	if c, err = Parse(literal, env(map[string]string{"RELAY_MYSQL_PASSWORD": "pw"})); err != nil || !slices.Equal(c.Source.Hosts, []string{"db1:3306", "db2:3306"}) {
+		t.Fatalf("hosts: db1:3306,db2:3306 as the README's comment says: hosts %q: %v", c.Source.Hosts, err)
+	}
 	if err := validateYAML(compiledSchema(t), raw); err != nil {
 		t.Fatalf("the schema refuses the README's relay.yaml: %v", err)
 	}

@@ -20,10 +20,11 @@ a test fails when this page is not current. ` + "`outbox-relay config schema`" +
 the same keys as a JSON Schema (draft 2020-12) for editors and CI.
 
 The file is YAML. A key left out takes its default; an unknown key is an
-error. ` + "`${VAR}`" + ` (an upper-case name) in a value is replaced from the
+error, which names the key likely meant. ` + "`${VAR}`" + ` (an upper-case name) in a value is replaced from the
 environment after the YAML is parsed; ` + "`${VAR:-default}`" + ` takes the default
 when VAR is unset or empty, as in sh; ` + "`$${VAR}`" + ` is a literal ` + "`${VAR}`" + `. A
-list of strings may come from one variable holding a comma-separated list:
+list of strings may be written as one comma-separated value
+(` + "`hosts: db1:3306,db2:3306`" + `), or come from one variable holding one:
 ` + "`brokers: ${KAFKA_BROKERS}`" + ` with ` + "`KAFKA_BROKERS=a:9092,b:9092`" + `. Errors show a
 value that came from a variable as written (` + "`${VAR}`" + `), never what it holds.
 Durations are written as ` + "`250ms`, `5s`, `1m30s`" + `.

@@ -17,7 +17,10 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
 func (c *Config) Validate() error {
 	var problems []string
 	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
-	if !namePattern.MatchString(c.Name) {
+	switch {
+	case c.Name == "":
+		bad("name: required: write the pipeline's name (its checkpoint key and Kafka transactional id), 1-200 characters of letters, digits, '.', '_' or '-'")
+	case !namePattern.MatchString(c.Name):
 		bad("name: %q: write 1-200 characters of letters, digits, '.', '_' or '-'", c.Name)
 	}
 	c.validateSource(bad)

@@ -81,7 +81,9 @@ func syntaxProblem(raw []byte, err error) string {
 	return fmt.Sprintf("line %d: %s: fix the YAML syntax (quote a value that contains \": \" or \" #\")", line, problem)
 }
 
-// withLines adds the line of each problem's key path, found in root.
+// withLines adds the line of each problem's key path, found in root; a key
+// the file does not set gets the line of the mapping it belongs in (the
+// top level's first line for a top-level key) and "not set".
 func withLines(err error, root *yaml.Node) error {
 	ve, ok := errors.AsType[*ValidationError](err)
 	if !ok {
@@ -90,8 +92,14 @@ func withLines(err error, root *yaml.Node) error {
 	out := make([]string, len(ve.Problems))
 	for i, p := range ve.Problems {
 		key := problemKey(p)
-		if n := findKey(root, key); n != nil {
+		n, exact := findKey(root, key)
+		switch {
+		case exact:
 			p = fmt.Sprintf("%s (line %d)%s", key, n.Line, p[len(key):])
+		case n != nil:
+			p = fmt.Sprintf("%s (line %d, not set)%s", key, n.Line, p[len(key):])
+		case root != nil && root.Kind == yaml.MappingNode:
+			p = fmt.Sprintf("%s (line %d, not set)%s", key, root.Line, p[len(key):])
 		}
 		out[i] = p
 	}
@@ -102,10 +110,10 @@ func withLines(err error, root *yaml.Node) error {
 func problemKey(p string) string { return p[:strings.IndexAny(p+" ", " :")] }
 
 // findKey finds the key node of a dotted key path such as source.user (the
-// element for source.hosts[1]), or the nearest enclosing key present. A key
-// may itself hold dots (router.tables.db.table): the longest run of parts
-// that names a key wins.
-func findKey(n *yaml.Node, path string) *yaml.Node {
+// element for source.hosts[1]; exact), or the nearest enclosing key present
+// (not exact; nil when none is). A key may itself hold dots
+// (router.tables.db.table): the longest run of parts that names a key wins.
+func findKey(n *yaml.Node, path string) (*yaml.Node, bool) {
 	var found *yaml.Node
 	parts := strings.Split(path, ".")
 	for len(parts) > 0 {
@@ -113,7 +121,7 @@ func findKey(n *yaml.Node, path string) *yaml.Node {
 			n = n.Alias
 		}
 		if n == nil || n.Kind != yaml.MappingNode {
-			return found
+			return found, false
 		}
 		var next, key *yaml.Node
 		used := 0
@@ -139,10 +147,10 @@ func findKey(n *yaml.Node, path string) *yaml.Node {
 			}
 		}
 		if next == nil {
-			return found
+			return found, false
 		}
 		parts = parts[used:]
 		n = next
 	}
-	return found
+	return found, found != nil
 }

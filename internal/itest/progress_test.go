@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,10 @@ type progressLine struct {
 	Lag     *float64 `json:"lag_seconds"`
 }
 
+// roundedFields finds the rate and the lag of a progress line, and the
+// fraction of each.
+var roundedFields = regexp.MustCompile(`"(events_per_second|lag_seconds)":[0-9]+(\.[0-9]+)?`)
+
 // progressLines are the progress lines of a JSON log.
 func progressLines(t *testing.T, log string) []progressLine {
 	t.Helper()
@@ -29,6 +34,13 @@ func progressLines(t *testing.T, log string) []progressLine {
 		var p progressLine
 		if err := json.Unmarshal([]byte(line), &p); err != nil {
 			t.Fatalf("progress line %q: %v", line, err)
+		}
+		// Rates and lags are rounded (a tenth of an event per second, a
+		// millisecond), never 12345.678901.
+		for _, m := range roundedFields.FindAllStringSubmatch(line, -1) {
+			if digits := map[string]int{"events_per_second": 1, "lag_seconds": 3}[m[1]]; len(m[2]) > 1+digits {
+				t.Fatalf("progress line %q: %s not rounded to %d decimals", line, m[1], digits)
+			}
 		}
 		out = append(out, p)
 	}

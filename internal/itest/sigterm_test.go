@@ -4,6 +4,7 @@ package itest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -103,4 +104,68 @@ func requireNoOpenTransaction(t *testing.T, brokers []string, checkpointTopic, p
 		}
 		return nil
 	})
+}
+
+// sigtermStops is how many times TestSIGTERMLogsNothingAboveInfo stops the
+// relay: go-mysql logged its read error at one stop in four.
+const sigtermStops = 12
+
+// A clean stop logs nothing above info: SIGTERM to a relay streaming rows,
+// many times over, and no line logged from the signal on is a warning or an
+// error (go-mysql
+// logged the read error of the replication connection the relay closed
+// itself, "io.ReadFull(header) failed ... context canceled", at error, and a
+// warning after it, at one stop in four: log-based alerts fired on a clean
+// stop). The last line of each stop is `relay stopped` with exit_code 0, as
+// README "Exit codes" says.
+func TestSIGTERMLogsNothingAboveInfo(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	cfg.Log.Level = "debug" // the libraries' demoted lines are seen too
+	path := WriteConfig(t, cfg)
+	ctx, stopWriting := context.WithCancel(context.Background())
+	defer stopWriting()
+	wrote := make(chan error, 1)
+	started := false
+	for stop := 0; stop < sigtermStops; stop++ {
+		p := env.StartProc(t, path)
+		waitStarted(t, p, cfg)
+		if !started {
+			started = true
+			go func() {
+				_, err := s.Write(ctx, WriteOptions{Writers: 2, Transactions: 1000000, Pace: time.Millisecond})
+				wrote <- err
+			}()
+		}
+		base := relayEvents(t, cfg)
+		Eventually(t, time.Minute, func() error {
+			if n := relayEvents(t, cfg); n <= base {
+				return fmt.Errorf("no progress yet (%d events)", n)
+			}
+			return nil
+		})
+		before := p.Output()
+		before = before[:strings.LastIndexByte(before, '\n')+1] // the lines logged before the signal
+		code, err := p.Terminate(time.Minute)
+		if err != nil || code != 0 {
+			t.Fatalf("stop %d: exit %d (%v):\n%s", stop, code, err, lastLines(p.Output(), 30))
+		}
+		var last map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(strings.TrimPrefix(p.Output(), before)), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("stop %d: a line that is not JSON: %q", stop, line)
+			}
+			if lvl := rec["level"]; lvl != "debug" && lvl != "info" && lvl != "trace" {
+				t.Fatalf("stop %d: a %s line at a clean stop: %s", stop, lvl, line)
+			}
+			last = rec
+		}
+		if last["message"] != "relay stopped" || last["exit_code"] != float64(0) {
+			t.Fatalf("stop %d: the last line is %v, want relay stopped with exit_code 0", stop, last)
+		}
+	}
+	stopWriting()
+	if err := <-wrote; err != nil && ctx.Err() == nil {
+		t.Fatal(err)
+	}
 }

@@ -3,6 +3,7 @@
 package kititest
 
 import (
+	"database/sql"
 	"strings"
 	"testing"
 
@@ -34,19 +35,7 @@ func TestSchemaCommandRunsOnMariaDB(t *testing.T) {
 		}
 		out += out2
 		db := openDB(t, name)
-		for _, stmt := range strings.Split(out, ";\n") {
-			var lines []string
-			for _, l := range strings.Split(stmt, "\n") {
-				if !strings.HasPrefix(strings.TrimSpace(l), "--") {
-					lines = append(lines, l)
-				}
-			}
-			if q := strings.TrimSpace(strings.Join(lines, "\n")); q != "" {
-				if _, err := db.Exec(q); err != nil {
-					t.Fatalf("%s DDL refused by MariaDB: %v\n%s", flavor, err, q)
-				}
-			}
-		}
+		execScript(t, db, out, flavor+" DDL")
 		for table, cols := range map[string]string{
 			"outbox":         "aggregate_id,aggregate_type,created_at,event_id,event_type,id,payload",
 			"dbz":            "aggregateid,aggregatetype,created_at,id,payload,seq,tracingspancontext,type", // tracing_column: preset debezium's
@@ -58,6 +47,26 @@ func TestSchemaCommandRunsOnMariaDB(t *testing.T) {
 			}
 			if got != cols {
 				t.Errorf("%s %s columns %s, want %s", flavor, table, got, cols)
+			}
+		}
+	}
+}
+
+// execScript runs each statement of script (statements end with ";" at a
+// line's end; "--" comment lines are dropped), as a client fed the script
+// would; what names the script when the server refuses one.
+func execScript(t *testing.T, db *sql.DB, script, what string) {
+	t.Helper()
+	for _, stmt := range strings.Split(script, ";\n") {
+		var lines []string
+		for _, l := range strings.Split(stmt, "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+				lines = append(lines, l)
+			}
+		}
+		if q := strings.TrimSpace(strings.Join(lines, "\n")); q != "" {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatalf("%s refused by MariaDB: %v\n%s", what, err, q)
 			}
 		}
 	}

@@ -332,9 +332,10 @@ func (l *loop) progress(now time.Time) {
 	n := l.pos.events - l.prog.events
 	if n > 0 {
 		el := now.Sub(l.prog.at).Seconds()
-		ev := l.r.log.Info().Int64("events", n).Float64("events_per_second", float64(n)/el)
+		// rounded: a tenth of an event per second, a millisecond of lag
+		ev := l.r.log.Info().Int64("events", n).Float64("events_per_second", math.Round(float64(n)/el*10)/10)
 		if lag := l.r.metrics.LagSeconds(); !math.IsNaN(lag) {
-			ev = ev.Float64("lag_seconds", lag)
+			ev = ev.Float64("lag_seconds", math.Round(lag*1000)/1000)
 		}
 		ev.Str("gtid_set", l.pos.String()).Msg("progress")
 	}

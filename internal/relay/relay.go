@@ -424,14 +424,15 @@ func (r *Relay) stream(ctx, gctx context.Context, g *errgroup.Group, a attemptSt
 
 	events := make(chan []binlog.Event, 2) // with the reader's batch size, bounds rows in memory
 	readErr := make(chan error, 1)         // the loop takes the reader's error from here
-	reader := binlog.NewReader(r.source, srv, a.tracker, clients.MySQLLogger(r.log))
+	// The reader's own context: a stale host (stale.go) ends the stream,
+	// never the delivery's work in hand. Once it ends, go-mysql's complaints
+	// about the connection it closes are debug lines (clients.MySQLLogger).
+	readCtx, stopReading := context.WithCancel(gctx)
+	defer stopReading()
+	reader := binlog.NewReader(r.source, srv, a.tracker, clients.MySQLLogger(r.log, readCtx.Done()))
 	if done := l.asm.replay.done; done != nil {
 		reader.Published(done)
 	}
-	// The reader's own context: a stale host (stale.go) ends the stream,
-	// never the delivery's work in hand.
-	readCtx, stopReading := context.WithCancel(gctx)
-	defer stopReading()
 	g.Go(func() error { readErr <- reader.Run(readCtx, from, events); return nil })
 	g.Go(func() error { r.sampleSource(gctx, srv, reader); return nil }) // behind bytes, binlog retention
 	var stale atomic.Pointer[error]
