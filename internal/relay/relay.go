@@ -4,8 +4,13 @@
 // batches; any error that leaves an outcome unknown ends the attempt and the
 // next one resumes from the committed checkpoint, never from memory.
 //
-// One goroutine (the one that called Run) owns all pipeline state; the
-// binlog reader goroutine only feeds it events.
+// An attempt runs its parts in one errgroup (Relay.attempt): the binlog
+// reader feeds the loop (loop.go), whose goroutine owns all pipeline state
+// and takes each event one way through assemble (assemble.go), route
+// (route.go, asking the topic catalog: catalog.go), the batch policy
+// (batch.go) and the delivery (delivery.go: exactly-once or at-least-once,
+// each owning its Kafka-side state and goroutines); the only way back is
+// the delivery's committed stream. docs/architecture.md draws it.
 //
 // The error policy lives in internal/errclass: every sentinel has one
 // Class, and whether an error is fatal, stops at a source transaction,
