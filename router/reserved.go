@@ -78,22 +78,16 @@ func (r Reserved) Refuses(topic string) string {
 	}
 }
 
-// ReachableFrom returns a reserved topic (or a prefix, as "prefix*") that a topic made of
-// head followed by a row's value (at least one character, any) can be, ""
-// when none can: head is the fixed start of every routed topic
-// (router.topic_prefix, or the text of topic_replacement before its first
-// group reference). The empty head reaches everything; callers decide what
-// that means.
-func (r Reserved) ReachableFrom(head string) string {
-	for _, n := range r.Names {
-		if len(n) > len(head) && strings.HasPrefix(n, head) {
-			return n
-		}
-	}
-	for _, p := range r.Prefixes {
-		if p != "" && (strings.HasPrefix(head, p) || strings.HasPrefix(p, head)) {
-			return p + "*"
-		}
+// Confines returns the reserved prefix that every topic made of head and
+// a row's value starts with ("" when a value can lead elsewhere): head is
+// the fixed start of every routed topic (router.topic_prefix, or the text
+// of topic_replacement before its first group reference). A head that only
+// lets a crafted value reach a reserved topic (the empty prefix, a prefix
+// one value away from the dead-letter topic) confines nothing: such rows
+// are refused one by one (Refuses).
+func (r Reserved) Confines(head string) string {
+	if p := r.prefixOf(head); p != "" {
+		return p + "*"
 	}
 	return ""
 }

@@ -60,11 +60,12 @@ func (r RouterConfig) topicHead() (head string, known, constant bool) {
 }
 
 // validateReserved checks that the topics of table's settings r (key:
-// where they are, "router." or "router.tables.<t>.") cannot be one of the
-// relay's own by their configuration alone, and that its dead-letter
-// topic is not another of the relay's topics. An empty head (the aggregate
-// type is the topic) is allowed: a row naming a reserved topic is then a
-// bad row at run time.
+// where they are, "router." or "router.tables.<t>.") are not all the
+// relay's own or Kafka's by their configuration alone, and that its
+// dead-letter topic is not another of the relay's topics. A configuration
+// where only some aggregate types lead to a reserved topic (an empty
+// prefix: the aggregate type is the topic; a dead-letter topic next to the
+// event topics) is allowed: a row routed to one is a bad row at run time.
 func (c Config) validateReserved(key string, r RouterConfig, res router.Reserved, bad func(string, ...any)) {
 	head, known, constant := r.topicHead()
 	field := "topic_prefix"
@@ -72,16 +73,15 @@ func (c Config) validateReserved(key string, r RouterConfig, res router.Reserved
 		field = "topic_replacement"
 	}
 	switch {
-	case !known || head == "" && !constant:
+	case !known:
 	case constant:
 		if why := res.Refuses(head); why != "" {
 			bad("%s%s: %q: %s", key, field, head, why)
 		}
 	default:
-		if reached := res.ReachableFrom(head); reached != "" {
-			bad("%s%s: %q: a row's aggregate type would route it to %s, the relay's own topics or Kafka's "+
-				"(%s*, %s*, the checkpoint, lock and dead-letter topics): choose a prefix that starts none of them", key, field, head, reached,
-				router.RelayNamespace, router.KafkaInternalPrefix)
+		if p := res.Confines(head); p != "" {
+			bad("%s%s: %q: every row would be routed to %s, the relay's own topics or Kafka's, where no row may go: "+
+				"choose a prefix outside %s* and %s*", key, field, head, p, router.RelayNamespace, router.KafkaInternalPrefix)
 		}
 	}
 	if r.OnError != OnErrorDeadLetter || r.DeadLetterTopic == "" {

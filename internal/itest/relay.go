@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -248,6 +249,29 @@ func (p *Proc) Killed() bool {
 	}
 	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// PeakRSS is the process's peak resident set size in bytes: VmHWM while it
+// runs, the kernel's maxrss (getrusage) once it has exited; -1 if neither
+// can be read.
+func (p *Proc) PeakRSS() int64 {
+	if p.Exited() {
+		if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			return ru.Maxrss << 10
+		}
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n << 10
+		}
+	}
+	return -1
 }
 
 // Output is what the process wrote so far.
