@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
-	"github.com/klauspost/compress/zstd"
 )
 
 // rawStream is a server's stream as the raw-mode syncer hands it on: each
@@ -70,40 +69,9 @@ func (s *rawStream) add(raws ...[]byte) *rawStream {
 }
 
 // payload is a Transaction_payload event holding events (without
-// checksums): fields as MySQL writes them (type, length, packed value);
-// declared is the uncompressed size it gives (-1: none); pad zero bytes
-// follow the events, in RLE blocks of a second zstd frame.
+// checksums): see payloadBodyOf.
 func (s *rawStream) payload(events []byte, declared int64, pad int64) []byte {
-	enc, err := zstd.NewWriter(nil)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	z := enc.EncodeAll(events, nil)
-	_ = enc.Close()
-	if pad > 0 {
-		z = binary.LittleEndian.AppendUint32(z, 0xFD2FB528)
-		z = append(z, 0, (21-10)<<3)
-		for pad > 0 {
-			n := min(pad, 128<<10)
-			pad -= n
-			h := uint32(1<<1) | uint32(n)<<3
-			if pad == 0 {
-				h |= 1
-			}
-			z = append(z, byte(h), byte(h>>8), byte(h>>16), 0)
-		}
-	}
-	field := func(b []byte, typ byte, v uint64) []byte {
-		n := mysql.PutLengthEncodedInt(v)
-		return append(append(b, typ, byte(len(n))), n...)
-	}
-	b := field(nil, payloadFieldSize, uint64(len(z)))
-	b = field(b, payloadFieldCompressionType, 0)
-	if declared >= 0 {
-		b = field(b, payloadFieldUncompressedSize, uint64(declared))
-	}
-	b = append(b, payloadFieldEnd)
-	return s.e.raw(replication.TRANSACTION_PAYLOAD_EVENT, append(b, z...))
+	return s.e.raw(replication.TRANSACTION_PAYLOAD_EVENT, payloadBodyOf(s.t, events, declared, pad))
 }
 
 // run parses the stream with a reader of a.outbox's parser (bound: limit)
@@ -125,11 +93,7 @@ func (s *rawStream) run(limit int64) ([]string, error) {
 			break
 		}
 	}
-	out := make([]string, len(batch))
-	for i, ev := range batch {
-		out[i] = render(ev)
-	}
-	return out, err
+	return renderAll(batch), err
 }
 
 // innerEvents are a transaction's events inside its payload: BEGIN, two
