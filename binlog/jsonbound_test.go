@@ -186,3 +186,33 @@ func TestDecodeJSONRowsRendersAsGoMySQLAndRefusesOnlyTheBadDocument(t *testing.T
 		t.Fatalf("partial update decoded: %v", got.Rows)
 	}
 }
+
+// The JSON bound's cost: 200 outbox rows' JSON payloads decoded by the
+// reader (raw bytes, walked, then rendered by go-mysql) against go-mysql
+// alone.
+func BenchmarkDecodeJSONRows(b *testing.B) {
+	doc := encodeJSON(b, jsonTexts[9])
+	docs := make([][]byte, 200)
+	for i := range docs {
+		docs[i] = doc
+	}
+	body := jsonRows(7, false, docs...)
+	r := readerOf(mysql.MySQLFlavor)
+	for name, decode := range map[string]func(*replication.RowsEvent, []byte) error{
+		"go-mysql": nil,
+		"reader":   func(e *replication.RowsEvent, data []byte) error { return r.decodeRows(e, data, unbounded) },
+	} {
+		b.Run(name, func(b *testing.B) {
+			e := newEncoder(b, mysql.MySQLFlavor)
+			e.p.SetRowsEventDecodeFunc(decode)
+			e.p.SetRenderJSONAsMySQLText(true)
+			raw := e.raw(replication.WRITE_ROWS_EVENTv2, body)
+			for b.Loop() {
+				e.decode(e.raw(replication.TABLE_MAP_EVENT, jsonTableMap(7)))
+				if _, err := e.p.Parse(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
