@@ -1,6 +1,7 @@
 package binlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -233,5 +234,24 @@ func TestCompressedRowsOverTheBoundAreRefused(t *testing.T) {
 	}
 	if err := checkCompressedRows([]byte{0x81, 0x10}, func() (int64, string) { return 1 << 20, "test" }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A zstd frame whose window is over the bound is refused before its window
+// is allocated, by name.
+func TestPayloadWindowOverTheBoundIsRefused(t *testing.T) {
+	s := newRawStream(t, false)
+	inner := innerEvents(s.e)
+	body := payloadBodyOf(t, inner, -1, 128<<10)
+	i := bytes.LastIndex(body, []byte{0x28, 0xb5, 0x2f, 0xfd})
+	body[i+5] = (27 - 10) << 3 // the pad frame's window: 128 MiB
+	s.add(s.e.mysqlGTID(testSID, 1).RawData, s.e.raw(replication.TRANSACTION_PAYLOAD_EVENT, body))
+	var err error
+	n := allocated(func() { _, err = s.run(4 << 20) })
+	if !errors.Is(err, ErrPayloadBound) || !strings.Contains(err.Error(), "zstd window is larger than 4194304 bytes") {
+		t.Fatalf("%v, want ErrPayloadBound naming the window", err)
+	}
+	if n > 24<<20 {
+		t.Errorf("allocated %d MB refusing it", n>>20)
 	}
 }

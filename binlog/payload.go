@@ -50,11 +50,11 @@ const (
 	payloadCompressionZstd       = 0
 )
 
-// maxZstdWindow is the largest zstd window accepted: the reference
-// decoder's default limit (ZSTD_WINDOWLOG_LIMIT_DEFAULT, 2^27), and the
-// window of zstd's highest level (22) that MySQL's
-// binlog_transaction_compression_level_zstd allows. The window is held
-// in memory while decompressing, besides the output.
+// maxZstdWindow is the largest zstd window accepted, below the bound: the
+// reference decoder's default limit (ZSTD_WINDOWLOG_LIMIT_DEFAULT, 2^27),
+// the window of zstd's highest level (22), which MySQL's
+// binlog_transaction_compression_level_zstd allows (its default, 3, writes
+// 2 MiB windows). The window is held in memory besides the output.
 const maxZstdWindow = 128 << 20
 
 // payloadHeader is what a Transaction_payload event says of its payload.
@@ -157,8 +157,8 @@ func (ep *eventParser) payload(ev *replication.BinlogEvent) (*replication.Binlog
 	limit, how := ep.limit()
 	if ph.declared && ph.uncompressed > uint64(limit) {
 		return fail(fmt.Errorf("%w: it declares %d bytes uncompressed, over the bound of %d (%s): raise source.max_packet_bytes "+
-			"(the relay holds a compressed transaction whole, decompressed), or write such transactions with "+
-			"binlog_transaction_compression=OFF", ErrPayloadBound, ph.uncompressed, limit, how))
+			"and the memory limit together (the relay holds a compressed transaction whole, decompressed), or write such "+
+			"transactions with binlog_transaction_compression=OFF", ErrPayloadBound, ph.uncompressed, limit, how))
 	}
 	if ep.inflater == nil {
 		ep.inflater = &inflater{}
@@ -220,34 +220,48 @@ func (ep *eventParser) innerEvents(plain []byte) ([]*replication.BinlogEvent, er
 	return out, nil
 }
 
-// inflater decompresses payloads; its decoder is reused.
+// inflater decompresses payloads; its decoder is reused while the window
+// bound stays.
 type inflater struct {
-	dec *zstd.Decoder
+	dec    *zstd.Decoder
+	window uint64
 }
 
 // inflate decompresses ph's payload: into a buffer of its declared size,
 // refusing more or fewer bytes; without a declared size, into a buffer
-// that grows up to limit.
+// that grows up to limit. The zstd window may be at most limit, and
+// maxZstdWindow.
 func (f *inflater) inflate(ph payloadHeader, limit int64, how string) ([]byte, error) {
 	src := bytes.NewReader(ph.payload)
-	if f.dec == nil {
-		dec, err := zstd.NewReader(src, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxWindow(maxZstdWindow))
-		if err != nil {
-			return nil, fmt.Errorf("start zstd: %w", err)
+	zerr := func(err error) error {
+		if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+			return fmt.Errorf("%w: its zstd window is larger than %d bytes (the bound: %s; or zstd's largest window): raise "+
+				"source.max_packet_bytes and the memory limit together, or lower binlog_transaction_compression_level_zstd",
+				ErrPayloadBound, f.window, how)
 		}
-		f.dec = dec
+		return fmt.Errorf("%w: zstd: %v", ErrPayloadCorrupt, err)
+	}
+	if window := min(uint64(limit), maxZstdWindow); f.dec == nil || f.window != window {
+		if f.dec != nil {
+			f.dec.Close()
+		}
+		dec, err := zstd.NewReader(src, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(window))
+		if err != nil {
+			return nil, zerr(err)
+		}
+		f.dec, f.window = dec, window
 	} else if err := f.dec.Reset(src); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrPayloadCorrupt, err)
+		return nil, zerr(err)
 	}
 	if !ph.declared {
 		out, err := io.ReadAll(io.LimitReader(f.dec, limit+1))
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("%w: zstd: %v", ErrPayloadCorrupt, err)
+			return nil, zerr(err)
 		case int64(len(out)) > limit:
-			return nil, fmt.Errorf("%w: it inflates past the bound of %d bytes (%s), declaring no size: raise source.max_packet_bytes, "+
-				"or write such transactions with binlog_transaction_compression=OFF", ErrPayloadBound, limit, how)
+			return nil, fmt.Errorf("%w: it inflates past the bound of %d bytes (%s), declaring no size: raise source.max_packet_bytes "+
+				"and the memory limit together, or write such transactions with binlog_transaction_compression=OFF", ErrPayloadBound, limit, how)
 		}
 		return out, nil
 	}
@@ -256,14 +270,14 @@ func (f *inflater) inflate(ph payloadHeader, limit int64, how string) ([]byte, e
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("%w: it inflates to %d bytes, not the %d it declares", ErrPayloadCorrupt, n, ph.uncompressed)
 		}
-		return nil, fmt.Errorf("%w: zstd: %v", ErrPayloadCorrupt, err)
+		return nil, zerr(err)
 	}
 	var one [1]byte
 	switch n, err := f.dec.Read(one[:]); {
 	case n > 0:
 		return nil, fmt.Errorf("%w: it inflates past the %d bytes it declares", ErrPayloadCorrupt, ph.uncompressed)
 	case err != nil && !errors.Is(err, io.EOF):
-		return nil, fmt.Errorf("%w: zstd: %v", ErrPayloadCorrupt, err)
+		return nil, zerr(err)
 	}
 	return out, nil
 }

@@ -75,7 +75,7 @@ func checkCompressedRows(data []byte, bound func() (int64, string)) error {
 		size = size<<8 | uint64(b)
 	}
 	if limit, how := bound(); size > uint64(limit) {
-		return fmt.Errorf("%w: a compressed rows event declares %d bytes uncompressed, over the bound of %d (%s): raise source.max_packet_bytes",
+		return fmt.Errorf("%w: a compressed rows event declares %d bytes uncompressed, over the bound of %d (%s): raise source.max_packet_bytes and the memory limit together",
 			ErrPayloadBound, size, limit, how)
 	}
 	return nil

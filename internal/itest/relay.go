@@ -290,19 +290,6 @@ func (p *Proc) Exited() bool {
 	}
 }
 
-// PeakRSS is the largest resident set the process had (getrusage's
-// maxrss), in bytes; 0 before it has exited.
-func (p *Proc) PeakRSS() int64 {
-	if !p.Exited() {
-		return 0
-	}
-	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		return 0
-	}
-	return ru.Maxrss << 10 // KiB on Linux
-}
-
 // WaitCheckpoint polls the committed checkpoint until it covers target.
 func WaitCheckpoint(t testing.TB, cfg config.Config, target string, timeout time.Duration) *checkpoint.Checkpoint {
 	t.Helper()
