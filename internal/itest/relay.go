@@ -183,6 +183,7 @@ type Proc struct {
 	Log  string // path of its combined output
 	done chan struct{}
 	err  error
+	peak atomic.Int64 // the largest VmHWM sampled (PeakRSS)
 }
 
 // StartProc runs `outbox-relay run --config path`.
@@ -201,6 +202,7 @@ func (e *Env) StartProc(t testing.TB, path string, extraEnv ...string) *Proc {
 		t.Fatal(err)
 	}
 	p := &Proc{cmd: cmd, Log: logPath, done: make(chan struct{})}
+	go p.samplePeak()
 	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()
 	t.Cleanup(func() {
 		p.Kill()
@@ -251,27 +253,50 @@ func (p *Proc) Killed() bool {
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
-// PeakRSS is the process's peak resident set size in bytes: VmHWM while it
-// runs, the kernel's maxrss (getrusage) once it has exited; -1 if neither
-// can be read.
+// PeakRSS is the process's peak resident set size in bytes: the largest
+// of its VmHWM (/proc/PID/status) sampled every 5 ms while it ran and read
+// now if it still runs; -1 if none could be read. Not getrusage's maxrss:
+// Go starts a child with vfork (CLONE_VM), so the kernel counts the test
+// process's own peak, at the start, in the child's maxrss.
 func (p *Proc) PeakRSS() int64 {
-	if p.Exited() {
-		if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			return ru.Maxrss << 10
-		}
-		return -1
+	if !p.Exited() {
+		p.readPeak()
 	}
+	if v := p.peak.Load(); v > 0 {
+		return v
+	}
+	return -1
+}
+
+// samplePeak reads the process's VmHWM every 5 ms until it exits.
+func (p *Proc) samplePeak() {
+	for tick := time.NewTicker(5 * time.Millisecond); ; {
+		p.readPeak()
+		select {
+		case <-p.done:
+			tick.Stop()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (p *Proc) readPeak() {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
-		return -1
+		return
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
 			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n << 10
+			for v := n << 10; ; {
+				old := p.peak.Load()
+				if v <= old || p.peak.CompareAndSwap(old, v) {
+					return
+				}
+			}
 		}
 	}
-	return -1
 }
 
 // Output is what the process wrote so far.
