@@ -18,18 +18,23 @@ import (
 
 // reservedRows are outbox rows whose aggregate type, with topic_prefix "",
 // names one of the relay's own topics (this pipeline's and another's) or
-// Kafka's: event id -> aggregate type.
+// Kafka's: event id (unique to the pipeline: a broker keeps earlier runs'
+// dead letters) -> aggregate type.
 func reservedRows(cfg config.Config) map[string]string {
-	return map[string]string{
-		"forged-checkpoint":         cfg.Kafka.CheckpointTopic,
-		"forged-default-checkpoint": "outbox-relay.checkpoints",
-		"forged-dead-letter":        config.DefaultDeadLetterPrefix + cfg.Name,
-		"forged-other-dead-letter":  config.DefaultDeadLetterPrefix + "other",
-		"forged-lock":               cfg.HA.LockTopic,
-		"forged-default-lock":       "outbox-relay.lock",
-		"forged-lock-group":         "outbox-relay.lock." + cfg.Name,
-		"forged-offsets":            "__consumer_offsets",
+	rows := map[string]string{}
+	for what, topic := range map[string]string{
+		"checkpoint":         cfg.Kafka.CheckpointTopic,
+		"default-checkpoint": "outbox-relay.checkpoints",
+		"dead-letter":        config.DefaultDeadLetterPrefix + cfg.Name,
+		"other-dead-letter":  config.DefaultDeadLetterPrefix + "other",
+		"lock":               cfg.HA.LockTopic,
+		"default-lock":       "outbox-relay.lock",
+		"lock-group":         "outbox-relay.lock." + cfg.Name,
+		"offsets":            "__consumer_offsets",
+	} {
+		rows["forged-"+what+"-"+cfg.Name] = topic
 	}
+	return rows
 }
 
 func insertRoutedAs(t *testing.T, s *Schema, id, aggType string) {
@@ -118,7 +123,7 @@ func TestRowsNamingTheRelaysOwnTopicsAreRefused(t *testing.T) {
 		before := loadCheckpoint(t, cfg)
 		insertRoutedAs(t, s, "forged-checkpoint", cfg.Kafka.CheckpointTopic)
 		err := r.StoppedWith(t)
-		if !errors.Is(err, router.ErrBadRow) || !strings.Contains(err.Error(), "forged-checkpoint") ||
+		if !errors.Is(err, router.ErrBadRow) || !strings.Contains(err.Error(), `"forged-checkpoint"`) ||
 			!strings.Contains(err.Error(), "one of the relay's own topics") {
 			t.Fatalf("error %v, want a bad row naming the row and the reserved topic", err)
 		}
