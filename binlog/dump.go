@@ -106,7 +106,7 @@ type DumpStream struct {
 func (s *DumpStream) GetEvent(ctx context.Context) (*replication.BinlogEvent, error) {
 	ev, err := s.s.GetEvent(ctx)
 	if err != nil {
-		return nil, err
+		return nil, syncerError(err)
 	}
 	return s.p.parse(ev)
 }

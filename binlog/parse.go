@@ -236,6 +236,31 @@ func eventError(h *replication.EventHeader, raw []byte, cause error) error {
 	return err
 }
 
+// syncerError is err, from the raw-mode syncer's stream, as the relay
+// words it: an event the syncer could not decode (a format description or
+// rotation: go-mysql's EventError quotes it whole) as eventError, and any
+// other long message (a panic of the syncer comes with its goroutine's
+// stack) clipped.
+func syncerError(err error) error {
+	var ee *replication.EventError
+	if errors.As(err, &ee) {
+		return eventError(ee.Header, ee.Data, err)
+	}
+	if msg := err.Error(); len(msg) > 4*errTextBytes {
+		return &clippedError{msg: clip(msg, 4*errTextBytes), err: err}
+	}
+	return err
+}
+
+// clippedError is err with its message clipped; errors.Is and As see err.
+type clippedError struct {
+	msg string
+	err error
+}
+
+func (e *clippedError) Error() string { return e.msg }
+func (e *clippedError) Unwrap() error { return e.err }
+
 // sentinelError is a message of the relay's with the sentinel it means.
 type sentinelError struct {
 	err      error

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"runtime"
 	"slices"
@@ -253,5 +254,21 @@ func TestPayloadWindowOverTheBoundIsRefused(t *testing.T) {
 	}
 	if n > 24<<20 {
 		t.Errorf("allocated %d MB refusing it", n>>20)
+	}
+}
+
+// The syncer's own errors about the events it decodes (format descriptions,
+// rotations) and its panics are clipped too, their sentinels kept.
+func TestSyncerErrorsAreClipped(t *testing.T) {
+	big := bytes.Repeat([]byte("secret-row-data "), 1<<16)
+	ee := &replication.EventError{Header: &replication.EventHeader{EventType: replication.FORMAT_DESCRIPTION_EVENT}, Err: "bad", Data: big}
+	panicked := fmt.Errorf("panic x\nstack: %s: %w", big, ErrPacketBound)
+	for _, err := range []error{ee, fmt.Errorf("parse: %w", ee), panicked} {
+		if got := syncerError(err); len(got.Error()) > 1100 {
+			t.Errorf("%d bytes: %.200s", len(got.Error()), got)
+		}
+	}
+	if !errors.Is(syncerError(panicked), ErrPacketBound) {
+		t.Error("the sentinel is lost")
 	}
 }

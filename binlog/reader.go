@@ -346,7 +346,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			if watch.fired.Load() {
 				err = fmt.Errorf("%w (no data, not even a heartbeat, for %s)", err, 3*r.cfg.HeartbeatPeriod)
 			}
-			return guard.orGrown(ctx, mapStreamErr(fmt.Errorf("read binlog: %w", err)))
+			return guard.orGrown(ctx, mapStreamErr(fmt.Errorf("read binlog: %w", syncerError(err))))
 		}
 		r.streamingOnce.Do(func() { close(r.streaming) })
 		// Take everything already decoded along with it: one hand-off per
