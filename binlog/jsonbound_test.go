@@ -200,7 +200,7 @@ func BenchmarkDecodeJSONRows(b *testing.B) {
 	r := readerOf(mysql.MySQLFlavor)
 	for name, decode := range map[string]func(*replication.RowsEvent, []byte) error{
 		"go-mysql": nil,
-		"reader":   func(e *replication.RowsEvent, data []byte) error { return r.decodeRows(e, data, unbounded) },
+		"reader":   func(e *replication.RowsEvent, data []byte) error { return rowsDecoder(r.captured, unbounded)(e, data) },
 	} {
 		b.Run(name, func(b *testing.B) {
 			e := newEncoder(b, mysql.MySQLFlavor)
