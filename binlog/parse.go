@@ -109,8 +109,13 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 	if _, raw := ev.Event.(*replication.GenericEvent); !raw || ep.only != nil && !ep.only(h.EventType) {
 		return ev, nil
 	}
-	if h.EventType == replication.TRANSACTION_PAYLOAD_EVENT {
+	switch h.EventType {
+	case replication.TRANSACTION_PAYLOAD_EVENT:
 		return ep.payload(ev)
+	case replication.MARIADB_QUERY_COMPRESSED_EVENT:
+		if err := ep.checkCompressedQuery(ev.RawData); err != nil {
+			return nil, eventError(h, ev.RawData, err)
+		}
 	}
 	parsed, err := ep.decode(ep.p, ev.RawData)
 	if err != nil {
@@ -121,6 +126,29 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 		return nil, eventError(h, ev.RawData, err)
 	}
 	return parsed, nil
+}
+
+// checkCompressedQuery refuses a MariaDB compressed query event whose
+// declared size is over the bound (checkCompressed): its statement follows
+// the query event's post-header (thread id, time, schema length, error
+// code, status variables' length), the status variables and the schema
+// with its NUL.
+func (ep *eventParser) checkCompressedQuery(raw []byte) error {
+	body := raw[min(replication.EventHeaderSize, len(raw)):]
+	if ep.checksum && len(body) >= replication.BinlogChecksumLength {
+		body = body[:len(body)-replication.BinlogChecksumLength]
+	}
+	if len(body) < 13 {
+		return fmt.Errorf("%w: a compressed query event of %d bytes", ErrPayloadCorrupt, len(body))
+	}
+	pos := 13 + int(binary.LittleEndian.Uint16(body[11:])) + int(body[8]) + 1
+	if pos > len(body) {
+		return fmt.Errorf("%w: a compressed query event's statement starts past its %d bytes", ErrPayloadCorrupt, len(body))
+	}
+	if ep.limit == nil {
+		return nil
+	}
+	return checkCompressed(body[pos:], ep.limit)
 }
 
 // decode parses one event with p; a rows decoder's error comes back as

@@ -225,16 +225,35 @@ func TestEventErrorsQuoteOnlyAShortPrefix(t *testing.T) {
 	}
 }
 
-// A MariaDB compressed rows event that declares more than the bound is
-// refused before go-mysql allocates what it declares.
-func TestCompressedRowsOverTheBoundAreRefused(t *testing.T) {
-	data := []byte{0x84, 0x40, 0, 0, 0} // 4 size bytes: 1 GiB
-	err := checkCompressedRows(data, func() (int64, string) { return 1 << 20, "test" })
-	if !errors.Is(err, ErrPayloadBound) {
+// A MariaDB compressed rows or query event that declares more than the
+// bound is refused before go-mysql allocates what it declares.
+func TestMariaDBCompressedEventsOverTheBoundAreRefused(t *testing.T) {
+	bound := func() (int64, string) { return 1 << 20, "test" }
+	if err := checkCompressed([]byte{0x84, 0x40, 0, 0, 0}, bound); !errors.Is(err, ErrPayloadBound) { // 4 size bytes: 1 GiB
 		t.Fatalf("%v, want ErrPayloadBound", err)
 	}
-	if err := checkCompressedRows([]byte{0x81, 0x10}, func() (int64, string) { return 1 << 20, "test" }); err != nil {
+	if err := checkCompressed([]byte{0x81, 0x10}, bound); err != nil {
 		t.Fatal(err)
+	}
+	e := newEncoder(t, mysql.MariaDBFlavor)
+	ep := newEventParser(mysql.MariaDBFlavor, nil, bound, nil)
+	fde := e.raw(replication.FORMAT_DESCRIPTION_EVENT, e.fde())
+	if _, err := ep.parse(e.decode(fde)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		size []byte
+		want error
+	}{{[]byte{0x84, 0x40, 0, 0, 0}, ErrPayloadBound}, {[]byte{0x87, 1, 2, 3, 4, 5, 6, 7}, ErrPayloadCorrupt}} {
+		raw := e.raw(replication.MARIADB_QUERY_COMPRESSED_EVENT, append(e.query("app", ""), append(tt.size, 0x78, 0x9c)...))
+		h := &replication.EventHeader{}
+		if err := h.Decode(raw); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ep.parse(&replication.BinlogEvent{RawData: raw, Header: h, Event: &replication.GenericEvent{Data: raw[replication.EventHeaderSize:]}})
+		if !errors.Is(err, tt.want) {
+			t.Errorf("size %x: %v, want %v", tt.size, err, tt.want)
+		}
 	}
 }
 

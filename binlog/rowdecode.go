@@ -33,7 +33,7 @@ import (
 // of captured tables only, INSERTs by decodeInsertRows where it can, JSON
 // within bounds (jsonbound.go), the rest by go-mysql. A MariaDB compressed
 // rows event whose declared size is over the packet bound (bound) is
-// refused before go-mysql allocates it.
+// refused before go-mysql allocates it (checkCompressed).
 func rowsDecoder(captured func(schema, table []byte) bool, bound func() (int64, string)) func(*replication.RowsEvent, []byte) error {
 	return func(e *replication.RowsEvent, data []byte) error {
 		pos, err := e.DecodeHeader(data)
@@ -44,7 +44,7 @@ func rowsDecoder(captured func(schema, table []byte) bool, bound func() (int64, 
 			return nil // not ours: skip decoding the row images
 		}
 		if compressed, _, ok := eventOptions(e); ok && compressed {
-			if err := checkCompressedRows(data[pos:], bound); err != nil {
+			if err := checkCompressed(data[pos:], bound); err != nil {
 				return err
 			}
 		}
@@ -58,24 +58,25 @@ func rowsDecoder(captured func(schema, table []byte) bool, bound func() (int64, 
 	}
 }
 
-// checkCompressedRows refuses the row images of a MariaDB compressed rows
-// event (a header byte whose low 3 bits count the bytes of the
-// uncompressed size, big endian, then zlib data) that declare more than
-// the bound: go-mysql allocates the declared size before inflating.
-func checkCompressedRows(data []byte, bound func() (int64, string)) error {
+// checkCompressed refuses the data of a MariaDB compressed event (rows or
+// query, log_bin_compress: a header byte whose low 3 bits count the bytes
+// of the uncompressed size, big endian, then zlib data) that declares more
+// than the bound: go-mysql allocates the declared size before inflating,
+// and zlib inflates a thousandfold.
+func checkCompressed(data []byte, bound func() (int64, string)) error {
 	if len(data) == 0 {
-		return fmt.Errorf("%w: an empty compressed rows event", ErrPayloadCorrupt)
+		return fmt.Errorf("%w: an empty compressed event", ErrPayloadCorrupt)
 	}
 	n := int(data[0] & 0x07)
 	if n > 4 || len(data) < 1+n {
-		return fmt.Errorf("%w: a compressed rows event's size takes %d bytes", ErrPayloadCorrupt, n)
+		return fmt.Errorf("%w: a compressed event's size takes %d bytes", ErrPayloadCorrupt, n)
 	}
 	var size uint64
 	for _, b := range data[1 : 1+n] {
 		size = size<<8 | uint64(b)
 	}
 	if limit, how := bound(); size > uint64(limit) {
-		return fmt.Errorf("%w: a compressed rows event declares %d bytes uncompressed, over the bound of %d (%s): raise source.max_packet_bytes and the memory limit together",
+		return fmt.Errorf("%w: a compressed event declares %d bytes uncompressed, over the bound of %d (%s): raise source.max_packet_bytes and the memory limit together",
 			ErrPayloadBound, size, limit, how)
 	}
 	return nil
