@@ -93,6 +93,11 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 		return batch, fmt.Errorf("%w: rows of %s.%s outside BEGIN ... COMMIT (after %s)", ErrUnframed,
 			e.Table.Schema, e.Table.Table, f.gtid)
 	}
+	if e.Type() == replication.EnumRowsEventTypeUnknown {
+		// PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON),
+		// whose rows the reader does not decode (jsonbound.go)
+		return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s.%s", ErrUnframed, f.gtid, ev.Header.EventType, e.Table.Schema, e.Table.Table)
+	}
 	if len(e.Rows) == 0 {
 		return batch, nil
 	}
@@ -111,6 +116,9 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 		// column as nil, the same value as a NULL (rowimage.go).
 		if absent := absentColumns(e.ColumnBitmap1, e.ColumnCount, len(t.Columns)); len(absent) > 0 {
 			return batch, partialImageError(f.gtid, t, absent)
+		}
+		if e.Table.JsonColumnCount() > 0 {
+			out.Undecoded = undecodedRows(e.Rows, t.Columns)
 		}
 	}
 	if c.signs != nil {

@@ -28,7 +28,7 @@ import (
 //
 // Both the Reader (for each commit, Event.Digest) and Dump.Digest (one
 // transaction, from another host) compute it with the same decoder
-// (rowDecoding), so a host holding the same transaction gives the same
+// (rowsDecoder), so a host holding the same transaction gives the same
 // digest. DigestScheme names this definition: change what a digest covers
 // or how a value is encoded, and change the scheme, so that a digest
 // written by an older build is not compared with one computed otherwise

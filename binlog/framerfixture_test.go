@@ -420,11 +420,15 @@ func (f *fixture) run(evs []*replication.BinlogEvent) ([]string, error) {
 			break
 		}
 	}
+	return renderAll(batch), err
+}
+
+func renderAll(batch []Event) []string {
 	out := make([]string, len(batch))
 	for i, ev := range batch {
 		out[i] = render(ev)
 	}
-	return out, err
+	return out
 }
 
 var kindNames = map[Kind]string{KindRows: "rows", KindCommit: "commit", KindDDL: "ddl", KindPrepare: "prepare",

@@ -74,6 +74,9 @@ type loginGuard struct {
 	mu    sync.Mutex
 	conns []*guardConn
 	broke error // a panic of go-mysql's login, as a refusal (login)
+	// applied is the packet bound last applied (the stream's), for the
+	// bound of what a compressed transaction inflates to (payload.go).
+	applied atomic.Pointer[appliedBound]
 }
 
 func newLoginGuard(cfg Config, addr string) *loginGuard {
@@ -221,6 +224,7 @@ func (lg *loginGuard) bound(c *client.Conn) error {
 	}
 	g.st.setLimit(limit, how)
 	g.st.derived.Store(derived)
+	lg.applied.Store(&appliedBound{limit, how})
 	return nil
 }
 

@@ -240,7 +240,7 @@ func rerouteDeadLetter(conn *client.Conn, cfg config.Config, r *kgo.Record, now 
 		return nil, "", fmt.Errorf("%w: its table %q is not in source.tables", errNotThisPipeline, table)
 	}
 	rc := cfg.Router.For(table)
-	rt, err := tableRouter(rc, cfg.Name, table)
+	rt, err := clients.TableRouter(cfg, rc, table)
 	if err != nil {
 		return nil, "", err
 	}

@@ -295,7 +295,7 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 	if res.RowNumber() > o.maxRows {
 		return nil, fmt.Errorf("replay %s: more than %d rows match: narrow the selection (--since/--until) or raise --max-rows", t, o.maxRows)
 	}
-	rt, err := tableRouter(rc, cfg.Name, t)
+	rt, err := clients.TableRouter(cfg, rc, t)
 	if err != nil {
 		return nil, fmt.Errorf("replay %s: %w", t, err)
 	}
@@ -347,16 +347,6 @@ func autoIncrementColumn(conn *client.Conn, t string) (string, error) {
 		return "", nil
 	}
 	return res.GetString(0, 0)
-}
-
-// tableRouter builds the router of one table's settings, as `run` does.
-func tableRouter(rc config.RouterConfig, pipeline, table string) (*router.Router, error) {
-	rcfg, err := clients.Router(rc)
-	if err != nil {
-		return nil, err
-	}
-	rcfg.CloudEventsSource = rc.CloudEventsSourceFor(pipeline, table)
-	return router.New(rcfg)
 }
 
 // resultRow turns row i of res into a router row: text as strings (the

@@ -126,8 +126,9 @@ func consume(brokers []string, prefix string) ([]Record, error) {
 }
 
 // EachProduced calls fn, in partition order, for every data record of the
-// topics matching prefix up to their high watermark at call time, aborted
-// ones included (read_uncommitted; control records are read, not passed).
+// topics matching prefix (Kafka's internal topics included) up to their
+// high watermark at call time, aborted ones included (read_uncommitted;
+// control records are read, not passed).
 func EachProduced(t testing.TB, brokers []string, prefix string, fn func(*kgo.Record)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -138,7 +139,7 @@ func EachProduced(t testing.TB, brokers []string, prefix string, fn func(*kgo.Re
 	}
 	adm := kadm.NewClient(cl)
 	defer adm.Close()
-	topics, err := adm.ListTopics(ctx)
+	topics, err := adm.ListTopicsWithInternal(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,7 +198,7 @@ func TestPayloadDecodesWithGoMySQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload, err := w.payloadEvent([]event{inner.stamp(inner.tableMapEvent(tbl, true), 1, 0), inner.stamp(re, 1, 0)})
+	payload, err := w.payloadEvent([]event{inner.stamp(inner.tableMapEvent(tbl, true), 1, 0), inner.stamp(re, 1, 0)}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,14 @@ type Tx struct {
 	// Uncompressed logs this transaction uncompressed even with
 	// Options.Compression (as MySQL does for some transactions).
 	Uncompressed bool
+	// PayloadPad, with Options.Compression, adds that many zero bytes
+	// after the transaction's events inside its Transaction_payload: a
+	// second zstd frame of RLE blocks, 4 bytes for each 128 KiB (a zstd
+	// bomb: 1 GiB in 32 KiB).
+	PayloadPad int64
+	// PayloadDeclared, when not 0, is the uncompressed size the payload
+	// declares instead of its own (a lie).
+	PayloadDeclared uint64
 }
 
 // loggedEvent is one event of a binlog file with what SHOW BINLOG EVENTS
@@ -437,7 +445,7 @@ func (p *Primary) log(g GTID, tx Tx) error {
 		for i, pt := range parts {
 			inner[i] = p.inner.stamp(pt.ev, ts, 0)
 		}
-		payload, err := p.w.payloadEvent(inner)
+		payload, err := p.w.payloadEvent(inner, tx.PayloadPad, tx.PayloadDeclared)
 		if err != nil {
 			return err
 		}

@@ -176,9 +176,12 @@ func encodeCell(t ColumnType, v any) ([]byte, error) {
 		}
 		return append(binary.LittleEndian.AppendUint16(nil, uint16(len(s))), s...), nil
 	case JSON:
+		if raw, ok := v.(RawJSON); ok {
+			return append(binary.LittleEndian.AppendUint32(nil, uint32(len(raw))), raw...), nil
+		}
 		s, ok := v.(string)
 		if !ok {
-			return nil, fmt.Errorf("want JSON text, got %T", v)
+			return nil, fmt.Errorf("want JSON text or RawJSON, got %T", v)
 		}
 		b, err := EncodeJSON(s)
 		if err != nil {

@@ -129,6 +129,8 @@ var foreign = []rule{
 	{is: binlog.ErrDuplicateServerID, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPacketTooLarge, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPacketBound, class: ConfigStop, kind: "source_config"},
+	{is: binlog.ErrPayloadBound, class: ConfigStop, kind: "source_config"},
+	{is: binlog.ErrPayloadCorrupt, class: DataStop, kind: "transaction_shape"},
 	{is: binlog.ErrInsecureLogin, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPositionAhead, class: Transient, kind: "source_position"},
 	{is: binlog.ErrPositionDiverged, class: DataStop, kind: "source_position"},

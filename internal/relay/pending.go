@@ -103,12 +103,12 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 	if ev.Op != binlog.OpInsert {
 		return l.invalidOp(rt, ev)
 	}
-	for _, values := range ev.Rows {
+	for i, values := range ev.Rows {
 		l.curRows++
 		if l.partial.GTID == ev.GTID && l.curRows <= l.partial.Rows {
 			continue // published before the restart
 		}
-		row := router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time, Latin1: ev.Table.Latin1}
+		row := router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time, Latin1: ev.Table.Latin1, Undecoded: ev.UndecodedRow(i)}
 		rec, err := l.record(ctx, rt, row)
 		if err != nil {
 			if !errors.Is(err, router.ErrBadRow) {
