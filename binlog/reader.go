@@ -118,8 +118,9 @@ type Event struct {
 	// Provisional: the tables of Schema whose layout awaits its check
 	// against a table map (schema.Provisional).
 	Provisional schema.Provisional
-	// Digest: on a commit, the digest of the transaction's rows of captured
-	// tables (digest.go); nil when it has none, and on XA transactions.
+	// Digest: on a commit, the digest of the transaction's rows inserted
+	// into captured tables (digest.go); nil when it has none, and on XA
+	// transactions.
 	Digest *TxDigest
 	// DDL: the statement and what became of it.
 	Note string

@@ -26,8 +26,9 @@ import (
 // reads that transaction again from the host's binlog and compares.
 //
 // The digest covers what a replica re-logs unchanged (log_slave_updates /
-// log_replica_updates): the tables' names, each row's operation and
-// values. A replica's events differ in bytes (positions, checksums, table
+// log_replica_updates): the tables' names and the values of the rows
+// inserted (never UPDATE or DELETE images, which a replica logs with its
+// own binlog_row_image). A replica's events differ in bytes (positions, checksums, table
 // ids, how rows are split into events, compression), so a real replica
 // proves it holds the transaction; a server whose transaction under that
 // GTID has other rows, or none of the captured tables, is another history.
