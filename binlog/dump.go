@@ -145,21 +145,22 @@ func (d *Dump) Refused(what string, err error) error {
 // Close closes the replication connection.
 func (d *Dump) Close() { d.syncer.Close() }
 
-// Digest reads stream (Start's, from the GTID set just before gtid) until
-// the group gtid has ended and returns the digest of its rows of the
-// dump's tables (NewRowsDump), computed as the Reader computes
-// Event.Digest: nil when it has none of them. found is false when the
-// stream showed that the binlog does not hold gtid where it should: MySQL,
-// a transaction outside within (the checkpoint's set) came first, or more
-// than reorderedLimit of within's (the server sends every transaction the
-// start set lacks, in binlog order; a replica that applies in parallel
-// without preserving the commit order may log a few of the checkpoint's
-// later ones first); MariaDB, a later transaction of gtid's domain and
-// server_id came first, or a heartbeat (the server had nothing more to
-// send; MySQL also sends heartbeats while it skips transactions, so there
-// they say nothing). An error is the stream's, as it came (see Refused),
-// or ctx's.
-func (d *Dump) Digest(ctx context.Context, stream *DumpStream, gtid string, within mysql.GTIDSet) (dg *TxDigest, found bool, err error) {
+// Digest reads stream until the group gtid has ended and returns the
+// digest of its rows of the dump's tables (NewRowsDump), computed as the
+// Reader computes Event.Digest: nil when it has none of them. Start's set
+// is where the server sends gtid first: MariaDB, the GTID set just before
+// it (the server sends each domain's transactions in binlog order); MySQL,
+// everything the server executed but gtid (the server sends the
+// transactions the set lacks, skipping the others itself: a replica that
+// applies in parallel without preserving the commit order may log later
+// ones before it). found is false when the stream showed that the binlog
+// does not hold gtid where it should: MariaDB, a later transaction of
+// gtid's domain and server_id came first, or a heartbeat (the server had
+// nothing more to send); MySQL, more than reorderedLimit other
+// transactions came first (MySQL also sends heartbeats while it skips
+// transactions, so there they say nothing). An error is the stream's, as
+// it came (see Refused), or ctx's.
+func (d *Dump) Digest(ctx context.Context, stream *DumpStream, gtid string) (dg *TxDigest, found bool, err error) {
 	var want *mysql.MariadbGTID
 	if !strings.Contains(gtid, ":") {
 		if want, err = mysql.ParseMariadbGTID(gtid); err != nil {
@@ -197,7 +198,7 @@ func (d *Dump) Digest(ctx context.Context, stream *DumpStream, gtid string, with
 					in = true
 					sum.reset(gtid)
 				case !mariadb:
-					if reordered++; reordered > reorderedLimit || within == nil || !containsGTID(within, g) {
+					if reordered++; reordered > reorderedLimit {
 						return nil, false, nil
 					}
 				case want != nil && m.GTID.DomainID == want.DomainID && m.GTID.ServerID == want.ServerID &&
@@ -231,15 +232,9 @@ func (d *Dump) Digest(ctx context.Context, stream *DumpStream, gtid string, with
 	}
 }
 
-// reorderedLimit is how many of the checkpoint's transactions Digest lets
-// come before the one it reads on MySQL.
+// reorderedLimit is how many other transactions Digest lets come before
+// the one it reads on MySQL (none should: the start set holds them all).
 const reorderedLimit = 1000
-
-// containsGTID reports whether set holds the single GTID g.
-func containsGTID(set mysql.GTIDSet, g string) bool {
-	one, err := mysql.ParseMysqlGTIDSet(g)
-	return err == nil && set.Contain(one)
-}
 
 // endsGroup reports whether a Query event's statement ends its
 // transaction, as the framer reads it.

@@ -1,0 +1,69 @@
+//go:build integration
+
+package mysqlitest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/itest"
+	"github.com/outbox-relay/outbox-relay/internal/mysqlsource"
+)
+
+// A MySQL replica applying in parallel without
+// replica_preserve_commit_order logs a transaction the primary committed
+// after the checkpoint's last one before it: a transaction the checkpoint
+// does not cover comes first in the replica's binlog after the position
+// just before the checkpoint's last transaction. The replica still holds
+// that transaction and proves it; the relay goes on there, every row once.
+func TestMySQLReplicaLoggingLaterTransactionFirstProves(t *testing.T) {
+	primary := startPrimary(t, mysqlsource.Options{Version: v80})
+	a := newApp(t, primary)
+	for i := 0; i < 3; i++ {
+		a.commit(t, "", a.newRows(2, 2, "p"))
+	}
+	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Close)
+	k := itest.StartKafka(t)
+	cfg := relayConfig(t, k, "mysql", primary.Addr(), replica.Addr())
+	cfg.Source.Start = "earliest"
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	rows := a.newRows(2, 2, "last")
+	last := mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: a.tbl, Rows: rows}}}
+	g, err := primary.Commit(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.committed(rows)
+	waitCheckpoint(t, cfg, primary.Executed().Flat(), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Committed on the primary once the checkpoint was written, applied
+	// first on the replica.
+	later := a.newRows(2, 2, "later")
+	next := mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: a.tbl, Rows: later}}}
+	n, err := primary.Commit(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.committed(later)
+	next.GTID, last.GTID = n.String(), g.String()
+	for _, tx := range []mysqlsource.Tx{next, last} { // the other order
+		if _, err := replica.Commit(tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	primary.Close()
+	r = itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	waitCheckpoint(t, cfg, replica.Executed().Flat(), time.Minute)
+	requireExact(t, k, cfg, a)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
