@@ -5,6 +5,7 @@ package itest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -40,5 +41,109 @@ func TestFailoverToReplicaAfterMinimalImageDeleteProvesLastTransaction(t *testin
 	primary.Kill()
 
 	waitHostState(t, p, replica.Addr, "streaming")
+	requireProvedBy(t, p, replica.Addr)
+	requireRunning(t, p)
+}
+
+// requireProvedBy fails unless p logged that host proved, by reading it
+// again, that it holds the checkpoint's last transaction.
+func requireProvedBy(t *testing.T, p *InProcess, host string) {
+	t.Helper()
+	for _, line := range strings.Split(p.Logs(), "\n") {
+		if strings.Contains(line, `"host":"`+host+`"`) && strings.Contains(line, "source host holds the checkpoint's last transaction") {
+			return
+		}
+	}
+	t.Fatalf("no log line says %s proved it holds the checkpoint's last transaction:\n%s", host, tailLines(p.Logs(), 20))
+}
+
+// richOutboxDDL is a second captured table: the router's columns and a
+// column of most other types, whose values a replica re-logs from its own
+// copy of the row.
+const richOutboxDDL = `CREATE TABLE %s.outbox_rich (
+	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+	event_id VARCHAR(64) NOT NULL, aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL,
+	event_type VARCHAR(64) NOT NULL, payload TEXT NOT NULL, created_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+	d DECIMAL(20,6), f FLOAT, dbl DOUBLE, dt DATETIME(6), ts TIMESTAMP(3) NULL, dd DATE, tm TIME(3), y YEAR,
+	bt BIT(10), e ENUM('a','b'), st SET('x','y'), js JSON, u INT UNSIGNED, ti TINYINT UNSIGNED, c CHAR(10) CHARACTER SET latin1)`
+
+// A replica applying in parallel (slave_parallel_threads, optimistic or
+// aggressive), with other binlog_row_metadata, compressed binlogs
+// (log_bin_compress), gtid_strict_mode off, another time zone and
+// sql_mode, its binlog rotated after it applied everything: the
+// checkpoint's last transaction has rows in two captured tables, of most
+// column types (written in a session with another time zone), and is
+// larger than a batch (published in parts). Failing over, the replica
+// proves it holds it and the relay goes on there.
+func TestFailoverToParallelReplicaProvesLastTransaction(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		settings map[string]string
+	}{
+		{"optimistic", map[string]string{"slave-parallel-threads": "4", "slave-parallel-mode": "optimistic",
+			"binlog-row-metadata": "MINIMAL", "log-bin-compress": "ON", "log-bin-compress-min-len": "10",
+			"default-time-zone": "+05:00"}},
+		{"aggressive", map[string]string{"slave-parallel-threads": "8", "slave-parallel-mode": "aggressive",
+			"binlog-row-metadata": "NO_LOG", "gtid-strict-mode": "OFF", "sql-mode": "ANSI,NO_BACKSLASH_ESCAPES",
+			"default-time-zone": "-07:00"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { proveParallelReplica(t, tc.settings) })
+	}
+}
+
+func proveParallelReplica(t *testing.T, replicaSettings map[string]string) {
+	c := startPair(t, replicaSettings)
+	primary, replica := c.Primary, c.Replicas[0]
+	s := c.NewSchema(t, env)
+	if err := primary.Exec(fmt.Sprintf(richOutboxDDL, s.Name)); err != nil {
+		t.Fatal(err)
+	}
+	k := StartKafka(t)
+	cfg := env.RelayConfig(k, s.Table())
+	cfg.Source.Tables = append(cfg.Source.Tables, s.Name+".outbox_rich")
+	cfg.Source.Hosts = []string{primary.Addr, replica.Addr}
+	cfg.Kafka.Batch.MaxRecords = 16
+	p := RunRelay(t, cfg)
+	p.WaitReady(t)
+	waitHostState(t, p, primary.Addr, "streaming")
+	// Concurrent writers, so that the replica applies in parallel.
+	if _, err := s.Write(context.Background(), WriteOptions{Writers: 8, Transactions: 40, Tag: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	last := []string{"SET SESSION time_zone = '+09:30'", "SET SESSION sql_mode = 'NO_ENGINE_SUBSTITUTION'", "BEGIN"}
+	for i := 0; i < 40; i++ {
+		last = append(last, fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) "+
+			"VALUES ('last-%d', 'alarm', 'dev-%d', 'Created', '{\"n\": %d}')", s.Table(), i, i%3, i))
+	}
+	last = append(last, fmt.Sprintf(`INSERT INTO %s.outbox_rich (event_id, aggregate_type, aggregate_id, event_type, payload,
+		d, f, dbl, dt, ts, dd, tm, y, bt, e, st, js, u, ti, c) VALUES
+		('rich-1', 'rich', 'r-1', 'Created', REPEAT('é', 2000), -12345678901234.123456, 1.5, -2.25e300, '9999-12-31 23:59:59.999999',
+		 '2030-06-01 12:00:00.125', '2024-02-29', '-838:59:59.000', 2155, b'1010101010', 'b', 'x,y', '{"a": [1, 2.50, "ü"]}',
+		 4294967295, 255, 'é'),
+		('rich-2', 'rich', 'r-2', 'Created', '', 0, 0, 0, '1000-01-01 00:00:00', NULL, '1000-01-01', '00:00:00', 1901, b'0', 'a', '',
+		 'null', 0, 0, ' ')`, s.Name), "COMMIT")
+	if err := primary.Exec(last...); err != nil {
+		t.Fatal(err)
+	}
+	cp := waitCaughtUp(t, p, cfg, primary)
+	if fp := cp.Fingerprint; fp == nil || fp.GTID != Head(t, primary) || fp.Rows != 42 || len(fp.Tables) != 2 {
+		t.Fatalf("checkpoint %s carries fingerprint %+v, want one of the last transaction (42 rows of 2 tables)", cp.GTIDSet, fp)
+	}
+	c.WaitReplicated(t, time.Minute, replica)
+	if err := replica.Exec("FLUSH BINARY LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	primary.Kill()
+
+	waitHostState(t, p, replica.Addr, "streaming")
+	requireProvedBy(t, p, replica.Addr)
+	if err := replica.Exec("STOP SLAVE", "RESET SLAVE ALL"); err != nil {
+		t.Fatal(err)
+	}
+	promoted := &Schema{DB: replica, Name: s.Name}
+	if _, err := promoted.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 10, Tag: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, p, cfg, replica)
 	requireRunning(t, p)
 }
