@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/devdb"
 )
 
 // A replica re-logs the transactions it applies with its own
@@ -70,10 +72,13 @@ const richOutboxDDL = `CREATE TABLE %s.outbox_rich (
 // A replica applying in parallel (slave_parallel_threads, optimistic or
 // aggressive), with other binlog_row_metadata, compressed binlogs
 // (log_bin_compress), gtid_strict_mode off, another time zone and
-// sql_mode, its binlog rotated after it applied everything: the
-// checkpoint's last transaction has rows in two captured tables, of most
-// column types (written in a session with another time zone), and is
-// larger than a batch (published in parts). Failing over, the replica
+// sql_mode, its binlog rotated after it applied everything, while a
+// second GTID domain is written (a parallel replica commits the domains
+// independently, in another order than the primary): the checkpoint's last
+// transaction has rows in two captured tables, of most column types
+// (written in a session with another time zone), is larger than a batch
+// (published in parts), and the checkpoint goes past it in the other
+// domain. Failing over, the replica
 // proves it holds it and the relay goes on there.
 func TestFailoverToParallelReplicaProvesLastTransaction(t *testing.T) {
 	for _, tc := range []struct {
@@ -106,8 +111,15 @@ func proveParallelReplica(t *testing.T, replicaSettings map[string]string) {
 	p := RunRelay(t, cfg)
 	p.WaitReady(t)
 	waitHostState(t, p, primary.Addr, "streaming")
-	// Concurrent writers, so that the replica applies in parallel.
+	// Concurrent writers, so that the replica applies in parallel, and a
+	// second GTID domain, whose transactions a parallel replica commits
+	// independently of domain 0's (in another order than the primary).
+	other := make(chan error, 1)
+	go func() { other <- writeDomain(primary, s, 1, 0, 60, true) }()
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 8, Transactions: 40, Tag: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
 		t.Fatal(err)
 	}
 	last := []string{"SET SESSION time_zone = '+09:30'", "SET SESSION sql_mode = 'NO_ENGINE_SUBSTITUTION'", "BEGIN"}
@@ -125,9 +137,13 @@ func proveParallelReplica(t *testing.T, replicaSettings map[string]string) {
 	if err := primary.Exec(last...); err != nil {
 		t.Fatal(err)
 	}
+	lastGTID := lastOfDomain(t, primary, 0)
+	if err := writeDomain(primary, s, 1, 60, 10, false); err != nil { // past it, without outbox rows
+		t.Fatal(err)
+	}
 	cp := waitCaughtUp(t, p, cfg, primary)
-	if fp := cp.Fingerprint; fp == nil || fp.GTID != Head(t, primary) || fp.Rows != 42 || len(fp.Tables) != 2 {
-		t.Fatalf("checkpoint %s carries fingerprint %+v, want one of the last transaction (42 rows of 2 tables)", cp.GTIDSet, fp)
+	if fp := cp.Fingerprint; fp == nil || fp.GTID != lastGTID || fp.Rows != 42 || len(fp.Tables) != 2 {
+		t.Fatalf("checkpoint %s carries fingerprint %+v, want one of the last transaction %s (42 rows of 2 tables)", cp.GTIDSet, fp, lastGTID)
 	}
 	c.WaitReplicated(t, time.Minute, replica)
 	if err := replica.Exec("FLUSH BINARY LOGS"); err != nil {
@@ -146,4 +162,32 @@ func proveParallelReplica(t *testing.T, replicaSettings map[string]string) {
 	}
 	waitCaughtUp(t, p, cfg, replica)
 	requireRunning(t, p)
+}
+
+// writeDomain commits transactions from to from+n-1 in GTID domain domain
+// on db: business rows, and (outbox) every fourth an outbox row too.
+func writeDomain(db *devdb.Server, s *Schema, domain, from, n int, outbox bool) error {
+	stmts := []string{fmt.Sprintf("SET SESSION gtid_domain_id = %d", domain)}
+	for i := from; i < from+n; i++ {
+		stmts = append(stmts, "BEGIN", fmt.Sprintf("INSERT INTO %s.alarm_record (device_id, level, temp, seq) VALUES ('d%d', 'LOW', %d, %d)",
+			s.Name, domain, i, i))
+		if outbox && i%4 == 0 {
+			stmts = append(stmts, fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id, event_type, payload) "+
+				"VALUES ('domain%d-%d', 'alarm', 'd%d', 'Created', '{}')", s.Table(), domain, i, domain))
+		}
+		stmts = append(stmts, "COMMIT")
+	}
+	return db.Exec(stmts...)
+}
+
+// lastOfDomain is the GTID db last logged in domain.
+func lastOfDomain(t *testing.T, db *devdb.Server, domain int) string {
+	t.Helper()
+	for _, g := range strings.Split(Head(t, db), ",") {
+		if strings.HasPrefix(g, fmt.Sprintf("%d-", domain)) {
+			return g
+		}
+	}
+	t.Fatalf("%s logged nothing in domain %d", db.Addr, domain)
+	return ""
 }
