@@ -117,3 +117,41 @@ func TestSameServerThatPurgedLastTransactionIsAccepted(t *testing.T) {
 		t.Fatalf("no log line says the host was accepted as the same server:\n%s", tailLines(p.Logs(), 20))
 	}
 }
+
+// The server the relay reads rotates its binlog right after the
+// checkpoint's last transaction (FLUSH BINARY LOGS) and crashes: the
+// relay's next attempt, and a fresh relay after it, read that transaction
+// again from the older binlog file and go on, every row once.
+func TestSameServerRotatedAndRestartedProvesLastTransaction(t *testing.T) {
+	sr := startServerRelay(t)
+	k, db, s, cfg, p := sr.k, sr.primary, sr.s, sr.cfg, sr.p
+	seq := 0
+	writeEveryday(t, db, s, "early", 5, &seq)
+	waitCaughtUp(t, p, cfg, db)
+	if err := db.Exec("FLUSH BINARY LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	db.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := db.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	writeEveryday(t, db, s, "mid", 5, &seq)
+	waitCaughtUp(t, p, cfg, db)
+	requireProvedBy(t, p, db.Addr)
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("FLUSH BINARY LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	p = RunRelay(t, cfg)
+	p.WaitReady(t)
+	requireProvedBy(t, p, db.Addr)
+	writeEveryday(t, db, s, "late", 5, &seq)
+	waitCaughtUp(t, p, cfg, db)
+	if rep := requireExact(t, k, s, cfg.Router.TopicPrefix); rep.Expected != 45 {
+		t.Fatalf("%s: want 45 rows", rep)
+	}
+}
