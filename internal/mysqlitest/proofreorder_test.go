@@ -3,11 +3,15 @@
 package mysqlitest
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
 	"github.com/outbox-relay/outbox-relay/internal/mysqlsource"
+	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // A MySQL replica applying in parallel without
@@ -66,4 +70,51 @@ func TestMySQLReplicaLoggingLaterTransactionFirstProves(t *testing.T) {
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A promoted replica that purged the binlog holding the checkpoint's last
+// transaction (its gtid_executed still holds it, in gtid_purged): the read
+// that skips everything but that transaction is refused as purged, and
+// the replica, not the server the checkpoint was read from, is unproven:
+// the relay stops naming the operator's way on, nothing of it published.
+func TestMySQLReplicaThatPurgedLastTransactionIsUnproven(t *testing.T) {
+	primary := startPrimary(t, mysqlsource.Options{Version: v80})
+	a := newApp(t, primary)
+	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Close)
+	k := itest.StartKafka(t)
+	cfg := relayConfig(t, k, "mysql", primary.Addr())
+	r := itest.RunRelay(t, cfg)
+	r.WaitReady(t)
+	for i := 0; i < 3; i++ {
+		a.commit(t, "", a.newRows(2, 2, "p"))
+	}
+	cp := waitCheckpoint(t, cfg, primary.Executed().Flat(), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Apply(primary); err != nil {
+		t.Fatal(err)
+	}
+	primary.Close()
+	promoted := &app{p: replica, tbl: a.tbl, seq: map[string]int64{}, rows: map[string]string{}, value: map[string]string{}, next: a.next}
+	replica.Rotate()
+	promoted.commit(t, "", promoted.newRows(2, 2, "r"))
+	files := replica.Files()
+	if err := replica.PurgeTo(files[len(files)-1]); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Source.Hosts = []string{replica.Addr()}
+	r = itest.RunRelay(t, cfg)
+	err = r.StoppedWith(t)
+	if !errors.Is(err, source.ErrUnproven) || !errors.Is(err, binlog.ErrPurged) {
+		t.Fatalf("relay on a replica that purged the last transaction stopped with %v, want ErrUnproven", err)
+	}
+	if !strings.Contains(err.Error(), "checkpoint set --gtid '"+cp+"'") {
+		t.Fatalf("the stop does not name the operator's way on: %v", err)
+	}
+	requireExact(t, k, cfg, a)
 }
