@@ -221,10 +221,7 @@ func TestFailoverToReplicaProvesItHoldsLastTransaction(t *testing.T) {
 	primary.Kill()
 
 	waitHostState(t, p, replica.Addr, "streaming")
-	if !strings.Contains(p.Logs(), `"host":"`+replica.Addr+`","proof":`) ||
-		!strings.Contains(p.Logs(), "source host holds the checkpoint's last transaction") {
-		t.Fatalf("no log line says %s proved it holds the checkpoint's last transaction:\n%s", replica.Addr, tailLines(p.Logs(), 20))
-	}
+	requireProvedBy(t, p, replica.Addr)
 	// The replica is promoted and takes the writes.
 	if err := replica.Exec("STOP SLAVE", "RESET SLAVE ALL"); err != nil {
 		t.Fatal(err)

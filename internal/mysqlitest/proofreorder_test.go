@@ -21,42 +21,20 @@ import (
 // just before the checkpoint's last transaction. The replica still holds
 // that transaction and proves it; the relay goes on there, every row once.
 func TestMySQLReplicaLoggingLaterTransactionFirstProves(t *testing.T) {
-	primary := startPrimary(t, mysqlsource.Options{Version: v80})
-	a := newApp(t, primary)
-	for i := 0; i < 3; i++ {
-		a.commit(t, "", a.newRows(2, 2, "p"))
-	}
-	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(replica.Close)
+	primary, a, replica := primaryAndReplica(t)
 	k := itest.StartKafka(t)
 	cfg := relayConfig(t, k, "mysql", primary.Addr(), replica.Addr())
 	cfg.Source.Start = "earliest"
 	r := itest.RunRelay(t, cfg)
 	r.WaitReady(t)
-	rows := a.newRows(2, 2, "last")
-	last := mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: a.tbl, Rows: rows}}}
-	g, err := primary.Commit(last)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.committed(rows)
+	last := a.commitTx(t, a.newRows(2, 2, "last"))
 	waitCheckpoint(t, cfg, primary.Executed().Flat(), time.Minute)
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	// Committed on the primary once the checkpoint was written, applied
 	// first on the replica.
-	later := a.newRows(2, 2, "later")
-	next := mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: a.tbl, Rows: later}}}
-	n, err := primary.Commit(next)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.committed(later)
-	next.GTID, last.GTID = n.String(), g.String()
+	next := a.commitTx(t, a.newRows(2, 2, "later"))
 	for _, tx := range []mysqlsource.Tx{next, last} { // the other order
 		if _, err := replica.Commit(tx); err != nil {
 			t.Fatal(err)
@@ -78,15 +56,10 @@ func TestMySQLReplicaLoggingLaterTransactionFirstProves(t *testing.T) {
 // the replica, not the server the checkpoint was read from, is unproven:
 // the relay stops naming the operator's way on, nothing of it published.
 func TestMySQLReplicaThatPurgedLastTransactionIsUnproven(t *testing.T) {
-	primary := startPrimary(t, mysqlsource.Options{Version: v80})
-	a := newApp(t, primary)
-	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(replica.Close)
+	primary, a, replica := primaryAndReplica(t)
 	k := itest.StartKafka(t)
 	cfg := relayConfig(t, k, "mysql", primary.Addr())
+	cfg.Source.Start = "earliest"
 	r := itest.RunRelay(t, cfg)
 	r.WaitReady(t)
 	for i := 0; i < 3; i++ {
@@ -109,7 +82,7 @@ func TestMySQLReplicaThatPurgedLastTransactionIsUnproven(t *testing.T) {
 	}
 	cfg.Source.Hosts = []string{replica.Addr()}
 	r = itest.RunRelay(t, cfg)
-	err = r.StoppedWith(t)
+	err := r.StoppedWith(t)
 	if !errors.Is(err, source.ErrUnproven) || !errors.Is(err, binlog.ErrPurged) {
 		t.Fatalf("relay on a replica that purged the last transaction stopped with %v, want ErrUnproven", err)
 	}
