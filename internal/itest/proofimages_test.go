@@ -40,11 +40,7 @@ func TestFailoverToReplicaAfterMinimalImageDeleteProvesLastTransaction(t *testin
 		t.Fatalf("checkpoint %s past the DELETE carries no fingerprint", cp.GTIDSet)
 	}
 	c.WaitReplicated(t, time.Minute, replica)
-	primary.Kill()
-
-	waitHostState(t, p, replica.Addr, "streaming")
-	requireProvedBy(t, p, replica.Addr)
-	requireRunning(t, p)
+	failOverAndPromote(t, p, cfg, primary, replica, s, 10)
 }
 
 // requireProvedBy fails unless p logged that host proved, by reading it
@@ -149,19 +145,7 @@ func proveParallelReplica(t *testing.T, replicaSettings map[string]string) {
 	if err := replica.Exec("FLUSH BINARY LOGS"); err != nil {
 		t.Fatal(err)
 	}
-	primary.Kill()
-
-	waitHostState(t, p, replica.Addr, "streaming")
-	requireProvedBy(t, p, replica.Addr)
-	if err := replica.Exec("STOP SLAVE", "RESET SLAVE ALL"); err != nil {
-		t.Fatal(err)
-	}
-	promoted := &Schema{DB: replica, Name: s.Name}
-	if _, err := promoted.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 10, Tag: "r"}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, p, cfg, replica)
-	requireRunning(t, p)
+	failOverAndPromote(t, p, cfg, primary, replica, s, 10)
 }
 
 // writeDomain commits transactions from to from+n-1 in GTID domain domain

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/source"
@@ -131,12 +132,7 @@ func TestSameServerRotatedAndRestartedProvesLastTransaction(t *testing.T) {
 	if err := db.Exec("FLUSH BINARY LOGS"); err != nil {
 		t.Fatal(err)
 	}
-	db.Kill()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := db.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	crashAndRestart(t, db)
 	writeEveryday(t, db, s, "mid", 5, &seq)
 	waitCaughtUp(t, p, cfg, db)
 	requireProvedBy(t, p, db.Addr)
@@ -153,5 +149,16 @@ func TestSameServerRotatedAndRestartedProvesLastTransaction(t *testing.T) {
 	waitCaughtUp(t, p, cfg, db)
 	if rep := requireExact(t, k, s, cfg.Router.TopicPrefix); rep.Expected != 45 {
 		t.Fatalf("%s: want 45 rows", rep)
+	}
+}
+
+// crashAndRestart kills db (SIGKILL, as a crash) and starts it again.
+func crashAndRestart(t *testing.T, db *devdb.Server) {
+	t.Helper()
+	db.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := db.Start(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
