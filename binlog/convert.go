@@ -109,9 +109,7 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	if out.Op == OpInsert {
 		// Decided from the image's own bitmap: go-mysql gives an absent
 		// column as nil, the same value as a NULL (rowimage.go).
-		if absent := absentColumns(e.ColumnBitmap1, e.ColumnCount, len(t.Columns)); len(absent) > 0 {
-			return batch, partialImageError(f.gtid, t, absent)
-		}
+		out.Absent = absentNames(t, e.ColumnBitmap1, e.ColumnCount)
 	}
 	if c.signs != nil {
 		if err := c.signs.apply(out.Rows, out.Op == OpInsert, t.String(), f.gtid); err != nil {

@@ -434,6 +434,9 @@ func render(ev Event) string {
 	s := kindNames[ev.Kind] + " " + ev.GTID
 	if ev.Kind == KindRows {
 		s += fmt.Sprintf(" %s %s %d", ev.Table, ev.Op, len(ev.Rows))
+		if len(ev.Absent) > 0 {
+			s += " absent=" + strings.Join(ev.Absent, ",")
+		}
 	}
 	if ev.XID != "" {
 		s += " xid=" + ev.XID

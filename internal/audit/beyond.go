@@ -162,7 +162,7 @@ func (p *past) add(ev *binlog.Event) error {
 			if p.partial.GTID == ev.GTID && p.curRows <= p.partial.Rows {
 				continue // published before: the checkpoint's part of it
 			}
-			key, ok := p.key(ev.Table, values)
+			key, ok := p.key(ev.Table, ev.Absent, values)
 			if !ok || p.want != nil && !p.want(key) {
 				continue
 			}
@@ -202,8 +202,10 @@ func (p *past) add(ev *binlog.Event) error {
 }
 
 // key renders the key of a row of t (appendKey); ok is false for a table
-// without a primary key, or a row image without one of its columns.
-func (p *past) key(t *binlog.Table, values []any) (string, bool) {
+// without a primary key, or a row image without one of its columns (absent:
+// a partial image's, whose value is nil as a NULL's; the relay stops at
+// such a row, whose transaction is past the checkpoint).
+func (p *past) key(t *binlog.Table, absent []string, values []any) (string, bool) {
 	name := t.String()
 	pk := p.pks[name]
 	if len(pk) == 0 {
@@ -213,7 +215,7 @@ func (p *past) key(t *binlog.Table, values []any) (string, bool) {
 	p.scratchP = p.scratchP[:0]
 	for _, col := range pk {
 		i := columnIndex(t.Columns, col)
-		if i < 0 || i >= len(values) {
+		if i < 0 || i >= len(values) || columnIndex(absent, col) >= 0 {
 			p.unkeyed[name] = true
 			return "", false
 		}
