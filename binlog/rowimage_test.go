@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 )
 
@@ -64,6 +65,13 @@ func TestFramerPartialRowImages(t *testing.T) {
 			s.xid()
 		},
 		want: []string{"rows #1 a.outbox update 1", "rows #1 a.outbox delete 1", "commit #1 set=#1"},
+	}, {
+		name: "an update logged with binlog_row_value_options=PARTIAL_JSON",
+		only: mysql.MySQLFlavor,
+		build: func(s *script) {
+			s.begin(1).add(s.tableMap(testTable), s.partialUpdateEvent(testTable, 2)).insert(testTable, 1).xid()
+		},
+		want: []string{"rows #1 a.outbox update 2", "rows #1 a.outbox insert 1", "commit #1 set=#1"},
 	}, {
 		name: "another table's partial insert",
 		build: func(s *script) {
