@@ -100,7 +100,8 @@ func (k *rowKeys) beyond(past map[string]time.Time) map[string]Beyond {
 	return out
 }
 
-// pastRow is an INSERTed row of a transaction being read.
+// pastRow is an INSERTed row of a transaction being read: its key, "" for
+// a row not kept (of another table, outside the window, without a key).
 type pastRow struct {
 	key string
 }
@@ -158,24 +159,38 @@ func (p *past) add(ev *binlog.Event) error {
 			return nil // only INSERTs are published
 		}
 		for _, values := range ev.Rows {
+			key, ok := p.key(ev.Table, ev.Absent, values)
+			if !ok || p.want != nil && !p.want(key) {
+				key = ""
+			}
+			if ev.XID != "" {
+				// Counted at its XA COMMIT, whose rows they are (a
+				// checkpoint's part of it counts them there).
+				p.held[ev.XID] = append(p.held[ev.XID], pastRow{key})
+				continue
+			}
 			p.curRows++
 			if p.partial.GTID == ev.GTID && p.curRows <= p.partial.Rows {
 				continue // published before: the checkpoint's part of it
 			}
-			key, ok := p.key(ev.Table, ev.Absent, values)
-			if !ok || p.want != nil && !p.want(key) {
-				continue
-			}
-			if ev.XID != "" {
-				p.held[ev.XID] = append(p.held[ev.XID], pastRow{key})
-			} else {
+			if key != "" {
 				p.cur = append(p.cur, pastRow{key})
 			}
 		}
 	case binlog.KindCommit:
 		rows := p.cur
 		if ev.XID != "" {
-			rows = append(rows, p.held[ev.XID]...)
+			held := p.held[ev.XID]
+			if p.partial.GTID == ev.GTID {
+				// Published as the commit's rows, in parts: the
+				// checkpoint's part of them is covered.
+				held = held[min(int64(len(held)), p.partial.Rows):]
+			}
+			for _, r := range held {
+				if r.key != "" {
+					rows = append(rows, r)
+				}
+			}
 			delete(p.held, ev.XID)
 		}
 		if len(rows) > 0 {
