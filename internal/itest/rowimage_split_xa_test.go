@@ -200,3 +200,46 @@ func TestPartialImageInAnXATransactionStopsAtItsCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A transaction with a partial image that the operator skipped is read
+// again when the relay resumes from before an XA transaction still
+// prepared (the checkpoint lists it): the relay publishes nothing of it
+// and does not stop on it again, and publishes the XA transaction at its
+// commit and what follows, once.
+func TestSkippedPartialImageReadAgainFromBeforeAPreparedXADoesNotStop(t *testing.T) {
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	if err := env.DB.Exec("DROP TABLE "+s.Table(), fmt.Sprintf(defaultsOutbox, s.Name)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := env.RelayConfig(k, s.Table())
+	path := WriteConfig(t, cfg)
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	xaTx(t, "FULL", "held", "XA PREPARE 'held'", insertAll(s.Table(), "xa-held", "a", `{"seq":1}`))
+	stopped := sessionTx(t, env.DB, "MINIMAL", fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id) VALUES ('defaulted', 'order', 'b')", s.Table()))
+	checkPartialImageStop(t, r, r.StoppedWith(t), stopped, s.Table(), "lacks column(s) event_type, payload, note:")
+	if out, errOut, code := env.CLI(t, "checkpoint", "skip", "--config", path, "--gtid", stopped, "--yes"); code != 0 {
+		t.Fatalf("checkpoint skip: exit %d\n%s%s", code, out, errOut)
+	}
+	cp, err := Store(t, cfg).Load(t.Context(), cfg.Name)
+	if err != nil || cp == nil || !cp.Replays() {
+		t.Fatalf("checkpoint %+v (%v): want it to list the prepared XA transaction, read again at the restart", cp, err)
+	}
+	sessionTx(t, env.DB, "", insertAll(s.Table(), "after-skip", "b", `{"seq":2}`))
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	if err := env.DB.Exec("XA COMMIT 'held'"); err != nil {
+		t.Fatal(err)
+	}
+	sessionTx(t, env.DB, "", insertAll(s.Table(), "after-commit", "a", `{"seq":3}`))
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix))
+	if len(rep.Duplicates)+len(rep.Unexpected)+len(rep.OutOfOrder)+len(rep.WrongKey) > 0 || rep.Received != 3 ||
+		!slices.Equal(rep.Missing, []string{"defaulted"}) {
+		t.Fatalf("want xa-held, after-skip and after-commit once, the skipped row not: %s", rep)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
