@@ -12,9 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/itest"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -33,31 +31,9 @@ func TestCommandsWithoutTheLockGroupsRecordCannotTellALostCheckpoint(t *testing.
 	adm, _, sasl := aclKafka(t)
 	ctx := context.Background()
 	s := env.NewSchema(t)
-	cfg := env.RelayConfig(&itest.Kafka{Brokers: []string{sasl}}, s.Table())
-	user, pass := cfg.Name, "scram-"+cfg.Name
-	scramUser(t, adm, user, pass)
-	cfg.Kafka.SASL = config.SASL{Mechanism: config.SASLScramSHA512, User: user, Password: pass}
-	cfg.HA.LockTopic = "outbox-relay.lock." + cfg.Name
-	event := cfg.Router.TopicPrefix + "alarm"
+	cfg, event := leastPrivileged(t, adm, sasl, s)
+	user, pass := cfg.Kafka.SASL.User, cfg.Kafka.SASL.Password
 	group := clients.GroupID(cfg.Name)
-	createCheckpointTopic := func() {
-		t.Helper()
-		if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, cfg.Kafka.CheckpointTopic); err != nil {
-			t.Fatal(err)
-		}
-	}
-	createCheckpointTopic()
-	for _, tp := range []string{cfg.HA.LockTopic, event} {
-		if _, err := adm.CreateTopic(ctx, 1, 1, nil, tp); err != nil {
-			t.Fatal(err)
-		}
-	}
-	principal := "User:" + user
-	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.Kafka.CheckpointTopic).Operations(kadm.OpRead, kadm.OpWrite))
-	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(cfg.HA.LockTopic).Operations(kadm.OpRead))
-	allow(t, adm, kadm.NewACLs().Allow(principal).Groups(group).Operations(kadm.OpRead))
-	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
-	allow(t, adm, kadm.NewACLs().Allow(principal).TransactionalIDs(checkpoint.TransactionalIDs(cfg.Name)...).Operations(kadm.OpWrite))
 
 	r := itest.RunRelay(t, cfg)
 	r.WaitReady(t)

@@ -14,9 +14,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
-// auditDoc is what these tests read of `audit --json`.
+// auditVerdict is what these tests read of `audit --json`, and its exit code.
 type auditVerdict struct {
 	Verdict string
 	Missing struct{ IDs []string }
@@ -50,22 +52,13 @@ func runAudit(t *testing.T, path string) auditVerdict {
 // published" and to replay all its rows (4 duplicates), and audit failed
 // on the partial image it read past the checkpoint (exit 1, no verdict).
 func TestPartialImageLateInASplitTransactionSaysWhatWasPublished(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	if err := env.DB.Exec("DROP TABLE "+s.Table(), fmt.Sprintf(defaultsOutbox, s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	cfg := env.RelayConfig(k, s.Table())
-	cfg.Kafka.Batch.MaxRecords = 2
-	path := WriteConfig(t, cfg)
-	r := RunRelay(t, cfg)
-	r.WaitReady(t)
+	k, s, cfg, path, r := defaultsPipeline(t, func(c *config.Config) { c.Kafka.Batch.MaxRecords = 2 })
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "first", "a", "{}"))
 	var stmts []string
 	for i := range 5 {
 		stmts = append(stmts, insertAll(s.Table(), fmt.Sprintf("whole-%d", i), "a", fmt.Sprintf(`{"seq":%d}`, i+1)))
 	}
-	stmts = append(stmts, fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id) VALUES ('defaulted', 'order', 'b')", s.Table()))
+	stmts = append(stmts, defaultedInsert(s.Table(), "defaulted", "b"))
 	stopped := sessionTx(t, env.DB, "MINIMAL", stmts...)
 
 	err := r.StoppedWith(t)
@@ -155,23 +148,12 @@ func xaTx(t *testing.T, image, xid, end string, stmts ...string) string {
 // at the XA COMMIT as unknown, whose way out (checkpoint set before the
 // prepare) led back to the first stop.
 func TestPartialImageInAnXATransactionStopsAtItsCommit(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	if err := env.DB.Exec("DROP TABLE "+s.Table(), fmt.Sprintf(defaultsOutbox, s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	cfg := env.RelayConfig(k, s.Table())
-	path := WriteConfig(t, cfg)
-	r := RunRelay(t, cfg)
-	r.WaitReady(t)
-	defaulted := func(id string) string {
-		return fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id) VALUES ('%s', 'order', 'x')", s.Table(), id)
-	}
-	prepared := xaTx(t, "MINIMAL", "rolled", "XA PREPARE 'rolled'", defaulted("xa-rolled"))
+	k, s, cfg, path, r := defaultsPipeline(t, nil)
+	prepared := xaTx(t, "MINIMAL", "rolled", "XA PREPARE 'rolled'", defaultedInsert(s.Table(), "xa-rolled", "x"))
 	if err := env.DB.Exec("XA ROLLBACK 'rolled'"); err != nil {
 		t.Fatal(err)
 	}
-	prepared = xaTx(t, "MINIMAL", "held", "XA PREPARE 'held'", defaulted("xa-held"))
+	prepared = xaTx(t, "MINIMAL", "held", "XA PREPARE 'held'", defaultedInsert(s.Table(), "xa-held", "x"))
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "after-prepare", "a", `{"seq":1}`))
 	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute) // prepared, it holds nothing up
 	if err := env.DB.Exec("XA COMMIT 'held'"); err != nil {
@@ -207,17 +189,9 @@ func TestPartialImageInAnXATransactionStopsAtItsCommit(t *testing.T) {
 // and does not stop on it again, and publishes the XA transaction at its
 // commit and what follows, once.
 func TestSkippedPartialImageReadAgainFromBeforeAPreparedXADoesNotStop(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	if err := env.DB.Exec("DROP TABLE "+s.Table(), fmt.Sprintf(defaultsOutbox, s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	cfg := env.RelayConfig(k, s.Table())
-	path := WriteConfig(t, cfg)
-	r := RunRelay(t, cfg)
-	r.WaitReady(t)
+	k, s, cfg, path, r := defaultsPipeline(t, nil)
 	xaTx(t, "FULL", "held", "XA PREPARE 'held'", insertAll(s.Table(), "xa-held", "a", `{"seq":1}`))
-	stopped := sessionTx(t, env.DB, "MINIMAL", fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id) VALUES ('defaulted', 'order', 'b')", s.Table()))
+	stopped := sessionTx(t, env.DB, "MINIMAL", defaultedInsert(s.Table(), "defaulted", "b"))
 	checkPartialImageStop(t, r, r.StoppedWith(t), stopped, s.Table(), "lacks column(s) event_type, payload, note:")
 	if out, errOut, code := env.CLI(t, "checkpoint", "skip", "--config", path, "--gtid", stopped, "--yes"); code != 0 {
 		t.Fatalf("checkpoint skip: exit %d\n%s%s", code, out, errOut)
