@@ -115,24 +115,29 @@ func TestPartialImageLateInASplitTransactionSaysWhatWasPublished(t *testing.T) {
 	}
 }
 
-// xaTx runs one XA transaction's statements on a session of its own whose
-// binlog_row_image is image, ending with end (XA PREPARE, or a one-phase
-// commit), and returns the server's last GTID after it.
-func xaTx(t *testing.T, image, xid, end string, stmts ...string) string {
+// xaPrepared prepares one XA transaction of stmts on a session of its own
+// whose binlog_row_image is image, and returns the server's last GTID after
+// its XA PREPARE and a function that ends it (XA COMMIT or XA ROLLBACK) on
+// the same session: another session may not find the xid until the server
+// has handed the transaction over from this one.
+func xaPrepared(t *testing.T, image, xid string, stmts ...string) (string, func(end string)) {
 	t.Helper()
 	c, err := env.DB.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	all := append([]string{"SET SESSION binlog_row_image=" + image, "XA START '" + xid + "'"}, stmts...)
-	all = append(all, "XA END '"+xid+"'", end)
-	for _, q := range all {
-		if _, err := c.Execute(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
+	t.Cleanup(func() { c.Close() })
+	run := func(qs ...string) {
+		t.Helper()
+		for _, q := range qs {
+			if _, err := c.Execute(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
 		}
 	}
-	return Head(t, env.DB)
+	run(append(append([]string{"SET SESSION binlog_row_image=" + image, "XA START '" + xid + "'"}, stmts...),
+		"XA END '"+xid+"'", "XA PREPARE '"+xid+"'")...)
+	return Head(t, env.DB), func(end string) { run(end + " '" + xid + "'") }
 }
 
 // An XA transaction whose INSERT image lacks columns is decided at its end,
@@ -149,16 +154,12 @@ func xaTx(t *testing.T, image, xid, end string, stmts ...string) string {
 // prepare) led back to the first stop.
 func TestPartialImageInAnXATransactionStopsAtItsCommit(t *testing.T) {
 	k, s, cfg, path, r := defaultsPipeline(t, nil)
-	prepared := xaTx(t, "MINIMAL", "rolled", "XA PREPARE 'rolled'", defaultedInsert(s.Table(), "xa-rolled", "x"))
-	if err := env.DB.Exec("XA ROLLBACK 'rolled'"); err != nil {
-		t.Fatal(err)
-	}
-	prepared = xaTx(t, "MINIMAL", "held", "XA PREPARE 'held'", defaultedInsert(s.Table(), "xa-held", "x"))
+	_, end := xaPrepared(t, "MINIMAL", "rolled", defaultedInsert(s.Table(), "xa-rolled", "x"))
+	end("XA ROLLBACK")
+	prepared, end := xaPrepared(t, "MINIMAL", "held", defaultedInsert(s.Table(), "xa-held", "x"))
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "after-prepare", "a", `{"seq":1}`))
 	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute) // prepared, it holds nothing up
-	if err := env.DB.Exec("XA COMMIT 'held'"); err != nil {
-		t.Fatal(err)
-	}
+	end("XA COMMIT")
 	commit := Head(t, env.DB)
 	err := r.StoppedWith(t)
 	checkPartialImageStop(t, r, err, commit, s.Table(), "lacks column(s) event_type, payload, note:")
@@ -190,7 +191,7 @@ func TestPartialImageInAnXATransactionStopsAtItsCommit(t *testing.T) {
 // commit and what follows, once.
 func TestSkippedPartialImageReadAgainFromBeforeAPreparedXADoesNotStop(t *testing.T) {
 	k, s, cfg, path, r := defaultsPipeline(t, nil)
-	xaTx(t, "FULL", "held", "XA PREPARE 'held'", insertAll(s.Table(), "xa-held", "a", `{"seq":1}`))
+	_, end := xaPrepared(t, "FULL", "held", insertAll(s.Table(), "xa-held", "a", `{"seq":1}`))
 	stopped := sessionTx(t, env.DB, "MINIMAL", defaultedInsert(s.Table(), "defaulted", "b"))
 	checkPartialImageStop(t, r, r.StoppedWith(t), stopped, s.Table(), "lacks column(s) event_type, payload, note:")
 	if out, errOut, code := env.CLI(t, "checkpoint", "skip", "--config", path, "--gtid", stopped, "--yes"); code != 0 {
@@ -203,9 +204,7 @@ func TestSkippedPartialImageReadAgainFromBeforeAPreparedXADoesNotStop(t *testing
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "after-skip", "b", `{"seq":2}`))
 	r = RunRelay(t, cfg)
 	r.WaitReady(t)
-	if err := env.DB.Exec("XA COMMIT 'held'"); err != nil {
-		t.Fatal(err)
-	}
+	end("XA COMMIT")
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "after-commit", "a", `{"seq":3}`))
 	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
 	rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix))
