@@ -108,15 +108,13 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	t := c.table
 	out := Event{Kind: KindRows, GTID: f.gtid, XID: f.xid, Table: t, Time: f.commitTime, Size: st.size}
 	var ok bool
-	if out.Op, out.Rows, ok = rowImages(e); !ok {
+	if out.Op, out.Rows, ok = rowImages(ev.Header.EventType, e); !ok {
 		return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s", ErrUnframed, f.gtid, ev.Header.EventType, t)
 	}
 	if out.Op == OpInsert {
 		// Decided from the image's own bitmap: go-mysql gives an absent
 		// column as nil, the same value as a NULL (rowimage.go).
-		if absent := absentColumns(e.ColumnBitmap1, e.ColumnCount, len(t.Columns)); len(absent) > 0 {
-			return batch, partialImageError(f.gtid, t, absent)
-		}
+		out.Absent = absentNames(t, e.ColumnBitmap1, e.ColumnCount)
 		if e.Table.JsonColumnCount() > 0 {
 			out.Undecoded = undecodedRows(e.Rows, t.Columns)
 		}
@@ -136,10 +134,17 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	return append(batch, out), nil
 }
 
-// rowImages are a rows event's operation and row images (UPDATE: the
-// after images); ok false for an event of another kind.
-func rowImages(e *replication.RowsEvent) (op Op, rows [][]any, ok bool) {
-	switch e.Type() {
+// rowImages are the operation and row images (UPDATE: the after images)
+// of e, a rows event of type t; ok false for an event of another kind.
+func rowImages(t replication.EventType, e *replication.RowsEvent) (op Op, rows [][]any, ok bool) {
+	kind := e.Type()
+	if t == replication.PARTIAL_UPDATE_ROWS_EVENT {
+		// MySQL's UPDATE under binlog_row_value_options=PARTIAL_JSON (its
+		// after images may hold JSON diffs): an update, which go-mysql's
+		// Type does not name.
+		kind = replication.EnumRowsEventTypeUpdate
+	}
+	switch kind {
 	case replication.EnumRowsEventTypeInsert:
 		return OpInsert, e.Rows, true
 	case replication.EnumRowsEventTypeDelete:

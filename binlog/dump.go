@@ -209,7 +209,7 @@ func (d *Dump) Digest(ctx context.Context, stream *DumpStream, gtid string) (dg 
 				if !in || e.Table == nil || d.decode == nil || !d.decode(e.Table.Schema, e.Table.Table) || len(e.Rows) == 0 {
 					continue
 				}
-				if op, rows, ok := rowImages(e); ok {
+				if op, rows, ok := rowImages(ev.Header.EventType, e); ok {
 					sum.add(gtid, e.Table, op, rows)
 				}
 			case *replication.XIDEvent:

@@ -110,6 +110,12 @@ type Event struct {
 	Table *Table
 	Op    Op
 	Rows  [][]any
+	// Absent: the columns of Table an INSERT's row images lack (a
+	// session's binlog_row_image MINIMAL or NOBLOB; rowimage.go), whose
+	// values in Rows are nil as a NULL's are; nil when the images are
+	// whole. The reader reports them; a row with one is never published
+	// (the relay stops at its transaction's end: PartialImageError).
+	Absent []string
 	// Commit: the GTID set including this transaction, and the captured
 	// tables' layout and signedness after it (immutable snapshots).
 	Set      mysql.GTIDSet
@@ -409,7 +415,7 @@ func (r *Reader) Published(set mysql.GTIDSet) { r.done = set }
 func (r *Reader) skipPublished(st *streamState, err error) bool {
 	f := &st.frame
 	if r.done == nil || f.gtid == "" || !(errors.Is(err, ErrStatementLogged) || errors.Is(err, ErrRolledBackRows) ||
-		errors.Is(err, ErrUnframed) || errors.Is(err, ErrPartialRowImage)) {
+		errors.Is(err, ErrUnframed)) {
 		return false
 	}
 	one, perr := ParseSet(r.srv.Flavor, f.gtid)

@@ -19,17 +19,22 @@ import (
 // connections) can still write such images. go-mysql fills the columns an
 // image lacks with nil, exactly as a NULL value: published, an omitted
 // event_type or payload would become a missing header or a tombstone.
-// The reader refuses every INSERT image of a captured table that lacks a
-// column, whichever column it is: the envelope and CloudEvents values,
-// the dead-letter value and any column a router setting names would all
-// carry a NULL the row never held. UPDATE and DELETE images are the
-// router's invalid operations, only counted: a partial one is left as it
-// is.
+//
+// The reader names, on every INSERT of a captured table, the columns its
+// images lack (Event.Absent), whichever they are: the envelope and
+// CloudEvents values, the dead-letter value and any column a router
+// setting names would all carry a NULL the row never held. What to do is
+// its consumer's to decide where the transaction's fate is known: the
+// relay stops at the transaction that publishes such a row (an XA
+// transaction's XA COMMIT: prepared, it may still roll back), before
+// publishing any of it (PartialImageError); audit, which needs only the
+// rows' keys, reads on. UPDATE and DELETE images are the router's invalid
+// operations, only counted: a partial one is left as it is.
 
 // ErrPartialRowImage: an INSERT into a captured table was logged without
 // some of the table's columns (binlog_row_image MINIMAL or NOBLOB in the
 // writing session), so the binlog does not hold the row as committed. The
-// relay stops before that transaction.
+// relay stops before that transaction (PartialImageError).
 var ErrPartialRowImage = errors.New("outbox row logged without all its columns (binlog_row_image)")
 
 // absentColumns lists the columns of a table of width columns that a rows
@@ -46,18 +51,58 @@ func absentColumns(present []byte, count uint64, width int) []int {
 	return out
 }
 
-// partialImageError is the stop at transaction gtid, whose INSERT into t
-// lacks the columns absent (indexes of t.Columns).
-func partialImageError(gtid string, t *Table, absent []int) error {
+// absentNames names the columns of t that absentColumns finds absent; nil
+// when none is.
+func absentNames(t *Table, present []byte, count uint64) []string {
+	absent := absentColumns(present, count, len(t.Columns))
+	if len(absent) == 0 {
+		return nil
+	}
 	names := make([]string, len(absent))
 	for i, c := range absent {
 		names[i] = t.Columns[c]
 	}
-	return fmt.Errorf("%w: transaction %s inserted into %s a row whose binlog image lacks column(s) %s: "+
-		"the writing session logged it with binlog_row_image MINIMAL or NOBLOB (set for the session, or globally after "+
-		"the relay started), so the binlog does not hold the row's values for them and the relay will not publish NULL "+
-		"in their place; nothing of the transaction is published. Set binlog_row_image=FULL globally (SET GLOBAL and the "+
-		"server's configuration) and in every session that changes it, publish that transaction's outbox rows from the "+
-		"table (`outbox-relay replay --event-id ...`), then skip it with `outbox-relay checkpoint skip --gtid %s`",
-		ErrPartialRowImage, gtid, t, strings.Join(names, ", "), gtid)
+	return names
 }
+
+// PartialImageError is the stop at transaction GTID, which would publish
+// a row of Table whose INSERT image lacks the columns Absent
+// (Event.Absent). It wraps ErrPartialRowImage.
+type PartialImageError struct {
+	GTID   string // the transaction stopped at (an XA transaction's XA COMMIT)
+	Table  string // db.table
+	Absent []string
+	// XID and PreparedAt: an XA transaction, and the GTID of its XA
+	// PREPARE; "" otherwise.
+	XID, PreparedAt string
+	// Published: rows of the transaction published before the stop (it
+	// was larger than a batch and published in parts; the checkpoint's
+	// partial says so), 0 when none.
+	Published int64
+}
+
+func (e *PartialImageError) Error() string {
+	tx := "transaction " + e.GTID + " "
+	switch {
+	case e.XID != "" && e.PreparedAt != "":
+		tx = fmt.Sprintf("transaction %s (the XA COMMIT of XA transaction %s, prepared at %s) ", e.GTID, e.XID, e.PreparedAt)
+	case e.XID != "":
+		tx = fmt.Sprintf("transaction %s (XA transaction %s, committed in one phase) ", e.GTID, e.XID)
+	}
+	what, way := "nothing of the transaction is published",
+		fmt.Sprintf("publish that transaction's outbox rows from the table (`outbox-relay replay --event-id ...`), then skip it with "+
+			"`outbox-relay checkpoint skip --gtid %s`", e.GTID)
+	if e.Published > 0 {
+		what = fmt.Sprintf("the transaction, larger than a batch (kafka.batch.max_records, max_bytes), was published in parts: "+
+			"its first %d rows were published, the others are not", e.Published)
+		way = fmt.Sprintf("skip it with `outbox-relay checkpoint skip --gtid %s`, then publish its rows that were not from the table "+
+			"(`outbox-relay audit` names them missing; `outbox-relay replay --event-id ...`)", e.GTID)
+	}
+	return fmt.Sprintf("%v: %sinserted into %s a row whose binlog image lacks column(s) %s: the writing session logged it with "+
+		"binlog_row_image MINIMAL or NOBLOB (set for the session, or globally after the relay started), so the binlog does not "+
+		"hold the row's values for them and the relay will not publish NULL in their place; %s. Set binlog_row_image=FULL "+
+		"globally (SET GLOBAL and the server's configuration) and in every session that changes it, %s",
+		ErrPartialRowImage, tx, e.Table, strings.Join(e.Absent, ", "), what, way)
+}
+
+func (e *PartialImageError) Unwrap() error { return ErrPartialRowImage }

@@ -187,6 +187,12 @@ func Settings(vars map[string]string, flavor string) []Setting {
 			"without it the relay tracks the outbox tables' columns (and, with NO_LOG, which integers are UNSIGNED) from DDL"),
 	}
 	list[3].Advisory = true
+	if flavor == mysql.MariaDBFlavor && strings.EqualFold(list[2].Got, "FULL_NODUP") {
+		// MariaDB 11.4+: every column of an INSERT, only an UPDATE's after
+		// image without the unchanged ones (the relay publishes INSERTs;
+		// each is checked as read all the same: rowimage.go in binlog).
+		list[2].OK = true
+	}
 	if flavor == mysql.MySQLFlavor {
 		list = append(list,
 			want("gtid_mode", "ON", "set gtid_mode=ON and enforce_gtid_consistency=ON"),

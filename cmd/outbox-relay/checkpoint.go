@@ -108,10 +108,12 @@ func newCheckpointShowCmd() *cobra.Command {
 why, as run judges it: a first start or an operator's reset (the relay starts
 at source.start: exit 0), or a lost checkpoint (the pipeline had one and the
 checkpoint topic was deleted, created again or emptied: run refuses to start;
-exit 65, naming the way out: checkpoint set or checkpoint reset). With --json
-a pipeline without a checkpoint prints {"name", "checkpoint_topic",
-"checkpoint": null, "state": "first-start"|"reset"|"lost", "detail",
-"start"}, with the same exit codes. While a transaction open on the
+exit 65, naming the way out: checkpoint set or checkpoint reset). A principal
+that may not read the lock group's record (DESCRIBE on the group and the lock
+topic), which tells the two apart, cannot tell: exit 1. With --json a pipeline
+without a checkpoint prints {"name", "checkpoint_topic", "checkpoint": null,
+"state": "first-start"|"reset"|"lost"|"unknown", "detail", "start"}, with the
+same exit codes. While a transaction open on the
 checkpoint topic hides newer records beyond --wait it exits 1 naming the
 transactional id that holds it (text mode first prints the last visible
 checkpoint, marked not final).`,
@@ -152,6 +154,8 @@ func absentState(v checkpoint.Verdict) string {
 		return "lost"
 	case checkpoint.FirstStart:
 		return "first-start"
+	case checkpoint.Undecided:
+		return "unknown"
 	}
 	return "reset"
 }

@@ -103,6 +103,7 @@ func sentinelValues() map[string]error {
 func errorTypeValues() map[string]error {
 	return map[string]error{
 		"binlog.NoAnswerError":             &binlog.NoAnswerError{Phase: "connect to", Addr: "db:3306"},
+		"binlog.PartialImageError":         &binlog.PartialImageError{GTID: "0-1-1", Table: "app.outbox", Absent: []string{"payload"}},
 		"checkpoint.NotTransactionalError": &checkpoint.NotTransactionalError{Name: "p"},
 		"checkpoint.HeldBackError":         &checkpoint.HeldBackError{Topic: "t"},
 		"config.ValidationError":           &config.ValidationError{Problems: []string{"name: required"}},

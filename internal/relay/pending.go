@@ -103,6 +103,9 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 	if ev.Op != binlog.OpInsert {
 		return l.invalidOp(rt, ev)
 	}
+	if len(ev.Absent) > 0 {
+		return l.partialImage(ev, "", "")
+	}
 	for i, values := range ev.Rows {
 		l.curRows++
 		if l.partial.GTID == ev.GTID && l.curRows <= l.partial.Rows {
@@ -147,4 +150,17 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 		}
 	}
 	return nil
+}
+
+// partialImage is the stop at ev's transaction, whose INSERT image lacks
+// columns (ev.Absent): nothing of its rows is published from here on
+// (the loop's stop drops its pending records); the part of it a split
+// published before, if any, is named. xid and preparedAt name an XA
+// transaction whose XA COMMIT ev is.
+func (l *loop) partialImage(ev *binlog.Event, xid, preparedAt string) error {
+	e := &binlog.PartialImageError{GTID: ev.GTID, Table: ev.Table.String(), Absent: ev.Absent, XID: xid, PreparedAt: preparedAt}
+	if l.partial.GTID == ev.GTID {
+		e.Published = l.partial.Rows
+	}
+	return e
 }

@@ -146,6 +146,16 @@ func (l *loop) commitXA(ctx context.Context, ev *binlog.Event) error {
 		return fmt.Errorf("%w: XA transaction %s (prepared at %s) held %d outbox rows when checkpointed, %d read again",
 			ErrUnknownXA, ev.XID, x.gtid, x.want, x.rows)
 	}
+	// A row logged without all its columns stops the relay here, at the
+	// commit, before any row is out: prepared, the transaction could
+	// still have been rolled back (and then nothing stops).
+	for i := range x.events {
+		if held := &x.events[i]; len(held.Absent) > 0 {
+			at := *held
+			at.GTID = ev.GTID
+			return l.partialImage(&at, ev.XID, x.gtid)
+		}
+	}
 	// Until its last row is out, the transaction stays listed: a checkpoint
 	// committed in the middle (partial) must bring a restart back to its rows.
 	for i := range x.events {
