@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
-	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // RootPassword is the scratch server's root password.
@@ -335,7 +334,23 @@ func (s *Server) Query(q string) ([][]string, error) {
 		return nil, err
 	}
 	defer c.Close()
-	return binlog.Query(c, q)
+	res, err := c.Execute(q)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	rows := make([][]string, res.RowNumber())
+	for i := range rows {
+		rows[i] = make([]string, res.ColumnNumber())
+		for j := range rows[i] {
+			v, err := res.GetString(i, j)
+			if err != nil {
+				return nil, err
+			}
+			rows[i][j] = strings.Clone(v) // go-mysql reuses result buffers after Close
+		}
+	}
+	return rows, nil
 }
 
 func abbreviate(q string) string {

@@ -131,6 +131,10 @@ var foreign = []rule{
 	{is: binlog.ErrPacketBound, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPayloadBound, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPayloadCorrupt, class: DataStop, kind: "transaction_shape"},
+	// A source whose answers go-mysql cannot read, or that would take more
+	// memory than the bound: not a MySQL server the relay goes on with.
+	{is: binlog.ErrAnswerBound, class: ConfigStop, kind: "source_config"},
+	{is: binlog.ErrBrokenAnswer, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrInsecureLogin, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPositionAhead, class: Transient, kind: "source_position"},
 	{is: binlog.ErrPositionDiverged, class: DataStop, kind: "source_position"},
