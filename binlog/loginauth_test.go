@@ -287,21 +287,34 @@ func TestKillConnectionNeverGivesThePasswordNorCrashes(t *testing.T) {
 
 func killLogin(t *testing.T, v hostileLogin, pin bool) {
 	t.Helper()
-	srv := hostiledb.StartScript(t, hostiledb.Script{Plugin: "mysql_native_password", Keys: v.sc.Keys,
-		Steps: []hostiledb.Step{hostiledb.Read, hostiledb.OK}, Then: &v.sc})
-	cfg := guardConfig(srv.Addr)
-	cfg.MaxPacketBytes = 1 << 20
-	if pin {
-		cfg.ServerPublicKey = der(t, pinnedKey)
+	for _, dump := range []bool{false, true} {
+		srv := hostiledb.StartScript(t, hostiledb.Script{Plugin: "mysql_native_password", Keys: v.sc.Keys,
+			Steps: []hostiledb.Step{hostiledb.Read, hostiledb.OK}, Then: &v.sc})
+		cfg := guardConfig(srv.Addr)
+		cfg.MaxPacketBytes = 1 << 20
+		if pin {
+			cfg.ServerPublicKey = der(t, pinnedKey)
+		}
+		var err error
+		if dump { // source's probes: a Dump closes the same way
+			d, derr := NewDump(t.Context(), cfg, srv.Addr, "mysql", 77, 0)
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			set, _ := ParseSet("mysql", "")
+			_, err = d.Start(set)
+			d.Close()
+		} else {
+			err = runReader(t, cfg, srv.Addr)
+		}
+		if how := srv.Leaked(guardPassword); how != "" {
+			t.Fatalf("pinned key %v, dump %v: the server obtained the password: %s (%v)", pin, dump, how, err)
+		}
+		if srv.Conns() < 2 {
+			t.Fatalf("pinned key %v, dump %v: %d connections, want the KILL connection too (%v)", pin, dump, srv.Conns(), err)
+		}
+		t.Logf("pinned key %v, dump %v: %v", pin, dump, err)
 	}
-	err := runReader(t, cfg, srv.Addr)
-	if how := srv.Leaked(guardPassword); how != "" {
-		t.Fatalf("pinned key %v: the server obtained the password: %s (%v)", pin, how, err)
-	}
-	if srv.Conns() < 2 {
-		t.Fatalf("pinned key %v: %d connections, want the KILL connection too (%v)", pin, srv.Conns(), err)
-	}
-	t.Logf("pinned key %v: %v", pin, err)
 }
 
 // The password goes to the server that holds the pinned key, encrypted
