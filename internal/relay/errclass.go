@@ -123,6 +123,7 @@ var foreign = []rule{
 	{is: binlog.ErrStatementLogged, class: DataStop, kind: "transaction_shape"},
 	{is: binlog.ErrUnframed, class: DataStop, kind: "transaction_shape"},
 	{is: binlog.ErrRolledBackRows, class: DataStop, kind: "transaction_shape"},
+	{is: binlog.ErrMalformedRows, class: DataStop, kind: "transaction_shape"},
 	{is: binlog.ErrPurged, class: Purged, kind: "purged"},
 	{is: source.ErrUnreachable, class: Transient, kind: "source_unreachable"},
 	{as: isNoAnswer, class: Transient, kind: "source_unreachable"},
