@@ -52,7 +52,8 @@ func Inspect(ctx context.Context, cfg binlog.Config) (*binlog.Server, error) {
 // login, a packet or answer over the bound, an answer go-mysql cannot
 // read): another try or another host of the same configuration cannot help.
 func refused(err error) bool {
-	for _, s := range []error{binlog.ErrAccessDenied, binlog.ErrInsecureLogin, binlog.ErrPacketBound, binlog.ErrAnswerBound, binlog.ErrBrokenAnswer} {
+	for _, s := range []error{binlog.ErrAccessDenied, binlog.ErrInsecureLogin, binlog.ErrPacketBound, binlog.ErrAnswerBound,
+		binlog.ErrBrokenAnswer, binlog.ErrMalformedEvent} {
 		if errors.Is(err, s) {
 			return true
 		}

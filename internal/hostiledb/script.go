@@ -27,6 +27,12 @@ type Script struct {
 	// Answers[i] to the i-th command, the last to every later one,
 	// instead of an error.
 	Answers [][][]byte
+	// Binlog, when set, is what the server sends in answer to a binlog
+	// dump command (COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID) after a login
+	// that ended with an OK, every other command answered with an OK: a
+	// replica's registration goes through, then the stream is Binlog's
+	// packets (each an OK byte and an event).
+	Binlog [][]byte
 	// Then is the script of the connections after the first (a login
 	// that goes well, then a hostile KILL connection); nil: the same.
 	Then *Script
@@ -130,6 +136,21 @@ func (s *Server) play(c *conn) {
 	}
 	if !bytes.Equal(last, okPacket) {
 		return
+	}
+	if sc.Binlog != nil {
+		for {
+			cmd, err := c.read()
+			if err != nil {
+				return
+			}
+			answer := [][]byte{okPacket}
+			if len(cmd) > 0 && (cmd[0] == 0x12 || cmd[0] == 0x1e) {
+				answer = sc.Binlog
+			}
+			if c.writeAll(answer) != nil {
+				return
+			}
+		}
 	}
 	if sc.Answers == nil {
 		s.refuseCommands(c)

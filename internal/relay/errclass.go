@@ -136,6 +136,7 @@ var foreign = []rule{
 	// memory than the bound: not a MySQL server the relay goes on with.
 	{is: binlog.ErrAnswerBound, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrBrokenAnswer, class: ConfigStop, kind: "source_config"},
+	{is: binlog.ErrMalformedEvent, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrInsecureLogin, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPositionAhead, class: Transient, kind: "source_position"},
 	{is: binlog.ErrPositionDiverged, class: DataStop, kind: "source_position"},

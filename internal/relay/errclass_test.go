@@ -50,6 +50,7 @@ func sentinelValues() map[string]error {
 		"binlog.ErrPayloadCorrupt":         binlog.ErrPayloadCorrupt,
 		"binlog.ErrAnswerBound":            binlog.ErrAnswerBound,
 		"binlog.ErrBrokenAnswer":           binlog.ErrBrokenAnswer,
+		"binlog.ErrMalformedEvent":         binlog.ErrMalformedEvent,
 		"binlog.ErrStatementLogged":        binlog.ErrStatementLogged,
 		"binlog.ErrUnframed":               binlog.ErrUnframed,
 		"binlog.ErrRolledBackRows":         binlog.ErrRolledBackRows,
