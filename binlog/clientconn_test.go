@@ -79,6 +79,21 @@ func hostileQueryServer(t *testing.T, answer [][]byte, prepare bool) *hostiledb.
 		Steps: []hostiledb.Step{hostiledb.Read, hostiledb.OK}, Answers: answers})
 }
 
+// connectHostile connects (with a configured packet bound: no query of
+// max_allowed_packet) to a hostileQueryServer, until the test ends.
+func connectHostile(t *testing.T, answer [][]byte, prepare bool) *Conn {
+	t.Helper()
+	srv := hostileQueryServer(t, answer, prepare)
+	cfg := guardConfig(srv.Addr)
+	cfg.MaxPacketBytes = 1 << 20
+	conn, err := Connect(t.Context(), cfg, srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // A server's answer that go-mysql would crash on, or size an allocation
 // the process cannot make from, ends the call with a named error (and the
 // connection: a later call finds it broken), never the process: a plain
@@ -86,14 +101,8 @@ func hostileQueryServer(t *testing.T, answer [][]byte, prepare bool) *hostiledb.
 func TestHostileAnswerToAQueryIsAnErrorNotACrash(t *testing.T) {
 	for _, v := range hostileAnswers() {
 		t.Run(v.name, func(t *testing.T) {
-			srv := hostileQueryServer(t, v.answer, v.prepare)
-			cfg := guardConfig(srv.Addr)
-			cfg.MaxPacketBytes = 1 << 20 // no query of max_allowed_packet
-			conn, err := Connect(t.Context(), cfg, srv.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := connectHostile(t, v.answer, v.prepare)
+			var err error
 			if v.prepare {
 				_, err = conn.Execute("SELECT v FROM t WHERE id = ?", 1)
 			} else {
@@ -112,14 +121,7 @@ func TestHostileAnswerToAQueryIsAnErrorNotACrash(t *testing.T) {
 		})
 	}
 	t.Run("BEGIN answered by a short OK", func(t *testing.T) {
-		srv := hostileQueryServer(t, [][]byte{{0x00}}, false)
-		cfg := guardConfig(srv.Addr)
-		cfg.MaxPacketBytes = 1 << 20
-		conn, err := Connect(t.Context(), cfg, srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := connectHostile(t, [][]byte{{0x00}}, false)
 		if err := conn.Begin(); !errors.Is(err, ErrBrokenAnswer) {
 			t.Fatalf("begin: %v, want %v", err, ErrBrokenAnswer)
 		}
@@ -150,17 +152,10 @@ func TestAnswerOfManyColumnsAndTinyRowsIsCutAtTheBound(t *testing.T) {
 		answer = append(answer, []byte{0xfb})
 	}
 	answer = append(answer, eofPacket)
-	srv := hostileQueryServer(t, answer, false)
-	cfg := guardConfig(srv.Addr)
-	cfg.MaxPacketBytes = 1 << 20
-	conn, err := Connect(t.Context(), cfg, srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := connectHostile(t, answer, false)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err = Query(conn, "SELECT * FROM wide")
+	_, err := Query(conn, "SELECT * FROM wide")
 	runtime.ReadMemStats(&after)
 	if !errors.Is(err, ErrAnswerBound) {
 		t.Fatalf("query: %v, want %v", err, ErrAnswerBound)
@@ -192,18 +187,8 @@ func TestAnswerBoundLetsRealAnswersThrough(t *testing.T) {
 		}
 		return append(a, eofPacket)
 	}
-	connect := func(t *testing.T, srv *hostiledb.Server) *Conn {
-		cfg := guardConfig(srv.Addr)
-		cfg.MaxPacketBytes = 1 << 20
-		conn, err := Connect(t.Context(), cfg, srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
 	t.Run("buffered: 100,000 rows of 16 columns", func(t *testing.T) {
-		conn := connect(t, hostileQueryServer(t, answer(100_000, false), false))
+		conn := connectHostile(t, answer(100_000, false), false)
 		rows, err := Query(conn, "SELECT * FROM t")
 		if err != nil || len(rows) != 100_000 {
 			t.Fatalf("query: %d rows, %v", len(rows), err)
@@ -211,7 +196,7 @@ func TestAnswerBoundLetsRealAnswersThrough(t *testing.T) {
 	})
 	t.Run("streamed: 200,000 rows of 16 columns", func(t *testing.T) {
 		// Past the buffered bound: 3,200,000 values of 48 bytes are 154 MB.
-		conn := connect(t, hostileQueryServer(t, answer(200_000, true), true))
+		conn := connectHostile(t, answer(200_000, true), true)
 		st, err := conn.Prepare("SELECT * FROM t WHERE id > ?")
 		if err != nil {
 			t.Fatal(err)
@@ -227,14 +212,7 @@ func TestAnswerBoundLetsRealAnswersThrough(t *testing.T) {
 // A panic of the caller's own row callback is the caller's: it goes on as
 // a panic, not as the server's broken answer.
 func TestStreamingCallbackPanicIsTheCallers(t *testing.T) {
-	srv := hostileQueryServer(t, [][]byte{{1}, columnDef("v"), eofPacket, {0, 0, 1, 'x'}, eofPacket}, true)
-	cfg := guardConfig(srv.Addr)
-	cfg.MaxPacketBytes = 1 << 20
-	conn, err := Connect(t.Context(), cfg, srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := connectHostile(t, [][]byte{{1}, columnDef("v"), eofPacket, {0, 0, 1, 'x'}, eofPacket}, true)
 	st, err := conn.Prepare("SELECT v FROM t")
 	if err != nil {
 		t.Fatal(err)

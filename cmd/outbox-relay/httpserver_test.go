@@ -31,6 +31,20 @@ func serveTest(t *testing.T, lim httpLimits) string {
 	return ln.Addr().String()
 }
 
+// serveShipped serves the relay's handler with the shipped limits until
+// the test ends.
+func serveShipped(t *testing.T) (string, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, lln := newHTTPServer(ln, metrics.New("test").Handler(), defaultHTTPLimits)
+	go func() { _ = srv.Serve(lln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String(), lln
+}
+
 // closedWithin reports whether the server closes c within d.
 func closedWithin(c net.Conn, d time.Duration) bool {
 	_ = c.SetReadDeadline(time.Now().Add(d))
@@ -140,14 +154,7 @@ func TestHTTPServerMakesRoomFromTheHostHoldingMost(t *testing.T) {
 // headers slowly, against the shipped limits: /healthz and /readyz each
 // answer within a second (a Kubernetes probe's timeout), every time.
 func TestHTTPProbesAnswerUnderIdleAndSlowlorisLoad(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, lln := newHTTPServer(ln, metrics.New("test").Handler(), defaultHTTPLimits)
-	go func() { _ = srv.Serve(lln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	addr := ln.Addr().String()
+	addr, lln := serveShipped(t)
 	var load []net.Conn
 	served := 0
 	t.Cleanup(func() {
@@ -221,7 +228,7 @@ func TestHTTPProbesAnswerUnderFloodsFromManyHosts(t *testing.T) {
 	tinyWindow := func(_, _ string, c syscall.RawConn) error { // the answer fills the window at once
 		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024) })
 	}
-	pipelined := strings.Repeat("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 10)
+	pipelined := strings.Repeat("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 3)
 	var stop atomic.Bool
 	pause := func(d time.Duration) { // a sleep the end of the test cuts short
 		for end := time.Now().Add(d); time.Now().Before(end) && !stop.Load(); {
@@ -262,14 +269,7 @@ func TestHTTPProbesAnswerUnderFloodsFromManyHosts(t *testing.T) {
 		}},
 	} {
 		t.Run(v.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv, lln := newHTTPServer(ln, metrics.New("test").Handler(), defaultHTTPLimits)
-			go func() { _ = srv.Serve(lln) }()
-			t.Cleanup(func() { _ = srv.Close() })
-			addr := ln.Addr().String()
+			addr, lln := serveShipped(t)
 			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
 			kubelet := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext}}
 			probe := func() error {

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // RootPassword is the scratch server's root password.
@@ -329,28 +331,12 @@ func (s *Server) Exec(stmts ...string) error {
 
 // Query runs one query as root and returns its rows as strings.
 func (s *Server) Query(q string) ([][]string, error) {
-	c, err := s.Root()
+	c, err := binlog.Connect(context.Background(), binlog.Config{User: "root", Password: RootPassword, ConnectTimeout: 2 * time.Second}, s.Addr)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	res, err := c.Execute(q)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Close()
-	rows := make([][]string, res.RowNumber())
-	for i := range rows {
-		rows[i] = make([]string, res.ColumnNumber())
-		for j := range rows[i] {
-			v, err := res.GetString(i, j)
-			if err != nil {
-				return nil, err
-			}
-			rows[i][j] = strings.Clone(v) // go-mysql reuses result buffers after Close
-		}
-	}
-	return rows, nil
+	return binlog.Query(c, q)
 }
 
 func abbreviate(q string) string {
