@@ -98,7 +98,10 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 		// whose rows the reader does not decode (jsonbound.go)
 		return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s.%s", ErrUnframed, f.gtid, ev.Header.EventType, e.Table.Schema, e.Table.Table)
 	}
-	if len(e.Rows) == 0 {
+	if why := rowsShape(e); why != "" {
+		return batch, malformedRowsError(f.gtid, e, why) // not decoded (rowsDecoder)
+	}
+	if len(e.Rows) == 0 && !partialInsert(e) { // a partial INSERT is not decoded: refused below
 		return batch, nil
 	}
 	c, batch, err := r.tableOf(st, e.Table, batch)

@@ -142,8 +142,8 @@ func (d *Dump) Refused(what string, err error) error {
 	return d.guard.or(mapStreamErr(fmt.Errorf("%s: %w", what, phaseErr(&d.repl, err))))
 }
 
-// Close closes the replication connection.
-func (d *Dump) Close() { d.syncer.Close() }
+// Close closes the replication connection (closeSyncer).
+func (d *Dump) Close() { _ = closeSyncer(d.guard, d.syncer) }
 
 // Digest reads stream until the group gtid has ended and returns the
 // digest of its rows of the dump's tables (NewRowsDump), computed as the

@@ -154,6 +154,9 @@ func (ep *eventParser) checkCompressedQuery(raw []byte) error {
 // decode parses one event with p; a rows decoder's error comes back as
 // it was returned.
 func (ep *eventParser) decode(p *replication.BinlogParser, raw []byte) (*replication.BinlogEvent, error) {
+	if err := checkEvent(raw); err != nil { // what go-mysql would allocate without bound (eventshape.go)
+		return nil, err
+	}
 	ep.rowsErr = nil
 	e, err := p.Parse(raw)
 	if err != nil && ep.rowsErr != nil {
@@ -231,7 +234,7 @@ const errTextBytes = 256
 // quotes it all, and its row decoder adds the rows decoded so far).
 func eventError(h *replication.EventHeader, raw []byte, cause error) error {
 	var sentinel error
-	for _, s := range []error{ErrPayloadBound, ErrPayloadCorrupt} {
+	for _, s := range []error{ErrPayloadBound, ErrPayloadCorrupt, ErrMalformedEvent} {
 		if errors.Is(cause, s) {
 			sentinel = s
 		}

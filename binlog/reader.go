@@ -325,7 +325,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		RawModeEnabled: true,
 	}
 	syncer := replication.NewBinlogSyncer(scfg)
-	defer syncer.Close()
+	defer logClose(guard, syncer, r.logger)
 	// Runs before syncer.Close: go-mysql's Close waits for its reading
 	// goroutine, which may wait on the read-ahead bound (conn.go).
 	defer r.ahead.release()

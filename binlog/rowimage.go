@@ -3,7 +3,10 @@ package binlog
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
+
+	"github.com/go-mysql-org/go-mysql/replication"
 )
 
 // Partial row images.
@@ -106,3 +109,77 @@ func (e *PartialImageError) Error() string {
 }
 
 func (e *PartialImageError) Unwrap() error { return ErrPartialRowImage }
+
+// Rows events the reader does not hand to a decoder.
+//
+// go-mysql's row decoder (RowsEvent.DecodeData) reads images until the
+// event's data ends, each image as long as the columns its bitmap says are
+// present: an image of no column is zero bytes long, and an event of such
+// images with a byte left after them makes it append empty rows without
+// end (a few bytes grew the process without bound). It also sizes each
+// row by the event's own column count, which nothing ties to the table
+// map's: a short event claiming a wide table makes it allocate that many
+// values for every byte of data. No server writes either: a rows event has
+// as many columns as its table (MySQL and MariaDB allow at most 4,096)
+// and an image holds at least one column (the key, under
+// binlog_row_image=MINIMAL). So the reader reads the shape from the
+// event's header (DecodeHeader) and, for a captured table, decodes neither
+// such an event (rowsEvent stops at its transaction: ErrMalformedRows) nor
+// an INSERT image that lacks a column (ErrPartialRowImage, which needs no
+// row: a partial image of a wide table was decoded whole, and allocated
+// for every column it lacks, before the reader refused it).
+
+// ErrMalformedRows: a rows event of a captured table has a shape no MySQL
+// or MariaDB server writes (rowsShape); the relay stops before its
+// transaction, without decoding it.
+var ErrMalformedRows = errors.New("malformed rows event")
+
+// maxTableColumns is MySQL's and MariaDB's limit of columns in a table.
+const maxTableColumns = 4096
+
+// rowsShape says why the rows event e (its header decoded) must not be
+// decoded; "" when it may.
+func rowsShape(e *replication.RowsEvent) string {
+	width := e.Table.ColumnCount
+	switch {
+	case e.ColumnCount != width:
+		return fmt.Sprintf("its rows have %d columns and its table map %d", e.ColumnCount, width)
+	case width == 0 || width > maxTableColumns:
+		return fmt.Sprintf("its table has %d columns (a table has 1 to %d)", width, maxTableColumns)
+	case presentCount(e.ColumnBitmap1, width) == 0 && presentCount(e.ColumnBitmap2, width) == 0:
+		return "its row images hold no column"
+	}
+	return ""
+}
+
+// partialInsert reports whether e is an INSERT whose image lacks a column
+// of its own.
+func partialInsert(e *replication.RowsEvent) bool {
+	return e.Type() == replication.EnumRowsEventTypeInsert && presentCount(e.ColumnBitmap1, e.ColumnCount) < e.ColumnCount
+}
+
+// presentCount counts the columns bitmap marks present among the first
+// width.
+func presentCount(bitmap []byte, width uint64) uint64 {
+	var n uint64
+	for i, b := range bitmap {
+		first := uint64(i) * 8
+		if first >= width {
+			break
+		}
+		if left := width - first; left < 8 {
+			b &= byte(1)<<left - 1
+		}
+		n += uint64(bits.OnesCount8(b))
+	}
+	return n
+}
+
+// malformedRowsError is the stop at transaction gtid, whose rows event of
+// a captured table has the shape why.
+func malformedRowsError(gtid string, e *replication.RowsEvent, why string) error {
+	return fmt.Errorf("%w: transaction %s: a rows event of %s.%s that no MySQL or MariaDB server writes: %s; the relay did not decode it "+
+		"and publishes nothing of the transaction. Find out who answers on source.hosts; if it is your server, publish the transaction's "+
+		"outbox rows from the table (`outbox-relay replay --event-id ...`), then skip it with `outbox-relay checkpoint skip --gtid %s`",
+		ErrMalformedRows, gtid, e.Table.Schema, e.Table.Table, why, gtid)
+}

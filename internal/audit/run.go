@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -72,7 +71,7 @@ func (r Result) PendingSentence() string {
 // settings its binlog is read with (source.* with the command's --user and
 // password) and its address.
 type Source struct {
-	Conn   *client.Conn
+	Conn   *binlog.Conn
 	Config binlog.Config
 	Addr   string
 }

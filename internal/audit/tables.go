@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/router"
@@ -17,7 +17,7 @@ import (
 
 // tables reads the outbox tables for the audit.
 type tables struct {
-	conn       *client.Conn
+	conn       *binlog.Conn
 	cfg        config.Config
 	zone       string // the session's zone before utcSession
 	timeColumn string
@@ -215,4 +215,3 @@ func (s *tables) oldest() (time.Time, error) {
 
 // The SQL helpers below are those of cmd/outbox-relay's prune and replay,
 // which read the same tables.
-

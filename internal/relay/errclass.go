@@ -123,6 +123,7 @@ var foreign = []rule{
 	{is: binlog.ErrStatementLogged, class: DataStop, kind: "transaction_shape"},
 	{is: binlog.ErrUnframed, class: DataStop, kind: "transaction_shape"},
 	{is: binlog.ErrRolledBackRows, class: DataStop, kind: "transaction_shape"},
+	{is: binlog.ErrMalformedRows, class: DataStop, kind: "transaction_shape"},
 	{is: binlog.ErrPurged, class: Purged, kind: "purged"},
 	{is: source.ErrUnreachable, class: Transient, kind: "source_unreachable"},
 	{as: isNoAnswer, class: Transient, kind: "source_unreachable"},
@@ -131,6 +132,11 @@ var foreign = []rule{
 	{is: binlog.ErrPacketBound, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPayloadBound, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPayloadCorrupt, class: DataStop, kind: "transaction_shape"},
+	// A source whose answers go-mysql cannot read, or that would take more
+	// memory than the bound: not a MySQL server the relay goes on with.
+	{is: binlog.ErrAnswerBound, class: ConfigStop, kind: "source_config"},
+	{is: binlog.ErrBrokenAnswer, class: ConfigStop, kind: "source_config"},
+	{is: binlog.ErrMalformedEvent, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrInsecureLogin, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPositionAhead, class: Transient, kind: "source_position"},
 	{is: binlog.ErrPositionDiverged, class: DataStop, kind: "source_position"},
