@@ -290,15 +290,28 @@ func checkpointHistory(cfg config.Config, n *int, asJSON *bool) error {
 
 func newCheckpointSetCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "set --config FILE --gtid SET | --to now|earliest",
-		Short: "move the position to a GTID set, or to the source's current or oldest position",
+		Use:   "set --config FILE --gtid SET | --to now|earliest | --from-debezium",
+		Short: "move the position to a GTID set, the source's current or oldest position, or where Debezium stopped",
 		Long: `set writes a new checkpoint: a later position skips events, an earlier one
 publishes them again. The captured tables' column layout is kept from the
 previous checkpoint or read from the server (--schema). A --gtid set naming
 transactions the source has not executed (a typo, another server's GTID) is
-refused unless --force, and so is one whose binlogs the source has purged.`,
+refused unless --force, and so is one whose binlogs the source has purged.
+
+--from-debezium takes over from a stopped Debezium MySQL connector with the
+Outbox Event Router: it reads the connector's committed offset (Kafka
+Connect's offsets topic, or --offsets-file), walks the binlog from the start
+of the offset's binlog file to the source's head routing each outbox row as
+the relay does, and reads which of them have records in Kafka (header id):
+the new position is right after them, a part of a transaction included. It
+prints the position and the first event the relay will publish; a
+translation Kafka does not prove (a row published after one that is not,
+records where the relay would not place them, an offset past Kafka's
+records, a connector still running) is refused unless --force.`,
 		Example: `  outbox-relay checkpoint set --config relay.yaml --to now
-  outbox-relay checkpoint set --config relay.yaml --gtid 0-1-100 --schema keep --yes`,
+  outbox-relay checkpoint set --config relay.yaml --gtid 0-1-100 --schema keep --yes
+  outbox-relay checkpoint set --config relay.yaml --from-debezium --connector outbox-connector --dry-run
+  outbox-relay checkpoint set --config relay.yaml --from-debezium --offsets-file /var/lib/debezium/offsets.dat --yes`,
 		Args: noArgs,
 	}
 	path := configFlag(cmd)
@@ -308,9 +321,25 @@ refused unless --force, and so is one whose binlogs the source has purged.`,
 		"keep (the previous checkpoint's) | server (the tables' current definitions); default: server with --to now, "+
 		"else keep when the previous checkpoint has one")
 	w := addWriteFlags(cmd.Flags())
+	dbz := addDebeziumFlags(cmd.Flags())
+	cmd.Flags().Lookup("force").Usage = "write even though a relay of this pipeline is running (a member of its lock group: it is fenced, its open transaction " +
+		"aborted); with --gtid, a set the source has not executed; with --from-debezium, a translation Kafka does not prove"
 	cmd.RunE = func(*cobra.Command, []string) error {
+		if err := dbz.check(); err != nil {
+			return err
+		}
+		if *dbz.from {
+			if *gtid != "" || *to != "" || *layoutFrom != "" {
+				return usageErr("--from-debezium takes no --gtid, --to or --schema: the position and its layout come from the binlog")
+			}
+			cfg, err := loadConfigFile(*path)
+			if err != nil {
+				return err
+			}
+			return checkpointFromDebezium(cfg, dbz, w)
+		}
 		if (*gtid == "") == (*to == "") {
-			return usageErr("give exactly one of --gtid SET and --to now|earliest")
+			return usageErr("give exactly one of --gtid SET, --to now|earliest and --from-debezium")
 		}
 		if *to != "" && *to != "now" && *to != "earliest" {
 			return usageErr("--to %q: want now or earliest", *to)

@@ -92,7 +92,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"checkpoint", "history", "--config", good, "-n", "0"}, 2, "", "-n 0: want a count of 1 or more"},
 		{[]string{"checkpoint", "history", "--config", good, "-n", "abc"}, 2, "", `invalid argument "abc" for "-n, --limit" flag`},
 		{[]string{"checkpoint", "show", "--config", good, "--wait", "soon"}, 2, "", `invalid argument "soon" for "--wait" flag`},
-		{[]string{"checkpoint", "set", "--config", good}, 2, "", "give exactly one of --gtid SET and --to now|earliest"},
+		{[]string{"checkpoint", "set", "--config", good}, 2, "", "give exactly one of --gtid SET, --to now|earliest and --from-debezium"},
 		{[]string{"checkpoint", "set", "--config", good, "--to", "later"}, 2, "", `--to "later": want now or earliest`},
 		{[]string{"checkpoint", "skip", "--config", good}, 2, "", "--gtid GTID is required"},
 		{[]string{"checkpoint", "reset", "--help"}, 0, "--yes", ""},
