@@ -200,7 +200,7 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 	if err := source.CheckNotPurged(srv, from); err != nil {
 		return err
 	}
-	layout, signs, err := checkpointLayout(ctx, src, srv, nil, "server", false, from)
+	layout, signs, err := checkpointLayout(ctx, src, srv, nil, "server", false, fmt.Sprintf("%q (the start of %s)", from, off.File))
 	if err != nil {
 		return err
 	}
@@ -225,8 +225,7 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 	wctx, wcancel := context.WithTimeout(ctx, *d.timeout)
 	defer wcancel()
 	walk, err := debezium.DoWalk(wctx, debezium.WalkOptions{Source: walkSrc, Server: srv, From: from, Head: srv.Head, Layout: layout, Signs: signs,
-		Routers: routers, Place: partitionCounts(ctx, cfg, k, placed), Claim: claim, MaxRows: *d.maxRows, Keep: keepBefore,
-		Log: clients.MySQLLogger(newLogger(cfg.Log, nil))})
+		Routers: routers, Place: partitionCounts(ctx, cfg, k, placed), Claim: claim, MaxRows: *d.maxRows, Keep: keepBefore})
 	if err != nil {
 		return err
 	}

@@ -135,9 +135,15 @@ func (res *Result) notes(w *Walk, off Offset) {
 		for i := res.Claimed; i < k && rows[i].Tx == first; i++ {
 			inFirst++
 		}
-		if off.InTransaction() && inFirst == k-res.Claimed {
-			res.Notes = append(res.Notes, fmt.Sprintf("Debezium stopped inside transaction %s (offset: event %d, row %d): %d of its %d outbox rows "+
-				"are published, the relay publishes the rest", first.GTID, off.Event, off.Row, inFirst, first.Rows))
+		switch {
+		case inFirst < k-res.Claimed:
+		case int64(inFirst) < first.Rows:
+			res.Notes = append(res.Notes, fmt.Sprintf("Debezium stopped inside transaction %s (offset: %s): %d of its %d outbox rows "+
+				"are published, the relay publishes the rest", first.GTID, off, inFirst, first.Rows))
+			return
+		default:
+			res.Notes = append(res.Notes, fmt.Sprintf("Debezium's offset (%s) is inside transaction %s, after its last outbox row: all %d "+
+				"are published, the relay starts after it", off, first.GTID, inFirst))
 			return
 		}
 		res.Notes = append(res.Notes, fmt.Sprintf("Kafka holds %d rows past Debezium's committed offset (%s): records sent after its last "+
