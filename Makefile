@@ -70,7 +70,7 @@ test-unit:
 # processes at once (internal/itest/shards.sh, each with its own MariaDB),
 # beside the other integration packages.
 ITEST_SHARDS ?= 3
-INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/ ./internal/devdb/ ./internal/relay/ ./cmd/outbox-relay/ ./examples/demo/ ./internal/ha/ ./source/ ./schema/
+INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/ ./internal/devdb/ ./internal/relay/ ./cmd/outbox-relay/ ./examples/demo/ ./internal/ha/ ./source/ ./schema/ ./internal/dbzitest/
 test-integration: deps
 	@OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -tags integration -timeout 30m $(INTEGRATION_PKGS) & others=$$!; \
 	SHARDS=$(ITEST_SHARDS) internal/itest/shards.sh; rc=$$?; \
