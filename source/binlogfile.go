@@ -18,34 +18,40 @@ var ErrNoBinlogFile = errors.New("no such binlog file")
 // FileStart is the GTID set executed before the binlog file file of the
 // server conn is connected to, in the server's notation: its Previous_gtids
 // event (MySQL) or its Gtid_list event reduced to the last GTID per domain
-// (MariaDB), read with SHOW BINLOG EVENTS. checkpoint set --from-debezium
-// starts its walk there: certainly at or before a position in that file.
-func FileStart(conn *client.Conn, flavor, file string) (string, error) {
+// (MariaDB), read with SHOW BINLOG EVENTS; previous is the server's binlog
+// file before it ("" when file is its oldest). checkpoint set
+// --from-debezium starts its walk there: certainly at or before a position
+// in that file.
+func FileStart(conn *client.Conn, flavor, file string) (set, previous string, err error) {
 	logs, err := binlog.Query(conn, "SHOW BINARY LOGS")
 	if err != nil {
-		return "", fmt.Errorf("list binary logs: %w", err)
+		return "", "", fmt.Errorf("list binary logs: %w", err)
 	}
 	var names []string
 	for _, l := range logs {
-		if len(l) > 0 && l[0] == file {
+		if len(l) == 0 {
+			continue
+		}
+		if l[0] == file {
 			list, err := fileStartList(conn, file)
 			if err != nil {
-				return "", err
+				return "", "", err
+			}
+			if len(names) > 0 {
+				previous = names[len(names)-1]
 			}
 			if flavor == mysql.MariaDBFlavor {
-				return lastPerDomain(list)
+				list, err = lastPerDomain(list)
 			}
-			return list, nil
+			return list, previous, err
 		}
-		if len(l) > 0 {
-			names = append(names, l[0])
-		}
+		names = append(names, l[0])
 	}
 	have := "none"
 	if len(names) > 0 {
 		have = names[0] + " to " + names[len(names)-1]
 	}
-	return "", fmt.Errorf("%w: the server has no binlog file %s (it has %s): purged, or a file of another server", ErrNoBinlogFile, file, have)
+	return "", "", fmt.Errorf("%w: the server has no binlog file %s (it has %s): purged, or a file of another server", ErrNoBinlogFile, file, have)
 }
 
 // fileStartList is the GTID list a binlog file starts with, as SHOW BINLOG

@@ -193,14 +193,8 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 			return fmt.Errorf("the offset of %s: its gtids %q are not a GTID set of the source %s (%s): %w", off.Name(), off.GTIDs, srv.Addr, srv.Flavor, err)
 		}
 	}
-	from, err := walkStart(ctx, src, srv, off, &rep)
-	if err != nil {
-		return err
-	}
-	if err := source.CheckNotPurged(srv, from); err != nil {
-		return err
-	}
-	layout, signs, err := checkpointLayout(ctx, src, srv, nil, "server", false, fmt.Sprintf("%q (the start of %s)", from, off.File))
+	// The layout at the walk's start: the tables' current definitions.
+	layout, signs, err := checkpointLayout(ctx, src, srv, nil, "server", false, "the start of "+off.File)
 	if err != nil {
 		return err
 	}
@@ -224,13 +218,9 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 	walkSrc.ServerID = source.ProbeServerID() // never the relay's own
 	wctx, wcancel := context.WithTimeout(ctx, *d.timeout)
 	defer wcancel()
-	walk, err := debezium.DoWalk(wctx, debezium.WalkOptions{Source: walkSrc, Server: srv, From: from, Head: srv.Head, Layout: layout, Signs: signs,
-		Routers: routers, Place: partitionCounts(ctx, cfg, k, placed), Claim: claim, MaxRows: *d.maxRows, Keep: keepBefore})
-	if err != nil {
-		return err
-	}
-	found, topics, err := debezium.Published(wctx, k, cfg.Kafka.RequestTimeout, checkpoint.DefaultStableWait, walk.Rows,
-		func(msg string) { rep.Notes = append(rep.Notes, msg) })
+	opts := debezium.WalkOptions{Source: walkSrc, Server: srv, Head: srv.Head, Layout: layout, Signs: signs, Routers: routers,
+		Place: partitionCounts(ctx, cfg, k, placed), Claim: claim, MaxRows: *d.maxRows, Keep: keepBefore}
+	walk, found, topics, err := proveOffset(wctx, opts, k, cfg, off, &rep)
 	if err != nil {
 		return err
 	}
@@ -298,25 +288,63 @@ func debeziumDone(rep debeziumReport, d debeziumFlags) error {
 	return nil
 }
 
-// walkStart is where the walk starts: the GTID set the offset's binlog file
-// starts after (certainly at or before Debezium's position, with rows before
-// it to prove the routing), else, the file gone, the offset's own set.
-func walkStart(ctx context.Context, src binlog.Config, srv *binlog.Server, off debezium.Offset, rep *debeziumReport) (string, error) {
-	conn, err := binlog.Connect(ctx, src, srv.Addr)
+// stepBack is how many binlog files before the offset's the walk may start
+// from, looking for a row the connector published.
+const stepBack = 2
+
+// proveOffset walks the binlog and reads where the walked rows' records
+// are: from the start of the offset's binlog file (the GTID set its
+// Gtid_list or Previous_gtids event names: certainly at or before the
+// connector's position), or, while no walked row has a record, from the
+// start of the file before it (at most stepBack files back): the last row
+// the connector published is what proves the position and the routing.
+// Without the file on the source (purged, or the file of another server)
+// it walks from the offset's GTID set, when it has one.
+func proveOffset(ctx context.Context, o debezium.WalkOptions, k clients.Kafka, cfg config.Config, off debezium.Offset, rep *debeziumReport) (*debezium.Walk, map[string]debezium.Found, []string, error) {
+	conn, err := binlog.Connect(ctx, o.Source, o.Server.Addr)
 	if err != nil {
-		return "", err
+		return nil, nil, nil, err
 	}
 	defer conn.Close()
-	from, err := source.FileStart(conn, srv.Flavor, off.File)
-	if errors.Is(err, source.ErrNoBinlogFile) && off.GTIDs != "" {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%v: walking from the offset's GTID set; no row before it is checked", err))
-		return off.GTIDs, nil
+	file := off.File
+	for back := 0; ; back++ {
+		from, prev, err := source.FileStart(conn, o.Server.Flavor, file)
+		switch {
+		case errors.Is(err, source.ErrNoBinlogFile) && back == 0 && off.GTIDs != "":
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%v: walking from the offset's GTID set; no row before it is checked", err))
+			from, prev = off.GTIDs, ""
+		case err != nil && back == 0:
+			return nil, nil, nil, fmt.Errorf("the offset of %s names binlog file %s of %s: %w (without a GTID set in the offset, the source must be the "+
+				"server the connector read: put it first in source.hosts)", off.Name(), off.File, o.Server.Addr, err)
+		case err != nil:
+			return nil, nil, nil, err
+		}
+		if err := source.CheckNotPurged(o.Server, from); err != nil {
+			return nil, nil, nil, err
+		}
+		o.From = from
+		walk, err := debezium.DoWalk(ctx, o)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		found, topics, err := debezium.Published(ctx, k, cfg.Kafka.RequestTimeout, checkpoint.DefaultStableWait, walk.Rows,
+			func(msg string) { rep.Notes = append(rep.Notes, msg) })
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		proven := len(walk.Rows) == 0 || walk.Dropped > 0
+		for _, r := range walk.Rows {
+			if _, ok := found[r.EventID]; ok {
+				proven = true
+				break
+			}
+		}
+		if proven || prev == "" || back == stepBack {
+			return walk, found, topics, nil
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("no outbox row from the start of %s to the head has a record: walked again from the start of %s", file, prev))
+		file = prev
 	}
-	if err != nil {
-		return "", fmt.Errorf("the offset of %s names binlog file %s of %s: %w (without a GTID set in the offset, the source must be the "+
-			"server the connector read: put it first in source.hosts)", off.Name(), off.File, srv.Addr, err)
-	}
-	return from, nil
 }
 
 // partitionCounts is the walk's Place: the partition count keys of a topic

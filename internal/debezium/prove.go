@@ -92,6 +92,14 @@ func Translate(w *Walk, found map[string]Found, off Offset) Result {
 		res.Anomalies = append(res.Anomalies, fmt.Sprintf("Debezium's offset (%s) covers %s, whose record is not in %s: the router's settings "+
 			"differ from the connector's (topics, the id header), or the topic lost it (retention, deletion)", off, rows[k].describe(), topicOf(&rows[k])))
 	}
+	if k == 0 && res.Claimed == 0 && w.Dropped == 0 && len(rows) > 0 {
+		// Nothing walked before the first row the relay would publish was
+		// published: no record says the routing matches, nor that the row
+		// before the walk was published.
+		res.Anomalies = append(res.Anomalies, fmt.Sprintf("nothing in Kafka proves the position: none of the %d outbox rows from %q to the "+
+			"source's head has a record in %s (the router's topics differ from the connector's, or it published no row since): "+
+			"pass --force when the connector never published one", len(rows), w.From, topicOf(&rows[0])))
+	}
 	if w.Disorder != "" {
 		res.Anomalies = append(res.Anomalies, fmt.Sprintf("Debezium's offset (%s) covers transaction %s but not one before it in the binlog: "+
 			"an offset of another server?", off, w.Disorder))
@@ -125,10 +133,7 @@ func (res *Result) notes(w *Walk, off Offset) {
 	switch {
 	case len(rows) == 0:
 		res.Notes = append(res.Notes, fmt.Sprintf("the binlog from %s to the source's head holds no outbox row: the position is the head", w.From))
-	case res.Claimed > k: // an anomaly says so
-	case k == 0 && w.Dropped == 0 && res.Claimed == 0:
-		res.Notes = append(res.Notes, "no outbox row walked has a record: nothing before Debezium's position in its binlog file proves the "+
-			"router's settings match the connector's; the position rests on the offset")
+	case res.Claimed > k, k == 0 && w.Dropped == 0: // an anomaly says so
 	case k > res.Claimed:
 		first := rows[res.Claimed].Tx
 		inFirst := 0

@@ -142,7 +142,7 @@ func TestTranslateFindsTheNextRowAfterKafkasRecords(t *testing.T) {
 		{name: "everything published", claim: upTo(5), off: Offset{File: "f"}, present: cat(ids("t", 1, 1, 2), ids("t", 3, 1, 3), ids("t", 4, 1, 4), ids("t", 5, 1, 1)),
 			position: "0-1-5", published: 10},
 		{name: "nothing published from the start of the file", claim: upTo(0), off: Offset{File: "f"}, position: "0-1-0", first: "t1r1",
-			note: "nothing before Debezium's position in its binlog file proves", published: 0},
+			anomaly: `nothing in Kafka proves the position: none of the 10 outbox rows from "0-1-0" to the source's head has a record in outbox.event.alarm`, published: 0},
 		{name: "a gap: a row published after one that is not", claim: upTo(3), off: Offset{File: "f"},
 			present: cat(ids("t", 1, 1, 2), ids("t", 3, 1, 3), ids("t", 4, 2, 2)), position: "0-1-3", first: "t4r1",
 			anomaly: `records are not a prefix of the binlog: event "t4r1" (GTID 0-1-4, row 1 of its outbox rows, app.outbox) has no record, yet rows after it have: event "t4r2"`, published: 5},
