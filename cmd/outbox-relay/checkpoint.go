@@ -385,23 +385,59 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 			return err
 		}
 	}
-	store, loaded, known, err := currentState(ctx, cfg, false)
-	if err := w.overNewer(err); err != nil {
-		return err
-	}
-	cur := loaded.Checkpoint
-	placed, _ := carried(loaded, known)
-	from, prev := "(none)", ""
-	var events int64
-	if cur != nil {
-		from, prev, events = cur.GTIDSet, cur.GTIDSet, cur.Events
-	}
-	layout, signs, err := checkpointLayout(ctx, src, srv, cur, *layoutFrom, *to == "now", pos)
+	base, err := loadSetBase(ctx, cfg, w)
 	if err != nil {
 		return err
 	}
-	if err := w.guard(cfg, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, from, pos)); err != nil {
+	layout, signs, err := checkpointLayout(ctx, src, srv, base.cur, *layoutFrom, *to == "now", pos)
+	if err != nil {
 		return err
+	}
+	if err := w.guard(cfg, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, base.from, pos)); err != nil {
+		return err
+	}
+	cp := base.next(cfg, srv, pos, layout, signs)
+	from, store := base.from, base.store
+	log := newLogger(cfg.Log, nil)
+	if err := writeCheckpoint(cfg, store, cp, log); err != nil {
+		return err
+	}
+	log.Info().Str("name", cfg.Name).Str("from", from).Str("to", pos).Msg("checkpoint set")
+	fmt.Printf("checkpoint of %s: %s -> %s\n", cfg.Name, from, pos)
+	return nil
+}
+
+// setBase is what checkpoint set replaces and keeps: the store, the
+// committed checkpoint (nil: none), its position ("(none)" without one)
+// and the partition counts keys are placed by.
+type setBase struct {
+	store  *checkpoint.Store
+	cur    *checkpoint.Checkpoint
+	from   string
+	placed map[string]int32
+}
+
+func loadSetBase(ctx context.Context, cfg config.Config, w writeFlags) (setBase, error) {
+	store, loaded, known, err := currentState(ctx, cfg, false)
+	if err := w.overNewer(err); err != nil {
+		return setBase{}, err
+	}
+	b := setBase{store: store, cur: loaded.Checkpoint, from: "(none)"}
+	b.placed, _ = carried(loaded, known)
+	if b.cur != nil {
+		b.from = b.cur.GTIDSet
+	}
+	return b, nil
+}
+
+// next is the checkpoint set writes at pos of srv with layout and signs:
+// the operator's mark, the configuration's tables, the events counted so
+// far, and the partition counts of the one it replaces.
+func (b setBase) next(cfg config.Config, srv *binlog.Server, pos string, layout, signs map[string][]string) *checkpoint.Checkpoint {
+	cur, prev := b.cur, ""
+	var events int64
+	if cur != nil {
+		prev, events = cur.GTIDSet, cur.Events
 	}
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr, SourceUID: srv.UID,
 		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs, Operator: operatorMark("set", prev)}
@@ -410,7 +446,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	// Keys stay placed by the recorded partition counts (also those a reset
 	// marker carries): a set never moves an aggregate to another partition
 	// (kafka.on_partitions_added).
-	cp.Partitions = placed
+	cp.Partitions = b.placed
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
 			cp.XA = cur.XA // same position: the prepared XA transactions are still pending
@@ -421,11 +457,5 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 				"are published)\n", len(cur.XA.Prepared))
 		}
 	}
-	log := newLogger(cfg.Log, nil)
-	if err := writeCheckpoint(cfg, store, cp, log); err != nil {
-		return err
-	}
-	log.Info().Str("name", cfg.Name).Str("from", from).Str("to", pos).Msg("checkpoint set")
-	fmt.Printf("checkpoint of %s: %s -> %s\n", cfg.Name, from, pos)
-	return nil
+	return cp
 }

@@ -198,12 +198,10 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 	if err != nil {
 		return err
 	}
-	store, loaded, known, err := currentState(ctx, cfg, false)
-	if err := w.overNewer(err); err != nil {
+	base, err := loadSetBase(ctx, cfg, w)
+	if err != nil {
 		return err
 	}
-	cur := loaded.Checkpoint
-	placed, _ := carried(loaded, known)
 	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return err
@@ -219,7 +217,7 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 	wctx, wcancel := context.WithTimeout(ctx, *d.timeout)
 	defer wcancel()
 	opts := debezium.WalkOptions{Source: walkSrc, Server: srv, Head: srv.Head, Layout: layout, Signs: signs, Routers: routers,
-		Place: partitionCounts(ctx, cfg, k, placed), Claim: claim, MaxRows: *d.maxRows, Keep: keepBefore}
+		Place: partitionCounts(ctx, cfg, k, base.placed), Claim: claim, MaxRows: *d.maxRows, Keep: keepBefore}
 	walk, found, topics, err := proveOffset(wctx, opts, k, cfg, off, &rep)
 	if err != nil {
 		return err
@@ -254,21 +252,13 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 	if *d.dryRun {
 		return debeziumDone(rep, d)
 	}
-	from0, prev := "(none)", ""
-	var events int64
-	if cur != nil {
-		from0, prev, events = cur.GTIDSet, cur.GTIDSet, cur.Events
-	}
-	if err := w.guard(cfg, fmt.Sprintf("take over from %s: move the checkpoint of %s from %q to %q%s", off.Name(), cfg.Name, from0, res.Position,
+	if err := w.guard(cfg, fmt.Sprintf("take over from %s: move the checkpoint of %s from %q to %q%s", off.Name(), cfg.Name, base.from, res.Position,
 		partialText(res.Partial))); err != nil {
 		return err
 	}
-	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: res.Position, Partial: res.Partial, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr,
-		SourceUID: srv.UID, Time: time.Now().UTC(), CommitTime: res.CommitTime, Events: events, Schema: res.Layout, Unsigned: res.Signs,
-		Provisional: res.Provisional, Operator: operatorMark("set", prev), Tables: checkpoint.TablesOf(cfg.Source.Tables), Partitions: placed}
-	if cur != nil && cur.XA != nil {
-		fmt.Fprintf(os.Stderr, "warning: the checkpoint listed %d prepared XA transactions; at the new position the relay knows none\n", len(cur.XA.Prepared))
-	}
+	cp := base.next(cfg, srv, res.Position, res.Layout, res.Signs)
+	cp.Partial, cp.CommitTime, cp.Provisional = res.Partial, res.CommitTime, res.Provisional // the tracker's, at the position
+	from0, store := base.from, base.store
 	log := newLogger(cfg.Log, nil)
 	if err := writeCheckpoint(cfg, store, cp, log); err != nil {
 		return err

@@ -212,23 +212,3 @@ func waitPublished(t *testing.T, c *connect, brokers []string, prefix string, wa
 		return nil
 	})
 }
-
-// createTopic creates topic with n partitions, as the relay would: both
-// place keys by murmur2 over the same count.
-func createTopic(t *testing.T, brokers []string, topic string, n int32) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := kadm.NewClient(cl).CreateTopic(ctx, n, 1, nil, topic)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		t.Fatalf("create %s: %v", topic, err)
-	}
-}

@@ -120,21 +120,30 @@ func written(t *testing.T, s *itest.Schema, tag string, n int) []string {
 	return l
 }
 
-// Distributed Connect (offsets in the connect-offsets topic), stopped over
-// REST while a 1,500-row transaction streams: the relay publishes the rest
-// of that transaction (checkpoint.Partial) and nothing Debezium published.
-func TestSwitchFromDebeziumDistributedStoppedInsideATransaction(t *testing.T) {
+// publishedBefore starts the connector (a Connect worker in mode) on a new
+// schema from the binlog's head, writes 25 one-row transactions per
+// writer and one of pre rows (ids <db>-pre-1...), and waits until Debezium
+// has published them all.
+func publishedBefore(t *testing.T, mode string, pre int) (*itest.Schema, config.Config, []string, *connect) {
+	t.Helper()
 	needDebezium(t)
 	brokers := itest.ExternalKafka()
 	s := env.NewSchema(t)
 	cfg := env.RelayConfig(&itest.Kafka{Brokers: brokers}, s.Table())
-	createTopic(t, brokers, cfg.Router.TopicPrefix+"alarm", cfg.Kafka.TopicPartitions)
+	itest.CreateTopics(t, brokers, cfg.Kafka.TopicPartitions, cfg.Router.TopicPrefix+"alarm")
 	file, pos := binlogPosition(t)
-	c := startConnect(t, "distributed", s, brokers, cfg.Router.TopicPrefix, file, pos)
-
+	c := startConnect(t, mode, s, brokers, cfg.Router.TopicPrefix, file, pos)
 	before := written(t, s, "before", 25)
-	bulk(t, s, 20, s.Name+"-pre")
-	waitPublished(t, c, brokers, cfg.Router.TopicPrefix, append(before, ids(s.Name+"-pre", 20)...))
+	bulk(t, s, pre, s.Name+"-pre")
+	waitPublished(t, c, brokers, cfg.Router.TopicPrefix, append(before, ids(s.Name+"-pre", pre)...))
+	return s, cfg, brokers, c
+}
+
+// Distributed Connect (offsets in the connect-offsets topic), stopped over
+// REST while a 1,500-row transaction streams: the relay publishes the rest
+// of that transaction (checkpoint.Partial) and nothing Debezium published.
+func TestSwitchFromDebeziumDistributedStoppedInsideATransaction(t *testing.T) {
+	s, cfg, brokers, c := publishedBefore(t, "distributed", 20)
 
 	// One large transaction, Debezium's producer slowed to some 100
 	// records a second: stopped once part of it is out.
@@ -185,17 +194,8 @@ func TestSwitchFromDebeziumDistributedStoppedInsideATransaction(t *testing.T) {
 // SIGTERM at a transaction boundary: the relay starts with the first row
 // written while neither ran.
 func TestSwitchFromDebeziumStandaloneOffsetsFile(t *testing.T) {
-	needDebezium(t)
-	brokers := itest.ExternalKafka()
-	s := env.NewSchema(t)
-	cfg := env.RelayConfig(&itest.Kafka{Brokers: brokers}, s.Table())
-	createTopic(t, brokers, cfg.Router.TopicPrefix+"alarm", cfg.Kafka.TopicPartitions)
-	file, pos := binlogPosition(t)
-	c := startConnect(t, "standalone", s, brokers, cfg.Router.TopicPrefix, file, pos)
-
-	before := written(t, s, "before", 25)
-	bulk(t, s, 30, s.Name+"-pre")
-	waitPublished(t, c, brokers, cfg.Router.TopicPrefix, append(before, ids(s.Name+"-pre", 30)...))
+	const mode = "standalone"
+	s, cfg, brokers, c := publishedBefore(t, mode, 30)
 	c.stop()
 
 	during := written(t, s, "during", 15)

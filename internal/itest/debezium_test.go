@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
@@ -77,24 +76,6 @@ func dbzOffset(t *testing.T, brokers []string, topic, connector string, offset m
 	}
 }
 
-func createTopics(t *testing.T, brokers []string, partitions int32, topics ...string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := kadm.NewClient(cl).CreateTopics(ctx, partitions, 1, nil, topics...)
-	if err == nil {
-		err = res.Error()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 func binlogFile(t *testing.T) string {
 	t.Helper()
 	rows, err := env.DB.Query("SHOW MASTER STATUS")
@@ -122,7 +103,7 @@ func TestCheckpointFromDebeziumProvesCraftedOffsets(t *testing.T) {
 	afterC := Head(t, env.DB)
 	dbzInsert(t, s, d...)
 	offsets := env.Unique("connect-offsets-")
-	createTopics(t, k.Brokers, 5, offsets)
+	CreateTopics(t, k.Brokers, 5, offsets)
 	cat := func(l ...[]dbzRow) (out []dbzRow) {
 		for _, x := range l {
 			out = append(out, x...)
@@ -152,7 +133,7 @@ func TestCheckpointFromDebeziumProvesCraftedOffsets(t *testing.T) {
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			cfg := env.RelayConfig(k, s.Table())
-			createTopics(t, k.Brokers, 3, cfg.Router.TopicPrefix+"alarm")
+			CreateTopics(t, k.Brokers, 3, cfg.Router.TopicPrefix+"alarm")
 			n := len(sc.published)
 			dbzPublish(t, cfg, 3, 0, sc.published[:n-1]...)
 			dbzPublish(t, cfg, 3, sc.shift, sc.published[n-1])
