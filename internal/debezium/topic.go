@@ -11,9 +11,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 )
 
-// DefaultOffsetsTopic is Kafka Connect's default offset.storage.topic (and
-// Strimzi's for a KafkaConnect cluster named connect... whose
-// offset.storage.topic it sets: give the cluster's).
+// DefaultOffsetsTopic is the offset.storage.topic of Kafka Connect's
+// distributed example configuration (connect-distributed.properties); a
+// cluster names its own (Strimzi's examples: connect-cluster-offsets).
 const DefaultOffsetsTopic = "connect-offsets"
 
 // maxTopicRecords bounds the records read from an offsets topic: compacted,
