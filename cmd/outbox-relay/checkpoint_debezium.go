@@ -257,7 +257,10 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 		return err
 	}
 	cp := base.next(cfg, srv, res.Position, res.Layout, res.Signs)
-	cp.Partial, cp.CommitTime, cp.Provisional = res.Partial, res.CommitTime, res.Provisional // the tracker's, at the position
+	// The tracker's layout marks at the position, and the fingerprint of the
+	// last transaction with outbox rows it covers: a source host must prove
+	// it holds that one, as after a checkpoint of the relay's own.
+	cp.Partial, cp.CommitTime, cp.Provisional, cp.Fingerprint = res.Partial, res.CommitTime, res.Provisional, res.Fingerprint
 	from0, store := base.from, base.store
 	log := newLogger(cfg.Log, nil)
 	if err := writeCheckpoint(cfg, store, cp, log); err != nil {

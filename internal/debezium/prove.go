@@ -24,6 +24,9 @@ type Result struct {
 	Signs       schema.Signs
 	Provisional schema.Provisional
 	CommitTime  time.Time
+	// Fingerprint is the last transaction with outbox rows the position
+	// covers, for the relay's proof of a source host (nil: none walked).
+	Fingerprint *checkpoint.Fingerprint
 	// First is the first row the relay publishes (nil: none walked yet),
 	// Last the last one Debezium published (nil: none walked).
 	First, Last *Row
@@ -114,12 +117,14 @@ func Translate(w *Walk, found map[string]Found, off Offset) Result {
 	}
 	if k == len(rows) {
 		res.Position, res.Layout, res.Signs, res.Provisional, res.CommitTime = w.End, w.EndLayout, w.EndSigns, w.EndProvisional, w.EndTime
+		res.Fingerprint = w.EndFingerprint
 		return res
 	}
 	r := &rows[k]
 	res.First = r
 	tx := r.Tx
 	res.Position, res.Layout, res.Signs, res.Provisional, res.CommitTime = tx.Before, tx.Layout, tx.Signs, tx.Provision, tx.BeforeTime
+	res.Fingerprint = tx.Fingerprint
 	if r.N > 1 {
 		res.Partial = &checkpoint.Partial{GTID: tx.GTID, Rows: r.N - 1}
 	}

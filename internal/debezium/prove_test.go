@@ -70,7 +70,11 @@ func scriptedWalk(t *testing.T, txs []scriptTx, claim func(seq int) bool, keep i
 		if claim(seq) {
 			s.o.Claim.Pos = pos
 		}
-		if err := s.event(&binlog.Event{Kind: binlog.KindCommit, GTID: gtid, Set: set, Time: at, File: "mysql-bin.000001", Pos: pos}); err != nil {
+		commit := binlog.Event{Kind: binlog.KindCommit, GTID: gtid, Set: set, Time: at, File: "mysql-bin.000001", Pos: pos}
+		if !tx.other && tx.rows > 0 {
+			commit.Digest = &binlog.TxDigest{Tables: []string{"app.outbox"}, Rows: tx.rows, Sum: "x:" + gtid}
+		}
+		if err := s.event(&commit); err != nil {
 			t.Fatal(err)
 		}
 		at = at.Add(time.Second)
@@ -176,6 +180,19 @@ func TestTranslateFindsTheNextRowAfterKafkasRecords(t *testing.T) {
 			}
 			if res.Walked != 10 {
 				t.Fatalf("walked %d rows", res.Walked)
+			}
+			// The fingerprint is the last transaction with outbox rows the
+			// position covers, as the relay records it.
+			wantFP := map[string]string{"0-1-0": "", "0-1-3": "0-1-3 after 0-1-2", "0-1-4": "0-1-4 after 0-1-3", "0-1-5": "0-1-5 after 0-1-4"}[res.Position]
+			gotFP := ""
+			if fp := res.Fingerprint; fp != nil {
+				gotFP = fp.GTID + " after " + fp.Before
+				if fp.Digest != "x:"+fp.GTID || fp.Rows == 0 {
+					t.Fatalf("fingerprint %+v", fp)
+				}
+			}
+			if gotFP != wantFP {
+				t.Fatalf("fingerprint %q, want %q", gotFP, wantFP)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/router"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -32,6 +33,9 @@ type Tx struct {
 	Signs      schema.Signs
 	Provision  schema.Provisional
 	BeforeTime time.Time // commit time of the transaction before it (zero: none walked)
+	// Fingerprint is that of the last transaction with captured rows
+	// before it (nil: none walked), as the relay records it.
+	Fingerprint *checkpoint.Fingerprint
 	Time       time.Time // its commit time
 	File       string    // binlog file and offset after its commit
 	Pos        uint32
@@ -137,6 +141,7 @@ type Walk struct {
 	EndSigns             schema.Signs
 	EndProvisional       schema.Provisional
 	EndTime              time.Time
+	EndFingerprint       *checkpoint.Fingerprint
 	Rows                 []Row // in binlog order: the last Keep the offset covers, then every one after
 	Dropped              int   // rows the offset covers, walked and not kept
 	Transactions         int   // source transactions walked
@@ -217,6 +222,7 @@ type walkState struct {
 	signs  schema.Signs
 	prov   schema.Provisional
 	last   time.Time // commit time of the last transaction walked
+	fp     *checkpoint.Fingerprint
 	places map[string]int32
 	kept   int // rows kept after Debezium's position
 	passed bool
@@ -244,7 +250,7 @@ func (s *walkState) rowsEvent(ev *binlog.Event) error {
 			"set the position by hand (checkpoint set --gtid) once it has ended", ErrWalk, ev.XID, ev.GTID, ev.Table)
 	}
 	if s.cur == nil || s.cur.GTID != ev.GTID {
-		s.cur = &Tx{GTID: ev.GTID, Before: s.before, Layout: s.layout, Signs: s.signs, Provision: s.prov, BeforeTime: s.last}
+		s.cur = &Tx{GTID: ev.GTID, Before: s.before, Layout: s.layout, Signs: s.signs, Provision: s.prov, BeforeTime: s.last, Fingerprint: s.fp}
 		s.rows = s.rows[:0]
 	}
 	if ev.Op != binlog.OpInsert {
@@ -327,8 +333,11 @@ func (s *walkState) commit(ev *binlog.Event) {
 		w.Dropped += n
 		w.Rows = append(w.Rows[:0:0], w.Rows[n:]...)
 	}
+	if ev.Digest != nil && ev.XID == "" && ev.Kind == binlog.KindCommit {
+		s.fp = &checkpoint.Fingerprint{GTID: ev.GTID, Before: s.before, Tables: ev.Digest.Tables, Rows: int64(ev.Digest.Rows), Digest: ev.Digest.Sum}
+	}
 	s.before, s.layout, s.signs, s.prov, s.last = ev.Set.String(), ev.Schema, ev.Unsigned, ev.Provisional, ev.Time
-	w.End, w.EndLayout, w.EndSigns, w.EndProvisional, w.EndTime = s.before, ev.Schema, ev.Unsigned, ev.Provisional, ev.Time
+	w.End, w.EndLayout, w.EndSigns, w.EndProvisional, w.EndTime, w.EndFingerprint = s.before, ev.Schema, ev.Unsigned, ev.Provisional, ev.Time, s.fp
 }
 
 func (s *walkState) bound() error {
