@@ -190,8 +190,11 @@ func DoWalk(ctx context.Context, o WalkOptions) (*Walk, error) {
 		case err := <-readErr:
 			for len(events) > 0 && !s.done { // what it sent before it ended
 				for _, ev := range <-events {
-					if err := s.event(&ev); err != nil || s.done {
-						return w, err
+					if err := s.event(&ev); err != nil {
+						return nil, err
+					}
+					if s.done {
+						return w, nil
 					}
 				}
 			}
