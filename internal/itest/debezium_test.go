@@ -76,6 +76,22 @@ func dbzOffset(t *testing.T, brokers []string, topic, connector string, offset m
 	}
 }
 
+// dbzDelete stores a null record for connector's offset: Connect's reset.
+func dbzDelete(t *testing.T, brokers []string, topic, connector string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := fmt.Sprintf(`["%s",{"server":"dbz"}]`, connector)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(key)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func binlogFile(t *testing.T) string {
 	t.Helper()
 	rows, err := env.DB.Query("SHOW MASTER STATUS")
@@ -156,4 +172,16 @@ func TestCheckpointFromDebeziumProvesCraftedOffsets(t *testing.T) {
 			}
 		})
 	}
+	// The newest record of a key wins: null is a deleted offset.
+	t.Run("a deleted offset", func(t *testing.T) {
+		connector := env.Unique("dbz")
+		dbzOffset(t, k.Brokers, offsets, connector, map[string]any{"file": newest, "pos": 4})
+		dbzDelete(t, k.Brokers, offsets, connector)
+		path := WriteConfig(t, env.RelayConfig(k, s.Table()))
+		out, errOut, code := env.CLI(t, "checkpoint", "set", "--config", path, "--from-debezium", "--offsets-topic", offsets, "--connector", connector, "--dry-run")
+		if code != 1 || out != "" || !strings.Contains(errOut, "the offset of connector "+connector+" (server dbz) in topic "+offsets+" on ") ||
+			!strings.Contains(errOut, "was deleted (its newest record is null)") {
+			t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
+		}
+	})
 }
