@@ -208,7 +208,7 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 	}
 	routers := map[string]*router.Router{}
 	for _, t := range cfg.Source.Tables {
-		if routers[t], err = clients.TableRouter(cfg.Router.For(t), cfg.Name, t); err != nil {
+		if routers[t], err = clients.TableRouter(cfg, cfg.Router.For(t), t); err != nil {
 			return fmt.Errorf("router for %s: %w", t, err)
 		}
 	}

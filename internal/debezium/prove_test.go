@@ -27,7 +27,9 @@ var outboxColumns = []string{"event_id", "aggregate_type", "aggregate_id", "even
 
 func scriptedWalk(t *testing.T, txs []scriptTx, claim func(seq int) bool, keep int) *Walk {
 	t.Helper()
-	rt, err := clients.TableRouter(config.Default().Router.For("app.outbox"), "p", "app.outbox")
+	cfg := config.Default()
+	cfg.Name = "p"
+	rt, err := clients.TableRouter(cfg, cfg.Router.For("app.outbox"), "app.outbox")
 	if err != nil {
 		t.Fatal(err)
 	}
