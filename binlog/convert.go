@@ -354,6 +354,7 @@ func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
 	if out.kind == KindCommit && out.xid == "" && f.xid == "" {
 		ev.Digest = st.digest.sum(f.gtid)
 	}
+	ev.File, ev.Pos = r.ReadPosition()
 	st.size = 0
 	return append(batch, ev)
 }

@@ -132,6 +132,12 @@ type Event struct {
 	Note string
 	// Time is the transaction's commit time (on rows and commits).
 	Time time.Time
+	// File and Pos, on a commit, are the binlog file and offset after the
+	// event that ended the transaction on the server read (ReadPosition
+	// then: the end of a compressed payload for the events inside it);
+	// "" and 0 when the server had not named its file.
+	File string
+	Pos  uint32
 	// Size is the number of binlog bytes the event accounts for.
 	Size int
 	// Undecoded, for rows (inserts), says per row why the reader did not

@@ -278,16 +278,7 @@ func mariadbEarliest(conn *binlog.Conn) (string, error) {
 	if len(logs) == 0 {
 		return "", fmt.Errorf("%w: the server has no binary logs", ErrServerConfig)
 	}
-	evs, err := binlog.Query(conn, "SHOW BINLOG EVENTS IN "+quote(logs[0][0])+" LIMIT 4")
-	if err != nil {
-		return "", fmt.Errorf("read binary log %s: %w", logs[0][0], err)
-	}
-	for _, e := range evs {
-		if len(e) > 5 && e[2] == "Gtid_list" {
-			return strings.Trim(e[5], "[] "), nil
-		}
-	}
-	return "", nil
+	return fileStartList(conn, logs[0][0])
 }
 
 // CheckNotPurged returns binlog.ErrPurged if the server no longer has every binlog

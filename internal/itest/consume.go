@@ -269,3 +269,23 @@ func Compare(t testing.TB, s *Schema, recs []Record) Report {
 	}
 	return rep
 }
+
+// CreateTopics creates topics with partitions each (replication factor 1),
+// failing the test on an error.
+func CreateTopics(t testing.TB, brokers []string, partitions int32, topics ...string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := kadm.NewClient(cl).CreateTopics(ctx, partitions, 1, nil, topics...)
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatalf("create topics %v: %v", topics, err)
+	}
+}

@@ -143,6 +143,9 @@ var foreign = []rule{
 	{is: source.ErrForeignHistory, class: DataStop, kind: "source_position"},
 	{is: source.ErrUnproven, class: Purged, kind: "purged"},
 	{is: source.ErrNotInBinlogs, class: Transient, kind: "source_position"},
+	// A binlog file asked for by name (checkpoint set --from-debezium's
+	// walk; never the relay's stream, which reads by GTID) is gone.
+	{is: source.ErrNoBinlogFile, class: DataStop, kind: "source_position"},
 	{is: checkpoint.ErrCheckpointHeldBack, class: Transient, kind: "checkpoint_held_back"},
 	{is: binlog.ErrAccessDenied, class: ConfigStop, kind: "source_config"},
 	{is: source.ErrServerConfig, class: ConfigStop, kind: "source_config"},

@@ -42,6 +42,7 @@ func sentinelValues() map[string]error {
 	return map[string]error{
 		"source.ErrRDSRetentionDenied":     source.ErrRDSRetentionDenied,
 		"source.ErrNotInBinlogs":           source.ErrNotInBinlogs,
+		"source.ErrNoBinlogFile":           source.ErrNoBinlogFile,
 		"source.ErrForeignHistory":         source.ErrForeignHistory,
 		"source.ErrUnproven":               source.ErrUnproven,
 		"binlog.ErrInsecureLogin":          binlog.ErrInsecureLogin,
