@@ -93,15 +93,16 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 		return batch, fmt.Errorf("%w: rows of %s.%s outside BEGIN ... COMMIT (after %s)", ErrUnframed,
 			e.Table.Schema, e.Table.Table, f.gtid)
 	}
-	if e.Type() == replication.EnumRowsEventTypeUnknown {
-		// PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON),
-		// whose rows the reader does not decode (jsonbound.go)
-		return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s.%s", ErrUnframed, f.gtid, ev.Header.EventType, e.Table.Schema, e.Table.Table)
-	}
 	if why := rowsShape(e); why != "" {
 		return batch, malformedRowsError(f.gtid, e, why) // not decoded (rowsDecoder)
 	}
-	if len(e.Rows) == 0 && !partialInsert(e) { // a partial INSERT is not decoded: refused below
+	// A PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON)
+	// is an UPDATE whose images are not decoded (their JSON diffs would be
+	// go-mysql's alone, jsonbound.go): it goes on without rows, counted
+	// once by router.invalid_op. A partial INSERT is not decoded either: its
+	// absent columns stop the relay where its transaction's fate is known.
+	undecoded := e.Type() == replication.EnumRowsEventTypeUnknown || partialInsert(e)
+	if len(e.Rows) == 0 && !undecoded {
 		return batch, nil
 	}
 	c, batch, err := r.tableOf(st, e.Table, batch)

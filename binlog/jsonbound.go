@@ -249,8 +249,8 @@ func jsonLength(b []byte) (length, n int, ok bool) {
 // JSON types read as BLOB: the same layout, a length and the bytes), then
 // each document checkJSON lets through rendered by go-mysql; one it does
 // not is replaced by an Undecoded. A PARTIAL_UPDATE_ROWS_EVENT is not
-// decoded: the relay refuses it (convert) and its JSON diffs would be
-// decoded by go-mysql alone.
+// decoded: its JSON diffs would be go-mysql's alone; the reader hands it
+// on as an UPDATE without rows (convert).
 func decodeJSONRows(e *replication.RowsEvent, pos int, data []byte) error {
 	if e.Type() == replication.EnumRowsEventTypeUnknown {
 		return nil

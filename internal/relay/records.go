@@ -168,6 +168,9 @@ func rowBytes(row router.Row) int {
 // only counted.
 func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
 	n := int64(len(ev.Rows))
+	if n == 0 {
+		n = 1 // a partial JSON update, its images not decoded: one per event
+	}
 	if ev.Op == binlog.OpDelete {
 		expected := min(n, l.curRows-l.curDeleted)
 		l.curDeleted += expected
