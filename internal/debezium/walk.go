@@ -36,10 +36,10 @@ type Tx struct {
 	// Fingerprint is that of the last transaction with captured rows
 	// before it (nil: none walked), as the relay records it.
 	Fingerprint *checkpoint.Fingerprint
-	Time       time.Time // its commit time
-	File       string    // binlog file and offset after its commit
-	Pos        uint32
-	Rows       int64 // its captured INSERT rows
+	Time        time.Time // its commit time
+	File        string    // binlog file and offset after its commit
+	Pos         uint32
+	Rows        int64 // its captured INSERT rows
 	// Covered: Debezium's offset is at or after its end (its GTID is in
 	// the offset's set; without one, its commit ends at or before the
 	// offset's file and position).
