@@ -9,7 +9,7 @@ DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-demo test test-unit test-integration test-kafka fuzz fuzz-brief demo bench bench-kafka bench-audit bench-debezium vet clean release image image-docker
+.PHONY: all build deps deps-demo test test-unit test-integration test-kafka test-debezium fuzz fuzz-brief demo bench bench-kafka bench-audit bench-debezium vet clean release image image-docker
 
 all: build
 
@@ -70,7 +70,7 @@ test-unit:
 # processes at once (internal/itest/shards.sh, each with its own MariaDB),
 # beside the other integration packages.
 ITEST_SHARDS ?= 3
-INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/ ./internal/devdb/ ./internal/relay/ ./cmd/outbox-relay/ ./examples/demo/ ./internal/ha/ ./source/ ./schema/
+INTEGRATION_PKGS := ./internal/mysqlitest/ ./internal/kititest/ ./internal/acltest/ ./deploy/... ./binlog/ ./internal/preflight/ ./internal/devdb/ ./internal/relay/ ./cmd/outbox-relay/ ./examples/demo/ ./internal/ha/ ./source/ ./schema/ ./internal/dbzitest/
 test-integration: deps
 	@OUTBOX_RELAY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -tags integration -timeout 30m $(INTEGRATION_PKGS) & others=$$!; \
 	SHARDS=$(ITEST_SHARDS) internal/itest/shards.sh; rc=$$?; \
@@ -101,6 +101,23 @@ test-kafka: deps
 	deploy/dev/kafka.sh start || exit 1; \
 	RELAY_TEST_KAFKA_ACL=127.0.0.1:$(KAFKA_ACL_PORT),127.0.0.1:$$(($(KAFKA_ACL_PORT) + 2)) \
 		$(GO) test -count=1 -tags integration -timeout 10m -run TestLeastPrivilegeKafka ./internal/acltest/; rc=$$?; \
+	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; [ $$rc -eq 0 ] || exit $$rc; \
+	$(MAKE) --no-print-directory test-debezium
+
+# The switch from Debezium (checkpoint set --from-debezium) end to end
+# (internal/dbzitest): Debezium 3.6.1's MySQL connector with the outbox
+# EventRouter on Kafka Connect distributed and standalone
+# (deploy/dev/debezium.sh; jars fetched from Maven Central with Maven and
+# cached, as Kafka's), stopped, the relay started from the translated
+# position; on a broker of its own (port KAFKA_DBZ_PORT). make test-kafka
+# runs it last. Needs Java 17+ and mvn; about three minutes.
+KAFKA_DBZ_PORT ?= 29392
+test-debezium: deps
+	@deploy/dev/debezium.sh fetch || exit 1; \
+	export KAFKA_PORT=$(KAFKA_DBZ_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-dbz-XXXXXX); \
+	deploy/dev/kafka.sh start || exit 1; \
+	RELAY_TEST_KAFKA=127.0.0.1:$(KAFKA_DBZ_PORT) RELAY_TEST_DEBEZIUM=1 \
+		$(GO) test -count=1 -tags integration -timeout 10m ./internal/dbzitest/; rc=$$?; \
 	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; exit $$rc
 
 # Each target for FUZZTIME; `go test` runs their seed corpora only, `make
@@ -112,6 +129,7 @@ fuzz:
 	$(GO) test ./router/ -run '^$$' -fuzz '^FuzzTraceHeaders$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzDecodeInsertRows$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/debezium/ -run '^$$' -fuzz '^FuzzDecodeOffsetFile$$' -fuzztime $(FUZZTIME)
 
 fuzz-brief:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_BRIEF)

@@ -93,7 +93,16 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 		return batch, fmt.Errorf("%w: rows of %s.%s outside BEGIN ... COMMIT (after %s)", ErrUnframed,
 			e.Table.Schema, e.Table.Table, f.gtid)
 	}
-	if len(e.Rows) == 0 {
+	if why := rowsShape(e); why != "" {
+		return batch, malformedRowsError(f.gtid, e, why) // not decoded (rowsDecoder)
+	}
+	// A PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON)
+	// is an UPDATE whose images are not decoded (their JSON diffs would be
+	// go-mysql's alone, jsonbound.go): it goes on without rows, counted
+	// once by router.invalid_op. A partial INSERT is not decoded either: its
+	// absent columns stop the relay where its transaction's fate is known.
+	undecoded := e.Type() == replication.EnumRowsEventTypeUnknown || partialInsert(e)
+	if len(e.Rows) == 0 && !undecoded {
 		return batch, nil
 	}
 	c, batch, err := r.tableOf(st, e.Table, batch)
@@ -103,14 +112,15 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	t := c.table
 	out := Event{Kind: KindRows, GTID: f.gtid, XID: f.xid, Table: t, Time: f.commitTime, Size: st.size}
 	var ok bool
-	if out.Op, out.Rows, ok = rowImages(e); !ok {
+	if out.Op, out.Rows, ok = rowImages(ev.Header.EventType, e); !ok {
 		return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s", ErrUnframed, f.gtid, ev.Header.EventType, t)
 	}
 	if out.Op == OpInsert {
 		// Decided from the image's own bitmap: go-mysql gives an absent
 		// column as nil, the same value as a NULL (rowimage.go).
-		if absent := absentColumns(e.ColumnBitmap1, e.ColumnCount, len(t.Columns)); len(absent) > 0 {
-			return batch, partialImageError(f.gtid, t, absent)
+		out.Absent = absentNames(t, e.ColumnBitmap1, e.ColumnCount)
+		if e.Table.JsonColumnCount() > 0 {
+			out.Undecoded = undecodedRows(e.Rows, t.Columns)
 		}
 	}
 	if c.signs != nil {
@@ -128,10 +138,17 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	return append(batch, out), nil
 }
 
-// rowImages are a rows event's operation and row images (UPDATE: the
-// after images); ok false for an event of another kind.
-func rowImages(e *replication.RowsEvent) (op Op, rows [][]any, ok bool) {
-	switch e.Type() {
+// rowImages are the operation and row images (UPDATE: the after images)
+// of e, a rows event of type t; ok false for an event of another kind.
+func rowImages(t replication.EventType, e *replication.RowsEvent) (op Op, rows [][]any, ok bool) {
+	kind := e.Type()
+	if t == replication.PARTIAL_UPDATE_ROWS_EVENT {
+		// MySQL's UPDATE under binlog_row_value_options=PARTIAL_JSON (its
+		// after images may hold JSON diffs): an update, which go-mysql's
+		// Type does not name.
+		kind = replication.EnumRowsEventTypeUpdate
+	}
+	switch kind {
 	case replication.EnumRowsEventTypeInsert:
 		return OpInsert, e.Rows, true
 	case replication.EnumRowsEventTypeDelete:
@@ -338,6 +355,7 @@ func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
 	if out.kind == KindCommit && out.xid == "" && f.xid == "" {
 		ev.Digest = st.digest.sum(f.gtid)
 	}
+	ev.File, ev.Pos = r.ReadPosition()
 	st.size = 0
 	return append(batch, ev)
 }

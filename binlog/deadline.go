@@ -236,17 +236,19 @@ func noAnswer(conn *client.Conn) error {
 
 // Broken reports whether err, from a query on conn, leaves conn unusable:
 // a bound expired on it or its caller ended (every later wait fails the
-// same way), or the connection failed (go-mysql's ErrBadConn: closed,
-// killed by the server, reset). An error the server answered with leaves
-// it usable.
-func Broken(conn *client.Conn, err error) bool {
-	return err != nil && (noAnswer(conn) != nil || errors.Is(err, mysql.ErrBadConn))
+// same way), the connection failed (go-mysql's ErrBadConn: closed, killed
+// by the server, reset), its answer broke go-mysql (ErrBrokenAnswer:
+// closed), or the login guard closed it (a packet or an answer over its
+// bound). An error the server answered with leaves it usable.
+func Broken(conn *Conn, err error) bool {
+	return err != nil && (noAnswer(conn.c) != nil || errors.Is(err, mysql.ErrBadConn) || errors.Is(err, ErrBrokenAnswer) ||
+		conn.guard.err() != nil)
 }
 
 // ConnContext is the context whose end closes conn (Connect's), for the
 // connections a query on conn leads to; Background when conn has none.
-func ConnContext(conn *client.Conn) context.Context {
-	if c := sourceConnOf(conn); c != nil {
+func ConnContext(conn *Conn) context.Context {
+	if c := sourceConnOf(conn.c); c != nil {
 		return c.ctx
 	}
 	return context.Background()

@@ -17,9 +17,12 @@ import (
 // again from another host to prove that the host holds the transaction the
 // relay last published (a GTID alone cannot: independent MariaDB servers
 // all write 0-1-N). It covers what a replica re-logs unchanged and nothing
-// it may log otherwise: the tables' names, each row's operation and its
-// values as decoded (UPDATE: the after image), in binlog order; never the
-// events' bytes (positions, checksums, table ids, how rows are split into
+// it may log otherwise: the tables' names and the values of each INSERT's
+// row as decoded, in binlog order; never an UPDATE's or DELETE's images
+// (a replica logs them with its own binlog_row_image: a DELETE a session
+// logged MINIMAL, the primary key alone, is whole rows on a FULL replica,
+// and the relay publishes only INSERTs, whose images it requires whole),
+// never the events' bytes (positions, checksums, table ids, how rows are split into
 // events and, on MariaDB, compression differ on a replica), never column
 // names (binlog_row_metadata may differ) and never signedness (NO_LOG
 // leaves it to the schema tracker, which a second reading has not got): an
@@ -28,7 +31,7 @@ import (
 //
 // Both the Reader (for each commit, Event.Digest) and Dump.Digest (one
 // transaction, from another host) compute it with the same decoder
-// (rowDecoding), so a host holding the same transaction gives the same
+// (rowsDecoder), so a host holding the same transaction gives the same
 // digest. DigestScheme names this definition: change what a digest covers
 // or how a value is encoded, and change the scheme, so that a digest
 // written by an older build is not compared with one computed otherwise
@@ -41,14 +44,14 @@ import (
 // is an accident (another server's rows under the same GTID), not a forger,
 // who would have to write to the source's own hosts; 64 bits make an
 // accidental match a 2^-64 chance.
-const DigestScheme = "rows-xxh64-v1"
+const DigestScheme = "rows-xxh64-v2"
 
 // TxDigest is the digest of the rows of captured tables of one transaction.
 type TxDigest struct {
-	// Tables are the captured tables that have rows in it (db.table in
-	// lower case, in the order of their first rows).
+	// Tables are the captured tables that have inserted rows in it
+	// (db.table in lower case, in the order of their first rows).
 	Tables []string
-	// Rows counts the rows (an UPDATE's row is one).
+	// Rows counts the inserted rows.
 	Rows int
 	// Sum is DigestScheme, ":" and the hex hash of the canonical rows.
 	Sum string
@@ -72,10 +75,13 @@ func (d *rowsDigest) reset(gtid string) {
 	d.gtid, d.tables, d.rows = gtid, d.tables[:0], 0
 }
 
-// add adds the rows of one rows event of table tm (op; UPDATE: the after
-// images) to the digest of the group gtid, starting it when gtid is
-// another group's.
+// add adds the rows of one rows event of table tm to the digest of the
+// group gtid, starting it when gtid is another group's: an INSERT's rows
+// only (op), nothing of other operations.
 func (d *rowsDigest) add(gtid string, tm *replication.TableMapEvent, op Op, rows [][]any) {
+	if op != OpInsert {
+		return
+	}
 	if d.gtid != gtid || d.h == nil {
 		d.reset(gtid)
 	}

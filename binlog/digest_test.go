@@ -20,7 +20,7 @@ func typedMap(db, table string, types ...byte) *replication.TableMapEvent {
 
 // A value decoded signed (a NO_LOG table map) and the same value decoded
 // UNSIGNED, a string and the same bytes, a row split over two events: the
-// same digest. Another value, operation, table or row order: another.
+// same digest. Another value, table or row order: another.
 func TestDigestCoversRowsNotTheirDecoding(t *testing.T) {
 	ints := typedMap("app", "outbox", mysql.MYSQL_TYPE_TINY, mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_INT24,
 		mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_BLOB)
@@ -48,7 +48,6 @@ func TestDigestCoversRowsNotTheirDecoding(t *testing.T) {
 	}
 	other("another value", digestOf(ints, OpInsert, []any{int8(-1), int16(-2), int32(-3), int32(-294967296), int64(-1), "payloaD", []byte("blob")}))
 	other("NULL for empty", digestOf(ints, OpInsert, []any{int8(-1), int16(-2), int32(-3), int32(-294967296), int64(-1), "payload", nil}))
-	other("another operation", digestOf(ints, OpDelete, signed))
 	other("another table", digestOf(typedMap("app", "outbox2", ints.ColumnType...), OpInsert, signed))
 	if got := digestOf(typedMap("App", "OUTBOX", ints.ColumnType...), OpInsert, signed); got.Sum != base.Sum {
 		t.Fatal("the table's names in another letter case (lower_case_table_names) digest otherwise")
@@ -66,6 +65,38 @@ func TestDigestCoversRowsNotTheirDecoding(t *testing.T) {
 	floats := typedMap("app", "outbox", mysql.MYSQL_TYPE_FLOAT, mysql.MYSQL_TYPE_DOUBLE, mysql.MYSQL_TYPE_NEWDECIMAL)
 	if a, b := digestOf(floats, OpInsert, []any{float32(1.5), 2.5, "1.000"}), digestOf(floats, OpInsert, []any{float32(1.5), 2.5, "1.0"}); a.Sum == b.Sum {
 		t.Fatal("decimals of another scale: same digest")
+	}
+}
+
+// Only INSERTs count: an UPDATE's or DELETE's images are as the server
+// that logged them chose (binlog_row_image: a session's MINIMAL DELETE is
+// the primary key alone on the primary and whole rows on a FULL replica).
+// A group of DELETEs has no digest; DELETEs beside INSERTs change nothing.
+func TestDigestCountsInsertsOnly(t *testing.T) {
+	tm := typedMap("app", "outbox", mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR)
+	row := []any{int64(7), "payload"}
+	if d := digestOf(tm, OpDelete, row); d != nil {
+		t.Fatalf("a group of DELETEs digests %+v", d)
+	}
+	if d := digestOf(tm, OpUpdate, row); d != nil {
+		t.Fatalf("a group of UPDATEs digests %+v", d)
+	}
+	inserts := digestOf(tm, OpInsert, row)
+	for _, images := range [][]any{{int64(7), nil}, row} { // MINIMAL, FULL
+		var d rowsDigest
+		d.add("0-1-5", tm, OpInsert, [][]any{row})
+		d.add("0-1-5", tm, OpDelete, [][]any{images})
+		d.add("0-1-5", tm, OpUpdate, [][]any{images})
+		if got := d.sum("0-1-5"); got.Sum != inserts.Sum || got.Rows != 1 {
+			t.Fatalf("INSERT and other images %v digest %+v, want the INSERT's %+v", images, got, inserts)
+		}
+	}
+	other := digestOf(typedMap("app", "other", tm.ColumnType...), OpInsert, row)
+	var d rowsDigest
+	d.add("0-1-5", typedMap("app", "other", tm.ColumnType...), OpDelete, [][]any{row})
+	d.add("0-1-5", tm, OpInsert, [][]any{row})
+	if got := d.sum("0-1-5"); len(got.Tables) != 1 || got.Tables[0] != "app.outbox" || got.Sum == other.Sum {
+		t.Fatalf("a table with DELETEs alone is among the digest's tables: %+v", got)
 	}
 }
 

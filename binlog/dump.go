@@ -20,8 +20,10 @@ import (
 // serves (package source: its probe of a position, its try of REPLICATION
 // SLAVE), opened as the Reader opens its own: the login guard, and each
 // wait bounded by its phase (deadline.go). It decodes no row, but those of
-// the tables NewRowsDump names. Close it.
+// the tables NewRowsDump names, and nothing it is not read for (go-mysql
+// runs in raw mode; its DumpStream decodes, parse.go). Close it.
 type Dump struct {
+	flavor string
 	syncer *replication.BinlogSyncer
 	guard  *loginGuard
 	repl   atomic.Pointer[sourceConn] // the replication connection, for its phases
@@ -61,7 +63,7 @@ func newDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint
 	if err != nil {
 		return nil, fmt.Errorf("port %q: %w", portStr, err)
 	}
-	d := &Dump{guard: newLoginGuard(cfg, addr), decode: decode}
+	d := &Dump{flavor: flavor, guard: newLoginGuard(cfg, addr), decode: decode}
 	scfg := replication.BinlogSyncerConfig{
 		ServerID:         serverID,
 		Flavor:           flavor,
@@ -75,26 +77,57 @@ func newDump(ctx context.Context, cfg Config, addr, flavor string, serverID uint
 		Dialer:           d.guard.dial(syncerDialer(ctx, cfg, func(c *sourceConn) { d.repl.Store(c) })),
 		Option:           func(c *client.Conn) error { setPhase(&d.repl, phaseRegister); return d.guard.bound(c) },
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		// A dump reads no row (but Digest's): skip decoding them.
-		RowsEventDecodeFunc: func(*replication.RowsEvent, []byte) error { return nil },
-	}
-	if decode != nil {
-		rowDecoding(&scfg, decode)
+		// The DumpStream decodes what the dump is read for, within the
+		// bounds (a compressed transaction: payload.go), never more.
+		RawModeEnabled: true,
 	}
 	d.syncer = replication.NewBinlogSyncer(scfg)
 	return d, nil
 }
 
+// probeEvents are the events a Dump without tables decodes: what a probe
+// reads.
+var probeEvents = map[replication.EventType]bool{
+	replication.GTID_EVENT: true, replication.GTID_TAGGED_LOG_EVENT: true, replication.MARIADB_GTID_EVENT: true,
+	replication.HEARTBEAT_EVENT: true, replication.HEARTBEAT_LOG_EVENT_V2: true,
+}
+
+// DumpStream reads a Dump's events, decoded as the Reader decodes them: a
+// Dump of NewDump decodes only GTID events (of both flavors) and
+// heartbeats, the others come as go-mysql's raw events
+// (*replication.GenericEvent); one of NewRowsDump decodes every event and
+// its tables' rows.
+type DumpStream struct {
+	s *replication.BinlogStreamer
+	p *eventParser
+}
+
+// GetEvent returns the next event, waiting until ctx ends.
+func (s *DumpStream) GetEvent(ctx context.Context) (*replication.BinlogEvent, error) {
+	ev, err := s.s.GetEvent(ctx)
+	if err != nil {
+		return nil, syncerError(err)
+	}
+	return s.p.parse(ev)
+}
+
 // Start logs in, registers as a replica and asks for the binlog after set.
 // Its error is go-mysql's as it came (a *mysql.MyError when the server
 // refused): see Failed and Refused for the relay's words.
-func (d *Dump) Start(set mysql.GTIDSet) (*replication.BinlogStreamer, error) {
+func (d *Dump) Start(set mysql.GTIDSet) (*DumpStream, error) {
 	stream, err := login(d.guard, func() (*replication.BinlogStreamer, error) { return d.syncer.StartSyncGTID(set) })
 	if err != nil {
 		return nil, err
 	}
 	setPhase(&d.repl, phaseStream)
-	return stream, nil
+	var p *eventParser
+	if d.decode != nil {
+		p = newEventParser(d.flavor, nil, d.guard.packetBound, rowsDecoder(d.decode, d.guard.packetBound))
+	} else {
+		p = newEventParser(d.flavor, nil, d.guard.packetBound, nil)
+		p.only = func(t replication.EventType) bool { return probeEvents[t] }
+	}
+	return &DumpStream{s: stream, p: p}, nil
 }
 
 // Failed is err, from Start, as the relay words it: the login guard's
@@ -109,24 +142,25 @@ func (d *Dump) Refused(what string, err error) error {
 	return d.guard.or(mapStreamErr(fmt.Errorf("%s: %w", what, phaseErr(&d.repl, err))))
 }
 
-// Close closes the replication connection.
-func (d *Dump) Close() { d.syncer.Close() }
+// Close closes the replication connection (closeSyncer).
+func (d *Dump) Close() { _ = closeSyncer(d.guard, d.syncer) }
 
-// Digest reads stream (Start's, from the GTID set just before gtid) until
-// the group gtid has ended and returns the digest of its rows of the
-// dump's tables (NewRowsDump), computed as the Reader computes
-// Event.Digest: nil when it has none of them. found is false when the
-// stream showed that the binlog does not hold gtid where it should: MySQL,
-// a transaction outside within (the checkpoint's set) came first, or more
-// than reorderedLimit of within's (the server sends every transaction the
-// start set lacks, in binlog order; a replica that applies in parallel
-// without preserving the commit order may log a few of the checkpoint's
-// later ones first); MariaDB, a later transaction of gtid's domain and
-// server_id came first, or a heartbeat (the server had nothing more to
-// send; MySQL also sends heartbeats while it skips transactions, so there
-// they say nothing). An error is the stream's, as it came (see Refused),
-// or ctx's.
-func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, gtid string, within mysql.GTIDSet) (dg *TxDigest, found bool, err error) {
+// Digest reads stream until the group gtid has ended and returns the
+// digest of its rows of the dump's tables (NewRowsDump), computed as the
+// Reader computes Event.Digest: nil when it has none of them. Start's set
+// is where the server sends gtid first: MariaDB, the GTID set just before
+// it (the server sends each domain's transactions in binlog order); MySQL,
+// everything the server executed but gtid (the server sends the
+// transactions the set lacks, skipping the others itself: a replica that
+// applies in parallel without preserving the commit order may log later
+// ones before it). found is false when the stream showed that the binlog
+// does not hold gtid where it should: MariaDB, a later transaction of
+// gtid's domain and server_id came first, or a heartbeat (the server had
+// nothing more to send); MySQL, more than reorderedLimit other
+// transactions came first (MySQL also sends heartbeats while it skips
+// transactions, so there they say nothing). An error is the stream's, as
+// it came (see Refused), or ctx's.
+func (d *Dump) Digest(ctx context.Context, stream *DumpStream, gtid string) (dg *TxDigest, found bool, err error) {
 	var want *mysql.MariadbGTID
 	if !strings.Contains(gtid, ":") {
 		if want, err = mysql.ParseMariadbGTID(gtid); err != nil {
@@ -164,7 +198,7 @@ func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, g
 					in = true
 					sum.reset(gtid)
 				case !mariadb:
-					if reordered++; reordered > reorderedLimit || within == nil || !containsGTID(within, g) {
+					if reordered++; reordered > reorderedLimit {
 						return nil, false, nil
 					}
 				case want != nil && m.GTID.DomainID == want.DomainID && m.GTID.ServerID == want.ServerID &&
@@ -175,7 +209,7 @@ func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, g
 				if !in || e.Table == nil || d.decode == nil || !d.decode(e.Table.Schema, e.Table.Table) || len(e.Rows) == 0 {
 					continue
 				}
-				if op, rows, ok := rowImages(e); ok {
+				if op, rows, ok := rowImages(ev.Header.EventType, e); ok {
 					sum.add(gtid, e.Table, op, rows)
 				}
 			case *replication.XIDEvent:
@@ -198,15 +232,9 @@ func (d *Dump) Digest(ctx context.Context, stream *replication.BinlogStreamer, g
 	}
 }
 
-// reorderedLimit is how many of the checkpoint's transactions Digest lets
-// come before the one it reads on MySQL.
+// reorderedLimit is how many other transactions Digest lets come before
+// the one it reads on MySQL (none should: the start set holds them all).
 const reorderedLimit = 1000
-
-// containsGTID reports whether set holds the single GTID g.
-func containsGTID(set mysql.GTIDSet, g string) bool {
-	one, err := mysql.ParseMysqlGTIDSet(g)
-	return err == nil && set.Contain(one)
-}
 
 // endsGroup reports whether a Query event's statement ends its
 // transaction, as the framer reads it.

@@ -396,18 +396,41 @@ func TestFramerTransactionPayload(t *testing.T) {
 // payloadBody is a Transaction_payload event's body holding events
 // (zstd).
 func payloadBody(t testing.TB, events []byte) []byte {
+	return payloadBodyOf(t, events, int64(len(events)), 0)
+}
+
+// payloadBodyOf is a Transaction_payload event's body holding events
+// (zstd): its fields as MySQL writes them (type, length, a packed value);
+// declared is the uncompressed size it gives (-1: none); pad zero bytes
+// follow the events, as RLE blocks of a second zstd frame.
+func payloadBodyOf(t testing.TB, events []byte, declared, pad int64) []byte {
 	enc, err := zstd.NewWriter(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	z := enc.EncodeAll(events, nil)
 	_ = enc.Close()
+	if pad > 0 {
+		z = binary.LittleEndian.AppendUint32(z, 0xFD2FB528)
+		z = append(z, 0, (21-10)<<3) // no content size, window 2 MiB
+		for pad > 0 {
+			n := min(pad, 128<<10)
+			pad -= n
+			h := uint32(1<<1) | uint32(n)<<3 // RLE
+			if pad == 0 {
+				h |= 1
+			}
+			z = append(z, byte(h), byte(h>>8), byte(h>>16), 0)
+		}
+	}
 	field := func(b []byte, typ byte, v uint64) []byte {
 		n := mysql.PutLengthEncodedInt(v)
 		return append(append(b, typ, byte(len(n))), n...)
 	}
 	b := field(nil, replication.OTW_PAYLOAD_COMPRESSION_TYPE_FIELD, replication.ZSTD)
-	b = field(b, replication.OTW_PAYLOAD_UNCOMPRESSED_SIZE_FIELD, uint64(len(events)))
+	if declared >= 0 {
+		b = field(b, replication.OTW_PAYLOAD_UNCOMPRESSED_SIZE_FIELD, uint64(declared))
+	}
 	b = field(b, replication.OTW_PAYLOAD_SIZE_FIELD, uint64(len(z)))
 	b = append(b, replication.OTW_PAYLOAD_HEADER_END_MARK)
 	return append(b, z...)

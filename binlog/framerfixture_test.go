@@ -160,12 +160,27 @@ func (e *encoder) rowsEvent(op Op, table string, n int) *replication.BinlogEvent
 // partial image (binlog_row_image MINIMAL or NOBLOB): the NULL bitmap and
 // the values cover the present columns only.
 func (e *encoder) imageEvent(op Op, table string, present byte, n int, null bool) *replication.BinlogEvent {
+	return e.imageEventOf(op, false, table, present, n, null)
+}
+
+// partialUpdateEvent is MySQL's PARTIAL_UPDATE_ROWS_EVENT of n row pairs
+// (binlog_row_value_options=PARTIAL_JSON): an update whose after images
+// each start with the row's value options (partial JSON updates on; the
+// table has no JSON column, so no partial bits follow).
+func (e *encoder) partialUpdateEvent(table string, n int) *replication.BinlogEvent {
+	return e.imageEventOf(OpUpdate, true, table, 0b11, n, false)
+}
+
+func (e *encoder) imageEventOf(op Op, partialJSON bool, table string, present byte, n int, null bool) *replication.BinlogEvent {
 	types := map[Op][2]replication.EventType{
 		OpInsert: {replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2},
 		OpUpdate: {replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2},
 		OpDelete: {replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2},
 	}[op]
 	t := types[1]
+	if partialJSON {
+		t = replication.PARTIAL_UPDATE_ROWS_EVENT
+	}
 	b := binary.LittleEndian.AppendUint64(nil, e.tables[table])[:6]
 	b = binary.LittleEndian.AppendUint16(b, replication.RowsEventStmtEndFlag)
 	if e.flavor == mysql.MariaDBFlavor {
@@ -194,6 +209,9 @@ func (e *encoder) imageEvent(op Op, table string, present byte, n int, null bool
 	for i := 1; i <= n; i++ {
 		image(i, "r"+strconv.Itoa(i))
 		if op == OpUpdate {
+			if partialJSON {
+				b = append(b, 1) // value options: PARTIAL_JSON_UPDATES
+			}
 			image(i, "u"+strconv.Itoa(i))
 		}
 	}
@@ -420,11 +438,15 @@ func (f *fixture) run(evs []*replication.BinlogEvent) ([]string, error) {
 			break
 		}
 	}
+	return renderAll(batch), err
+}
+
+func renderAll(batch []Event) []string {
 	out := make([]string, len(batch))
 	for i, ev := range batch {
 		out[i] = render(ev)
 	}
-	return out, err
+	return out
 }
 
 var kindNames = map[Kind]string{KindRows: "rows", KindCommit: "commit", KindDDL: "ddl", KindPrepare: "prepare",
@@ -434,6 +456,9 @@ func render(ev Event) string {
 	s := kindNames[ev.Kind] + " " + ev.GTID
 	if ev.Kind == KindRows {
 		s += fmt.Sprintf(" %s %s %d", ev.Table, ev.Op, len(ev.Rows))
+		if len(ev.Absent) > 0 {
+			s += " absent=" + strings.Join(ev.Absent, ",")
+		}
 	}
 	if ev.XID != "" {
 		s += " xid=" + ev.XID

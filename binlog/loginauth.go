@@ -113,6 +113,7 @@ func (g *guardConn) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	if !s.owns() && len(s.wbuf) == 0 {
+		s.cmds.Add(1) // a command: what the server sends next answers it (answerbound.go)
 		return g.Conn.Write(p)
 	}
 	s.wbuf = append(s.wbuf, p...)
@@ -341,16 +342,22 @@ func rsaKey(der []byte) (*rsa.PublicKey, error) {
 	return rk, nil
 }
 
-// login runs fn, go-mysql's login (and what follows it in the same call) on
-// connections of lg, and turns a panic of go-mysql on the server's packets
-// into a refusal: the connections are closed, and the process goes on.
+// login runs fn, go-mysql's login (and what follows it in the same call:
+// a replication connection's registration queries) on connections of lg,
+// and turns a panic of go-mysql on the server's packets into a refusal
+// (ErrInsecureLogin during the login, ErrBrokenAnswer after it): the
+// connections are closed, and the process goes on.
 func login[T any](lg *loginGuard, fn func() (T, error)) (v T, err error) {
 	defer func() {
 		p := recover()
 		if p == nil {
 			return
 		}
-		lg.fail(fmt.Errorf("%w: login to %s: the server's answer broke the MySQL client library (%v)", ErrInsecureLogin, lg.addr, p))
+		if lg.loggedIn.Load() {
+			lg.fail(fmt.Errorf("%w: after the login to %s (%v)", ErrBrokenAnswer, lg.addr, p))
+		} else {
+			lg.fail(fmt.Errorf("%w: login to %s: the server's answer broke the MySQL client library (%v)", ErrInsecureLogin, lg.addr, p))
+		}
 		err = lg.err()
 	}()
 	return fn()

@@ -1,6 +1,7 @@
 package binlog
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -55,11 +56,7 @@ func der(t *testing.T, k *rsa.PrivateKey) []byte {
 // packet, sha256_password, auth switches, odd nonces and odd packet
 // boundaries. asks: the server asks for the password itself (in cleartext
 // or encrypted), which a relay without a pinned key refuses by name.
-func hostileLogins(t *testing.T) []struct {
-	name string
-	asks bool
-	sc   hostiledb.Script
-} {
+func hostileLogins(t *testing.T) []hostileLogin {
 	testKeys(t)
 	const sha2, sha256, native = "caching_sha2_password", "sha256_password", "mysql_native_password"
 	R, OK, AD := hostiledb.Read, hostiledb.OK, hostiledb.AccessDenied
@@ -72,11 +69,9 @@ func hostileLogins(t *testing.T) []struct {
 	nonce2 := []byte("ZYXWVUTSRQPONMLKJIHG\x00")
 	ed := []byte(strings.Repeat("e", 32))
 	truncated := []byte("\x0a8.0.36\x00\x01\x00\x00\x00abcdefgh\x00\x0f\xa2\xff\x02\x00\x08\x00\x15")
-	return []struct {
-		name string
-		asks bool
-		sc   hostiledb.Script
-	}{
+	caps := hostiledb.Capabilities
+	pre41 := []byte("\x0a8.0.36\x00\x01\x00\x00\x00abcdefgh\x00\x00\x02") // a greeting that ends after the capabilities
+	return []hostileLogin{
 		{"full auth 01 04", true, hostiledb.Script{Plugin: sha2, Steps: full("\x01\x04", key("\x01", own))}},
 		{"full auth 01 04 00", true, hostiledb.Script{Plugin: sha2, Steps: full("\x01\x04\x00", key("\x01", own))}},
 		{"full auth 01 04 and more bytes", true, hostiledb.Script{Plugin: sha2, Steps: full("\x01\x04\xff\x01\x04", key("\x01", own))}},
@@ -136,6 +131,100 @@ func hostileLogins(t *testing.T) []struct {
 			send(hostiledb.Switch(sha2, nonce2)), R, send(hostiledb.Switch("mysql_clear_password", nonce2)), R, OK}}},
 		{"unknown plugin in the greeting", false, hostiledb.Script{Plugin: "mysql_clear_password", Steps: []hostiledb.Step{R, OK}}},
 		{"truncated greeting", false, hostiledb.Script{Greeting: truncated, Steps: []hostiledb.Step{R, OK}}},
+
+		// Sequences out of order.
+		{"full auth, the key request answered by an auth switch", false, hostiledb.Script{Plugin: sha2, Steps: []hostiledb.Step{R,
+			send([]byte("\x01\x04")), R, send(hostiledb.Switch(native, nonce2)), R, OK}}},
+		{"full auth, several key packets", true, hostiledb.Script{Plugin: sha2, Steps: []hostiledb.Step{R,
+			send([]byte("\x01\x04")), R, key("\x01", own), key("\x01", other), key("\x01", pinned), R, R, AD}}},
+		{"full auth, the pinned key then the server's", true, hostiledb.Script{Plugin: sha2, Steps: []hostiledb.Step{R,
+			send([]byte("\x01\x04")), R, key("\x01", pinned), key("\x01", own), R, R, AD}}},
+		{"auth-more-data after the OK", false, hostiledb.Script{Plugin: sha2, Steps: []hostiledb.Step{R,
+			OK, send([]byte("\x01\x04")), R, key("\x01", own), R, R}}},
+		{"a switch after the OK", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			OK, send(hostiledb.Switch("mysql_clear_password", nonce2)), R, R}}},
+		{"ERR, then full auth", false, hostiledb.Script{Plugin: sha2, Steps: []hostiledb.Step{R,
+			AD, send([]byte("\x01\x04")), R, key("\x01", own), R, OK}}},
+		{"ERR, then a switch to cleartext", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			AD, send(hostiledb.Switch("mysql_clear_password", nonce2)), R, OK}}},
+		{"plugins renegotiated three times", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send(hostiledb.Switch(sha2, nonce2)), R, send(hostiledb.Switch(native, nonce2)), R,
+			send(hostiledb.Switch("mysql_clear_password", nonce2)), R, send(hostiledb.Switch(sha256, nonce2)), R, OK}}},
+		{"switch to caching_sha2_password, then more data 01 04 after the fast path", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send(hostiledb.Switch(sha2, nonce2)), R, send([]byte("\x01\x03")), send([]byte("\x01\x04")), R, key("\x01", own), R, AD}}},
+		{"switch to client_ed25519, then full auth", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send(hostiledb.Switch("client_ed25519", ed)), R, send([]byte("\x01\x04")), R, key("\x01", own), R, AD}}},
+		{"switch to sha256_password, empty nonce", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send([]byte("\xfesha256_password\x00")), R, key("\x01", own), R, AD}}},
+		{"switch to mysql_old_password (a lone FE)", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send([]byte{0xfe}), R, OK}}},
+
+		// Plugins the relay does not answer.
+		{"switch to auth_gssapi_client", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send(hostiledb.Switch("auth_gssapi_client", []byte("relay@REALM\x00"))), R, OK}}},
+		{"switch to parsec", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send(hostiledb.Switch("parsec", nonce2)), R, OK}}},
+		{"switch to authentication_kerberos_client", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send(hostiledb.Switch("authentication_kerberos_client", nonce2)), R, OK}}},
+		{"switch to a plugin named like caching_sha2_password", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send(hostiledb.Switch("Caching_sha2_password", nonce2)), R, send([]byte("\x01\x04")), R, key("\x01", own), R, AD}}},
+		{"dialog (PAM) asking for the password", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send(hostiledb.Switch("dialog", []byte("\x04Password: \x00"))), R, send([]byte("\x04Password: ")), R, OK}}},
+		{"client_ed25519 in the greeting", false, hostiledb.Script{Plugin: "client_ed25519", Steps: []hostiledb.Step{R, OK}}},
+
+		// Greetings whose capabilities change the packets' shapes.
+		{"greeting without CLIENT_PLUGIN_AUTH, then a switch to cleartext", true, hostiledb.Script{
+			Greeting: hostiledb.Greeting("", caps&^hostiledb.CapPluginAuth), Steps: []hostiledb.Step{R,
+				send(hostiledb.Switch("mysql_clear_password", nonce2)), R, OK}}},
+		{"greeting without CLIENT_PLUGIN_AUTH, then full auth", true, hostiledb.Script{
+			Greeting: hostiledb.Greeting("", caps&^hostiledb.CapPluginAuth), Steps: []hostiledb.Step{R,
+				send(hostiledb.Switch(sha2, nonce2)), R, send([]byte("\x01\x04")), R, key("\x01", own), R, AD}}},
+		{"greeting without CLIENT_SECURE_CONNECTION (an 8-byte nonce)", false, hostiledb.Script{
+			Greeting: hostiledb.Greeting("", caps&^hostiledb.CapSecureConnection&^hostiledb.CapPluginAuth), Steps: []hostiledb.Step{R, OK}}},
+		{"greeting that ends after the capabilities", false, hostiledb.Script{Greeting: pre41, Steps: []hostiledb.Step{R, OK}}},
+		{"greeting offering compression, then compressed answers", false, hostiledb.Script{
+			Greeting: hostiledb.Greeting(native, caps|hostiledb.CapCompress|hostiledb.CapZstd), Steps: []hostiledb.Step{R, OK},
+			Answers: [][][]byte{{{0x0b, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x01, 0x04}}}}},
+		{"greeting offering TLS to a relay without it, then a switch to cleartext", true, hostiledb.Script{
+			Greeting: hostiledb.Greeting(native, caps|hostiledb.CapSSL), Steps: []hostiledb.Step{R,
+				send(hostiledb.Switch("mysql_clear_password", nonce2)), R, OK}}},
+	}
+}
+
+type hostileLogin struct {
+	name string
+	asks bool
+	sc   hostiledb.Script
+}
+
+// killLogins are hostile logins of the connection go-mysql opens to KILL
+// the replication connection when the reader stops, and a hostile answer
+// to its KILL.
+func killLogins(t *testing.T) []hostileLogin {
+	testKeys(t)
+	const sha2, native = "caching_sha2_password", "mysql_native_password"
+	R, OK, AD := hostiledb.Read, hostiledb.OK, hostiledb.AccessDenied
+	send := hostiledb.Send
+	own := hostiledb.PEM(&attackerKey.PublicKey)
+	key := func(prefix string, pem []byte) hostiledb.Step { return send(append([]byte(prefix), pem...)) }
+	full := func(req string, keyStep hostiledb.Step) []hostiledb.Step {
+		return []hostiledb.Step{R, send([]byte(req)), R, keyStep, R, AD}
+	}
+	nonce2 := []byte("ZYXWVUTSRQPONMLKJIHG\x00")
+	caps := hostiledb.Capabilities
+	return []hostileLogin{
+		{"full auth", true, hostiledb.Script{Plugin: sha2, Steps: full("\x01\x04", key("\x01", own))}},
+		{"a switch to cleartext", true, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send(hostiledb.Switch("mysql_clear_password", nonce2)), R, OK}}},
+		{"greeting without CLIENT_SECURE_CONNECTION", false, hostiledb.Script{
+			Greeting: hostiledb.Greeting("", caps&^hostiledb.CapSecureConnection&^hostiledb.CapPluginAuth), Steps: []hostiledb.Step{R, OK}}},
+		{"switch to mysql_native_password, no nonce", false, hostiledb.Script{Plugin: sha2, Steps: []hostiledb.Step{R,
+			send([]byte("\xfemysql_native_password\x00")), R, OK}}},
+		{"full auth, key packet without PEM", false, hostiledb.Script{Plugin: sha2, Steps: full("\x01\x04", key("\x01", []byte("no key")))}},
+		{"its KILL answered by a short OK", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R, OK},
+			Answers: [][][]byte{{{0x00}}}}},
+		{"login ended by more data, then the KILL", false, hostiledb.Script{Plugin: native, Steps: []hostiledb.Step{R,
+			send([]byte("\x01\x04")), R, R}}},
 	}
 }
 
@@ -176,6 +265,55 @@ func TestLoginNeverGivesThePasswordToAHostileServer(t *testing.T) {
 				t.Fatalf("replication: the server obtained the password: %s (%v)", how, err)
 			}
 		})
+	}
+}
+
+// The connection go-mysql opens to KILL the replication connection when
+// the reader stops logs in through the guard as every other: a hostile
+// server gets no password from it, and nothing it sends there (a greeting
+// go-mysql indexes past, a short OK to the KILL) crashes the process; the
+// reader returns. Each script is played on the KILL connection; the
+// replication connection logs in and is refused its first query.
+func TestKillConnectionNeverGivesThePasswordNorCrashes(t *testing.T) {
+	for _, v := range killLogins(t) {
+		t.Run(v.name, func(t *testing.T) {
+			v.sc.Keys = []*rsa.PrivateKey{attackerKey, otherKey}
+			for _, pin := range []bool{false, true} {
+				killLogin(t, v, pin)
+			}
+		})
+	}
+}
+
+func killLogin(t *testing.T, v hostileLogin, pin bool) {
+	t.Helper()
+	for _, dump := range []bool{false, true} {
+		srv := hostiledb.StartScript(t, hostiledb.Script{Plugin: "mysql_native_password", Keys: v.sc.Keys,
+			Steps: []hostiledb.Step{hostiledb.Read, hostiledb.OK}, Then: &v.sc})
+		cfg := guardConfig(srv.Addr)
+		cfg.MaxPacketBytes = 1 << 20
+		if pin {
+			cfg.ServerPublicKey = der(t, pinnedKey)
+		}
+		var err error
+		if dump { // source's probes: a Dump closes the same way
+			d, derr := NewDump(t.Context(), cfg, srv.Addr, "mysql", 77, 0)
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			set, _ := ParseSet("mysql", "")
+			_, err = d.Start(set)
+			d.Close()
+		} else {
+			err = runReader(t, cfg, srv.Addr)
+		}
+		if how := srv.Leaked(guardPassword); how != "" {
+			t.Fatalf("pinned key %v, dump %v: the server obtained the password: %s (%v)", pin, dump, how, err)
+		}
+		if srv.Conns() < 2 {
+			t.Fatalf("pinned key %v, dump %v: %d connections, want the KILL connection too (%v)", pin, dump, srv.Conns(), err)
+		}
+		t.Logf("pinned key %v, dump %v: %v", pin, dump, err)
 	}
 }
 
@@ -336,4 +474,60 @@ func TestLoginToRealServersWithThePinnedKeyOrTLS(t *testing.T) {
 			t.Fatalf("with a wrong password: %v, want %v", err, ErrAccessDenied)
 		}
 	})
+}
+
+// With source.tls the relay never logs in without TLS: a server (or anyone
+// in the middle) that does not offer TLS in its greeting, or offers it and
+// then answers the TLS request with a login packet in plaintext, gets
+// nothing of the password (over TLS go-mysql holds it: the guard below TLS
+// writes none of the login's answers).
+func TestLoginWithTLSNeverFallsBackToPlaintext(t *testing.T) {
+	_, cliTLS := selfSigned(t)
+	R, OK, send := hostiledb.Read, hostiledb.OK, hostiledb.Send
+	caps := hostiledb.Capabilities
+	nonce2 := []byte("ZYXWVUTSRQPONMLKJIHG\x00")
+	for _, v := range []struct {
+		name string
+		sc   hostiledb.Script
+	}{
+		{"TLS not offered", hostiledb.Script{Greeting: hostiledb.Greeting(pluginNative, caps), Steps: []hostiledb.Step{R, OK}}},
+		{"TLS not offered, caching_sha2_password full auth", hostiledb.Script{Greeting: hostiledb.Greeting(pluginCachingSha2, caps),
+			Steps: []hostiledb.Step{R, send([]byte("\x01\x04")), R, R, OK}}},
+		{"TLS offered, then a switch to cleartext in plaintext", hostiledb.Script{Greeting: hostiledb.Greeting(pluginNative, caps|hostiledb.CapSSL),
+			Steps: []hostiledb.Step{R, send(hostiledb.Switch("mysql_clear_password", nonce2)), R, OK}}},
+		{"TLS offered, then full auth in plaintext", hostiledb.Script{Greeting: hostiledb.Greeting(pluginCachingSha2, caps|hostiledb.CapSSL),
+			Steps: []hostiledb.Step{R, send([]byte("\x01\x04")), R, R, OK}}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			srv := hostiledb.StartScript(t, v.sc)
+			cfg := guardConfig(srv.Addr)
+			cfg.TLS = cliTLS
+			conn, err := Connect(t.Context(), cfg, srv.Addr)
+			if err == nil {
+				conn.Close()
+				t.Fatal("connect: logged in without TLS")
+			}
+			rerr := runReader(t, cfg, srv.Addr)
+			if rerr == nil {
+				t.Fatal("replication: logged in without TLS")
+			}
+			if how := srv.Leaked(guardPassword); how != "" {
+				t.Fatalf("the server obtained the password: %s (%v; %v)", how, err, rerr)
+			}
+			for _, b := range [][]byte{mysqlNativeScramble(hostiledb.Nonce), mysqlCachingScramble(hostiledb.Nonce)} {
+				if bytes.Contains(srv.Received(), b) {
+					t.Fatalf("the server received a scramble of the password (%v; %v)", err, rerr)
+				}
+			}
+			t.Logf("connect: %v; replication: %v", err, rerr)
+		})
+	}
+}
+
+func mysqlNativeScramble(nonce []byte) []byte {
+	return mysql.CalcNativePassword(nonce, []byte(guardPassword))
+}
+
+func mysqlCachingScramble(nonce []byte) []byte {
+	return mysql.CalcCachingSha2Password(nonce, []byte(guardPassword))
 }

@@ -74,6 +74,12 @@ type loginGuard struct {
 	mu    sync.Mutex
 	conns []*guardConn
 	broke error // a panic of go-mysql's login, as a refusal (login)
+	// applied is the packet bound last applied (the stream's), for the
+	// bound of what a compressed transaction inflates to (payload.go).
+	applied atomic.Pointer[appliedBound]
+	// loggedIn: a login went through (bound ran): what breaks from now
+	// on is an answer to a query.
+	loggedIn atomic.Bool
 }
 
 func newLoginGuard(cfg Config, addr string) *loginGuard {
@@ -186,6 +192,7 @@ func (lg *loginGuard) orGrown(ctx context.Context, err error) error {
 // anything else is read; it is the BinlogSyncerConfig.Option of the
 // replication connections.
 func (lg *loginGuard) bound(c *client.Conn) error {
+	lg.loggedIn.Store(true)
 	g, secure := findGuard(c.Conn.Conn)
 	if g == nil {
 		return fmt.Errorf("login to %s: the connection was not dialed through the login guard", lg.addr)
@@ -204,7 +211,7 @@ func (lg *loginGuard) bound(c *client.Conn) error {
 	limit, how := lg.cfg.MaxPacketBytes, "source.max_packet_bytes"
 	var derived int64
 	if limit <= 0 { // packetbound.go
-		rows, err := Query(c, "SELECT @@max_allowed_packet")
+		rows, err := query(c, "SELECT @@max_allowed_packet")
 		if gerr := lg.err(); gerr != nil {
 			return gerr
 		}
@@ -221,6 +228,7 @@ func (lg *loginGuard) bound(c *client.Conn) error {
 	}
 	g.st.setLimit(limit, how)
 	g.st.derived.Store(derived)
+	lg.applied.Store(&appliedBound{limit, how})
 	return nil
 }
 
@@ -282,11 +290,14 @@ type guardState struct {
 	wbuf         []byte // client bytes of a login packet not yet whole
 
 	// streaming phase
-	hdr     [4]byte
-	hdrN    int
-	need    int64 // payload bytes of the current packet still to come
-	logical int64 // bytes of the current logical packet (continuations summed)
-	cont    bool  // the last packet was 0xFFFFFF bytes: the next one continues it
+	cmds     atomic.Uint64 // writes of the client (commands) in it
+	ans      answerState   // the answer being read (answerbound.go)
+	streamed atomic.Bool   // a call that does not keep the answer's rows
+	hdr      [4]byte
+	hdrN     int
+	need     int64 // payload bytes of the current packet still to come
+	logical  int64 // bytes of the current logical packet (continuations summed)
+	cont     bool  // the last packet was 0xFFFFFF bytes: the next one continues it
 }
 
 func newGuardState(cfg Config, addr string, mode int) *guardState {
@@ -362,6 +373,11 @@ func (s *guardState) scan(b []byte) error {
 	for len(b) > 0 {
 		if s.need > 0 {
 			k := min(s.need, int64(len(b)))
+			if s.ans.peekN > 0 {
+				if err := s.answerPeek(b[:k]); err != nil {
+					return err
+				}
+			}
 			s.need -= k
 			b = b[k:]
 			continue
@@ -376,6 +392,9 @@ func (s *guardState) scan(b []byte) error {
 		length := int64(s.hdr[0]) | int64(s.hdr[1])<<8 | int64(s.hdr[2])<<16
 		if !s.cont {
 			s.logical = 0
+			if err := s.answerPacket(length); err != nil {
+				return err
+			}
 		}
 		s.logical += length
 		s.cont = length == 0xffffff

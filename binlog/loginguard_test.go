@@ -130,7 +130,7 @@ func connectThrough(t *testing.T, cfg Config, dial client.Dialer, guard *loginGu
 	if err := guard.bound(conn); err != nil {
 		return err
 	}
-	_, err = Query(conn, "SHOW GLOBAL VARIABLES")
+	_, err = query(conn, "SHOW GLOBAL VARIABLES")
 	return guard.or(err)
 }
 

@@ -110,6 +110,12 @@ type Event struct {
 	Table *Table
 	Op    Op
 	Rows  [][]any
+	// Absent: the columns of Table an INSERT's row images lack (a
+	// session's binlog_row_image MINIMAL or NOBLOB; rowimage.go), whose
+	// values in Rows are nil as a NULL's are; nil when the images are
+	// whole. The reader reports them; a row with one is never published
+	// (the relay stops at its transaction's end: PartialImageError).
+	Absent []string
 	// Commit: the GTID set including this transaction, and the captured
 	// tables' layout and signedness after it (immutable snapshots).
 	Set      mysql.GTIDSet
@@ -118,15 +124,35 @@ type Event struct {
 	// Provisional: the tables of Schema whose layout awaits its check
 	// against a table map (schema.Provisional).
 	Provisional schema.Provisional
-	// Digest: on a commit, the digest of the transaction's rows of captured
-	// tables (digest.go); nil when it has none, and on XA transactions.
+	// Digest: on a commit, the digest of the transaction's rows inserted
+	// into captured tables (digest.go); nil when it has none, and on XA
+	// transactions.
 	Digest *TxDigest
 	// DDL: the statement and what became of it.
 	Note string
 	// Time is the transaction's commit time (on rows and commits).
 	Time time.Time
+	// File and Pos, on a commit, are the binlog file and offset after the
+	// event that ended the transaction on the server read (ReadPosition
+	// then: the end of a compressed payload for the events inside it);
+	// "" and 0 when the server had not named its file.
+	File string
+	Pos  uint32
 	// Size is the number of binlog bytes the event accounts for.
 	Size int
+	// Undecoded, for rows (inserts), says per row why the reader did not
+	// decode one of its values (a JSON document nested too deep: the value
+	// is an Undecoded); "" for a row decoded whole. Nil when every row is.
+	// Such a row is a bad row.
+	Undecoded []string
+}
+
+// UndecodedRow is Undecoded[i], "" when the row was decoded whole.
+func (e *Event) UndecodedRow(i int) string {
+	if i < len(e.Undecoded) {
+		return e.Undecoded[i]
+	}
+	return ""
 }
 
 // eventCacheCount is go-mysql's event buffer; a batch the reader hands on
@@ -249,33 +275,6 @@ func (r *Reader) configured(db, table string) (string, string) {
 	return db, table
 }
 
-// rowDecoding sets how c's syncer decodes rows: the row images of the
-// tables captured reports as the relay reads them (decodeInsertRows, else
-// go-mysql's decoder), other tables' not at all. The Reader and a Dump
-// that reads a transaction's digest (Dump.Digest) decode alike through it.
-func rowDecoding(c *replication.BinlogSyncerConfig, captured func(schema, table []byte) bool) {
-	c.UseDecimal = false
-	// TIMESTAMP values as text in this zone; decodeInsertRows renders
-	// them the same way.
-	c.TimestampStringLocation = timestampLocation
-	// MySQL's binary JSON rendered as MySQL itself prints it (key order,
-	// 1.0 stays 1.0): the closest text to what the application stored.
-	c.RenderJSONAsMySQLText = true
-	c.RowsEventDecodeFunc = func(e *replication.RowsEvent, data []byte) error {
-		pos, err := e.DecodeHeader(data)
-		if err != nil {
-			return err
-		}
-		if !captured(e.Table.Schema, e.Table.Table) {
-			return nil // not ours: skip decoding the row images
-		}
-		if decodeInsertRows(e, pos, data) {
-			return nil
-		}
-		return e.DecodeData(pos, data)
-	}
-}
-
 func (r *Reader) newFramer() framer {
 	f := framer{captured: r.captured, savepoints: map[string]int{}, allowStatements: r.cfg.AllowStatementDML}
 	for _, t := range r.cfg.Tables {
@@ -321,16 +320,18 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		Dialer:           guard.dial(watch.dial),
 		Option:           func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory
-		// go-mysql buffers this many decoded events ahead of the reader; with
-		// the reader's batches and the relay loop's channel it bounds the rows
-		// held in memory (go-mysql's default of 10,240 row events of 200 rows
-		// each is two million rows).
+		// go-mysql buffers this many events ahead of the reader; with the
+		// reader's batches and the relay loop's channel it bounds the events
+		// held in memory (go-mysql's default is 10,240).
 		EventCacheCount: eventCacheCount,
 		Logger:          r.logger,
+		// The reader decodes the events itself (parse.go): go-mysql would
+		// decompress a compressed transaction without bound, and quote a
+		// whole event in its errors.
+		RawModeEnabled: true,
 	}
-	rowDecoding(&scfg, r.captured)
 	syncer := replication.NewBinlogSyncer(scfg)
-	defer syncer.Close()
+	defer logClose(guard, syncer, r.logger)
 	// Runs before syncer.Close: go-mysql's Close waits for its reading
 	// goroutine, which may wait on the read-ahead bound (conn.go).
 	defer r.ahead.release()
@@ -346,6 +347,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	stopWatch := watch.start(3 * r.cfg.HeartbeatPeriod)
 	defer stopWatch()
 	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
+	parser := newEventParser(r.srv.Flavor, set, guard.packetBound, rowsDecoder(r.captured, guard.packetBound))
 	for {
 		r.ahead.waiting(true)
 		ev, err := stream.GetEvent(ctx)
@@ -357,7 +359,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			if watch.fired.Load() {
 				err = fmt.Errorf("%w (no data, not even a heartbeat, for %s)", err, 3*r.cfg.HeartbeatPeriod)
 			}
-			return guard.orGrown(ctx, mapStreamErr(fmt.Errorf("read binlog: %w", err)))
+			return guard.orGrown(ctx, mapStreamErr(fmt.Errorf("read binlog: %w", syncerError(err))))
 		}
 		r.streamingOnce.Do(func() { close(r.streaming) })
 		// Take everything already decoded along with it: one hand-off per
@@ -368,6 +370,9 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		for i := -1; i < len(more) && err == nil; i++ {
 			if i >= 0 {
 				ev, more[i] = more[i], nil // go-mysql's copy can go once converted
+			}
+			if ev, err = parser.parse(ev); err != nil {
+				break
 			}
 			r.track(ev)
 			n := len(batch)
@@ -416,7 +421,7 @@ func (r *Reader) Published(set mysql.GTIDSet) { r.done = set }
 func (r *Reader) skipPublished(st *streamState, err error) bool {
 	f := &st.frame
 	if r.done == nil || f.gtid == "" || !(errors.Is(err, ErrStatementLogged) || errors.Is(err, ErrRolledBackRows) ||
-		errors.Is(err, ErrUnframed) || errors.Is(err, ErrPartialRowImage)) {
+		errors.Is(err, ErrUnframed)) {
 		return false
 	}
 	one, perr := ParseSet(r.srv.Flavor, f.gtid)

@@ -2,6 +2,7 @@ package binlog
 
 import (
 	"encoding/binary"
+	"fmt"
 	"reflect"
 	"time"
 	"unsafe"
@@ -25,6 +26,64 @@ import (
 // false and leaves the event untouched: go-mysql then decodes it, with its
 // own results and errors. rowdecode_test.go holds the two to the same
 // output, column type by column type, on MariaDB's own binlog.
+
+// rowsDecoder is the rows decoder of the parsers (parse.go) of the Reader
+// and of Dump.Digest, one decoder so that a host holding the same
+// transaction gives the same digest (digest.go): it decodes the row images
+// of captured tables only, INSERTs by decodeInsertRows where it can, JSON
+// within bounds (jsonbound.go), the rest by go-mysql. A MariaDB compressed
+// rows event whose declared size is over the packet bound (bound) is
+// refused before go-mysql allocates it (checkCompressed).
+func rowsDecoder(captured func(schema, table []byte) bool, bound func() (int64, string)) func(*replication.RowsEvent, []byte) error {
+	return func(e *replication.RowsEvent, data []byte) error {
+		pos, err := e.DecodeHeader(data)
+		if err != nil {
+			return err
+		}
+		if !captured(e.Table.Schema, e.Table.Table) {
+			return nil // not ours: skip decoding the row images
+		}
+		if rowsShape(e) != "" || partialInsert(e) {
+			return nil // rowsEvent stops at it, undecoded (rowimage.go)
+		}
+		if compressed, _, ok := eventOptions(e); ok && compressed {
+			if err := checkCompressed(data[pos:], bound); err != nil {
+				return err
+			}
+		}
+		if e.Table.JsonColumnCount() > 0 {
+			return decodeJSONRows(e, pos, data)
+		}
+		if decodeInsertRows(e, pos, data) {
+			return nil
+		}
+		return e.DecodeData(pos, data)
+	}
+}
+
+// checkCompressed refuses the data of a MariaDB compressed event (rows or
+// query, log_bin_compress: a header byte whose low 3 bits count the bytes
+// of the uncompressed size, big endian, then zlib data) that declares more
+// than the bound: go-mysql allocates the declared size before inflating,
+// and zlib inflates a thousandfold.
+func checkCompressed(data []byte, bound func() (int64, string)) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: an empty compressed event", ErrPayloadCorrupt)
+	}
+	n := int(data[0] & 0x07)
+	if n > 4 || len(data) < 1+n {
+		return fmt.Errorf("%w: a compressed event's size takes %d bytes", ErrPayloadCorrupt, n)
+	}
+	var size uint64
+	for _, b := range data[1 : 1+n] {
+		size = size<<8 | uint64(b)
+	}
+	if limit, how := bound(); size > uint64(limit) {
+		return fmt.Errorf("%w: a compressed event declares %d bytes uncompressed, over the bound of %d (%s): raise source.max_packet_bytes and the memory limit together",
+			ErrPayloadBound, size, limit, how)
+	}
+	return nil
+}
 
 // timestampLocation is the zone TIMESTAMP values are rendered in (the
 // reader's TimestampStringLocation, which decodeInsertRows reads back from

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 )
 
@@ -14,16 +15,18 @@ import (
 // binlog_row_image MINIMAL or NOBLOB: the columns-present bitmap with a
 // hole, the NULL bitmap and the values over the present columns only.
 
-// An INSERT image of a captured table that lacks a column stops the reader
-// at its transaction, whichever column it lacks; the transactions before it
-// come out whole. UPDATE and DELETE images (the router's invalid
-// operations) and other tables' images pass as before.
+// An INSERT image of a captured table that lacks a column is reported with
+// its rows, whichever column it lacks (Event.Absent), in the transaction
+// and in an XA transaction alike: the relay decides where the
+// transaction's fate is known (its commit), audit reads on. A whole image,
+// NULL values included, reports none; UPDATE and DELETE images (the
+// router's invalid operations) and other tables' images pass as before.
 func TestFramerPartialRowImages(t *testing.T) {
 	partial := func(s *script, op Op, table string, present byte) {
 		s.add(s.tableMap(table), s.imageEvent(op, table, present, 1, false))
 	}
 	runFrameCases(t, []frameCase{{
-		name: "every column present, v NULL: published",
+		name: "every column present, v NULL: whole",
 		build: func(s *script) {
 			s.begin(1).add(s.tableMap(testTable), s.imageEvent(OpInsert, testTable, 0b11, 2, true)).xid()
 		},
@@ -36,10 +39,7 @@ func TestFramerPartialRowImages(t *testing.T) {
 			partial(s, OpInsert, testTable, 0b01)
 			s.xid()
 		},
-		want:    []string{"rows #1 a.outbox insert 1", "commit #1 set=#1"},
-		err:     ErrPartialRowImage,
-		errGTID: 2,
-		errHas:  "a.outbox a row whose binlog image lacks column(s) v: the writing session logged it with binlog_row_image",
+		want: []string{"rows #1 a.outbox insert 1", "commit #1 set=#1", "rows #2 a.outbox insert 1 absent=v", "commit #2 set=#2"},
 	}, {
 		name: "insert without id",
 		build: func(s *script) {
@@ -47,9 +47,7 @@ func TestFramerPartialRowImages(t *testing.T) {
 			partial(s, OpInsert, testTable, 0b10)
 			s.xid()
 		},
-		err:     ErrPartialRowImage,
-		errGTID: 1,
-		errHas:  "lacks column(s) id:",
+		want: []string{"rows #1 a.outbox insert 1 absent=id", "commit #1 set=#1"},
 	}, {
 		name: "a partial image after a whole one in the same transaction",
 		build: func(s *script) {
@@ -57,10 +55,7 @@ func TestFramerPartialRowImages(t *testing.T) {
 			partial(s, OpInsert, testTable, 0b01)
 			s.xid()
 		},
-		want:    []string{"rows #1 a.outbox insert 3"}, // the loop drops the stopped transaction's rows
-		err:     ErrPartialRowImage,
-		errGTID: 1,
-		errHas:  "checkpoint skip --gtid",
+		want: []string{"rows #1 a.outbox insert 3", "rows #1 a.outbox insert 1 absent=v", "commit #1 set=#1"},
 	}, {
 		name: "update with a minimal image, delete with the key only",
 		build: func(s *script) {
@@ -70,6 +65,13 @@ func TestFramerPartialRowImages(t *testing.T) {
 			s.xid()
 		},
 		want: []string{"rows #1 a.outbox update 1", "rows #1 a.outbox delete 1", "commit #1 set=#1"},
+	}, {
+		name: "an update logged with binlog_row_value_options=PARTIAL_JSON",
+		only: mysql.MySQLFlavor,
+		build: func(s *script) {
+			s.begin(1).add(s.tableMap(testTable), s.partialUpdateEvent(testTable, 2)).insert(testTable, 1).xid()
+		},
+		want: []string{"rows #1 a.outbox update 2", "rows #1 a.outbox insert 1", "commit #1 set=#1"},
 	}, {
 		name: "another table's partial insert",
 		build: func(s *script) {
@@ -85,14 +87,14 @@ func TestFramerPartialRowImages(t *testing.T) {
 			partial(s, OpInsert, testTable, 0b01)
 			s.xaEnd(x1).xaPrepare(false, x1)
 		},
-		err:     ErrPartialRowImage,
-		errGTID: 1,
+		want: []string{"rows #1 a.outbox insert 1 absent=v xid=7831,,1", "prepare #1 xid=7831,,1 set=#1"},
 	}})
 }
 
 // A NULL and an absent column decode to the same value (go-mysql fills an
 // absent column with nil): the reader tells them apart by the image's
-// columns-present bitmap, publishing the NULL and refusing the absent one.
+// columns-present bitmap, reporting the absent one (Event.Absent), never
+// the NULL.
 // The relay's decoder takes the whole image and leaves the partial one to
 // go-mysql.
 func TestNullAndAbsentColumnDecodeAlikeButOnlyNullPasses(t *testing.T) {
@@ -125,21 +127,18 @@ func TestNullAndAbsentColumnDecodeAlikeButOnlyNullPasses(t *testing.T) {
 			}
 
 			for _, tc := range []struct {
-				name string
-				ev   *replication.BinlogEvent
-				err  error
-			}{{"NULL", null, nil}, {"absent", absent, ErrPartialRowImage}} {
+				name   string
+				ev     *replication.BinlogEvent
+				absent string
+			}{{"NULL", null, ""}, {"absent", absent, " absent=v"}} {
 				s := &script{encoder: e}
 				s.begin(1).add(tableMap[tc.ev], tc.ev).xid()
 				f := newFixture(t, flavor)
 				got, err := f.run(s.evs)
-				if !errors.Is(err, tc.err) {
-					t.Fatalf("%s: error %v, want %v", tc.name, err, tc.err)
+				if err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
 				}
-				want := []string{"rows " + gtidOfN(flavor, 1) + " a.outbox insert 1", "commit " + gtidOfN(flavor, 1) + " set=" + setThrough(flavor, 1)}
-				if tc.err != nil {
-					want = nil
-				}
+				want := []string{"rows " + gtidOfN(flavor, 1) + " a.outbox insert 1" + tc.absent, "commit " + gtidOfN(flavor, 1) + " set=" + setThrough(flavor, 1)}
 				if !slices.Equal(got, want) {
 					t.Fatalf("%s: events %q, want %q", tc.name, got, want)
 				}
@@ -172,16 +171,39 @@ func TestAbsentColumns(t *testing.T) {
 }
 
 // The stop names the transaction, the table, the columns, the setting and
-// the way past it.
+// the way past it: for a transaction published in parts, how many of its
+// rows were published and how to find the others; for an XA transaction,
+// the XA transaction and its prepare.
 func TestPartialImageErrorSaysWhatAndHow(t *testing.T) {
-	err := partialImageError("0-1-42", &Table{Schema: "app", Name: "outbox", Columns: []string{"id", "event_type", "payload"}}, []int{1, 2})
-	for _, want := range []string{"0-1-42", "app.outbox", "event_type, payload", "binlog_row_image=FULL", "MINIMAL or NOBLOB",
-		"checkpoint skip --gtid 0-1-42"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
-		}
-	}
-	if !errors.Is(err, ErrPartialRowImage) {
-		t.Fatalf("%v is not ErrPartialRowImage", err)
+	for _, tc := range []struct {
+		name string
+		err  *PartialImageError
+		want []string
+		not  string
+	}{
+		{"whole", &PartialImageError{GTID: "0-1-42", Table: "app.outbox", Absent: []string{"event_type", "payload"}},
+			[]string{"transaction 0-1-42 inserted into app.outbox", "event_type, payload", "binlog_row_image=FULL", "MINIMAL or NOBLOB",
+				"nothing of the transaction is published", "replay --event-id", "checkpoint skip --gtid 0-1-42"}, "audit"},
+		{"published in parts", &PartialImageError{GTID: "0-1-42", Table: "app.outbox", Absent: []string{"note"}, Published: 4},
+			[]string{"transaction 0-1-42 inserted", "its first 4 rows were published", "checkpoint skip --gtid 0-1-42",
+				"`outbox-relay audit` names them missing"}, "nothing of the transaction"},
+		{"xa", &PartialImageError{GTID: "0-1-44", Table: "app.outbox", Absent: []string{"note"}, XID: "x1", PreparedAt: "0-1-42"},
+			[]string{"transaction 0-1-44 (the XA COMMIT of XA transaction x1, prepared at 0-1-42) inserted", "checkpoint skip --gtid 0-1-44"}, ""},
+		{"xa one phase", &PartialImageError{GTID: "0-1-44", Table: "app.outbox", Absent: []string{"note"}, XID: "x1"},
+			[]string{"transaction 0-1-44 (XA transaction x1, committed in one phase) inserted"}, "prepared at"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, want := range tc.want {
+				if !strings.Contains(tc.err.Error(), want) {
+					t.Errorf("error %q does not say %q", tc.err, want)
+				}
+			}
+			if tc.not != "" && strings.Contains(tc.err.Error(), tc.not) {
+				t.Errorf("error %q says %q", tc.err, tc.not)
+			}
+			if !errors.Is(tc.err, ErrPartialRowImage) {
+				t.Fatalf("%v is not ErrPartialRowImage", tc.err)
+			}
+		})
 	}
 }

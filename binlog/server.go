@@ -117,7 +117,7 @@ type Server struct {
 // Every wait on it is bounded (deadline.go): the connect and the login by
 // cfg.ConnectTimeout, each answer after it by cfg.QueryTimeout; the end of
 // ctx closes it.
-func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error) {
+func Connect(ctx context.Context, cfg Config, addr string) (*Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.connectLimit())
 	defer cancel()
 	var opts []client.Option
@@ -139,7 +139,8 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 	})
 	if err == nil {
 		sc.setPhase(phaseQuery)
-		if err = guard.bound(conn); err != nil {
+		c := &Conn{c: conn, addr: addr, guard: guard}
+		if err = c.do("query max_allowed_packet", func() error { return guard.bound(conn) }); err != nil {
 			conn.Close()
 		}
 	}
@@ -153,6 +154,8 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 		var me *mysql.MyError
 		var na *NoAnswerError
 		switch {
+		case errors.Is(err, ErrBrokenAnswer):
+			return nil, err
 		case errors.As(err, &me) && (me.Code == mysql.ER_ACCESS_DENIED_ERROR || me.Code == mysql.ER_DBACCESS_DENIED_ERROR):
 			return nil, fmt.Errorf("%w: %s at %s: %s (check source.user and source.password)", ErrAccessDenied, cfg.User, addr, me.Message)
 		case errors.As(dialErr, &na):
@@ -166,7 +169,7 @@ func Connect(ctx context.Context, cfg Config, addr string) (*client.Conn, error)
 		}
 		return nil, fmt.Errorf("connect %s: %v", addr, err)
 	}
-	return conn, nil
+	return &Conn{c: conn, addr: addr, guard: guard}, nil
 }
 
 // tlsFor returns c for dialing addr: ServerName defaults to addr's host.
@@ -180,7 +183,17 @@ func tlsFor(c *tls.Config, addr string) *tls.Config {
 }
 
 // Query runs q and returns its rows as strings.
-func Query(conn *client.Conn, q string) ([][]string, error) {
+func Query(conn *Conn, q string) (rows [][]string, err error) {
+	err = conn.do("query "+clipQuery(q), func() error {
+		rows, err = query(conn.c, q)
+		return err
+	})
+	return rows, err
+}
+
+// query is Query on go-mysql's connection: its caller recovers from
+// go-mysql's panics (Conn.do, login).
+func query(conn *client.Conn, q string) ([][]string, error) {
 	res, err := conn.Execute(q)
 	if err != nil {
 		if na := noAnswer(conn); na != nil {
@@ -219,4 +232,4 @@ func ParseSet(flavor, s string) (mysql.GTIDSet, error) {
 // (a *NoAnswerError, or the caller's end naming the host), nil when
 // neither: go-mysql words socket errors its own way ("connection was
 // bad"), so callers ask the connection.
-func NoAnswer(conn *client.Conn) error { return noAnswer(conn) }
+func NoAnswer(conn *Conn) error { return noAnswer(conn.c) }

@@ -75,8 +75,8 @@ type Checkpoint struct {
 	// restart (kafka.on_partitions_added). An older checkpoint without it:
 	// each topic's count when the relay first writes to it.
 	Partitions map[string]int32 `json:"partitions,omitempty"`
-	// Fingerprint identifies the last transaction with rows of captured
-	// tables that the checkpoint covers, beyond its GTID: a host is used
+	// Fingerprint identifies the last transaction with rows inserted into
+	// captured tables that the checkpoint covers, beyond its GTID: a host is used
 	// only when it proves it holds that same transaction (package source,
 	// Prove). Nil in checkpoints written before it existed, by the
 	// operator's commands that set a position, and before the pipeline
@@ -175,16 +175,17 @@ type PreparedXA struct {
 }
 
 // Fingerprint is what identifies a transaction across the servers that
-// hold it: its GTID and the digest of its rows of captured tables (a
-// replica re-logs them unchanged, with other event bytes), and where to
-// read it again.
+// hold it: its GTID and the digest of its rows inserted into captured
+// tables (a replica re-logs them unchanged, with other event bytes), and
+// where to read it again.
 type Fingerprint struct {
 	// GTID is the transaction's.
 	GTID string `json:"gtid"`
 	// Before is the GTID set just before it (where a stream that reads it
 	// again starts), in the server's notation.
 	Before string `json:"before"`
-	// Tables are the captured tables with rows in it; Rows counts them.
+	// Tables are the captured tables with rows inserted in it; Rows
+	// counts those rows.
 	Tables []string `json:"tables"`
 	Rows   int64    `json:"rows"`
 	// Digest is binlog.TxDigest.Sum: the scheme, then the hash.

@@ -43,8 +43,9 @@ type Evidence struct {
 	State        TopicState
 	Loaded       Loaded
 	// Recorded is the checkpoint topic id the lock group's record holds
-	// ("" when none); RecordErr why it could not be read (then Recorded
-	// is "": a loss while every instance was stopped goes unseen).
+	// ("" when none); RecordErr why it could not be read (a command whose
+	// principal may not describe the lock group or topic; then Recorded
+	// is "" and a pipeline without a checkpoint is Undecided).
 	Recorded  string
 	RecordErr error
 	// Had is what this process itself loaded or committed; nil for the
@@ -77,6 +78,13 @@ const (
 	// Lost: it had a checkpoint that is gone; it never starts over by
 	// itself (Judgement.Err says what and the way out).
 	Lost
+	// Undecided: no checkpoint, no reset, and the lock group's record,
+	// which tells a first start from a lost checkpoint, could not be read
+	// (Evidence.RecordErr: a command's principal without DESCRIBE on the
+	// lock group or topic). Run reads the record as a member of the group
+	// and may refuse: the commands say they cannot tell (Judgement.Err),
+	// never a first start.
+	Undecided
 )
 
 // Judgement is a Verdict in words.
@@ -88,7 +96,8 @@ type Judgement struct {
 	// Reset is the operator of a reset marker (ResetByOperator).
 	Reset *Operator
 	// Err is, when Lost, an error wrapping ErrLost: what was lost and the
-	// way out; nil otherwise.
+	// way out; when Undecided, why it cannot tell and the ACL that would;
+	// nil otherwise.
 	Err error
 }
 
@@ -131,14 +140,16 @@ func Judge(e Evidence) Judgement {
 	}
 	rec := e.Recorded
 	switch {
+	case rec == "" && e.RecordErr != nil:
+		err := fmt.Errorf("%s: cannot tell a first start from a lost checkpoint: the lock group %s's record of the topic the pipeline's "+
+			"checkpoints are in could not be read (%v), and run, which reads it, refuses to start over when it says they were lost; "+
+			"grant this principal DESCRIBE on the group %s and on the lock topic, or run the command as the relay's principal",
+			none, e.Group, e.RecordErr, e.Group)
+		return Judgement{Verdict: Undecided, Say: err.Error(), Err: err}
 	case rec == "":
 		say := none + ": a first start, " + starts
 		if e.TopicMissing {
 			say = none + " (the topic does not exist yet): a first start, " + starts + " (it creates the topic compacted with 1 partition)"
-		}
-		if e.RecordErr != nil {
-			say += fmt.Sprintf("; the lock group %s's record could not be read (%v): a checkpoint topic deleted while every instance was stopped would not be seen",
-				e.Group, e.RecordErr)
 		}
 		return Judgement{Verdict: FirstStart, Say: say}
 	case e.TopicMissing:

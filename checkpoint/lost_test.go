@@ -23,8 +23,13 @@ func TestJudgeTellsAFirstStartAResetAndALostCheckpointApart(t *testing.T) {
 		{"a checkpoint", Evidence{State: TopicState{ID: idA}, Loaded: Loaded{Checkpoint: cp}, Recorded: b}, Present, nil},
 		{"nothing recorded: a first start", Evidence{State: TopicState{ID: idA}}, FirstStart, []string{"no checkpoint for p in cps", "first start", "source.start (now)"}},
 		{"no topic, nothing recorded: a first start", Evidence{TopicMissing: true}, FirstStart, []string{"does not exist yet", "first start"}},
-		{"a record that could not be read is said", Evidence{State: TopicState{ID: idA}, RecordErr: errors.New("GROUP_AUTHORIZATION_FAILED")},
-			FirstStart, []string{"first start", "could not be read (GROUP_AUTHORIZATION_FAILED)"}},
+		{"a record that could not be read leaves it undecided", Evidence{State: TopicState{ID: idA}, RecordErr: errors.New("GROUP_AUTHORIZATION_FAILED")},
+			Undecided, []string{"cannot tell a first start from a lost checkpoint", "could not be read (GROUP_AUTHORIZATION_FAILED)",
+				"DESCRIBE on the group lock.p"}},
+		{"no topic and a record that could not be read: undecided", Evidence{TopicMissing: true, RecordErr: errors.New("TOPIC_AUTHORIZATION_FAILED")},
+			Undecided, []string{"cannot tell", "could not be read (TOPIC_AUTHORIZATION_FAILED)"}},
+		{"a record that could not be read, an operator's reset: a reset", Evidence{State: TopicState{ID: idA}, Loaded: Loaded{Reset: true, ResetBy: op},
+			RecordErr: errors.New("GROUP_AUTHORIZATION_FAILED")}, ResetByOperator, []string{"reset by ops@host"}},
 		{"an operator's reset wins over a record", Evidence{State: TopicState{ID: idB}, Loaded: Loaded{Reset: true, ResetBy: op}, Recorded: a},
 			ResetByOperator, []string{"reset by ops@host at 2026-12-01T10:00:00Z (it was at 0-1-4)", "source.start (now)"}},
 		{"a tombstone", Evidence{State: TopicState{ID: idA}, Loaded: Loaded{Reset: true}, Recorded: a}, ResetByTombstone, []string{"tombstone"}},
@@ -53,8 +58,11 @@ func TestJudgeTellsAFirstStartAResetAndALostCheckpointApart(t *testing.T) {
 					t.Fatalf("%q lacks %q", j.Say, s)
 				}
 			}
-			if lost := c.want == Lost; lost != errors.Is(j.Err, ErrLost) || lost == j.Starts() && c.want != Present {
+			if lost := c.want == Lost; lost != errors.Is(j.Err, ErrLost) || lost == j.Starts() && c.want != Present && c.want != Undecided {
 				t.Fatalf("err %v, starts %v for verdict %d", j.Err, j.Starts(), j.Verdict)
+			}
+			if c.want == Undecided && (j.Err == nil || j.Starts() || j.Err.Error() != j.Say) {
+				t.Fatalf("undecided: err %v, starts %v; want an error saying %q, no start", j.Err, j.Starts(), j.Say)
 			}
 			if c.want == Lost {
 				for _, way := range []string{"outbox-relay checkpoint set --config FILE --gtid SET", "outbox-relay checkpoint reset --config FILE --yes", "cps"} {

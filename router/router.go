@@ -98,6 +98,9 @@ type Config struct {
 	// Format cloudevents.
 	CloudEventsMode   string
 	CloudEventsSource string
+	// Reserved are the topics no record may go to (the relay's own and
+	// Kafka's): a row routed to one is a bad row. See reserved.go.
+	Reserved Reserved
 }
 
 // Header is one record header; an alias so records pass to the Kafka client
@@ -133,6 +136,10 @@ type Row struct {
 	// topic, headers, envelope fields, a payload embedded in a JSON value);
 	// a payload that is the record's value keeps its bytes. Nil means none.
 	Latin1 []bool
+	// Undecoded says why the source's reader could not decode a value of
+	// the row (a JSON document nested too deep, say); "" when it decoded
+	// every value. Such a row is a bad row, whichever column it was.
+	Undecoded string
 }
 
 // Router routes rows. It keeps no state between calls and is safe for
@@ -194,6 +201,9 @@ func (r *Router) Route(row Row) (Record, error) {
 		return Record{}, err
 	}
 	rec := Record{EventID: eventID, Timestamp: row.CommitTime}
+	if row.Undecoded != "" {
+		return rec, fmt.Errorf("%w: %s", ErrBadRow, row.Undecoded)
+	}
 	aggType, err := r.text(row, index(row, c.AggregateTypeColumn), c.AggregateTypeColumn, true)
 	if err != nil {
 		return rec, err
@@ -220,6 +230,9 @@ func (r *Router) Route(row Row) (Record, error) {
 	}
 	if err := ValidTopic(rec.Topic); err != nil {
 		return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.AggregateTypeColumn, err)
+	}
+	if why := c.Reserved.Refuses(rec.Topic); why != "" {
+		return rec, fmt.Errorf("%w: column %q: %s", ErrBadRow, c.AggregateTypeColumn, why)
 	}
 	var eventType string
 	if c.EventTypeColumn != "" {
@@ -281,7 +294,7 @@ func (r *Router) Route(row Row) (Record, error) {
 			}
 			n, err := strconv.ParseInt(p, 10, 32)
 			if err != nil || n < 0 {
-				return rec, fmt.Errorf("%w: column %q: partition %q is not a non-negative integer", ErrBadRow, f.Column, p)
+				return rec, fmt.Errorf("%w: column %q: partition %q is not a non-negative integer", ErrBadRow, f.Column, clip(p))
 			}
 			rec.Partition, rec.HasPartition = int32(n), true
 			continue
@@ -379,7 +392,7 @@ func timestamp(row Row, idx int, name string) (time.Time, error) {
 	case string:
 		t, err := time.Parse("2006-01-02 15:04:05.999999999", v)
 		if err != nil {
-			return time.Time{}, fmt.Errorf("%w: column %q: %q is not a timestamp", ErrBadRow, name, v)
+			return time.Time{}, fmt.Errorf("%w: column %q: %q is not a timestamp", ErrBadRow, name, clip(v))
 		}
 		return t, nil
 	case nil:
@@ -554,7 +567,7 @@ func ValidTopic(name string) error {
 		return errors.New("topic name is empty")
 	}
 	if len(name) > 249 {
-		return fmt.Errorf("topic name %q is longer than 249 characters", name)
+		return fmt.Errorf("topic name %q (%d characters) is longer than 249 characters", clip(name), len(name))
 	}
 	if name == "." || name == ".." {
 		return fmt.Errorf("topic name %q is not allowed", name)
@@ -562,7 +575,7 @@ func ValidTopic(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("topic name %q has character %q; Kafka allows letters, digits, '.', '_' and '-'", name, c)
+			return fmt.Errorf("topic name %q has character %q; Kafka allows letters, digits, '.', '_' and '-'", clip(name), c)
 		}
 	}
 	return nil

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
-
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -67,7 +65,7 @@ func TestTrackerLayoutMatchesMariaDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	conn, err := srv.Root()
+	conn, err := binlog.Connect(ctx, binlog.Config{User: "root", Password: devdb.RootPassword, ConnectTimeout: 5 * time.Second}, srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +126,7 @@ func TestTrackerLayoutMatchesMariaDB(t *testing.T) {
 
 // compareLayout fails the test when the tracker's app.m differs from what
 // information_schema says.
-func compareLayout(t *testing.T, conn *client.Conn, tr *schema.Tracker, what string) {
+func compareLayout(t *testing.T, conn *binlog.Conn, tr *schema.Tracker, what string) {
 	t.Helper()
 	rows, err := binlog.Query(conn, "SELECT column_name, column_type LIKE '%unsigned%' FROM information_schema.columns "+
 		"WHERE table_schema = 'app' AND table_name = 'm' ORDER BY ordinal_position")

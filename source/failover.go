@@ -354,7 +354,7 @@ func choose(ctx context.Context, hosts []string, inspect func(string) (*binlog.S
 func inspectHost(ctx context.Context, cfg binlog.Config, addr string) (*binlog.Server, error) {
 	conn, err := binlog.Connect(ctx, cfg, addr)
 	if err != nil {
-		if errors.Is(err, binlog.ErrAccessDenied) || errors.Is(err, binlog.ErrInsecureLogin) || errors.Is(err, binlog.ErrPacketBound) {
+		if refused(err) {
 			return nil, err // refused: retrying cannot help
 		}
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)

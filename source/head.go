@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -29,7 +28,7 @@ const NoExpiry time.Duration = -1
 // basedir under /rdsdbbin/, or aurora_version set) whose
 // mysql.rds_configuration the user may not read (ErrRDSRetentionDenied):
 // its variables are not what it does.
-func Retention(conn *client.Conn) (time.Duration, error) {
+func Retention(conn *binlog.Conn) (time.Duration, error) {
 	rows, err := binlog.Query(conn, `SHOW GLOBAL VARIABLES WHERE Variable_name IN
 		('expire_logs_days','binlog_expire_logs_seconds','binlog_expire_logs_auto_purge',
 		'basedir','datadir','aurora_version')`)
@@ -94,7 +93,7 @@ func RetentionOf(vars map[string]string) (time.Duration, error) {
 // MariaDB check the grant first), so a denial is "not RDS" only on a
 // server that does not look like RDS (IsRDS); on one that does it is
 // ErrRDSRetentionDenied. Any other error is returned.
-func rdsRetention(conn *client.Conn, vars map[string]string) (d time.Duration, ok bool, err error) {
+func rdsRetention(conn *binlog.Conn, vars map[string]string) (d time.Duration, ok bool, err error) {
 	res, err := conn.Execute(`SELECT value FROM mysql.rds_configuration WHERE name = 'binlog retention hours'`)
 	if err != nil {
 		var me *mysql.MyError
@@ -133,7 +132,7 @@ var ErrNotInBinlogs = errors.New("binlog file not on the server")
 
 // BehindBytes is how many binlog bytes conn's server holds after file:pos
 // (SHOW BINARY LOGS: the rest of file plus every later file).
-func BehindBytes(conn *client.Conn, file string, pos uint32) (int64, error) {
+func BehindBytes(conn *binlog.Conn, file string, pos uint32) (int64, error) {
 	rows, err := binlog.Query(conn, "SHOW BINARY LOGS")
 	if err != nil {
 		return 0, fmt.Errorf("list binlogs: %w", err)

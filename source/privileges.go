@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -54,7 +53,7 @@ var roleGrant = regexp.MustCompile("^GRANT ((?:`[^`]+`(?:@`[^`]*`)?(?:, )?)+) TO
 // CheckPrivileges decides which replication privileges the server grants
 // the user of conn; cfg and addr open the replication connection it tries
 // when the grants do not show REPLICATION SLAVE.
-func CheckPrivileges(conn *client.Conn, cfg binlog.Config, addr, flavor string) (Privileges, error) {
+func CheckPrivileges(conn *binlog.Conn, cfg binlog.Config, addr, flavor string) (Privileges, error) {
 	var p Privileges
 	grants, err := Grants(conn)
 	if err != nil {
@@ -148,7 +147,7 @@ func isDenied(err error) bool {
 // tryShowBinaryLogs runs what REPLICATION CLIENT (BINLOG MONITOR) allows.
 // A server without a binary log cannot tell: that is reported by the
 // settings checks, so it counts as allowed here.
-func tryShowBinaryLogs(conn *client.Conn) (bool, error) {
+func tryShowBinaryLogs(conn *binlog.Conn) (bool, error) {
 	_, err := binlog.Query(conn, "SHOW BINARY LOGS")
 	var me *mysql.MyError
 	switch {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
+
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 )
@@ -26,8 +28,9 @@ import (
 // reads that transaction again from the host's binlog and compares.
 //
 // The digest covers what a replica re-logs unchanged (log_slave_updates /
-// log_replica_updates): the tables' names, each row's operation and
-// values. A replica's events differ in bytes (positions, checksums, table
+// log_replica_updates): the tables' names and the values of the rows
+// inserted (never UPDATE or DELETE images, which a replica logs with its
+// own binlog_row_image). A replica's events differ in bytes (positions, checksums, table
 // ids, how rows are split into events, compression), so a real replica
 // proves it holds the transaction; a server whose transaction under that
 // GTID has other rows, or none of the captured tables, is another history.
@@ -159,7 +162,7 @@ func sameServer(srv *binlog.Server, cp *checkpoint.Checkpoint, what, why string)
 // readDigest reads the transaction of cp's fingerprint from srv's binlog.
 func readDigest(ctx context.Context, cfg binlog.Config, srv *binlog.Server, cp *checkpoint.Checkpoint, limit time.Duration) (*binlog.TxDigest, bool, error) {
 	fp := cp.Fingerprint
-	set, err := binlog.ParseSet(srv.Flavor, fp.Before)
+	set, err := proofStart(srv, fp)
 	if err != nil {
 		return nil, false, err
 	}
@@ -170,16 +173,12 @@ func readDigest(ctx context.Context, cfg binlog.Config, srv *binlog.Server, cp *
 		return nil, false, err
 	}
 	defer dump.Close()
-	what := fmt.Sprintf("read %s's transaction %s from %q", srv.Addr, fp.GTID, fp.Before)
+	what := fmt.Sprintf("read %s's transaction %s from %q", srv.Addr, fp.GTID, set.String())
 	stream, err := dump.Start(set)
 	if err != nil {
 		return nil, false, dump.Refused(what, err)
 	}
-	within, err := binlog.ParseSet(srv.Flavor, cp.GTIDSet)
-	if err != nil {
-		return nil, false, err
-	}
-	dg, found, err := dump.Digest(pctx, stream, fp.GTID, within)
+	dg, found, err := dump.Digest(pctx, stream, fp.GTID)
 	if err != nil {
 		if pctx.Err() != nil {
 			return nil, false, fmt.Errorf("%s: %w", what, pctx.Err())
@@ -187,4 +186,31 @@ func readDigest(ctx context.Context, cfg binlog.Config, srv *binlog.Server, cp *
 		return nil, false, dump.Refused(what, err)
 	}
 	return dg, found, nil
+}
+
+// proofStart is the set a read of fp's transaction from srv starts after
+// (binlog.Dump.Digest): MariaDB, the set just before it (fp.Before): the
+// server sends each domain's transactions after it in binlog order, so the
+// transaction comes next in its domain. MySQL, every transaction srv has
+// executed (gtid_executed, srv.State) but that one: the server sends the
+// transactions a start set lacks in binlog order, and a replica that
+// applies in parallel without replica_preserve_commit_order may have logged
+// any number of others before it (later ones too, or another channel's on
+// a multi-source replica); with this set it skips them itself and sends
+// that transaction first. A set with the transaction purged from srv's
+// binlog is refused as purged (gtid_purged is not within it), as a start
+// at fp.Before would be.
+func proofStart(srv *binlog.Server, fp *checkpoint.Fingerprint) (mysql.GTIDSet, error) {
+	if srv.Flavor == mysql.MariaDBFlavor {
+		return binlog.ParseSet(srv.Flavor, fp.Before)
+	}
+	have, err := binlog.ParseSet(srv.Flavor, strings.ReplaceAll(srv.State, "\n", ""))
+	if err != nil {
+		return nil, err
+	}
+	one, err := binlog.ParseSet(srv.Flavor, fp.GTID)
+	if err != nil {
+		return nil, err
+	}
+	return setMinus(have, one), nil
 }

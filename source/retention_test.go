@@ -139,7 +139,7 @@ func TestRetentionRDSTableUnreadableIsAnError(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	root, err := srv.Root()
+	root, err := binlog.Connect(ctx, binlog.Config{User: "root", Password: devdb.RootPassword, ConnectTimeout: 5 * time.Second}, srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

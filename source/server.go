@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -31,7 +30,7 @@ func Inspect(ctx context.Context, cfg binlog.Config) (*binlog.Server, error) {
 	for _, addr := range cfg.Hosts {
 		conn, err := binlog.Connect(ctx, cfg, addr)
 		if err != nil {
-			if errors.Is(err, binlog.ErrAccessDenied) || errors.Is(err, binlog.ErrInsecureLogin) || errors.Is(err, binlog.ErrPacketBound) {
+			if refused(err) {
 				return nil, err
 			}
 			dialErrs = append(dialErrs, err.Error())
@@ -48,8 +47,22 @@ func Inspect(ctx context.Context, cfg binlog.Config) (*binlog.Server, error) {
 	return nil, fmt.Errorf("%w: tried %s: %s", ErrUnreachable, strings.Join(cfg.Hosts, ", "), strings.Join(dialErrs, "; "))
 }
 
+// refused reports whether err, from Connect, is the host's refusal or the
+// relay's refusal of what the host sent (the user or password, an insecure
+// login, a packet or answer over the bound, an answer go-mysql cannot
+// read): another try or another host of the same configuration cannot help.
+func refused(err error) bool {
+	for _, s := range []error{binlog.ErrAccessDenied, binlog.ErrInsecureLogin, binlog.ErrPacketBound, binlog.ErrAnswerBound,
+		binlog.ErrBrokenAnswer, binlog.ErrMalformedEvent} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // Variables reads the global variables the relay and its preflight use.
-func Variables(conn *client.Conn) (map[string]string, error) {
+func Variables(conn *binlog.Conn) (map[string]string, error) {
 	rows, err := binlog.Query(conn, `SHOW GLOBAL VARIABLES WHERE Variable_name IN (
 		'version','version_comment','log_bin','binlog_format','binlog_row_image','binlog_row_metadata',
 		'gtid_mode','enforce_gtid_consistency','server_id','server_uuid','server_uid',
@@ -74,7 +87,7 @@ func DetectFlavor(vars map[string]string) string {
 	return mysql.MySQLFlavor
 }
 
-func inspect(conn *client.Conn, cfg binlog.Config, addr string) (*binlog.Server, error) {
+func inspect(conn *binlog.Conn, cfg binlog.Config, addr string) (*binlog.Server, error) {
 	vars, err := Variables(conn)
 	if err != nil {
 		return nil, err
@@ -103,7 +116,7 @@ func inspect(conn *client.Conn, cfg binlog.Config, addr string) (*binlog.Server,
 // positions fills ServerID, Head, State and Earliest. GTID variables are
 // read with SELECT: SHOW VARIABLES truncates long values (MySQL: 1024
 // characters, a gtid_executed of a few dozen server_uuids).
-func positions(srv *binlog.Server, conn *client.Conn, vars map[string]string) error {
+func positions(srv *binlog.Server, conn *binlog.Conn, vars map[string]string) error {
 	q := "SELECT @@GLOBAL.gtid_executed, @@GLOBAL.gtid_executed, @@GLOBAL.gtid_purged"
 	if srv.Flavor == mysql.MariaDBFlavor {
 		q = "SELECT @@GLOBAL.gtid_binlog_pos, @@GLOBAL.gtid_binlog_state, @@GLOBAL.gtid_slave_pos"
@@ -157,7 +170,7 @@ func lastPerDomain(list string) (string, error) {
 // flavor, version, whether table maps carry column names, and positions of
 // the server conn is connected to. The server is returned even when reading
 // positions fails (binary log off, missing grants); the error says why.
-func Describe(conn *client.Conn, addr string, vars map[string]string) (*binlog.Server, error) {
+func Describe(conn *binlog.Conn, addr string, vars map[string]string) (*binlog.Server, error) {
 	srv := &binlog.Server{Addr: addr, Version: vars["version"], Flavor: DetectFlavor(vars),
 		ColumnNames: strings.EqualFold(vars["binlog_row_metadata"], "FULL")}
 	return srv, positions(srv, conn, vars)
@@ -187,6 +200,12 @@ func Settings(vars map[string]string, flavor string) []Setting {
 			"without it the relay tracks the outbox tables' columns (and, with NO_LOG, which integers are UNSIGNED) from DDL"),
 	}
 	list[3].Advisory = true
+	if flavor == mysql.MariaDBFlavor && strings.EqualFold(list[2].Got, "FULL_NODUP") {
+		// MariaDB 11.4+: every column of an INSERT, only an UPDATE's after
+		// image without the unchanged ones (the relay publishes INSERTs;
+		// each is checked as read all the same: rowimage.go in binlog).
+		list[2].OK = true
+	}
 	if flavor == mysql.MySQLFlavor {
 		list = append(list,
 			want("gtid_mode", "ON", "set gtid_mode=ON and enforce_gtid_consistency=ON"),
@@ -214,7 +233,7 @@ func orNone(s string) string {
 }
 
 // Grants returns the user's grants, one statement a line.
-func Grants(conn *client.Conn) ([]string, error) {
+func Grants(conn *binlog.Conn) ([]string, error) {
 	rows, err := binlog.Query(conn, "SHOW GRANTS")
 	if err != nil {
 		return nil, fmt.Errorf("read grants: %w", err)
@@ -234,7 +253,7 @@ func MissingGrants(grants []string) []string {
 
 // checkGrants refuses only what the server refuses (CheckPrivileges):
 // privileges that come from a role, SUPER or a proxy user pass.
-func checkGrants(conn *client.Conn, cfg binlog.Config, addr, flavor string) error {
+func checkGrants(conn *binlog.Conn, cfg binlog.Config, addr, flavor string) error {
 	p, err := CheckPrivileges(conn, cfg, addr, flavor)
 	if err != nil {
 		return fmt.Errorf("check grants: %w", err)
@@ -251,7 +270,7 @@ func checkGrants(conn *client.Conn, cfg binlog.Config, addr, flavor string) erro
 
 // mariadbEarliest returns the Gtid_list of the oldest binlog still present:
 // the GTID state before its first transaction.
-func mariadbEarliest(conn *client.Conn) (string, error) {
+func mariadbEarliest(conn *binlog.Conn) (string, error) {
 	logs, err := binlog.Query(conn, "SHOW BINARY LOGS")
 	if err != nil {
 		return "", fmt.Errorf("list binary logs: %w", err)
@@ -259,16 +278,7 @@ func mariadbEarliest(conn *client.Conn) (string, error) {
 	if len(logs) == 0 {
 		return "", fmt.Errorf("%w: the server has no binary logs", ErrServerConfig)
 	}
-	evs, err := binlog.Query(conn, "SHOW BINLOG EVENTS IN "+quote(logs[0][0])+" LIMIT 4")
-	if err != nil {
-		return "", fmt.Errorf("read binary log %s: %w", logs[0][0], err)
-	}
-	for _, e := range evs {
-		if len(e) > 5 && e[2] == "Gtid_list" {
-			return strings.Trim(e[5], "[] "), nil
-		}
-	}
-	return "", nil
+	return fileStartList(conn, logs[0][0])
 }
 
 // CheckNotPurged returns binlog.ErrPurged if the server no longer has every binlog
@@ -316,14 +326,14 @@ func CurrentColumns(ctx context.Context, cfg binlog.Config, addr string) (schema
 // TableColumns returns db.tbl's column names in table order, from
 // information_schema; none when the table is missing or not visible to the
 // user.
-func TableColumns(conn *client.Conn, db, tbl string) ([]string, error) {
+func TableColumns(conn *binlog.Conn, db, tbl string) ([]string, error) {
 	cols, _, err := TableLayout(conn, db, tbl)
 	return cols, err
 }
 
 // TableLayout is TableColumns and those of the columns that are UNSIGNED
 // (information_schema's COLUMN_TYPE says so, also for ZEROFILL).
-func TableLayout(conn *client.Conn, db, tbl string) (cols, unsigned []string, err error) {
+func TableLayout(conn *binlog.Conn, db, tbl string) (cols, unsigned []string, err error) {
 	rows, err := binlog.Query(conn, "SELECT COLUMN_NAME, LOWER(DATA_TYPE) IN ('tinyint','smallint','mediumint','int','bigint','decimal','float','double') "+
 		"AND LOWER(COLUMN_TYPE) LIKE '% unsigned%' FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "+quote(db)+
 		" AND TABLE_NAME = "+quote(tbl)+" ORDER BY ORDINAL_POSITION")

@@ -23,6 +23,11 @@ func TestCheckSettings(t *testing.T) {
 		{"mysql", "log_bin", "OFF", "log_bin"},
 		{"mysql", "binlog_format", "MIXED", "binlog_format=ROW"},
 		{"mysql", "binlog_row_image", "NOBLOB", "binlog_row_image=FULL"},
+		{"mariadb", "binlog_row_image", "MINIMAL", "binlog_row_image=FULL"},
+		// MariaDB 11.4's FULL_NODUP logs whole INSERT images (only an
+		// UPDATE's after image lacks the unchanged columns).
+		{"mariadb", "binlog_row_image", "FULL_NODUP", ""},
+		{"mysql", "binlog_row_image", "FULL_NODUP", "binlog_row_image=FULL"},
 		{"mariadb", "binlog_row_metadata", "NO_LOG", ""}, // advisory: the schema tracker covers it
 		{"mariadb", "gtid_mode", "OFF", ""},              // MariaDB has no gtid_mode: always GTIDs
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
 // Statements the commands that read the captured tables (replay, prune,
@@ -16,7 +16,7 @@ import (
 // same record), and returns the session's zone before: the zone DEFAULT
 // CURRENT_TIMESTAMP filled DATETIME columns in for applications that left
 // it alone.
-func UTCSession(conn *client.Conn) (string, error) {
+func UTCSession(conn *binlog.Conn) (string, error) {
 	res, err := conn.Execute("SELECT @@SESSION.time_zone")
 	if err != nil {
 		return "", fmt.Errorf("read session time zone: %w", err)
@@ -37,7 +37,7 @@ func UTCSession(conn *client.Conn) (string, error) {
 // NULL. Otherwise the server converts a latin1 payload to the
 // connection's utf8mb4, and a row read again would not route to the
 // record the relay published.
-func StoredBytesSession(conn *client.Conn) error {
+func StoredBytesSession(conn *binlog.Conn) error {
 	if _, err := conn.Execute("SET character_set_results = NULL"); err != nil {
 		return fmt.Errorf("read text as stored: %w", err)
 	}
@@ -45,7 +45,7 @@ func StoredBytesSession(conn *client.Conn) error {
 }
 
 // ColumnType is the DATA_TYPE (lower case) of column col of table t.
-func ColumnType(conn *client.Conn, t, col string) (string, error) {
+func ColumnType(conn *binlog.Conn, t, col string) (string, error) {
 	db, tbl, _ := strings.Cut(t, ".")
 	res, err := conn.Execute("SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?", db, tbl, col)
 	if err != nil {
@@ -60,7 +60,7 @@ func ColumnType(conn *client.Conn, t, col string) (string, error) {
 // CheckZone fails when the server cannot convert a time to zone (a named
 // zone without the time zone tables: CONVERT_TZ gives NULL, and a range
 // compared with NULL selects nothing, silently).
-func CheckZone(conn *client.Conn, zone string) error {
+func CheckZone(conn *binlog.Conn, zone string) error {
 	res, err := conn.Execute("SELECT CONVERT_TZ('2000-01-01 00:00:00', '+00:00', ?) IS NULL", zone)
 	if err != nil {
 		return fmt.Errorf("check time zone %s: %w", zone, err)
@@ -74,7 +74,7 @@ func CheckZone(conn *client.Conn, zone string) error {
 // Executed reads the server's executed GTID set: MariaDB's
 // gtid_binlog_pos (written to the binlog before the commit is visible),
 // MySQL's gtid_executed, and the server's flavor.
-func Executed(conn *client.Conn) (string, string, error) {
+func Executed(conn *binlog.Conn) (string, string, error) {
 	vars, err := Variables(conn)
 	if err != nil {
 		return "", "", fmt.Errorf("read server variables: %w", err)
@@ -103,7 +103,7 @@ func Placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,",
 
 // PrimaryKey lists table t's ("db.table") primary key columns in key
 // order; none when it has no primary key (or does not exist).
-func PrimaryKey(conn *client.Conn, t string) ([]string, error) {
+func PrimaryKey(conn *binlog.Conn, t string) ([]string, error) {
 	db, tbl, _ := strings.Cut(t, ".")
 	res, err := conn.Execute(`SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, db, tbl)

@@ -44,11 +44,16 @@ func Unexecuted(s *binlog.Server, pos string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	hostSet := *have.(*mysql.MysqlGTIDSet)
+	return setMinus(want, have).String(), nil
+}
+
+// setMinus is the MySQL GTID set a without the GTIDs of b.
+func setMinus(a, b mysql.GTIDSet) *mysql.MysqlGTIDSet {
+	bs := *b.(*mysql.MysqlGTIDSet)
 	out := mysql.MysqlGTIDSet{}
-	for sid, tags := range *want.(*mysql.MysqlGTIDSet) {
+	for sid, tags := range *a.(*mysql.MysqlGTIDSet) {
 		for tag, ivs := range tags {
-			left := minus(ivs, hostSet[sid][tag])
+			left := minus(ivs, bs[sid][tag])
 			if len(left) == 0 {
 				continue
 			}
@@ -58,7 +63,7 @@ func Unexecuted(s *binlog.Server, pos string) (string, error) {
 			out[sid][tag] = left
 		}
 	}
-	return out.String(), nil
+	return &out
 }
 
 // minus is a without the numbers of b (intervals with Stop exclusive).

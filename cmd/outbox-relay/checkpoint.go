@@ -108,10 +108,12 @@ func newCheckpointShowCmd() *cobra.Command {
 why, as run judges it: a first start or an operator's reset (the relay starts
 at source.start: exit 0), or a lost checkpoint (the pipeline had one and the
 checkpoint topic was deleted, created again or emptied: run refuses to start;
-exit 65, naming the way out: checkpoint set or checkpoint reset). With --json
-a pipeline without a checkpoint prints {"name", "checkpoint_topic",
-"checkpoint": null, "state": "first-start"|"reset"|"lost", "detail",
-"start"}, with the same exit codes. While a transaction open on the
+exit 65, naming the way out: checkpoint set or checkpoint reset). A principal
+that may not read the lock group's record (DESCRIBE on the group and the lock
+topic), which tells the two apart, cannot tell: exit 1. With --json a pipeline
+without a checkpoint prints {"name", "checkpoint_topic", "checkpoint": null,
+"state": "first-start"|"reset"|"lost"|"unknown", "detail", "start"}, with the
+same exit codes. While a transaction open on the
 checkpoint topic hides newer records beyond --wait it exits 1 naming the
 transactional id that holds it (text mode first prints the last visible
 checkpoint, marked not final).`,
@@ -152,6 +154,8 @@ func absentState(v checkpoint.Verdict) string {
 		return "lost"
 	case checkpoint.FirstStart:
 		return "first-start"
+	case checkpoint.Undecided:
+		return "unknown"
 	}
 	return "reset"
 }
@@ -290,15 +294,28 @@ func checkpointHistory(cfg config.Config, n *int, asJSON *bool) error {
 
 func newCheckpointSetCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "set --config FILE --gtid SET | --to now|earliest",
-		Short: "move the position to a GTID set, or to the source's current or oldest position",
+		Use:   "set --config FILE --gtid SET | --to now|earliest | --from-debezium",
+		Short: "move the position to a GTID set, the source's current or oldest position, or where Debezium stopped",
 		Long: `set writes a new checkpoint: a later position skips events, an earlier one
 publishes them again. The captured tables' column layout is kept from the
 previous checkpoint or read from the server (--schema). A --gtid set naming
 transactions the source has not executed (a typo, another server's GTID) is
-refused unless --force, and so is one whose binlogs the source has purged.`,
+refused unless --force, and so is one whose binlogs the source has purged.
+
+--from-debezium takes over from a stopped Debezium MySQL connector with the
+Outbox Event Router: it reads the connector's committed offset (Kafka
+Connect's offsets topic, or --offsets-file), walks the binlog from the start
+of the offset's binlog file to the source's head routing each outbox row as
+the relay does, and reads which of them have records in Kafka (header id):
+the new position is right after them, a part of a transaction included. It
+prints the position and the first event the relay will publish; a
+translation Kafka does not prove (a row published after one that is not,
+records where the relay would not place them, an offset past Kafka's
+records, a connector still running) is refused unless --force.`,
 		Example: `  outbox-relay checkpoint set --config relay.yaml --to now
-  outbox-relay checkpoint set --config relay.yaml --gtid 0-1-100 --schema keep --yes`,
+  outbox-relay checkpoint set --config relay.yaml --gtid 0-1-100 --schema keep --yes
+  outbox-relay checkpoint set --config relay.yaml --from-debezium --connector outbox-connector --dry-run
+  outbox-relay checkpoint set --config relay.yaml --from-debezium --offsets-file /var/lib/debezium/offsets.dat --yes`,
 		Args: noArgs,
 	}
 	path := configFlag(cmd)
@@ -308,9 +325,25 @@ refused unless --force, and so is one whose binlogs the source has purged.`,
 		"keep (the previous checkpoint's) | server (the tables' current definitions); default: server with --to now, "+
 		"else keep when the previous checkpoint has one")
 	w := addWriteFlags(cmd.Flags())
+	dbz := addDebeziumFlags(cmd.Flags())
+	cmd.Flags().Lookup("force").Usage = "write even though a relay of this pipeline is running (a member of its lock group: it is fenced, its open transaction " +
+		"aborted); with --gtid, a set the source has not executed; with --from-debezium, a translation Kafka does not prove"
 	cmd.RunE = func(*cobra.Command, []string) error {
+		if err := dbz.check(); err != nil {
+			return err
+		}
+		if *dbz.from {
+			if *gtid != "" || *to != "" || *layoutFrom != "" {
+				return usageErr("--from-debezium takes no --gtid, --to or --schema: the position and its layout come from the binlog")
+			}
+			cfg, err := loadConfigFile(*path)
+			if err != nil {
+				return err
+			}
+			return checkpointFromDebezium(cfg, dbz, w)
+		}
 		if (*gtid == "") == (*to == "") {
-			return usageErr("give exactly one of --gtid SET and --to now|earliest")
+			return usageErr("give exactly one of --gtid SET, --to now|earliest and --from-debezium")
 		}
 		if *to != "" && *to != "now" && *to != "earliest" {
 			return usageErr("--to %q: want now or earliest", *to)
@@ -356,23 +389,59 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 			return err
 		}
 	}
-	store, loaded, known, err := currentState(ctx, cfg, false)
-	if err := w.overNewer(err); err != nil {
-		return err
-	}
-	cur := loaded.Checkpoint
-	placed, _ := carried(loaded, known)
-	from, prev := "(none)", ""
-	var events int64
-	if cur != nil {
-		from, prev, events = cur.GTIDSet, cur.GTIDSet, cur.Events
-	}
-	layout, signs, err := checkpointLayout(ctx, src, srv, cur, *layoutFrom, *to == "now", pos)
+	base, err := loadSetBase(ctx, cfg, w)
 	if err != nil {
 		return err
 	}
-	if err := w.guard(cfg, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, from, pos)); err != nil {
+	layout, signs, err := checkpointLayout(ctx, src, srv, base.cur, *layoutFrom, *to == "now", pos)
+	if err != nil {
 		return err
+	}
+	if err := w.guard(cfg, fmt.Sprintf("move the checkpoint of %s from %q to %q", cfg.Name, base.from, pos)); err != nil {
+		return err
+	}
+	cp := base.next(cfg, srv, pos, layout, signs)
+	from, store := base.from, base.store
+	log := newLogger(cfg.Log, nil)
+	if err := writeCheckpoint(cfg, store, cp, log); err != nil {
+		return err
+	}
+	log.Info().Str("name", cfg.Name).Str("from", from).Str("to", pos).Msg("checkpoint set")
+	fmt.Printf("checkpoint of %s: %s -> %s\n", cfg.Name, from, pos)
+	return nil
+}
+
+// setBase is what checkpoint set replaces and keeps: the store, the
+// committed checkpoint (nil: none), its position ("(none)" without one)
+// and the partition counts keys are placed by.
+type setBase struct {
+	store  *checkpoint.Store
+	cur    *checkpoint.Checkpoint
+	from   string
+	placed map[string]int32
+}
+
+func loadSetBase(ctx context.Context, cfg config.Config, w writeFlags) (setBase, error) {
+	store, loaded, known, err := currentState(ctx, cfg, false)
+	if err := w.overNewer(err); err != nil {
+		return setBase{}, err
+	}
+	b := setBase{store: store, cur: loaded.Checkpoint, from: "(none)"}
+	b.placed, _ = carried(loaded, known)
+	if b.cur != nil {
+		b.from = b.cur.GTIDSet
+	}
+	return b, nil
+}
+
+// next is the checkpoint set writes at pos of srv with layout and signs:
+// the operator's mark, the configuration's tables, the events counted so
+// far, and the partition counts of the one it replaces.
+func (b setBase) next(cfg config.Config, srv *binlog.Server, pos string, layout, signs map[string][]string) *checkpoint.Checkpoint {
+	cur, prev := b.cur, ""
+	var events int64
+	if cur != nil {
+		prev, events = cur.GTIDSet, cur.Events
 	}
 	cp := &checkpoint.Checkpoint{Name: cfg.Name, GTIDSet: pos, Flavor: srv.Flavor, ServerID: srv.ServerID, Host: srv.Addr, SourceUID: srv.UID,
 		Time: time.Now().UTC(), Events: events, Schema: layout, Unsigned: signs, Operator: operatorMark("set", prev)}
@@ -381,7 +450,7 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 	// Keys stay placed by the recorded partition counts (also those a reset
 	// marker carries): a set never moves an aggregate to another partition
 	// (kafka.on_partitions_added).
-	cp.Partitions = placed
+	cp.Partitions = b.placed
 	if cur != nil && cur.XA != nil {
 		if pos == cur.GTIDSet {
 			cp.XA = cur.XA // same position: the prepared XA transactions are still pending
@@ -392,11 +461,5 @@ func checkpointSet(cfg config.Config, gtid, to, layoutFrom *string, w writeFlags
 				"are published)\n", len(cur.XA.Prepared))
 		}
 	}
-	log := newLogger(cfg.Log, nil)
-	if err := writeCheckpoint(cfg, store, cp, log); err != nil {
-		return err
-	}
-	log.Info().Str("name", cfg.Name).Str("from", from).Str("to", pos).Msg("checkpoint set")
-	fmt.Printf("checkpoint of %s: %s -> %s\n", cfg.Name, from, pos)
-	return nil
+	return cp
 }

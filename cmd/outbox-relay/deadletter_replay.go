@@ -9,11 +9,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
@@ -234,13 +234,13 @@ func replayedOffsets(ctx context.Context, cfg config.Config, cl *kgo.Client) (ma
 // pipeline's when its table is in source.tables and its event id is in
 // that table; one whose row is not there only on the pipeline's own topic
 // or with fromRecord (errNotThisPipeline otherwise).
-func rerouteDeadLetter(conn *client.Conn, cfg config.Config, r *kgo.Record, now time.Time, fromRecord bool) (*kgo.Record, string, error) {
+func rerouteDeadLetter(conn *binlog.Conn, cfg config.Config, r *kgo.Record, now time.Time, fromRecord bool) (*kgo.Record, string, error) {
 	table, id := headerValue(r, "source.table"), headerValue(r, "id")
 	if !containsString(cfg.Source.Tables, table) {
 		return nil, "", fmt.Errorf("%w: its table %q is not in source.tables", errNotThisPipeline, table)
 	}
 	rc := cfg.Router.For(table)
-	rt, err := tableRouter(rc, cfg.Name, table)
+	rt, err := clients.TableRouter(cfg, rc, table)
 	if err != nil {
 		return nil, "", err
 	}

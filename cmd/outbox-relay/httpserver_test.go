@@ -3,11 +3,15 @@ package main
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +29,20 @@ func serveTest(t *testing.T, lim httpLimits) string {
 	go func() { _ = srv.Serve(lln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
+}
+
+// serveShipped serves the relay's handler with the shipped limits until
+// the test ends.
+func serveShipped(t *testing.T) (string, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, lln := newHTTPServer(ln, metrics.New("test").Handler(), defaultHTTPLimits)
+	go func() { _ = srv.Serve(lln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String(), lln
 }
 
 // closedWithin reports whether the server closes c within d.
@@ -136,14 +154,7 @@ func TestHTTPServerMakesRoomFromTheHostHoldingMost(t *testing.T) {
 // headers slowly, against the shipped limits: /healthz and /readyz each
 // answer within a second (a Kubernetes probe's timeout), every time.
 func TestHTTPProbesAnswerUnderIdleAndSlowlorisLoad(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, lln := newHTTPServer(ln, metrics.New("test").Handler(), defaultHTTPLimits)
-	go func() { _ = srv.Serve(lln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	addr := ln.Addr().String()
+	addr, lln := serveShipped(t)
 	var load []net.Conn
 	served := 0
 	t.Cleanup(func() {
@@ -204,5 +215,174 @@ func TestHTTPProbesAnswerUnderIdleAndSlowlorisLoad(t *testing.T) {
 	}
 	if n := lln.(*roomListener).open(); n > defaultHTTPLimits.conns {
 		t.Fatalf("%d connections open, over the limit of %d", n, defaultHTTPLimits.conns)
+	}
+}
+
+// TestHTTPProbesAnswerUnderFloodsFromManyHosts: clients on 34 addresses
+// (127.0.0.2 and up) hold or churn connections in every way that keeps a
+// place without use, against the shipped limits; the kubelet, probing from
+// its own address (127.0.0.1) since the relay started, gets /healthz
+// answered within a second (a Kubernetes probe's timeout), every time,
+// and the server holds at most its limit of connections.
+func TestHTTPProbesAnswerUnderFloodsFromManyHosts(t *testing.T) {
+	tinyWindow := func(_, _ string, c syscall.RawConn) error { // the answer fills the window at once
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024) })
+	}
+	pipelined := strings.Repeat("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 3)
+	var stop atomic.Bool
+	pause := func(d time.Duration) { // a sleep the end of the test cuts short
+		for end := time.Now().Add(d); time.Now().Before(end) && !stop.Load(); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, v := range []struct {
+		name    string
+		control func(string, string, syscall.RawConn) error
+		// hold uses a connection its way until it returns (or the server
+		// closes it).
+		hold func(c net.Conn)
+	}{
+		{"headers never finished, reconnecting at once", nil, func(c net.Conn) {
+			_, _ = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			_, _ = io.Copy(io.Discard, c)
+		}},
+		{"a body sent a byte at a time", nil, func(c net.Conn) {
+			_, _ = io.WriteString(c, "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
+			for range 30 {
+				if _, err := c.Write([]byte{'x'}); err != nil {
+					return
+				}
+				pause(100 * time.Millisecond)
+			}
+		}},
+		{"answers never read", tinyWindow, func(c net.Conn) {
+			_, _ = io.WriteString(c, pipelined)
+			pause(2 * time.Second)
+		}},
+		{"one answer read, then answers never read, the connection replaced before a second", tinyWindow, func(c net.Conn) {
+			_, _ = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			_, _ = c.Read(make([]byte, 4096))
+			_, _ = io.WriteString(c, pipelined)
+			pause(900 * time.Millisecond)
+		}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			addr, lln := serveShipped(t)
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
+			kubelet := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext}}
+			probe := func() error {
+				resp, err := kubelet.Get("http://" + addr + "/healthz")
+				if err != nil {
+					return err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				return resp.Body.Close()
+			}
+			if err := probe(); err != nil { // the kubelet probes from the start
+				t.Fatal(err)
+			}
+			stop.Store(false)
+			var wg sync.WaitGroup
+			for i := range 34 {
+				from := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}, Control: v.control}
+				wg.Go(func() {
+					for !stop.Load() {
+						c, err := from.Dial("tcp", addr)
+						if err != nil {
+							continue
+						}
+						v.hold(c)
+						c.Close()
+					}
+				})
+			}
+			defer func() { stop.Store(true); wg.Wait() }()
+			var worst time.Duration
+			defer func() { t.Logf("slowest probe: %v", worst) }()
+			for round := range 15 {
+				time.Sleep(100 * time.Millisecond)
+				start := time.Now()
+				if err := probe(); err != nil {
+					t.Fatalf("round %d: /healthz did not answer within 1s: %v", round, err)
+				}
+				worst = max(worst, time.Since(start))
+				if n := lln.(*roomListener).open(); n > defaultHTTPLimits.conns {
+					t.Fatalf("%d connections open, over the limit of %d", n, defaultHTTPLimits.conns)
+				}
+			}
+		})
+	}
+}
+
+// fakeConn is a connection from addr for the listener's bookkeeping.
+type fakeConn struct {
+	net.Conn
+	addr   net.Addr
+	closed bool
+}
+
+func (c *fakeConn) RemoteAddr() net.Addr { return c.addr }
+func (c *fakeConn) Close() error         { c.closed = true; return nil }
+
+// TestRoomIsNeverMadeFromAProbeInGoodStanding: the kubelet's host answered
+// before; its new connection, not yet read by the server (or in its
+// request), is never the one closed for newcomers of other hosts, however
+// many arrive from however many addresses (more than it remembers the
+// standing of) and whatever they do: waiting
+// (slowloris), or all in requests younger than a second (answers read
+// slowly, the connections replaced before they age). Before, the 32nd
+// newcomer after the probe closed it (the one waiting longest), and
+// places all held by young requests refused it.
+func TestRoomIsNeverMadeFromAProbeInGoodStanding(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		l := &roomListener{max: 32, busyGrace: time.Second, conns: map[string]*roomConn{}, hosts: map[string]*hostStanding{}}
+		port := 40000
+		open := func(ip string) (*roomConn, *fakeConn) {
+			port++
+			fc := &fakeConn{addr: &net.TCPAddr{IP: net.ParseIP(ip), Port: port}}
+			now := time.Now()
+			rc := &roomConn{Conn: fc, l: l, key: fc.addr.String(), host: ip, since: now, opened: now}
+			if !l.admit(rc) {
+				return nil, fc
+			}
+			return rc, fc
+		}
+		// The kubelet probed before: a request answered.
+		before, _ := open("127.0.0.1")
+		l.mark(before.key, true)
+		l.mark(before.key, false)
+		_ = before.Close()
+		attacker := 2
+		flood := func(n int) {
+			for range n {
+				rc, _ := open(fmt.Sprintf("127.0.%d.%d", attacker/250, 2+attacker%250))
+				attacker++
+				if rc != nil && busy {
+					l.mark(rc.key, true) // its answer is read slowly
+				}
+			}
+		}
+		flood(32)
+		probe, fc := open("127.0.0.1")
+		if probe == nil {
+			t.Fatalf("busy %v: the probe found no room", busy)
+		}
+		flood(500)
+		if fc.closed {
+			t.Fatalf("busy %v: the probe's connection was closed for a newcomer", busy)
+		}
+		l.mark(probe.key, true)
+		flood(1500) // more hosts than the listener remembers
+		if fc.closed {
+			t.Fatalf("busy %v: the probe's request was closed for a newcomer", busy)
+		}
+		if n := l.open(); n > 32 {
+			t.Fatalf("busy %v: %d connections held", busy, n)
+		}
+		if n := len(l.hosts); n > maxHosts || !l.hosts["127.0.0.1"].good() {
+			t.Fatalf("busy %v: %d hosts remembered (at most %d), the kubelet's in good standing %v", busy, n, maxHosts, l.hosts["127.0.0.1"].good())
+		}
 	}
 }

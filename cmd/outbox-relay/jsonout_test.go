@@ -91,7 +91,8 @@ func TestJSONOutputOneCompactDocument(t *testing.T) {
 	}
 	// Commands that need a database: their kit tests check the form.
 	elsewhere := map[string]string{"audit": "internal/kititest/audit_test.go",
-		"prune": "internal/kititest/prune_test.go", "replay": "internal/kititest/replay_test.go"}
+		"prune": "internal/kititest/prune_test.go", "replay": "internal/kititest/replay_test.go",
+		"checkpoint set": "internal/dbzitest/switch_test.go"}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Flags().Lookup("json") != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"encoding/json"
 	"net"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // Every way out of run ends with the exit code: the log's last line is
@@ -66,5 +69,31 @@ func TestRunLastLineCarriesTheExitCode(t *testing.T) {
 	code := execute([]string{"run", "--config", filepath.Join(dir, "missing.yaml")}, &o, &e)
 	if code != 78 || !strings.HasSuffix(strings.TrimSpace(e.String()), "(exit 78)") {
 		t.Fatalf("an unreadable file: exit %d, stderr %q; want 78 and the line saying it", code, e.String())
+	}
+}
+
+// `relay stopped` stays the log's last line when a library's goroutine that
+// outlived its client logs after it (franz-go's second LeaveGroup did, at
+// one stop in ten): the final line seals the log.
+func TestLastLineStaysLastWhenALibraryLogsAfterIt(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := newPipeWriter(f)
+	cfg := config.Log{Level: config.LogLevel("debug"), Format: config.LogJSON}
+	log := newLogger(cfg, out)
+	last := &lastLine{log: newLogger(cfg, out.Final())}
+	log.Debug().Msg("before")
+	last.say(nil, errors.New("terminated signal received"))
+	log.Debug().Str("component", "franz-go").Msg("invalidating all assignments in LeaveGroup")
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"before"`) || !strings.Contains(lines[1], `"relay stopped"`) {
+		t.Fatalf("log:\n%s\nwant the line before and relay stopped last", b)
 	}
 }

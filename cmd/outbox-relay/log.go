@@ -19,7 +19,7 @@ func newLogger(cfg config.Log, w io.Writer) zerolog.Logger {
 	}
 	if cfg.Format == config.LogConsole {
 		f, ok := w.(*os.File)
-		if pw, isPipe := w.(*pipeWriter); isPipe {
+		if pw, isPipe := w.(interface{ File() *os.File }); isPipe {
 			f, ok = pw.File(), pw.File() != nil
 		}
 		color := ok && term.IsTerminal(int(f.Fd())) && os.Getenv("NO_COLOR") == ""

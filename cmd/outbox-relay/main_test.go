@@ -92,8 +92,20 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"checkpoint", "history", "--config", good, "-n", "0"}, 2, "", "-n 0: want a count of 1 or more"},
 		{[]string{"checkpoint", "history", "--config", good, "-n", "abc"}, 2, "", `invalid argument "abc" for "-n, --limit" flag`},
 		{[]string{"checkpoint", "show", "--config", good, "--wait", "soon"}, 2, "", `invalid argument "soon" for "--wait" flag`},
-		{[]string{"checkpoint", "set", "--config", good}, 2, "", "give exactly one of --gtid SET and --to now|earliest"},
+		{[]string{"checkpoint", "set", "--config", good}, 2, "", "give exactly one of --gtid SET, --to now|earliest and --from-debezium"},
 		{[]string{"checkpoint", "set", "--config", good, "--to", "later"}, 2, "", `--to "later": want now or earliest`},
+		{[]string{"checkpoint", "set", "--config", good, "--to", "now", "--offsets-file", "o.dat", "--json"}, 2, "", "--json, --offsets-file: only with --from-debezium"},
+		{[]string{"checkpoint", "set", "--config", good, "--from-debezium", "--gtid", "0-1-1"}, 2, "", "--from-debezium takes no --gtid, --to or --schema"},
+		{[]string{"checkpoint", "set", "--config", good, "--from-debezium", "--offsets-file", "o.dat", "--offsets-topic", "t"}, 2, "",
+			"give --offsets-file, or --offsets-topic/--offsets-brokers, not both"},
+		{[]string{"checkpoint", "set", "--config", good, "--from-debezium", "--walk-max-rows", "0"}, 2, "", "--walk-max-rows 0: want 1 or more"},
+		{[]string{"checkpoint", "set", "--config", good, "--from-debezium", "--offsets-file", dbzFixture("offsets-snapshot.dat")}, 1, "",
+			"records a snapshot in progress (snapshot=INITIAL)"},
+		{[]string{"checkpoint", "set", "--config", good, "--from-debezium", "--offsets-file", dbzFixture("offsets-several.dat")}, 1, "",
+			"several Debezium connector offsets in file " + dbzFixture("offsets-several.dat") + ": connector billing-outbox (server billing), " +
+				"connector billing-outbox (server old) (deleted), connector orders-outbox (server orders); choose one with --connector"},
+		{[]string{"checkpoint", "set", "--config", good, "--from-debezium", "--offsets-file", dbzFixture("hostile-strings.dat")}, 1, "",
+			"not a Kafka Connect offsets file: at byte 81: entry 0's key: want a byte array (0x75), found 0x74"},
 		{[]string{"checkpoint", "skip", "--config", good}, 2, "", "--gtid GTID is required"},
 		{[]string{"checkpoint", "reset", "--help"}, 0, "--yes", ""},
 		{[]string{"dev"}, 0, "Available Commands:", ""},
@@ -225,4 +237,9 @@ func TestHostFlagHelpIsEachCommandsOwn(t *testing.T) {
 			t.Errorf("%v: --host says %q, want %q and no %q", c.args, strings.TrimSpace(host), c.want, c.not)
 		}
 	}
+}
+
+// dbzFixture is a Kafka Connect offsets file of internal/debezium's tests.
+func dbzFixture(name string) string {
+	return filepath.Join("..", "..", "internal", "debezium", "testdata", name)
 }

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -67,7 +66,7 @@ func (f dbFlags) addr(src binlog.Config) string {
 }
 
 // connect opens a client connection as dbFlags say.
-func (f dbFlags) connect(ctx context.Context, cfg config.Config) (*client.Conn, binlog.Config, error) {
+func (f dbFlags) connect(ctx context.Context, cfg config.Config) (*binlog.Conn, binlog.Config, error) {
 	src, err := clients.Source(cfg)
 	if err != nil {
 		return nil, src, err
@@ -251,7 +250,7 @@ type pruneTable struct {
 type pruner struct {
 	o        pruneOpts
 	cfg      config.Config
-	conn     *client.Conn
+	conn     *binlog.Conn
 	store    *checkpoint.Store
 	cutoff   when // rows before it go
 	total    int
@@ -446,7 +445,7 @@ func (p *pruner) deleteKeys(qt string, pk []string, pkTuple string, keys [][]any
 }
 
 // primaryKey lists table t's primary key columns: prune deletes by them.
-func primaryKey(conn *client.Conn, t string) ([]string, error) {
+func primaryKey(conn *binlog.Conn, t string) ([]string, error) {
 	cols, err := source.PrimaryKey(conn, t)
 	if err == nil && len(cols) == 0 {
 		err = errors.New("the table has no primary key (or does not exist): prune selects and deletes rows by primary key")
@@ -505,7 +504,7 @@ func withoutOwnDelete(head string, own map[string]bool) string {
 // another: deleting there would fail, or make it diverge from its primary.
 // Replication status needs REPLICATION CLIENT (or SLAVE MONITOR); without
 // it only read_only is checked.
-func checkPrimary(conn *client.Conn) error {
+func checkPrimary(conn *binlog.Conn) error {
 	rows, err := binlog.Query(conn, "SELECT @@GLOBAL.read_only")
 	if err != nil {
 		return fmt.Errorf("read read_only: %w", err)

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/google/uuid"
 
@@ -44,7 +43,7 @@ func (h hostIdentity) String() string {
 
 // describeHost reads the identity and binlog state of the server conn is
 // connected to.
-func describeHost(conn *client.Conn, addr string) (hostIdentity, error) {
+func describeHost(conn *binlog.Conn, addr string) (hostIdentity, error) {
 	vars, err := source.Variables(conn)
 	if err != nil {
 		return hostIdentity{}, err
@@ -120,7 +119,7 @@ func wroteInto(set, id string) bool {
 
 // checkDeleteGrants proves the user can DELETE from every table, without
 // deleting: EXPLAIN DELETE is refused as DELETE would be.
-func checkDeleteGrants(conn *client.Conn, tables []string) error {
+func checkDeleteGrants(conn *binlog.Conn, tables []string) error {
 	var missing []string
 	for _, t := range tables {
 		qt, err := source.QuoteTable(t)

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -211,7 +210,7 @@ func replay(out io.Writer, o replayOpts) error {
 
 // replayRows selects the chosen rows of table t and routes them. zone is
 // the session's time zone before utcSession.
-func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOpts) ([]*kgo.Record, error) {
+func replayRows(conn *binlog.Conn, cfg config.Config, t, zone string, o replayOpts) ([]*kgo.Record, error) {
 	rc := cfg.Router.For(t)
 	qt, err := source.QuoteTable(t)
 	if err != nil {
@@ -295,7 +294,7 @@ func replayRows(conn *client.Conn, cfg config.Config, t, zone string, o replayOp
 	if res.RowNumber() > o.maxRows {
 		return nil, fmt.Errorf("replay %s: more than %d rows match: narrow the selection (--since/--until) or raise --max-rows", t, o.maxRows)
 	}
-	rt, err := tableRouter(rc, cfg.Name, t)
+	rt, err := clients.TableRouter(cfg, rc, t)
 	if err != nil {
 		return nil, fmt.Errorf("replay %s: %w", t, err)
 	}
@@ -337,7 +336,7 @@ func sqlTime(flag, s string, now time.Time) (string, bool, error) {
 var localTimeLayouts = []string{"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999", "2006-01-02 15:04", "2006-01-02T15:04", "2006-01-02"}
 
 // autoIncrementColumn names table t's auto-increment column, "" if none.
-func autoIncrementColumn(conn *client.Conn, t string) (string, error) {
+func autoIncrementColumn(conn *binlog.Conn, t string) (string, error) {
 	db, tbl, _ := strings.Cut(t, ".")
 	res, err := conn.Execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND EXTRA LIKE '%auto_increment%'", db, tbl)
 	if err != nil {
@@ -347,16 +346,6 @@ func autoIncrementColumn(conn *client.Conn, t string) (string, error) {
 		return "", nil
 	}
 	return res.GetString(0, 0)
-}
-
-// tableRouter builds the router of one table's settings, as `run` does.
-func tableRouter(rc config.RouterConfig, pipeline, table string) (*router.Router, error) {
-	rcfg, err := clients.Router(rc)
-	if err != nil {
-		return nil, err
-	}
-	rcfg.CloudEventsSource = rc.CloudEventsSourceFor(pipeline, table)
-	return router.New(rcfg)
 }
 
 // resultRow turns row i of res into a router row: text as strings (the

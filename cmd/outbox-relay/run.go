@@ -124,7 +124,7 @@ func runRelay(stdout io.Writer, path string, printCfg bool, logFormat, cpuProfil
 	}
 	logOut := newPipeWriter(os.Stderr)
 	log := newLogger(cfg.Log, logOut)
-	last := &lastLine{log: log}
+	last := &lastLine{log: newLogger(cfg.Log, logOut.Final())}
 	err = relayUntilStopped(cfg, log, logOut, cpuProfile, last)
 	last.say(err, nil) // a way out before the relay ran
 	return err

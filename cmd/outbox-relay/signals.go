@@ -92,12 +92,20 @@ func runSignals(ctx context.Context, log *zerolog.Logger) (context.Context, func
 // it drops everything after and calls
 // broken once (the relay then stops cleanly). Other write errors are
 // returned as they are (zerolog reports them and goes on).
+//
+// It also keeps the last line last: what Final writes seals it, and a
+// write after it is dropped. A library's goroutine may outlive the
+// client it belongs to (franz-go's Close returns before the goroutine of
+// a second LeaveGroup has logged its debug line), and `relay stopped` is
+// the last line operators and supervisors read (README "Exit codes").
 type pipeWriter struct {
 	w      io.Writer
 	f      *os.File // w when it is a file: for the terminal check
 	gone   atomic.Bool
 	once   sync.Once
 	broken func(error)
+	mu     sync.RWMutex // held for writing by the final line
+	sealed bool         // the final line is written
 }
 
 func newPipeWriter(f *os.File) *pipeWriter { return &pipeWriter{w: f, f: f} }
@@ -106,6 +114,31 @@ func newPipeWriter(f *os.File) *pipeWriter { return &pipeWriter{w: f, f: f} }
 func (p *pipeWriter) onBroken(f func(error)) { p.broken = f }
 
 func (p *pipeWriter) Write(b []byte) (int, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.sealed {
+		return len(b), nil
+	}
+	return p.write(b)
+}
+
+// Final is the writer of the log's last line: a write through it waits for
+// the writes under way, and every write after it is dropped.
+func (p *pipeWriter) Final() io.Writer { return finalWriter{p} }
+
+type finalWriter struct{ p *pipeWriter }
+
+func (f finalWriter) Write(b []byte) (int, error) {
+	f.p.mu.Lock()
+	defer f.p.mu.Unlock()
+	f.p.sealed = true
+	return f.p.write(b)
+}
+
+// File is the file written to, for the terminal check of the console format.
+func (f finalWriter) File() *os.File { return f.p.f }
+
+func (p *pipeWriter) write(b []byte) (int, error) {
 	if p.gone.Load() {
 		return len(b), nil
 	}

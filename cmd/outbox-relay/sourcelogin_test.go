@@ -179,3 +179,38 @@ func runCapturing(t *testing.T, args ...string) (code int, stdout, stderr string
 	w.Close()
 	return code, stdout + string(<-done), stderr
 }
+
+// A server that lets the relay in and then answers its queries with a
+// packet go-mysql indexes past (a one-byte OK), or declares a column count
+// go-mysql would allocate for (2^34: a fatal "out of memory"): `check` and
+// `run` end with the refusal named, exit 78 for `run`, and the process
+// survives to say so.
+func TestCheckAndRunSurviveHostileAnswers(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	for _, v := range []struct {
+		name   string
+		answer []byte
+		want   string
+	}{
+		{"a one-byte OK", []byte{0x00}, "source answer the MySQL client library cannot read"},
+		{"2^34 columns", []byte{0xfe, 0, 0, 0, 0, 4, 0, 0, 0}, "source answer over the relay's bound"},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			srv := hostiledb.StartScript(t, hostiledb.Script{Plugin: "mysql_native_password",
+				Steps: []hostiledb.Step{hostiledb.Read, hostiledb.OK}, Answers: [][][]byte{{v.answer}}})
+			cfg := loginConfig(t, srv.Addr, kc.ListenAddrs())
+			code, out, errOut := runCapturing(t, "check", "--config", cfg)
+			if code == 0 || !strings.Contains(out+errOut, v.want) {
+				t.Fatalf("check: exit %d, output %q %q: want a failure naming %q", code, out, errOut, v.want)
+			}
+			code, out, errOut = run(t, "run", "--config", cfg)
+			if code != relay.ExitConfig || !strings.Contains(out+errOut, v.want) {
+				t.Fatalf("run: exit %d, output %q %q: want %q, exit %d (configuration)", code, out, errOut, v.want, relay.ExitConfig)
+			}
+		})
+	}
+}

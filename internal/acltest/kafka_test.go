@@ -74,17 +74,19 @@ func allow(t *testing.T, adm *kadm.Client, b *kadm.ACLBuilder) {
 // checkpoint topic, READ on the lock topic and group, and WRITE on the
 // transactional id, `check` passes every ACL item and the relay publishes
 // every event; a principal without ACLs gets exactly the missing ones.
-func TestLeastPrivilegeKafka(t *testing.T) {
-	adm, plain, sasl := aclKafka(t)
+// leastPrivileged is a configuration for s's outbox on the SASL listener,
+// as a SCRAM user of its own, with the checkpoint, lock and event topics
+// (aggregate type alarm) created beforehand and exactly the ACLs
+// docs/adopting.md lists granted; it also returns the event topic.
+func leastPrivileged(t *testing.T, adm *kadm.Client, sasl string, s *itest.Schema) (config.Config, string) {
+	t.Helper()
 	ctx := context.Background()
-	s := env.NewSchema(t)
 	cfg := env.RelayConfig(&itest.Kafka{Brokers: []string{sasl}}, s.Table())
 	user, pass := cfg.Name, "scram-"+cfg.Name
 	scramUser(t, adm, user, pass)
 	cfg.Kafka.SASL = config.SASL{Mechanism: config.SASLScramSHA512, User: user, Password: pass}
 	cfg.HA.LockTopic = "outbox-relay.lock." + cfg.Name
 	event := cfg.Router.TopicPrefix + "alarm"
-
 	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, cfg.Kafka.CheckpointTopic); err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +105,16 @@ func TestLeastPrivilegeKafka(t *testing.T) {
 	allow(t, adm, kadm.NewACLs().Allow(principal).Topics(event).Operations(kadm.OpWrite))
 	ids := checkpoint.TransactionalIDs(cfg.Name) // both lanes (kafka.transaction_lanes 2, the default)
 	allow(t, adm, kadm.NewACLs().Allow(principal).TransactionalIDs(ids...).Operations(kadm.OpWrite))
+	return cfg, event
+}
+
+func TestLeastPrivilegeKafka(t *testing.T) {
+	adm, plain, sasl := aclKafka(t)
+	ctx := context.Background()
+	s := env.NewSchema(t)
+	cfg, event := leastPrivileged(t, adm, sasl, s)
+	user, pass := cfg.Kafka.SASL.User, cfg.Kafka.SASL.Password
+	ids := checkpoint.TransactionalIDs(cfg.Name)
 
 	items := aclItems(t, cfg)
 	for _, it := range items {

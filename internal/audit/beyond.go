@@ -100,7 +100,8 @@ func (k *rowKeys) beyond(past map[string]time.Time) map[string]Beyond {
 	return out
 }
 
-// pastRow is an INSERTed row of a transaction being read.
+// pastRow is an INSERTed row of a transaction being read: its key, "" for
+// a row not kept (of another table, outside the window, without a key).
 type pastRow struct {
 	key string
 }
@@ -158,24 +159,38 @@ func (p *past) add(ev *binlog.Event) error {
 			return nil // only INSERTs are published
 		}
 		for _, values := range ev.Rows {
+			key, ok := p.key(ev.Table, ev.Absent, values)
+			if !ok || p.want != nil && !p.want(key) {
+				key = ""
+			}
+			if ev.XID != "" {
+				// Counted at its XA COMMIT, whose rows they are (a
+				// checkpoint's part of it counts them there).
+				p.held[ev.XID] = append(p.held[ev.XID], pastRow{key})
+				continue
+			}
 			p.curRows++
 			if p.partial.GTID == ev.GTID && p.curRows <= p.partial.Rows {
 				continue // published before: the checkpoint's part of it
 			}
-			key, ok := p.key(ev.Table, values)
-			if !ok || p.want != nil && !p.want(key) {
-				continue
-			}
-			if ev.XID != "" {
-				p.held[ev.XID] = append(p.held[ev.XID], pastRow{key})
-			} else {
+			if key != "" {
 				p.cur = append(p.cur, pastRow{key})
 			}
 		}
 	case binlog.KindCommit:
 		rows := p.cur
 		if ev.XID != "" {
-			rows = append(rows, p.held[ev.XID]...)
+			held := p.held[ev.XID]
+			if p.partial.GTID == ev.GTID {
+				// Published as the commit's rows, in parts: the
+				// checkpoint's part of them is covered.
+				held = held[min(int64(len(held)), p.partial.Rows):]
+			}
+			for _, r := range held {
+				if r.key != "" {
+					rows = append(rows, r)
+				}
+			}
 			delete(p.held, ev.XID)
 		}
 		if len(rows) > 0 {
@@ -202,8 +217,10 @@ func (p *past) add(ev *binlog.Event) error {
 }
 
 // key renders the key of a row of t (appendKey); ok is false for a table
-// without a primary key, or a row image without one of its columns.
-func (p *past) key(t *binlog.Table, values []any) (string, bool) {
+// without a primary key, or a row image without one of its columns (absent:
+// a partial image's, whose value is nil as a NULL's; the relay stops at
+// such a row, whose transaction is past the checkpoint).
+func (p *past) key(t *binlog.Table, absent []string, values []any) (string, bool) {
 	name := t.String()
 	pk := p.pks[name]
 	if len(pk) == 0 {
@@ -213,7 +230,7 @@ func (p *past) key(t *binlog.Table, values []any) (string, bool) {
 	p.scratchP = p.scratchP[:0]
 	for _, col := range pk {
 		i := columnIndex(t.Columns, col)
-		if i < 0 || i >= len(values) {
+		if i < 0 || i >= len(values) || columnIndex(absent, col) >= 0 {
 			p.unkeyed[name] = true
 			return "", false
 		}

@@ -3,12 +3,9 @@ package audit
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -72,7 +69,7 @@ func (r Result) PendingSentence() string {
 // settings its binlog is read with (source.* with the command's --user and
 // password) and its address.
 type Source struct {
-	Conn   *client.Conn
+	Conn   *binlog.Conn
 	Config binlog.Config
 	Addr   string
 }
@@ -235,9 +232,9 @@ func finish(ctx context.Context, cfg config.Config, k clients.Kafka, src *tables
 	}
 	// The end offsets are taken once the checkpoint was read: every record
 	// of a row it covers is below them.
-	from, ends, err := offsets(ctx, cfg, k.Admin(), topics, o.Since.Add(-o.Margin), o.Wait, o.Warn)
+	from, ends, err := clients.Range(ctx, k.Admin(), cfg.Kafka.RequestTimeout, topics, o.Since.Add(-o.Margin), o.Wait, o.Warn)
 	if err != nil {
-		return Result{}, err
+		return Result{}, fmt.Errorf("audit: %w", err)
 	}
 	// Small fetches, one at a time: a fetch's records are decompressed and
 	// decoded at once (JSON payloads compress tenfold: 1 MB fetched is some
@@ -337,82 +334,6 @@ func WaitCovered(ctx context.Context, cfg config.Config, store *checkpoint.Store
 		case <-ctx.Done():
 			return false, cp, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// offsets returns, for each partition of topics, the first offset at or
-// after from and the end offset: the high watermark now, once the last
-// stable offset has reached it (every transaction open now has ended;
-// waiting up to wait, else the last stable offset, with a warning).
-func offsets(ctx context.Context, cfg config.Config, kopts []kgo.Opt, topics []string, from time.Time, wait time.Duration, warn func(string)) (map[string]map[int32]int64, map[string]map[int32]int64, error) {
-	cl, err := kgo.NewClient(kopts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	list := func(f func(context.Context, ...string) (kadm.ListedOffsets, error)) (map[string]map[int32]int64, error) {
-		cctx, cancel := context.WithTimeout(ctx, cfg.Kafka.RequestTimeout)
-		defer cancel()
-		l, err := f(cctx, topics...)
-		if err != nil {
-			return nil, fmt.Errorf("audit: list offsets: %w", err)
-		}
-		out := map[string]map[int32]int64{}
-		var lerr error
-		l.Each(func(o kadm.ListedOffset) {
-			if o.Partition < 0 || o.Err != nil {
-				if o.Err != nil && o.Partition >= 0 {
-					lerr = fmt.Errorf("audit: list offsets of %s[%d]: %w", o.Topic, o.Partition, o.Err)
-				}
-				return // a topic that does not exist: nothing to read
-			}
-			if out[o.Topic] == nil {
-				out[o.Topic] = map[int32]int64{}
-			}
-			out[o.Topic][o.Partition] = o.Offset
-		})
-		return out, lerr
-	}
-	ends, err := list(adm.ListEndOffsets)
-	if err != nil {
-		return nil, nil, err
-	}
-	starts, err := list(func(c context.Context, t ...string) (kadm.ListedOffsets, error) {
-		return adm.ListOffsetsAfterMilli(c, from.UnixMilli(), t...)
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		stable, err := list(adm.ListCommittedOffsets)
-		if err != nil {
-			return nil, nil, err
-		}
-		var held []string
-		for t, ps := range ends {
-			for p, end := range ps {
-				if stable[t][p] < end {
-					held = append(held, fmt.Sprintf("%s[%d]", t, p))
-				}
-			}
-		}
-		if len(held) == 0 {
-			return starts, ends, nil
-		}
-		if time.Now().After(deadline) {
-			sort.Strings(held)
-			if warn != nil {
-				warn(fmt.Sprintf("open transactions hold back %s for more than %s: reading up to their last stable offsets", strings.Join(held, ", "), wait))
-			}
-			return starts, stable, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

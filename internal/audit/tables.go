@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/router"
@@ -17,7 +17,7 @@ import (
 
 // tables reads the outbox tables for the audit.
 type tables struct {
-	conn       *client.Conn
+	conn       *binlog.Conn
 	cfg        config.Config
 	zone       string // the session's zone before utcSession
 	timeColumn string
@@ -77,7 +77,7 @@ func (s *tables) rows(t string, since, until time.Time, pk []string, fn func(id,
 	trc := rc
 	trc.AdditionalFields, trc.ValueFormat, trc.TimestampColumn, trc.SchemaVersionColumn = nil, config.FormatPayload, "", ""
 	trc.TracingColumn = ""
-	rt, err := tableRouter(trc, s.cfg.Name, t)
+	rt, err := clients.TableRouter(s.cfg, trc, t)
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", t, err)
 	}
@@ -215,13 +215,3 @@ func (s *tables) oldest() (time.Time, error) {
 
 // The SQL helpers below are those of cmd/outbox-relay's prune and replay,
 // which read the same tables.
-
-// tableRouter builds the router of one table's settings, as `run` does.
-func tableRouter(rc config.RouterConfig, pipeline, table string) (*router.Router, error) {
-	rcfg, err := clients.Router(rc)
-	if err != nil {
-		return nil, err
-	}
-	rcfg.CloudEventsSource = rc.CloudEventsSourceFor(pipeline, table)
-	return router.New(rcfg)
-}

@@ -3,8 +3,11 @@ package clients
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -73,4 +76,86 @@ func ReadRange(ctx context.Context, k Kafka, ends, from map[string]map[int32]int
 		})
 	}
 	return nil
+}
+
+// Range returns, for each partition of topics, the first offset at or after
+// from (zero: the log start) and the end offset: the high watermark now,
+// once the last stable offset has reached it (every transaction open now
+// has ended; waiting up to wait, else the last stable offset, with a
+// warning). A topic that does not exist has no partitions in either.
+// Each listing is bounded by timeout. audit and checkpoint set
+// --from-debezium read ranges with it (then ReadRange).
+func Range(ctx context.Context, kopts []kgo.Opt, timeout time.Duration, topics []string, from time.Time, wait time.Duration, warn func(string)) (map[string]map[int32]int64, map[string]map[int32]int64, error) {
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	list := func(f func(context.Context, ...string) (kadm.ListedOffsets, error)) (map[string]map[int32]int64, error) {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		l, err := f(cctx, topics...)
+		if err != nil {
+			return nil, fmt.Errorf("list offsets: %w", err)
+		}
+		out := map[string]map[int32]int64{}
+		var lerr error
+		l.Each(func(o kadm.ListedOffset) {
+			if o.Partition < 0 || o.Err != nil {
+				if o.Err != nil && o.Partition >= 0 {
+					lerr = fmt.Errorf("list offsets of %s[%d]: %w", o.Topic, o.Partition, o.Err)
+				}
+				return // a topic that does not exist: nothing to read
+			}
+			if out[o.Topic] == nil {
+				out[o.Topic] = map[int32]int64{}
+			}
+			out[o.Topic][o.Partition] = o.Offset
+		})
+		return out, lerr
+	}
+	ends, err := list(adm.ListEndOffsets)
+	if err != nil {
+		return nil, nil, err
+	}
+	starts, err := list(func(c context.Context, t ...string) (kadm.ListedOffsets, error) {
+		if from.IsZero() {
+			return adm.ListStartOffsets(c, t...)
+		}
+		return adm.ListOffsetsAfterMilli(c, from.UnixMilli(), t...)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		stable, err := list(adm.ListCommittedOffsets)
+		if err != nil {
+			return nil, nil, err
+		}
+		var held []string
+		for t, ps := range ends {
+			for p, end := range ps {
+				if stable[t][p] < end {
+					held = append(held, fmt.Sprintf("%s[%d]", t, p))
+				}
+			}
+		}
+		if len(held) == 0 {
+			return starts, ends, nil
+		}
+		if time.Now().After(deadline) {
+			sort.Strings(held)
+			if warn != nil {
+				warn(fmt.Sprintf("open transactions hold back %s for more than %s: reading up to their last stable offsets", strings.Join(held, ", "), wait))
+			}
+			return starts, stable, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -60,6 +60,20 @@ func serverPublicKey(f string) ([]byte, error) {
 	return nil, fmt.Errorf("read source.server_public_key_file %s: %w", f, err)
 }
 
+// TableRouter is the router of table's settings rc (cfg.Router.For(table),
+// or a part of them) in pipeline cfg, as `run` routes: with the table's
+// CloudEvents source and the pipeline's reserved topics
+// (cfg.ReservedTopics), which no row may be routed to.
+func TableRouter(cfg config.Config, rc config.RouterConfig, table string) (*router.Router, error) {
+	rcfg, err := Router(rc)
+	if err != nil {
+		return nil, err
+	}
+	rcfg.CloudEventsSource = rc.CloudEventsSourceFor(cfg.Name, table)
+	rcfg.Reserved = cfg.ReservedTopics()
+	return router.New(rcfg)
+}
+
 // Router translates one table's router settings (config.Router.For).
 func Router(c config.RouterConfig) (router.Config, error) {
 	rc := router.Config{

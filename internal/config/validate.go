@@ -180,6 +180,7 @@ func (c *Config) validateRouter(bad func(string, ...any)) {
 			bad("router.tables.%s.%v", t, e)
 		}
 	}
+	c.checkReservedNames(tables, bad)
 }
 
 // validateHA checks the ha section.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+
 	"github.com/outbox-relay/outbox-relay/binlog"
 )
 
@@ -330,7 +331,7 @@ func (s *Server) Exec(stmts ...string) error {
 
 // Query runs one query as root and returns its rows as strings.
 func (s *Server) Query(q string) ([][]string, error) {
-	c, err := s.Root()
+	c, err := binlog.Connect(context.Background(), binlog.Config{User: "root", Password: RootPassword, ConnectTimeout: 2 * time.Second}, s.Addr)
 	if err != nil {
 		return nil, err
 	}

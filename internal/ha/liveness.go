@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -50,7 +51,7 @@ func liveRelays(ctx context.Context, cfg config.Config, kopts []kgo.Opt) ([]live
 		return nil, fmt.Errorf("describe lock group %s: %w", clients.GroupID(cfg.Name), err)
 	}
 	defer cl.Close()
-	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, clients.GroupID(cfg.Name))
+	groups, err := describeGroup(ctx, kadm.NewClient(cl), clients.GroupID(cfg.Name))
 	if err != nil {
 		return nil, fmt.Errorf("describe lock group %s: %w%s", clients.GroupID(cfg.Name), err, adminHint(err))
 	}
@@ -71,6 +72,28 @@ func liveRelays(ctx context.Context, cfg config.Config, kopts []kgo.Opt) ([]live
 		}
 	}
 	return out, nil
+}
+
+// describeGroup describes group, asking again while the group coordinator
+// is not available yet (a new cluster creates __consumer_offsets at the
+// first group request: a `checkpoint set` before any relay ran met it) or
+// moving, until ctx ends.
+func describeGroup(ctx context.Context, adm *kadm.Client, group string) (kadm.DescribedGroups, error) {
+	for {
+		groups, err := adm.DescribeGroups(ctx, group)
+		loading := err
+		if err == nil {
+			loading = groups[group].Err
+		}
+		if !kafkaerr.CoordinatorMoving(loading) {
+			return groups, err
+		}
+		select {
+		case <-ctx.Done():
+			return groups, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // adminHint names the ACL a refused describe lacks.

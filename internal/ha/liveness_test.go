@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -96,5 +98,44 @@ func TestRefuseLiveCannotTellWithoutDescribeOnTheGroup(t *testing.T) {
 	err := ha.RefuseLive(ctx, cfg, kafkaOf(t, cfg).Admin())
 	if err == nil || errors.Is(err, ha.ErrRelayLive) || !strings.Contains(err.Error(), "cannot tell") || !strings.Contains(err.Error(), "DESCRIBE on the group") {
 		t.Fatalf("without DESCRIBE on the group: %v", err)
+	}
+}
+
+// On a new cluster the group coordinator answers COORDINATOR_NOT_AVAILABLE
+// until it has created __consumer_offsets (Apache Kafka does so at the
+// first group request): the guard asks again rather than fail a
+// `checkpoint set` that runs before any relay ever did.
+func TestRefuseLiveWaitsForANewCoordinator(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	var asked atomic.Int32
+	kc.ControlKey(int16(kmsg.DescribeGroups), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if asked.Add(1) > 30 {
+			return nil, nil, false
+		}
+		r := req.(*kmsg.DescribeGroupsRequest)
+		resp := r.ResponseKind().(*kmsg.DescribeGroupsResponse)
+		for _, g := range r.Groups {
+			dg := kmsg.NewDescribeGroupsResponseGroup()
+			dg.Group, dg.ErrorCode = g, kerr.CoordinatorNotAvailable.Code
+			resp.Groups = append(resp.Groups, dg)
+		}
+		return resp, nil, true
+	})
+	cfg := config.Default()
+	cfg.Name = "alarms"
+	cfg.Kafka.Brokers = kc.ListenAddrs()
+	cfg.Kafka.RequestTimeout = 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// franz-go asks again itself, up to its retries (20) within its retry
+	// timeout; quickly here.
+	kopts := append(kafkaOf(t, cfg).Admin(), kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }))
+	if err := ha.RefuseLive(ctx, cfg, kopts); err != nil || asked.Load() <= 30 {
+		t.Fatalf("a coordinator not available yet: %v (asked %d times)", err, asked.Load())
 	}
 }

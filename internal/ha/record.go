@@ -17,7 +17,10 @@ import (
 // cfg's pipeline (claim, Mark): the id of the checkpoint topic its
 // checkpoints are in; "" when the record holds none (no record, an older
 // build's form, or one naming another checkpoint topic, which `run`
-// refuses at its claim).
+// refuses at its claim). A record the principal may not read is an error:
+// without DESCRIBE on the group Kafka refuses the group's offsets, and
+// without DESCRIBE on the lock topic it leaves that topic's out, which
+// reads as no record.
 func RecordedTopicID(ctx context.Context, adm *kadm.Client, cfg config.Config) (string, error) {
 	group := clients.GroupID(cfg.Name)
 	offs, err := adm.FetchOffsets(ctx, group)
@@ -28,7 +31,22 @@ func RecordedTopicID(ctx context.Context, adm *kadm.Client, cfg config.Config) (
 		return "", fmt.Errorf("read the lock group %s's record: %w", group, err)
 	}
 	o, ok := offs.Lookup(cfg.HA.LockTopic, 0)
-	if !ok || o.Err != nil || o.Metadata == "" {
+	if ok && o.Err != nil {
+		return "", fmt.Errorf("read the lock group %s's record: %w", group, o.Err)
+	}
+	if !ok {
+		// None, or one Kafka left out: it does so, silently, for a topic
+		// the principal may not describe.
+		td, err := adm.ListTopics(ctx, cfg.HA.LockTopic)
+		if err != nil {
+			return "", fmt.Errorf("read the lock group %s's record: describe the lock topic %s: %w", group, cfg.HA.LockTopic, err)
+		}
+		if d, listed := td[cfg.HA.LockTopic]; listed && d.Err != nil && !kafkaerr.UnknownTopic(d.Err) {
+			return "", fmt.Errorf("read the lock group %s's record: describe the lock topic %s: %w", group, cfg.HA.LockTopic, d.Err)
+		}
+		return "", nil // the lock topic is there and the group has no offset of it, or there is no lock topic
+	}
+	if o.Metadata == "" {
 		return "", nil
 	}
 	topic, id, ours := parseClaim(o.Metadata)

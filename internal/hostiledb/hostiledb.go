@@ -52,6 +52,7 @@ type Server struct {
 	nonces    [][]byte     // nonces sent (greeting, auth switches)
 	sent      atomic.Int64 // bytes of endless packets the client took
 	logins    atomic.Int64
+	conns     atomic.Int64 // connections a script was played on
 }
 
 // Start runs a server until the test ends.
@@ -109,6 +110,9 @@ func (s *Server) Received() []byte {
 
 // Sent returns the bytes of endless packets written to clients.
 func (s *Server) Sent() int64 { return s.sent.Load() }
+
+// Conns returns how many connections a script was played on.
+func (s *Server) Conns() int64 { return s.conns.Load() }
 
 // Logins returns how many clients sent a login response.
 func (s *Server) Logins() int64 { return s.logins.Load() }
@@ -259,9 +263,27 @@ func (s *Server) refuseCommands(c *conn) {
 
 var scramble = []byte("abcdefghijklmnopqrst\x00")
 
+// Capability flags of a greeting.
+const (
+	CapLongPassword     uint32 = 0x1
+	CapCompress         uint32 = 0x20
+	CapProtocol41       uint32 = 0x200
+	CapSSL              uint32 = 0x800
+	CapTransactions     uint32 = 0x2000
+	CapSecureConnection uint32 = 0x8000
+	CapPluginAuth       uint32 = 0x80000
+	CapDeprecateEOF     uint32 = 0x1000000
+	CapZstd             uint32 = 0x4000000
+	// Capabilities is what the servers' greetings offer by default.
+	Capabilities = CapLongPassword | CapProtocol41 | CapTransactions | CapSecureConnection | CapPluginAuth
+)
+
 // greeting is a HandshakeV10 naming plugin.
-func greeting(plugin string) []byte {
-	var capability uint32 = 0x1 | 0x200 | 0x2000 | 0x8000 | 0x80000 // long password, 4.1, transactions, secure, plugin auth
+func greeting(plugin string) []byte { return Greeting(plugin, Capabilities) }
+
+// Greeting is a HandshakeV10 offering capability: the nonce's second part
+// only with CapSecureConnection, the plugin only with CapPluginAuth.
+func Greeting(plugin string, capability uint32) []byte {
 	p := []byte{10}
 	p = append(p, "8.0.36-hostile\x00"...)
 	p = append(p, 1, 0, 0, 0)      // connection id
@@ -271,9 +293,18 @@ func greeting(plugin string) []byte {
 	p = append(p, 255)  // charset
 	p = append(p, 2, 0) // status
 	p = append(p, byte(capability>>16), byte(capability>>24))
-	p = append(p, 21)                  // auth-plugin-data length
+	if capability&CapPluginAuth != 0 {
+		p = append(p, 21) // auth-plugin-data length
+	} else {
+		p = append(p, 0)
+	}
 	p = append(p, make([]byte, 10)...) // reserved
-	p = append(p, scramble[8:]...)     // part 2: 12 bytes and a NUL
-	p = append(p, plugin...)
-	return append(p, 0)
+	if capability&CapSecureConnection != 0 {
+		p = append(p, scramble[8:]...) // part 2: 12 bytes and a NUL
+	}
+	if capability&CapPluginAuth != 0 {
+		p = append(p, plugin...)
+		p = append(p, 0)
+	}
+	return p
 }

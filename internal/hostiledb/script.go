@@ -22,6 +22,20 @@ type Script struct {
 	Greeting []byte // the greeting's payload as it is, instead of one naming Plugin
 	Keys     []*rsa.PrivateKey
 	Steps    []Step
+	// Answers, when set, are what the server sends in answer to the
+	// commands after a login that ended with an OK: the packets of
+	// Answers[i] to the i-th command, the last to every later one,
+	// instead of an error.
+	Answers [][][]byte
+	// Binlog, when set, is what the server sends in answer to a binlog
+	// dump command (COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID) after a login
+	// that ended with an OK, every other command answered with an OK: a
+	// replica's registration goes through, then the stream is Binlog's
+	// packets (each an OK byte and an event).
+	Binlog [][]byte
+	// Then is the script of the connections after the first (a login
+	// that goes well, then a hostile KILL connection); nil: the same.
+	Then *Script
 }
 
 // A Step sends a packet (Send, its payload; in pieces of Chunk bytes when
@@ -74,6 +88,9 @@ func StartScript(t testing.TB, sc Script) *Server {
 
 func (s *Server) play(c *conn) {
 	sc := s.script
+	for n := s.conns.Add(1); sc.Then != nil && n > 1; n-- {
+		sc = sc.Then
+	}
 	g := sc.Greeting
 	if g == nil {
 		g = greeting(sc.Plugin)
@@ -117,8 +134,35 @@ func (s *Server) play(c *conn) {
 			held = held[n:]
 		}
 	}
-	if bytes.Equal(last, okPacket) {
+	if !bytes.Equal(last, okPacket) {
+		return
+	}
+	if sc.Binlog != nil {
+		for {
+			cmd, err := c.read()
+			if err != nil {
+				return
+			}
+			answer := [][]byte{okPacket}
+			if len(cmd) > 0 && (cmd[0] == 0x12 || cmd[0] == 0x1e) {
+				answer = sc.Binlog
+			}
+			if c.writeAll(answer) != nil {
+				return
+			}
+		}
+	}
+	if sc.Answers == nil {
 		s.refuseCommands(c)
+		return
+	}
+	for i := 0; ; i++ {
+		if _, err := c.read(); err != nil {
+			return
+		}
+		if c.writeAll(sc.Answers[min(i, len(sc.Answers)-1)]) != nil {
+			return
+		}
 	}
 }
 

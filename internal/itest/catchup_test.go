@@ -290,22 +290,6 @@ func TestSoakBrokerFreezeHalvesBoundMidTransaction(t *testing.T) {
 	t.Logf("%s", rep)
 }
 
-// vmHWM is a process's peak resident set size in bytes (Linux).
-func vmHWM(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			f := strings.Fields(line)
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n << 10
-		}
-	}
-	return -1
-}
-
 // Large payloads: one source transaction of RELAY_TEST_SOAK_ROWS (default 2,000)
 // rows of 50 KB (100 MB: batches bound by max_bytes 8 MB, each commit
 // pipelined with the next batch's reading, so up to two batches in memory),
@@ -366,7 +350,7 @@ func TestSoakLargePayloadTransaction(t *testing.T) {
 			case <-done:
 				return
 			case <-time.After(50 * time.Millisecond):
-				if v := vmHWM(p.cmd.Process.Pid); v > peak {
+				if v := p.PeakRSS(); v > peak {
 					peak = v
 				}
 			}
@@ -410,7 +394,7 @@ func TestSoakLargePayloadPeakRSS(t *testing.T) {
 	p = env.StartProc(t, path)
 	var peak int64
 	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); {
-		if v := vmHWM(p.cmd.Process.Pid); v > peak {
+		if v := p.PeakRSS(); v > peak {
 			peak = v
 		}
 		if cp := loadCheckpoint(t, cfg); cp != nil && Covers(cp, head) {
@@ -418,7 +402,7 @@ func TestSoakLargePayloadPeakRSS(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if v := vmHWM(p.cmd.Process.Pid); v > peak {
+	if v := p.PeakRSS(); v > peak {
 		peak = v
 	}
 	rep := requireExact(t, k, s, cfg.Router.TopicPrefix)

@@ -126,8 +126,9 @@ func consume(brokers []string, prefix string) ([]Record, error) {
 }
 
 // EachProduced calls fn, in partition order, for every data record of the
-// topics matching prefix up to their high watermark at call time, aborted
-// ones included (read_uncommitted; control records are read, not passed).
+// topics matching prefix (Kafka's internal topics included) up to their
+// high watermark at call time, aborted ones included (read_uncommitted;
+// control records are read, not passed).
 func EachProduced(t testing.TB, brokers []string, prefix string, fn func(*kgo.Record)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -138,7 +139,7 @@ func EachProduced(t testing.TB, brokers []string, prefix string, fn func(*kgo.Re
 	}
 	adm := kadm.NewClient(cl)
 	defer adm.Close()
-	topics, err := adm.ListTopics(ctx)
+	topics, err := adm.ListTopicsWithInternal(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,4 +268,24 @@ func Compare(t testing.TB, s *Schema, recs []Record) Report {
 		}
 	}
 	return rep
+}
+
+// CreateTopics creates topics with partitions each (replication factor 1),
+// failing the test on an error.
+func CreateTopics(t testing.TB, brokers []string, partitions int32, topics ...string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := kadm.NewClient(cl).CreateTopics(ctx, partitions, 1, nil, topics...)
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatalf("create topics %v: %v", topics, err)
+	}
 }

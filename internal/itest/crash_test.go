@@ -198,12 +198,7 @@ func TestCrashSourceRestart(t *testing.T) {
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 500}); err != nil {
 		t.Fatal(err)
 	}
-	db.Kill()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := db.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	crashAndRestart(t, db)
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 4, Transactions: 500, Tag: "after"}); err != nil {
 		t.Fatal(err)
 	}

@@ -218,27 +218,33 @@ func TestFailoverToReplicaProvesItHoldsLastTransaction(t *testing.T) {
 	}
 	c.WaitReplicated(t, time.Minute, replica)
 	requireCompressedRows(t, replica)
-	primary.Kill()
-
-	waitHostState(t, p, replica.Addr, "streaming")
-	if !strings.Contains(p.Logs(), `"host":"`+replica.Addr+`","proof":`) ||
-		!strings.Contains(p.Logs(), "source host holds the checkpoint's last transaction") {
-		t.Fatalf("no log line says %s proved it holds the checkpoint's last transaction:\n%s", replica.Addr, tailLines(p.Logs(), 20))
-	}
-	// The replica is promoted and takes the writes.
-	if err := replica.Exec("STOP SLAVE", "RESET SLAVE ALL"); err != nil {
-		t.Fatal(err)
-	}
-	promoted := &Schema{DB: replica, Name: s.Name}
-	if _, err := promoted.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 30, Tag: "r"}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, p, cfg, replica)
+	promoted := failOverAndPromote(t, p, cfg, primary, replica, s, 30)
 	rep := requireExact(t, k, promoted, cfg.Router.TopicPrefix)
 	if rep.Expected != 260 || rep.Received != rep.Expected {
 		t.Fatalf("%s: want 260 rows each published once", rep)
 	}
 	requireRunning(t, p)
+}
+
+// failOverAndPromote kills primary, waits until p streams from replica
+// once it proved it holds the checkpoint's last transaction, promotes the
+// replica and has it take transactions of s's writes, and waits until p
+// published them. It returns s on the replica.
+func failOverAndPromote(t *testing.T, p *InProcess, cfg config.Config, primary, replica *devdb.Server, s *Schema, transactions int) *Schema {
+	t.Helper()
+	primary.Kill()
+	waitHostState(t, p, replica.Addr, "streaming")
+	requireProvedBy(t, p, replica.Addr)
+	if err := replica.Exec("STOP SLAVE", "RESET SLAVE ALL"); err != nil {
+		t.Fatal(err)
+	}
+	promoted := &Schema{DB: replica, Name: s.Name}
+	if _, err := promoted.Write(context.Background(), WriteOptions{Writers: 2, Transactions: transactions, Tag: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, p, cfg, replica)
+	requireRunning(t, p)
+	return promoted
 }
 
 // requireCompressedRows fails unless db's current binlog holds compressed

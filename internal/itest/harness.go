@@ -45,7 +45,10 @@ func RepoRoot() string {
 
 // Main starts the shared MariaDB, builds the relay, runs the tests and
 // cleans up. Use from TestMain: os.Exit(itest.Main(m, &env)).
-func Main(m *testing.M, env **Env) int {
+func Main(m *testing.M, env **Env) int { return MainWith(m, env, nil) }
+
+// MainWith is Main with extra mariadbd settings (devdb.Options.Settings).
+func MainWith(m *testing.M, env **Env, settings map[string]string) int {
 	dir, err := os.MkdirTemp("", "outbox-relay-itest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "itest:", err)
@@ -54,7 +57,7 @@ func Main(m *testing.M, env **Env) int {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db, err := devdb.Start(ctx, devdb.Options{Dir: filepath.Join(dir, "mariadb")})
+	db, err := devdb.Start(ctx, devdb.Options{Dir: filepath.Join(dir, "mariadb"), Settings: settings})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "itest: start mariadb:", err)
 		return 1

@@ -34,9 +34,18 @@ const (
 	// (COM_REGISTER_SLAVE): the server answers the relay's queries, and
 	// never starts a binlog stream.
 	HangAtRegister
+	// HangAtStream passes everything until the client asks for the binlog
+	// (COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID), then nothing the server
+	// sends: the stream starts and never shows an event. A connection that
+	// asks for the binlog and reads nothing (the privilege try) passes.
+	HangAtStream
 )
 
-const comRegisterSlave = 0x15
+const (
+	comRegisterSlave  = 0x15
+	comBinlogDump     = 0x12
+	comBinlogDumpGTID = 0x1e
+)
 
 // HungSource is the proxy; Addr is where clients connect.
 type HungSource struct {
@@ -141,14 +150,15 @@ func (p *HungSource) serve() {
 		if !p.track(s) {
 			return
 		}
-		go func() { p.pass(s, c, frozen, false); s.Close(); c.Close() }()
-		go func() { p.pass(c, s, frozen, true); s.Close(); c.Close() }()
+		dumped := make(chan struct{}) // closed when the client asks for the binlog (HangAtStream)
+		go func() { p.pass(s, c, frozen, false, dumped); s.Close(); c.Close() }()
+		go func() { p.pass(c, s, frozen, true, dumped); s.Close(); c.Close() }()
 	}
 }
 
 // pass copies MySQL packets from src to dst until either ends, stopping
 // for good (until Close) at the mode's hang point or once frozen.
-func (p *HungSource) pass(dst io.Writer, src io.Reader, frozen chan struct{}, fromServer bool) {
+func (p *HungSource) pass(dst io.Writer, src io.Reader, frozen chan struct{}, fromServer bool, dumped chan struct{}) {
 	hdr := make([]byte, 4)
 	var buf []byte
 	for n := 0; ; n++ {
@@ -175,6 +185,18 @@ func (p *HungSource) pass(dst io.Writer, src io.Reader, frozen chan struct{}, fr
 			p.mu.Lock()
 			p.held++
 			p.mu.Unlock()
+		case p.at == HangAtStream && !fromServer && hdr[3] == 0 && size > 0 && (buf[4] == comBinlogDump || buf[4] == comBinlogDumpGTID):
+			select {
+			case <-dumped:
+			default:
+				close(dumped)
+			}
+		case p.at == HangAtStream && fromServer:
+			select {
+			case <-dumped:
+				hang = true
+			default:
+			}
 		}
 		select {
 		case <-frozen:

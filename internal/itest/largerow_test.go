@@ -49,7 +49,7 @@ func TestLargeRowIsABadRowWithinTheMemoryLimit(t *testing.T) {
 		if p.Exited() {
 			t.Fatalf("relay exited: %s", tailLines(p.Output(), 20))
 		}
-		if v := vmHWM(p.cmd.Process.Pid); v > peak {
+		if v := p.PeakRSS(); v > peak {
 			peak = v
 		}
 		if cp := loadCheckpoint(t, cfg); cp != nil && Covers(cp, head) {
@@ -60,7 +60,7 @@ func TestLargeRowIsABadRowWithinTheMemoryLimit(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if v := vmHWM(p.cmd.Process.Pid); v > peak {
+	if v := p.PeakRSS(); v > peak {
 		peak = v
 	}
 	var dead, after int

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
+	"github.com/outbox-relay/outbox-relay/internal/devdb"
 	"github.com/outbox-relay/outbox-relay/internal/preflight"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/source"
@@ -115,5 +116,49 @@ func TestSameServerThatPurgedLastTransactionIsAccepted(t *testing.T) {
 	}
 	if !strings.Contains(p.Logs(), "accepted as the server the checkpoint was read from") {
 		t.Fatalf("no log line says the host was accepted as the same server:\n%s", tailLines(p.Logs(), 20))
+	}
+}
+
+// The server the relay reads rotates its binlog right after the
+// checkpoint's last transaction (FLUSH BINARY LOGS) and crashes: the
+// relay's next attempt, and a fresh relay after it, read that transaction
+// again from the older binlog file and go on, every row once.
+func TestSameServerRotatedAndRestartedProvesLastTransaction(t *testing.T) {
+	sr := startServerRelay(t)
+	k, db, s, cfg, p := sr.k, sr.primary, sr.s, sr.cfg, sr.p
+	seq := 0
+	writeEveryday(t, db, s, "early", 5, &seq)
+	waitCaughtUp(t, p, cfg, db)
+	if err := db.Exec("FLUSH BINARY LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	crashAndRestart(t, db)
+	writeEveryday(t, db, s, "mid", 5, &seq)
+	waitCaughtUp(t, p, cfg, db)
+	requireProvedBy(t, p, db.Addr)
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("FLUSH BINARY LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	p = RunRelay(t, cfg)
+	p.WaitReady(t)
+	requireProvedBy(t, p, db.Addr)
+	writeEveryday(t, db, s, "late", 5, &seq)
+	waitCaughtUp(t, p, cfg, db)
+	if rep := requireExact(t, k, s, cfg.Router.TopicPrefix); rep.Expected != 45 {
+		t.Fatalf("%s: want 45 rows", rep)
+	}
+}
+
+// crashAndRestart kills db (SIGKILL, as a crash) and starts it again.
+func crashAndRestart(t *testing.T, db *devdb.Server) {
+	t.Helper()
+	db.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := db.Start(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -39,6 +39,31 @@ const defaultsOutbox = `CREATE TABLE %s.outbox (
 	UNIQUE KEY uk_event_id (event_id)
 ) ENGINE=InnoDB`
 
+// defaultsPipeline starts a broker and a relay capturing a fresh
+// defaultsOutbox, ready; it returns them with the configuration's file.
+func defaultsPipeline(t *testing.T, tweak func(*config.Config)) (*Kafka, *Schema, config.Config, string, *InProcess) {
+	t.Helper()
+	k := StartKafka(t)
+	s := env.NewSchema(t)
+	if err := env.DB.Exec("DROP TABLE "+s.Table(), fmt.Sprintf(defaultsOutbox, s.Name)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := env.RelayConfig(k, s.Table())
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	path := WriteConfig(t, cfg)
+	r := RunRelay(t, cfg)
+	r.WaitReady(t)
+	return k, s, cfg, path, r
+}
+
+// defaultedInsert is an INSERT into table that leaves event_type, payload
+// and note to their defaults: a MINIMAL image lacks them.
+func defaultedInsert(table, id, agg string) string {
+	return fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id) VALUES ('%s', 'order', '%s')", table, id, agg)
+}
+
 // sessionTx commits stmts in one transaction of a session whose
 // binlog_row_image is image ("" leaves the server's) and returns its GTID.
 func sessionTx(t *testing.T, db *devdb.Server, image string, stmts ...string) string {
@@ -120,19 +145,10 @@ func checkpointBefore(t *testing.T, cfg config.Config, before, stopped string) {
 // relay published the row as a tombstone with no type header, stayed ready
 // and moved its checkpoint past it.
 func TestSessionRowImageMinimalStopsAtItsTransaction(t *testing.T) {
-	k := StartKafka(t)
-	s := env.NewSchema(t)
-	if err := env.DB.Exec("DROP TABLE "+s.Table(), fmt.Sprintf(defaultsOutbox, s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	cfg := env.RelayConfig(k, s.Table())
-	path := WriteConfig(t, cfg)
-	r := RunRelay(t, cfg)
-	r.WaitReady(t)
+	k, s, cfg, path, r := defaultsPipeline(t, nil)
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "full-1", "a", `{"seq":1}`), insertAll(s.Table(), "full-2", "b", `{"seq":1}`))
 	before := sessionTx(t, env.DB, "MINIMAL", insertAll(s.Table(), "minimal-whole", "a", `{"seq":2}`))
-	stopped := sessionTx(t, env.DB, "MINIMAL",
-		fmt.Sprintf("INSERT INTO %s (event_id, aggregate_type, aggregate_id) VALUES ('minimal-defaults', 'order', 'a')", s.Table()))
+	stopped := sessionTx(t, env.DB, "MINIMAL", defaultedInsert(s.Table(), "minimal-defaults", "a"))
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "full-after", "b", `{"seq":2}`))
 
 	checkPartialImageStop(t, r, r.StoppedWith(t), stopped, s.Table(), "lacks column(s) event_type, payload, note:")

@@ -117,6 +117,38 @@ func (a *app) commit(t *testing.T, gtid string, rows [][]any) {
 	a.committed(rows)
 }
 
+// commitTx commits one transaction of rows on a's server, as commit does,
+// and returns it with its GTID, for another server to log too.
+func (a *app) commitTx(t *testing.T, rows [][]any) mysqlsource.Tx {
+	t.Helper()
+	tx := mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: a.tbl, Rows: rows}}}
+	g, err := a.p.Commit(tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.committed(rows)
+	tx.GTID = g.String()
+	return tx
+}
+
+// primaryAndReplica starts a MySQL 8.0 double with an application's
+// three transactions of outbox rows and a replica of it (server_id 2)
+// that holds them; the replica logs what follows as a test commits it.
+func primaryAndReplica(t *testing.T) (*mysqlsource.Primary, *app, *mysqlsource.Primary) {
+	t.Helper()
+	primary := startPrimary(t, mysqlsource.Options{Version: v80})
+	a := newApp(t, primary)
+	for i := 0; i < 3; i++ {
+		a.commit(t, "", a.newRows(2, 2, "p"))
+	}
+	replica, err := primary.Replica(mysqlsource.Options{Version: v80, ServerID: 2, ReplicaOf: primary.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Close)
+	return primary, a, replica
+}
+
 // committed records rows as committed (after a commit made elsewhere).
 func (a *app) committed(rows [][]any) {
 	a.mu.Lock()

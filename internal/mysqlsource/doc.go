@@ -9,8 +9,12 @@
 // table map, write rows v2, heartbeat), and, where Vitess has none, the
 // encoders here, written from MySQL's documented formats: the GTID and
 // tagged GTID events, Previous_gtids, table map optional metadata
-// (binlog_row_metadata MINIMAL and FULL), XA_PREPARE, binary JSON and the
-// zstd Transaction_payload event.
+// (binlog_row_metadata MINIMAL and FULL), XA_PREPARE, binary JSON, the
+// zstd Transaction_payload event, and UPDATE_ROWS v2 and
+// PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON). Row
+// images hold every column or, as a session's binlog_row_image MINIMAL or
+// NOBLOB logs them, the columns a statement names (Insert.Logged,
+// Update.Before and After).
 //
 // Contract: a Primary holds a history of committed transactions (Commit),
 // in binlog files (Rotate, PurgeTo); gtid_executed and gtid_purged follow

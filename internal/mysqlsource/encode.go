@@ -160,7 +160,9 @@ func (w *writer) heartbeat(file string, pos uint32) event {
 // type/length/value triples, each a packed integer (net_store_length),
 // PAYLOAD_SIZE (1), COMPRESSION_TYPE (2, zstd = 0), UNCOMPRESSED_SIZE (3),
 // then HEADER_END_MARK (0) and the compressed bytes.
-func (w *writer) payloadEvent(inner []event) (event, error) {
+// pad zero bytes follow the events (zeroFrames); declared, when not 0, is
+// the uncompressed size the header gives.
+func (w *writer) payloadEvent(inner []event, pad int64, declared uint64) (event, error) {
 	var plain []byte
 	for _, e := range inner {
 		plain = append(plain, e...)
@@ -171,6 +173,13 @@ func (w *writer) payloadEvent(inner []event) (event, error) {
 	}
 	compressed := enc.EncodeAll(plain, nil)
 	_ = enc.Close()
+	size := uint64(len(plain)) + uint64(pad)
+	if pad > 0 {
+		compressed = zeroFrame(compressed, pad)
+	}
+	if declared != 0 {
+		size = declared
+	}
 	field := func(b []byte, typ, v uint64) []byte {
 		b = appendPacked(b, typ)
 		b = appendPacked(b, uint64(len(appendPacked(nil, v))))
@@ -179,10 +188,30 @@ func (w *writer) payloadEvent(inner []event) (event, error) {
 	var b []byte
 	b = field(b, 1, uint64(len(compressed)))
 	b = field(b, 2, 0)
-	b = field(b, 3, uint64(len(plain)))
+	b = field(b, 3, size)
 	b = appendPacked(b, 0)
 	b = append(b, compressed...)
 	return w.raw(evTransactionPayload, 0, b), nil
+}
+
+// zeroFrame appends to b a zstd frame of n zero bytes (n > 0) made of RLE
+// blocks of 128 KiB (RFC 8878: magic number, a frame header with a 2 MiB
+// window and no content size, as MySQL's streaming compressor writes it,
+// then blocks of a 3-byte header and the byte to repeat).
+func zeroFrame(b []byte, n int64) []byte {
+	const block = 128 << 10
+	b = binary.LittleEndian.AppendUint32(b, 0xFD2FB528)
+	b = append(b, 0x00, (21-10)<<3) // descriptor: no content size, no checksum; window 2^21
+	for n > 0 {
+		size := min(n, block)
+		n -= size
+		h := uint32(1<<1) | uint32(size)<<3 // RLE
+		if n == 0 {
+			h |= 1 // last block
+		}
+		b = append(b, byte(h), byte(h>>8), byte(h>>16), 0)
+	}
+	return b
 }
 
 // appendPacked appends v as MySQL's packed (length-encoded) integer.

@@ -119,7 +119,7 @@ func TestEventsDecodeWithGoMySQL(t *testing.T) {
 			at := time.Date(2026, 11, 30, 12, 34, 56, 789_000_000, time.UTC)
 			tbl := &Table{DB: "app", Name: "outbox", Columns: OutboxColumns, id: 42}
 			row := []any{int64(5), "ev-1", "alarm", "dev-1", "AlarmCreated", `{"seq":1,"t":93.5}`, at}
-			rows, err := w.writeRowsEvent(tbl, [][]any{row}, true)
+			rows, err := w.writeRowsEvent(tbl, [][]any{row}, nil, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,6 +166,53 @@ func TestEventsDecodeWithGoMySQL(t *testing.T) {
 	}
 }
 
+// Partial images as MySQL logs them (a session's binlog_row_image MINIMAL:
+// an INSERT without its defaulted columns; an UPDATE with the key before
+// and the changed column after, plain and under
+// binlog_row_value_options=PARTIAL_JSON) decode with go-mysql to the
+// logged values, the columns-present bitmaps saying which.
+func TestPartialImagesDecodeWithGoMySQL(t *testing.T) {
+	w := newWriter("8.0.40", 7, true)
+	at := time.Date(2026, 11, 30, 12, 34, 56, 0, time.UTC)
+	tbl := &Table{DB: "app", Name: "outbox", Columns: OutboxColumns, id: 42}
+	row := []any{int64(5), "ev-1", "alarm", "dev-1", "AlarmCreated", `{"seq":1}`, at}
+	changed := []any{int64(5), "ev-1", "alarm", "dev-1", "AlarmCreated", `{"seq":2}`, at}
+	minimal := []bool{true, true, true, true, false, false, true} // event_type and payload left to their defaults
+	key := []bool{true, false, false, false, false, false, false}
+	payload := []bool{false, false, false, false, false, true, false}
+	ins, err := w.writeRowsEvent(tbl, [][]any{row}, minimal, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := w.updateRowsEvent(Update{Table: tbl, Rows: [][2][]any{{row, changed}}, Before: key, After: payload}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial, err := w.updateRowsEvent(Update{Table: tbl, Rows: [][2][]any{{row, changed}}, PartialJSON: true}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each statement's end (STMT_END_F) ends its table maps: one each.
+	tm := func(pos uint32) event { return w.stamp(w.tableMapEvent(tbl, true), 1, pos) }
+	evs := parse(t, w, tm(100), w.stamp(ins, 1, 200), tm(300), w.stamp(up, 1, 400), tm(500), w.stamp(partial, 1, 600))
+	evs = []*replication.BinlogEvent{evs[0], evs[1], evs[3], evs[5]}
+	r := evs[1].Event.(*replication.RowsEvent)
+	if r.ColumnBitmap1[0] != 0b1001111 || len(r.Rows) != 1 || r.Rows[0][1] != "ev-1" || r.Rows[0][4] != nil || r.Rows[0][5] != nil ||
+		r.Rows[0][6] != "2026-11-30 12:34:56.000" {
+		t.Errorf("MINIMAL insert: bitmap %08b, rows %v", r.ColumnBitmap1, r.Rows)
+	}
+	r = evs[2].Event.(*replication.RowsEvent)
+	if evs[2].Header.EventType != replication.UPDATE_ROWS_EVENTv2 || r.ColumnBitmap1[0] != 1 || r.ColumnBitmap2[0] != 1<<5 ||
+		len(r.Rows) != 2 || r.Rows[0][0] != int64(5) || !sameJSON(t, `{"seq":2}`, fmt.Sprint(r.Rows[1][5])) {
+		t.Errorf("MINIMAL update: %v bitmaps %08b %08b, rows %v", evs[2].Header.EventType, r.ColumnBitmap1, r.ColumnBitmap2, r.Rows)
+	}
+	r = evs[3].Event.(*replication.RowsEvent)
+	if evs[3].Header.EventType != replication.PARTIAL_UPDATE_ROWS_EVENT || len(r.Rows) != 2 || r.Rows[1][1] != "ev-1" ||
+		!sameJSON(t, `{"seq":2}`, fmt.Sprint(r.Rows[1][5])) {
+		t.Errorf("partial JSON update: %v, rows %v", evs[3].Header.EventType, r.Rows)
+	}
+}
+
 func TestTaggedGTIDDecodesWithGoMySQL(t *testing.T) {
 	w := newWriter("8.4.3", 7, true)
 	sid := mustUUID("3e11fa47-71ca-11e1-9e33-c80aa9429562")
@@ -194,11 +241,11 @@ func TestPayloadDecodesWithGoMySQL(t *testing.T) {
 	for i := range 50 {
 		rows = append(rows, []any{int64(i), "ev", "alarm", "dev", "T", `{"seq":1}`, time.Now()})
 	}
-	re, err := inner.writeRowsEvent(tbl, rows, true)
+	re, err := inner.writeRowsEvent(tbl, rows, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload, err := w.payloadEvent([]event{inner.stamp(inner.tableMapEvent(tbl, true), 1, 0), inner.stamp(re, 1, 0)})
+	payload, err := w.payloadEvent([]event{inner.stamp(inner.tableMapEvent(tbl, true), 1, 0), inner.stamp(re, 1, 0)}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,3 +210,49 @@ func jsonContainer(vals []any, keys []string, large bool) (byte, []byte, error) 
 	}
 	return jsonSmallArray, out, nil
 }
+
+// RawJSON is a JSON column's value given as MySQL's binary JSON (type byte,
+// then the value), logged as it is: documents EncodeJSON would not write.
+type RawJSON []byte
+
+// NestedArraysJSON is a binary JSON document of n arrays, each the only
+// element of the one around it ([[[...[]...]]]), in the large format (13
+// bytes a level): deeper than MySQL stores when n > 100.
+func NestedArraysJSON(n int) RawJSON {
+	const level = 13 // count, size, one value entry (type, offset)
+	doc := make([]byte, 1+level*(n-1)+8)
+	doc[0] = jsonLargeArray
+	b := doc[1:]
+	for i := 0; i < n-1; i++ {
+		h := b[level*i:]
+		binary.LittleEndian.PutUint32(h, 1)
+		binary.LittleEndian.PutUint32(h[4:], uint32(len(b)-level*i))
+		h[8] = jsonLargeArray
+		binary.LittleEndian.PutUint32(h[9:], level)
+	}
+	binary.LittleEndian.PutUint32(b[level*(n-1)+4:], 8) // the innermost: empty
+	return doc
+}
+
+// SelfNestedJSON is a 8-byte binary JSON array whose one element is the
+// array itself (its value's offset is 0): endlessly deep to a decoder that
+// follows offsets.
+func SelfNestedJSON() RawJSON {
+	return RawJSON{jsonSmallArray, 1, 0, 7, 0, jsonSmallArray, 0, 0}
+}
+
+// SharedStringJSON is a binary JSON array of n elements that all point at
+// one string of size bytes: a document of about size + 5n bytes that a
+// decoder following offsets inflates to n times size.
+func SharedStringJSON(n, size int) RawJSON {
+	header := 8 + 5*n
+	doc := []byte{jsonLargeArray}
+	doc = binary.LittleEndian.AppendUint32(doc, uint32(n))
+	str := appendJSONString(nil, strings.Repeat("x", size))
+	doc = binary.LittleEndian.AppendUint32(doc, uint32(header+len(str)))
+	for range n {
+		doc = append(doc, jsonString)
+		doc = binary.LittleEndian.AppendUint32(doc, uint32(header))
+	}
+	return append(doc, str...)
+}

@@ -53,6 +53,24 @@ type Options struct {
 type Insert struct {
 	Table *Table
 	Rows  [][]any
+	// Logged marks the columns the row images hold (a session's
+	// binlog_row_image MINIMAL logs those the statement set, NOBLOB leaves
+	// out the BLOB and TEXT ones it did not); nil: every column (FULL).
+	// The values of the others are not logged.
+	Logged []bool
+}
+
+// Update is one UPDATE statement: pairs of before and after images of a
+// table's rows, logged as one UPDATE_ROWS event (PartialJSON: a
+// PARTIAL_UPDATE_ROWS_EVENT, as binlog_row_value_options=PARTIAL_JSON
+// logs it) after the table's table map.
+type Update struct {
+	Table *Table
+	Rows  [][2][]any
+	// Before and After mark the columns each image holds (MINIMAL: the
+	// key before, the changed columns after); nil: every column.
+	Before, After []bool
+	PartialJSON   bool
 }
 
 // XID is an XA transaction id: gtrid, bqual, formatID.
@@ -81,8 +99,9 @@ type Tx struct {
 	// uuid and its next number.
 	GTID string
 	// Inserts are logged as BEGIN, table maps and rows, XID (or, with XA,
-	// XA START ... XA END, XA_PREPARE).
+	// XA START ... XA END, XA_PREPARE); Updates after them.
 	Inserts []Insert
+	Updates []Update
 	XA      *XID
 	Phase   XAPhase
 	// Statement without Inserts is a standalone statement (DDL, XA COMMIT
@@ -94,6 +113,14 @@ type Tx struct {
 	// Uncompressed logs this transaction uncompressed even with
 	// Options.Compression (as MySQL does for some transactions).
 	Uncompressed bool
+	// PayloadPad, with Options.Compression, adds that many zero bytes
+	// after the transaction's events inside its Transaction_payload: a
+	// second zstd frame of RLE blocks, 4 bytes for each 128 KiB (a zstd
+	// bomb: 1 GiB in 32 KiB).
+	PayloadPad int64
+	// PayloadDeclared, when not 0, is the uncompressed size the payload
+	// declares instead of its own (a lie).
+	PayloadDeclared uint64
 }
 
 // loggedEvent is one event of a binlog file with what SHOW BINLOG EVENTS
@@ -389,7 +416,7 @@ type part struct {
 // log encodes tx's events and appends them to the current file.
 func (p *Primary) log(g GTID, tx Tx) error {
 	f := p.files[len(p.files)-1]
-	compress := p.opts.Compression && !tx.Uncompressed && tx.XA == nil && len(tx.Inserts) > 0
+	compress := p.opts.Compression && !tx.Uncompressed && tx.XA == nil && len(tx.Inserts)+len(tx.Updates) > 0
 	w := p.w
 	if compress {
 		w = p.inner
@@ -399,13 +426,18 @@ func (p *Primary) log(g GTID, tx Tx) error {
 		parts = append(parts, part{event(vtmysql.NewQueryEvent(w.f, w.s, vtmysql.Query{Database: db, SQL: sql}).Bytes()), "Query", sql})
 	}
 	switch {
-	case len(tx.Inserts) == 0:
+	case len(tx.Inserts)+len(tx.Updates) == 0:
 		if tx.Statement == "" {
 			return fmt.Errorf("commit %s: no inserts and no statement", g)
 		}
 		query(tx.DB, tx.Statement)
 	default:
-		db := tx.Inserts[0].Table.DB
+		var db string
+		if len(tx.Inserts) > 0 {
+			db = tx.Inserts[0].Table.DB
+		} else {
+			db = tx.Updates[0].Table.DB
+		}
 		if tx.XA != nil {
 			query(db, "XA START "+tx.XA.sql())
 		} else {
@@ -414,11 +446,24 @@ func (p *Primary) log(g GTID, tx Tx) error {
 		for _, in := range tx.Inserts {
 			parts = append(parts, part{w.tableMapEvent(in.Table, strings.EqualFold(p.opts.RowMetadata, "FULL")), "Table_map",
 				fmt.Sprintf("table_id: %d (%s.%s)", in.Table.id, in.Table.DB, in.Table.Name)})
-			rows, err := w.writeRowsEvent(in.Table, in.Rows, true)
+			rows, err := w.writeRowsEvent(in.Table, in.Rows, in.Logged, true)
 			if err != nil {
 				return fmt.Errorf("commit %s: %w", g, err)
 			}
 			parts = append(parts, part{rows, "Write_rows", fmt.Sprintf("table_id: %d flags: STMT_END_F", in.Table.id)})
+		}
+		for _, up := range tx.Updates {
+			parts = append(parts, part{w.tableMapEvent(up.Table, strings.EqualFold(p.opts.RowMetadata, "FULL")), "Table_map",
+				fmt.Sprintf("table_id: %d (%s.%s)", up.Table.id, up.Table.DB, up.Table.Name)})
+			rows, err := w.updateRowsEvent(up, true)
+			if err != nil {
+				return fmt.Errorf("commit %s: %w", g, err)
+			}
+			name := "Update_rows"
+			if up.PartialJSON {
+				name = "Update_rows_partial"
+			}
+			parts = append(parts, part{rows, name, fmt.Sprintf("table_id: %d flags: STMT_END_F", up.Table.id)})
 		}
 		switch {
 		case tx.XA == nil:
@@ -437,7 +482,7 @@ func (p *Primary) log(g GTID, tx Tx) error {
 		for i, pt := range parts {
 			inner[i] = p.inner.stamp(pt.ev, ts, 0)
 		}
-		payload, err := p.w.payloadEvent(inner)
+		payload, err := p.w.payloadEvent(inner, tx.PayloadPad, tx.PayloadDeclared)
 		if err != nil {
 			return err
 		}

@@ -121,35 +121,135 @@ func (w *writer) tableMapEvent(t *Table, full bool) event {
 }
 
 // writeRowsEvent encodes an insert of rows with Vitess's WRITE_ROWS_EVENT
-// v2 builder; the cells are encoded here (encodeCell).
-func (w *writer) writeRowsEvent(t *Table, rows [][]any, last bool) (event, error) {
+// v2 builder; the cells are encoded here (encodeCell). The images hold the
+// columns logged marks (nil: every column, binlog_row_image FULL; else as
+// MINIMAL or NOBLOB log them: the columns-present bitmap without the
+// others, the NULL bitmap and the values over the logged ones only).
+func (w *writer) writeRowsEvent(t *Table, rows [][]any, logged []bool, last bool) (event, error) {
 	n := len(t.Columns)
 	r := vtmysql.Rows{DataColumns: vtmysql.NewServerBitmap(n)}
 	if last {
 		r.Flags = 1 // STMT_END_F
 	}
 	for i := range n {
-		r.DataColumns.Set(i, true)
+		r.DataColumns.Set(i, logged == nil || logged[i])
 	}
 	for _, row := range rows {
-		if len(row) != n {
-			return nil, fmt.Errorf("row of %s.%s: %d values for %d columns", t.DB, t.Name, len(row), n)
+		out, err := imageOf(t, row, logged)
+		if err != nil {
+			return nil, err
 		}
-		out := vtmysql.Row{NullColumns: vtmysql.NewServerBitmap(n)}
-		for i, v := range row {
-			if v == nil {
-				out.NullColumns.Set(i, true)
-				continue
-			}
-			cell, err := encodeCell(t.Columns[i].Type, v)
-			if err != nil {
-				return nil, fmt.Errorf("column %s of %s.%s: %w", t.Columns[i].Name, t.DB, t.Name, err)
-			}
-			out.Data = append(out.Data, cell...)
-		}
-		r.Rows = append(r.Rows, out)
+		r.Rows = append(r.Rows, vtmysql.Row{NullColumns: out.nulls, Data: out.data})
 	}
 	return event(vtmysql.NewWriteRowsEvent(w.f, w.s, t.id, r).Bytes()), nil
+}
+
+// image is one row image: the NULL bitmap over the logged columns and the
+// logged values that are not NULL.
+type image struct {
+	nulls vtmysql.Bitmap
+	data  []byte
+}
+
+// imageOf encodes row (a value for each of t's columns) as an image of the
+// columns logged marks (nil: all).
+func imageOf(t *Table, row []any, logged []bool) (image, error) {
+	n := len(t.Columns)
+	if len(row) != n {
+		return image{}, fmt.Errorf("row of %s.%s: %d values for %d columns", t.DB, t.Name, len(row), n)
+	}
+	count := 0
+	for i := range n {
+		if logged == nil || logged[i] {
+			count++
+		}
+	}
+	out := image{nulls: vtmysql.NewServerBitmap(count)}
+	at := 0
+	for i, v := range row {
+		if logged != nil && !logged[i] {
+			continue
+		}
+		at++
+		if v == nil {
+			out.nulls.Set(at-1, true)
+			continue
+		}
+		cell, err := encodeCell(t.Columns[i].Type, v)
+		if err != nil {
+			return image{}, fmt.Errorf("column %s of %s.%s: %w", t.Columns[i].Name, t.DB, t.Name, err)
+		}
+		out.data = append(out.data, cell...)
+	}
+	return out, nil
+}
+
+// MySQL's rows event types the double encodes itself.
+const (
+	evUpdateRowsV2   = 31 // UPDATE_ROWS_EVENT (v2)
+	evPartialUpdate  = 39 // PARTIAL_UPDATE_ROWS_EVENT
+	rowsStmtEndFlag  = 1  // STMT_END_F
+	partialJSONValue = 1  // binlog_row_value_options: PARTIAL_JSON_UPDATES
+)
+
+// updateRowsEvent encodes an update of u.Rows (before and after images,
+// of the columns u.Before and u.After mark): UPDATE_ROWS_EVENT v2, or with
+// u.PartialJSON a PARTIAL_UPDATE_ROWS_EVENT as MySQL writes it under
+// binlog_row_value_options=PARTIAL_JSON (each after image led by its value
+// options and a bit per JSON column, none set here: every JSON value is
+// whole).
+func (w *writer) updateRowsEvent(u Update, last bool) (event, error) {
+	t := u.Table
+	n := len(t.Columns)
+	typ := byte(evUpdateRowsV2)
+	if u.PartialJSON {
+		typ = evPartialUpdate
+	}
+	flags := uint16(0)
+	if last {
+		flags = rowsStmtEndFlag
+	}
+	b := binary.LittleEndian.AppendUint64(nil, t.id)[:6]
+	b = binary.LittleEndian.AppendUint16(b, flags)
+	b = binary.LittleEndian.AppendUint16(b, 2) // no extra row data
+	b = appendPacked(b, uint64(n))
+	b = append(b, presentBitmap(n, u.Before)...)
+	b = append(b, presentBitmap(n, u.After)...)
+	jsonCols := 0
+	for _, c := range t.Columns {
+		if c.Type == JSON {
+			jsonCols++
+		}
+	}
+	for _, pair := range u.Rows {
+		before, err := imageOf(t, pair[0], u.Before)
+		if err != nil {
+			return nil, err
+		}
+		after, err := imageOf(t, pair[1], u.After)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, before.nulls.Bits()...), before.data...)
+		if u.PartialJSON {
+			b = appendPacked(b, partialJSONValue)
+			b = append(b, make([]byte, (jsonCols+7)/8)...)
+		}
+		b = append(append(b, after.nulls.Bits()...), after.data...)
+	}
+	return w.raw(typ, 0, b), nil
+}
+
+// presentBitmap is a rows event's columns-present bitmap of n columns, the
+// logged ones set (nil: all).
+func presentBitmap(n int, logged []bool) []byte {
+	out := make([]byte, (n+7)/8)
+	for i := range n {
+		if logged == nil || logged[i] {
+			out[i/8] |= 1 << (i % 8)
+		}
+	}
+	return out
 }
 
 // encodeCell encodes one value as a row image stores it.
@@ -176,9 +276,12 @@ func encodeCell(t ColumnType, v any) ([]byte, error) {
 		}
 		return append(binary.LittleEndian.AppendUint16(nil, uint16(len(s))), s...), nil
 	case JSON:
+		if raw, ok := v.(RawJSON); ok {
+			return append(binary.LittleEndian.AppendUint32(nil, uint32(len(raw))), raw...), nil
+		}
 		s, ok := v.(string)
 		if !ok {
-			return nil, fmt.Errorf("want JSON text, got %T", v)
+			return nil, fmt.Errorf("want JSON text or RawJSON, got %T", v)
 		}
 		b, err := EncodeJSON(s)
 		if err != nil {

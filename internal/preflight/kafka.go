@@ -66,10 +66,14 @@ func checkKafka(ctx context.Context, cfg config.Config, k clients.Kafka, c colle
 	// that had one and finds none is a lost checkpoint, not a first start.
 	loaded, j, loadErr := ha.LoadJudged(pctx, cfg, k, k.CheckpointStore())
 	lost := loadErr == nil && j.Verdict == checkpoint.Lost
+	undecided := loadErr == nil && j.Verdict == checkpoint.Undecided
 	if d, ok := topics[cfg.Kafka.CheckpointTopic]; !ok {
-		if lost {
+		switch {
+		case lost:
 			c.add("checkpoint topic", Fail, cfg.Kafka.CheckpointTopic+" does not exist, and the pipeline had checkpoints in it: see the item committed checkpoint", lostFix)
-		} else {
+		case undecided:
+			c.add("checkpoint topic", Warn, cfg.Kafka.CheckpointTopic+" does not exist: not yet created, or deleted; see the item committed checkpoint", "")
+		default:
 			c.add("checkpoint topic", Pass, cfg.Kafka.CheckpointTopic+" does not exist yet: the relay creates it compacted with 1 partition", "")
 		}
 	} else {
@@ -82,6 +86,9 @@ func checkKafka(ctx context.Context, cfg config.Config, k clients.Kafka, c colle
 		res.judged = checkpoint.Judgement{}
 	case lost:
 		c.items.fail(committedItem, j.Say, lostFix, j.Err, c.target)
+	case undecided:
+		c.add(committedItem, Fail, j.Say, "grant the principal DESCRIBE on the group "+clients.GroupID(cfg.Name)+" and the topic "+cfg.HA.LockTopic+
+			" (the relay's principal has them: READ), or run check as the relay's principal")
 	case j.Verdict == checkpoint.Present:
 		c.add(committedItem, Pass, fmt.Sprintf("%s at %s", j.Say, loaded.Checkpoint.GTIDSet), "")
 	default:

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -239,6 +238,8 @@ func checkSource(ctx context.Context, cfg config.Config, src binlog.Config, addr
 			fix = "enable source.tls with source.tls.ca_file (the production setting); the error names the opt-in for a trusted network"
 		case errors.Is(err, binlog.ErrPacketBound):
 			fix = "raise source.max_packet_bytes if the server really sends packets this large; else find who answers on this address"
+		case errors.Is(err, binlog.ErrAnswerBound), errors.Is(err, binlog.ErrBrokenAnswer):
+			fix = "find who answers on this address: no MySQL or MariaDB server answers the relay's queries so"
 		}
 		c.add("connect", Fail, err.Error(), fix)
 		return res
@@ -373,7 +374,7 @@ func orUnset(s string) string {
 
 // checkReplica: a replica must log what it replicates, or the relay misses
 // every transaction that came from its primary.
-func checkReplica(conn *client.Conn, vars map[string]string, flavor string, c collector) {
+func checkReplica(conn *binlog.Conn, vars map[string]string, flavor string, c collector) {
 	q := "SHOW REPLICA STATUS"
 	if flavor == "mariadb" {
 		q = "SHOW ALL SLAVES STATUS"
@@ -407,7 +408,7 @@ func checkReplica(conn *client.Conn, vars map[string]string, flavor string, c co
 // purge-margin metric does (source.Retention: expire settings,
 // binlog_expire_logs_auto_purge, Amazon RDS's own) and judges it with
 // judgeRetention.
-func checkSourceRetention(conn *client.Conn, cp *checkpoint.Checkpoint, c collector) {
+func checkSourceRetention(conn *binlog.Conn, cp *checkpoint.Checkpoint, c collector) {
 	ret, err := source.Retention(conn)
 	judgeRetention(ret, err, cp, c)
 }
@@ -457,7 +458,7 @@ func judgeRetention(retention time.Duration, err error, cp *checkpoint.Checkpoin
 // checkGrants decides from what the server allows (source.CheckPrivileges:
 // the grants of the user and its active roles, else a try of the
 // operation), never from the text of SHOW GRANTS alone.
-func checkGrants(conn *client.Conn, cfg config.Config, src binlog.Config, addr, flavor string, c collector) {
+func checkGrants(conn *binlog.Conn, cfg config.Config, src binlog.Config, addr, flavor string, c collector) {
 	p, err := source.CheckPrivileges(conn, src, addr, flavor)
 	if err != nil {
 		c.add("grants", Fail, err.Error(), "")
@@ -493,7 +494,7 @@ func checkGrants(conn *client.Conn, cfg config.Config, src binlog.Config, addr, 
 	}
 }
 
-func checkTables(conn *client.Conn, cfg config.Config, c collector) {
+func checkTables(conn *binlog.Conn, cfg config.Config, c collector) {
 	for _, t := range cfg.Source.Tables {
 		rc := cfg.Router.For(t) // router.tables.<t> may name other columns
 		want := []string{rc.EventIDColumn, rc.AggregateTypeColumn, rc.AggregateIDColumn, rc.PayloadColumn}

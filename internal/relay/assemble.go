@@ -97,6 +97,9 @@ func (a *assembler) leave() { a.cur = reading{} }
 // pattern (the row was published by its INSERT) and are only counted.
 func (a *assembler) invalidOp(table, policy string, ev *binlog.Event) error {
 	n := int64(len(ev.Rows))
+	if n == 0 {
+		n = 1 // a partial JSON update, its images not decoded: one per event
+	}
 	if ev.Op == binlog.OpDelete {
 		expected := min(n, a.cur.rows-a.cur.deleted)
 		a.cur.deleted += expected
@@ -118,6 +121,19 @@ func (a *assembler) invalidOp(table, policy string, ev *binlog.Event) error {
 		a.log.Warn().Str("table", table).Str("op", ev.Op.String()).Str("gtid", ev.GTID).Int64("rows", n).Msg(msg)
 	}
 	return nil
+}
+
+// partialImage is the stop at ev's transaction, whose INSERT image lacks
+// columns (ev.Absent): nothing of its rows is published from here on
+// (the loop's stop drops its pending records); the part of it a split
+// published before (published, the checkpoint's partial), if any, is
+// named. xid and preparedAt name an XA transaction whose XA COMMIT ev is.
+func partialImage(ev *binlog.Event, xid, preparedAt string, published checkpoint.Partial) error {
+	e := &binlog.PartialImageError{GTID: ev.GTID, Table: ev.Table.String(), Absent: ev.Absent, XID: xid, PreparedAt: preparedAt}
+	if published.GTID == ev.GTID {
+		e.Published = published.Rows
+	}
+	return e
 }
 
 // replaying reports whether gtid was published before a restart that

@@ -103,7 +103,7 @@ func TestAssemblerXA(t *testing.T) {
 		t.Fatalf("checkpoint's XA part %+v: want x1 (2 rows) and x2 prepared, read again from 0-1-9", xa)
 	}
 	a.endXA("x2") // XA ROLLBACK
-	rows, known, err := a.commitXA(&binlog.Event{Kind: binlog.KindCommit, GTID: "0-1-12", XID: "x1"})
+	rows, known, err := a.commitXA(&binlog.Event{Kind: binlog.KindCommit, GTID: "0-1-12", XID: "x1"}, checkpoint.Partial{})
 	if err != nil || !known || len(rows) != 1 || rows[0].GTID != "0-1-12" || rows[0].XID != "" {
 		t.Fatalf("XA COMMIT: %d rows events (%v, known %v), want x1's, as rows of 0-1-12", len(rows), err, known)
 	}
@@ -114,10 +114,10 @@ func TestAssemblerXA(t *testing.T) {
 	if xa := a.xaCheckpoint(); xa != nil {
 		t.Fatalf("XA part %+v after every XA transaction ended", xa)
 	}
-	if _, known, _ := a.commitXA(&binlog.Event{Kind: binlog.KindCommit, GTID: "0-1-13", XID: "x9"}); known {
+	if _, known, _ := a.commitXA(&binlog.Event{Kind: binlog.KindCommit, GTID: "0-1-13", XID: "x9"}, checkpoint.Partial{}); known {
 		t.Fatal("the XA COMMIT of a prepare never read is known")
 	}
-	if rows, known, _ := a.commitXA(&binlog.Event{Kind: binlog.KindCommit, GTID: "0-1-14", XID: "x9", OnePhase: true}); !known || len(rows) != 0 {
+	if rows, known, _ := a.commitXA(&binlog.Event{Kind: binlog.KindCommit, GTID: "0-1-14", XID: "x9", OnePhase: true}, checkpoint.Partial{}); !known || len(rows) != 0 {
 		t.Fatal("a one-phase commit without rows is not known as empty")
 	}
 }
@@ -141,7 +141,7 @@ func TestAssemblerReplaysFromBeforeAPreparedXA(t *testing.T) {
 	if _, ok := a.xa.txs["x0"]; ok {
 		t.Fatal("rows of an XA transaction that ended before the checkpoint were collected")
 	}
-	_, _, err := a.commitXA(&binlog.Event{Kind: binlog.KindCommit, GTID: "0-1-21", XID: "x1"})
+	_, _, err := a.commitXA(&binlog.Event{Kind: binlog.KindCommit, GTID: "0-1-21", XID: "x1"}, checkpoint.Partial{})
 	if !errors.Is(err, ErrUnknownXA) {
 		t.Fatalf("1 row read again where the checkpoint recorded 2: %v, want ErrUnknownXA", err)
 	}

@@ -260,7 +260,7 @@ func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) erro
 // before the position the relay first started from is looked up
 // (unknownXA).
 func (l *loop) commitXA(ctx context.Context, ev *binlog.Event) error {
-	rows, known, err := l.asm.commitXA(ev)
+	rows, known, err := l.asm.commitXA(ev, l.pos.partial)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
-
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/source"
 )
@@ -23,7 +21,7 @@ const sampleEvery = 5 * time.Second
 // attempt. At the end the sample is unknown again (NaN).
 func (r *Relay) sampleSource(ctx context.Context, srv *binlog.Server, reader *binlog.Reader) {
 	defer r.metrics.SourceBehindBytes.Set(math.NaN())
-	var conn *client.Conn
+	var conn *binlog.Conn
 	defer func() {
 		if conn != nil {
 			conn.Close()

@@ -82,12 +82,15 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 	if ev.Op != binlog.OpInsert {
 		return l.asm.invalidOp(rt.table, rt.invalidOp, ev)
 	}
+	if len(ev.Absent) > 0 {
+		return partialImage(ev, "", "", l.pos.partial)
+	}
 	p := &l.txn
-	for _, values := range ev.Rows {
+	for i, values := range ev.Rows {
 		if l.asm.next(l.pos.partial) {
 			continue // published before the restart
 		}
-		row := router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time, Latin1: ev.Table.Latin1}
+		row := router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time, Latin1: ev.Table.Latin1, Undecoded: ev.UndecodedRow(i)}
 		rec, err := l.record(ctx, rt, row)
 		if err != nil {
 			if !errors.Is(err, router.ErrBadRow) {

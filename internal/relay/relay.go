@@ -95,22 +95,14 @@ func New(cfg config.Config, log zerolog.Logger, m *metrics.Metrics) (*Relay, err
 	routes := make(map[tableKey]*route, len(cfg.Source.Tables))
 	for _, t := range cfg.Source.Tables {
 		rc := cfg.Router.For(t)
-		rcfg, err := clients.Router(rc)
-		if err != nil {
-			return nil, fmt.Errorf("router for %s: %w", t, err)
-		}
-		rcfg.CloudEventsSource = rc.CloudEventsSourceFor(cfg.Name, t)
-		rt, err := router.New(rcfg)
+		rt, err := clients.TableRouter(cfg, rc, t)
 		if err != nil {
 			return nil, fmt.Errorf("router for %s: %w", t, err)
 		}
 		db, tbl, _ := strings.Cut(t, ".")
 		r := &route{router: rt, invalidOp: string(rc.InvalidOp), table: t}
 		if rc.OnError == "dead-letter" {
-			r.deadLetter = rc.DeadLetterTopic
-			if r.deadLetter == "" {
-				r.deadLetter = "outbox-relay.dead-letter." + cfg.Name
-			}
+			r.deadLetter = cfg.DeadLetterTopicFor(t)
 		}
 		routes[tableKey{db, tbl}] = r
 	}

@@ -105,18 +105,29 @@ func (r *Relay) acceptHost(ctx context.Context, cp *checkpoint.Checkpoint) func(
 
 // proofLimit bounds the read of the checkpoint's last transaction from a
 // host (source.Prove): finding the position in a large binlog file takes
-// the server a while.
-var proofLimit = 30 * time.Second
+// the server a while. unprovedHold is how long a host that did not show it
+// within the bound is passed over when there are other hosts: each attempt
+// chooses again (after a broker's error, a reader's), and would otherwise
+// wait out the bound on it first every time.
+var (
+	proofLimit   = 30 * time.Second
+	unprovedHold = time.Minute
+)
 
 // prove accepts srv only when it proves that it holds the checkpoint's
 // last transaction with outbox rows (source.Prove: the same rows read again
 // from its binlog), and logs how it was accepted. A host that holds
 // another transaction under that GTID is refused as diverged, one that
 // cannot show it as purged (unless it is the server the checkpoint was
-// read from), one that did not answer in time as unreachable.
+// read from), one that did not answer in time as unreachable (held
+// against it for unprovedHold when there are other hosts).
 func (r *Relay) prove(ctx context.Context, srv *binlog.Server, cp *checkpoint.Checkpoint) error {
 	p, err := source.Prove(ctx, r.source, srv, cp, proofLimit)
 	if err != nil {
+		if errors.Is(err, source.ErrUnreachable) && ctx.Err() == nil && len(r.source.Hosts) > 1 {
+			r.hold(srv.Addr, hostRefusal{from: cp.From(), err: err, until: time.Now().Add(unprovedHold),
+				held: "it did not show the checkpoint's last transaction within the proof's bound; passed over since"})
+		}
 		return err
 	}
 	switch p.Kind {
@@ -240,10 +251,7 @@ func (r *Relay) judgeStream(srv *binlog.Server, from string, err error) error {
 	default:
 		return err
 	}
-	if r.refused == nil {
-		r.refused = map[string]hostRefusal{}
-	}
-	r.refused[srv.Addr] = ref
+	r.hold(srv.Addr, ref)
 	r.setHostState(srv.Addr, string(source.StatusOf(ref.err)))
 	msg := "source host refused the position; choosing again among source.hosts"
 	if ref.held != "" {
@@ -254,6 +262,14 @@ func (r *Relay) judgeStream(srv *binlog.Server, from string, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %s: %v", errHostRefused, srv.Addr, err)
+}
+
+// hold records ref against host: acceptHost refuses it while it holds.
+func (r *Relay) hold(host string, ref hostRefusal) {
+	if r.refused == nil {
+		r.refused = map[string]hostRefusal{}
+	}
+	r.refused[host] = ref
 }
 
 // refusedBy returns the refusal held against host at position from, if any.

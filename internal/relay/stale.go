@@ -39,10 +39,7 @@ func (r *Relay) watchStale(ctx context.Context, srv *binlog.Server, stale *atomi
 // judgeStale records a stale verdict (see watchStale) against srv: the
 // next choice passes over it for staleHold.
 func (r *Relay) judgeStale(srv *binlog.Server, from string, err error) error {
-	if r.refused == nil {
-		r.refused = map[string]hostRefusal{}
-	}
-	r.refused[srv.Addr] = hostRefusal{from: from, err: fmt.Errorf("%w: %w", binlog.ErrPositionAhead, err), until: time.Now().Add(staleHold)}
+	r.hold(srv.Addr, hostRefusal{from: from, err: fmt.Errorf("%w: %w", binlog.ErrPositionAhead, err), until: time.Now().Add(staleHold)})
 	r.setHostState(srv.Addr, string(source.HostBehind))
 	r.log.Warn().Err(err).Str("host", srv.Addr).Msg("source host in use is stale; choosing again among source.hosts")
 	return fmt.Errorf("%w: %w", errHostRefused, err)

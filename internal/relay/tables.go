@@ -4,8 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
-
+	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/source"
 )
 
@@ -32,7 +31,7 @@ const tablesEvery = time.Minute
 // missing and every tablesEvery otherwise. A table found missing is logged
 // at warn level (once until it exists), one that appears at info level.
 // It returns the error of a check that failed (logged at debug level).
-func (r *Relay) watchTables(w *tableWatch, conn *client.Conn, host string) error {
+func (r *Relay) watchTables(w *tableWatch, conn *binlog.Conn, host string) error {
 	if w.missing != nil && time.Since(w.checked) < tablesEvery {
 		gone := false
 		for _, m := range w.missing {

@@ -117,8 +117,9 @@ func (a *assembler) endXA(xid string) *xaTx {
 // (partial) brings a restart back to its rows. known is false for the XA
 // COMMIT of a transaction prepared before the position the relay first
 // started from (the loop looks it up: unknownXA); a one-phase commit
-// without rows wrote no captured table.
-func (a *assembler) commitXA(ev *binlog.Event) (rows []binlog.Event, known bool, err error) {
+// without rows wrote no captured table. A held row logged without all its
+// columns is the stop (partialImage; published is the checkpoint's partial).
+func (a *assembler) commitXA(ev *binlog.Event, published checkpoint.Partial) (rows []binlog.Event, known bool, err error) {
 	if a.replaying(ev.GTID) {
 		a.endXA(ev.XID) // committed, and published, before the checkpoint
 		return nil, true, nil
@@ -130,6 +131,16 @@ func (a *assembler) commitXA(ev *binlog.Event) (rows []binlog.Event, known bool,
 	if x.want >= 0 && x.want != x.rows {
 		return nil, true, fmt.Errorf("%w: XA transaction %s (prepared at %s) held %d outbox rows when checkpointed, %d read again",
 			ErrUnknownXA, ev.XID, x.gtid, x.want, x.rows)
+	}
+	// A row logged without all its columns stops the relay here, at the
+	// commit, before any row is out: prepared, the transaction could
+	// still have been rolled back (and then nothing stops).
+	for i := range x.events {
+		if held := &x.events[i]; len(held.Absent) > 0 {
+			at := *held
+			at.GTID = ev.GTID
+			return nil, true, partialImage(&at, ev.XID, x.gtid, published)
+		}
 	}
 	rows = make([]binlog.Event, len(x.events))
 	for i, row := range x.events {
