@@ -18,9 +18,14 @@ import (
 
 const guardPassword = "s3cret-Replication-Pw"
 
+// guardConfig is a source configuration for the hostile servers. A script
+// that ends waiting for the client while the client waits for it (a login
+// or a query answered out of turn) ends at the relay's own bounds, kept
+// short here (2 s each wait of a login, 2 s an answer; 5 s and 30 s by
+// default): the tests read what the client sent by then.
 func guardConfig(addr string) Config {
 	return Config{Hosts: []string{addr}, User: "relay", Password: guardPassword, ServerID: 4242,
-		Tables: []string{"app.outbox"}, ConnectTimeout: 5 * time.Second, HeartbeatPeriod: time.Second}
+		Tables: []string{"app.outbox"}, ConnectTimeout: 2 * time.Second, QueryTimeout: 2 * time.Second, HeartbeatPeriod: time.Second}
 }
 
 // runReader runs a Reader against addr (a replication connection, as `run`
