@@ -7,7 +7,7 @@ import (
 
 // Batch bound after a slow broker.
 //
-// The sink waits at most kafka.request_timeout for Kafka to acknowledge a
+// The delivery waits at most kafka.request_timeout for Kafka to acknowledge a
 // batch (exactly-once: the flush before EndTxn; at-least-once: the wait once
 // twice the bound is unacknowledged). A broker slower than one batch per
 // request_timeout (a producer quota, a slow or distant cluster) would fail

@@ -218,9 +218,9 @@ func (c *catalog) metadataNow(ctx context.Context, topic string) (kadm.TopicDeta
 // max.message.bytes for its batches and records.
 const maxTopicBytes = 64 << 20
 
-// topicLimits holds the max.message.bytes of the topics the sink writes to
+// topicLimits holds the max.message.bytes of the topics the delivery writes to
 // for franz-go's per-topic batch limit, which it asks for from its own
-// goroutines when it first meets a partition (after ensureTopic stored it).
+// goroutines when it first meets a partition (after catalog.ensure stored it).
 type topicLimits struct{ m sync.Map } // topic -> int32
 
 // batchMaxBytes is the largest record batch franz-go may build for topic.

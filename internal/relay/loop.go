@@ -16,7 +16,7 @@ import (
 // The loop is the pipeline of one attempt, on one goroutine: the reader's
 // events go one way through it, and out to the delivery.
 //
-//	events --> assemble (assemble.go, xa.go) --> route (records.go, recordcheck.go; catalog.go)
+//	events --> assemble (assemble.go, xa.go) --> route (route.go, recordcheck.go; catalog.go)
 //	       --> the transaction's records (pending.go) --> the batch (batch.go) --> delivery (delivery.go)
 //
 // The only ways back are the delivery's committed stream (metrics and the
@@ -27,9 +27,11 @@ type loop struct {
 	r   *Relay
 	srv *binlog.Server
 	// d takes the batches to Kafka (delivery.go); topics is what the
-	// attempt knows of the topics written to (catalog.go).
+	// attempt knows of the topics written to (catalog.go), which the route
+	// step asks (route.go).
 	d      delivery
 	topics *catalog
+	route  *routing
 	// lease is the term the attempt runs under (nil without an election):
 	// once it is lost the loop stops at once and commits nothing.
 	lease *ha.Lease
@@ -65,7 +67,8 @@ func newLoop(r *Relay, srv *binlog.Server, cp *checkpoint.Checkpoint, from strin
 	if err != nil {
 		return nil, err
 	}
-	l := &loop{r: r, srv: srv, d: d, topics: topics, asm: asm, pos: pos,
+	route := &routing{routes: r.routes, topics: topics, spans: r.spans, metrics: r.metrics, log: r.log}
+	l := &loop{r: r, srv: srv, d: d, topics: topics, route: route, asm: asm, pos: pos,
 		batch: newBatchPolicy(r.cfg.Kafka, r.batchLimit(), time.Now)}
 	// The progress line counts what this attempt publishes, not the
 	// pipeline's total the checkpoint carries.

@@ -74,7 +74,7 @@ func (l *loop) flushPending(ctx context.Context, split bool) error {
 // the batch is committed in parts, and the ended ones are committed before
 // a transaction that would take the batch over its bound.
 func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
-	rt, err := l.routeOf(ev)
+	rt, err := l.route.routeOf(ev)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 			continue // published before the restart
 		}
 		row := router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time, Latin1: ev.Table.Latin1, Undecoded: ev.UndecodedRow(i)}
-		rec, err := l.record(ctx, rt, row)
+		rec, err := l.route.record(ctx, rt, row)
 		if err != nil {
 			if !errors.Is(err, router.ErrBadRow) {
 				return err
@@ -100,7 +100,7 @@ func (l *loop) rows(ctx context.Context, ev *binlog.Event) error {
 			if rt.deadLetter == "" {
 				return err
 			}
-			if rec, err = l.deadLetter(ctx, rt, ev, row, rec.EventID, err); err != nil {
+			if rec, err = l.route.deadLetter(ctx, rt, ev, row, rec.EventID, err); err != nil {
 				return err
 			}
 		}

@@ -18,7 +18,7 @@ import (
 // message.timestamp.before.max.ms. Inside a Kafka transaction one refused
 // record fails the whole transaction, the valid records before it with it,
 // and every restart would meet it again. So the relay learns these settings
-// with the topic (DescribeConfigs, sink.ensureTopic) and checks each record
+// with the topic (DescribeConfigs, catalog.ensure) and checks each record
 // before producing it: a record the topic would refuse is a bad row (named
 // with table, event id, GTID and topic, and subject to router.on_error),
 // and the rows before it are published. A refusal the checks did not

@@ -84,7 +84,7 @@ type Relay struct {
 	had     *checkpoint.Had
 	elector *ha.Elector
 	// spans are the relay's own spans (nil: off); set by Run for its
-	// duration, read by the loop (records.go) and the sinks.
+	// duration, read by the route step (route.go) of each attempt.
 	spans *spans.Tracer
 	// tables are source.tables as checkpoints record them.
 	tables []string

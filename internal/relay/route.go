@@ -7,17 +7,31 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/spans"
 	"github.com/outbox-relay/outbox-relay/router"
 )
 
 // The route step: a row routed to a record and checked against its topic
 // (recordcheck.go; the topic as the catalog knows it, catalog.go), its
-// placement and its span, or a bad row's dead letter.
+// placement and its span, or a bad row's dead letter. It knows the routes,
+// the catalog it asks and the tracer; nothing of the loop that calls it
+// nor of the delivery its records go to (but the record's type,
+// kafkarecord.go).
+
+// routing is the route step of one attempt, used on the loop's goroutine.
+type routing struct {
+	routes  map[tableKey]*route
+	topics  *catalog
+	spans   *spans.Tracer // nil: tracing off
+	metrics *metrics.Metrics
+	log     zerolog.Logger
+}
 
 // outgoing is a record ready to produce and what it counts as.
 type outgoing struct {
@@ -27,8 +41,8 @@ type outgoing struct {
 }
 
 // routeOf is the route of the captured table of a rows event.
-func (l *loop) routeOf(ev *binlog.Event) (*route, error) {
-	rt := l.r.routes[tableKey{ev.Table.Schema, ev.Table.Name}]
+func (s *routing) routeOf(ev *binlog.Event) (*route, error) {
+	rt := s.routes[tableKey{ev.Table.Schema, ev.Table.Name}]
 	if rt == nil {
 		return nil, fmt.Errorf("rows of %s, which is not a captured table", ev.Table)
 	}
@@ -37,16 +51,16 @@ func (l *loop) routeOf(ev *binlog.Event) (*route, error) {
 
 // record routes row and checks it against its topic: a bad row, or a record
 // Kafka would refuse, is an error wrapping router.ErrBadRow.
-func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing, error) {
+func (s *routing) record(ctx context.Context, rt *route, row router.Row) (outgoing, error) {
 	rec, err := rt.router.Route(row)
 	out := outgoing{EventID: rec.EventID, outcome: "published"}
 	if err != nil {
 		return out, err
 	}
 	if rec.TraceInvalid != "" {
-		l.r.traceInvalid(rt, rec)
+		s.traceInvalid(rt, rec)
 	}
-	info, err := l.topics.ensure(ctx, rec.Topic)
+	info, err := s.topics.ensure(ctx, rec.Topic)
 	if err != nil {
 		return out, err
 	}
@@ -64,7 +78,7 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 		// raised limit ends the attempt: the next one's client batches by
 		// it (franz-go keeps a partition's limit once it has met it).
 		was := info.maxBytes
-		info, again, err := l.topics.reread(ctx, rec.Topic)
+		info, again, err := s.topics.reread(ctx, rec.Topic)
 		if err != nil {
 			return out, err
 		}
@@ -76,9 +90,9 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 	if err := checkStamp(out.kafka.Record, info); err != nil {
 		return out, err
 	}
-	if l.r.spans != nil {
+	if s.spans != nil {
 		n := len(out.kafka.Headers)
-		out.kafka.span = l.r.spans.Start(out.kafka.Record, spans.Row{EventID: rec.EventID, Table: rt.table, CommitTime: row.CommitTime})
+		out.kafka.span = s.spans.Start(out.kafka.Record, spans.Row{EventID: rec.EventID, Table: rt.table, CommitTime: row.CommitTime})
 		if recordSize(out.kafka.Record) > info.maxBytes {
 			// The span's traceparent, added to a row that had none, takes a
 			// record at its topic's limit over it: the row goes out as it
@@ -93,8 +107,8 @@ func (l *loop) record(ctx context.Context, rt *route, row router.Row) (outgoing,
 // deadLetter builds the record that carries a bad row to the dead-letter
 // topic: the row's columns as a JSON object, headers naming the error, the
 // source table and GTID.
-func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row router.Row, eventID string, cause error) (outgoing, error) {
-	info, err := l.topics.ensure(ctx, rt.deadLetter)
+func (s *routing) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row router.Row, eventID string, cause error) (outgoing, error) {
+	info, err := s.topics.ensure(ctx, rt.deadLetter)
 	if err != nil {
 		return outgoing{}, err
 	}
@@ -141,7 +155,7 @@ func (l *loop) deadLetter(ctx context.Context, rt *route, ev *binlog.Event, row 
 			return outgoing{}, fmt.Errorf("dead-letter topic %s takes at most %d bytes, the row's truncated record is %d: %w", rt.deadLetter, info.maxBytes, n, cause)
 		}
 	}
-	l.r.log.Warn().Err(cause).Str("dead_letter_topic", rt.deadLetter).Msg("bad row sent to the dead-letter topic")
+	s.log.Warn().Err(cause).Str("dead_letter_topic", rt.deadLetter).Msg("bad row sent to the dead-letter topic")
 	return outgoing{kafka: outRecord{Record: rec}, outcome: "dead_letter", EventID: eventID}, nil
 }
 

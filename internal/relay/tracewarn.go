@@ -13,14 +13,14 @@ const traceLogEvery = time.Minute
 // valid trace context (its record goes out without trace headers: a
 // warning, never a stop) and logs it at most once per traceLogEvery per
 // table, with the count to look at for the rest.
-func (r *Relay) traceInvalid(rt *route, rec router.Record) {
-	r.metrics.TracingInvalid.WithLabelValues(rt.table).Inc()
+func (s *routing) traceInvalid(rt *route, rec router.Record) {
+	s.metrics.TracingInvalid.WithLabelValues(rt.table).Inc()
 	now := time.Now().UnixNano()
 	last := rt.traceLogged.Load()
 	if last != 0 && now-last < int64(traceLogEvery) || !rt.traceLogged.CompareAndSwap(last, now) {
 		return
 	}
-	r.log.Warn().Str("table", rt.table).Str("event_id", rec.EventID).Str("reason", rec.TraceInvalid).
+	s.log.Warn().Str("table", rt.table).Str("event_id", rec.EventID).Str("reason", rec.TraceInvalid).
 		Msg("router.tracing_column is not a valid trace context: record published without traceparent/tracestate headers " +
 			"(logged once a minute per table; outbox_relay_tracing_context_invalid_total counts them all)")
 }

@@ -17,7 +17,7 @@ import (
 // per table and minute, not once per row.
 func TestInvalidTraceContextCountedAndLoggedOncePerMinute(t *testing.T) {
 	var logs bytes.Buffer
-	r := &Relay{log: zerolog.New(&logs), metrics: metrics.New("test")}
+	r := &routing{log: zerolog.New(&logs), metrics: metrics.New("test")}
 	a, b := &route{table: "app.outbox"}, &route{table: "app.other"}
 	rec := router.Record{EventID: "e-1", TraceInvalid: `traceparent "x": 1 characters, want 55`}
 	for range 3 {
