@@ -307,6 +307,7 @@ func sameResult(a, b synthResult) bool {
 
 // TestDecodeInsertRowsMatchesGoMySQLOnRandomRows: random tables and row images, both paths.
 func TestDecodeInsertRowsMatchesGoMySQLOnRandomRows(t *testing.T) {
+	t.Parallel() // CPU alone: beside the tests that wait on servers
 	fde := synthFDE(t)
 	rng := rand.New(rand.NewPCG(differentialSeed(99), 1))
 	tokyo := time.FixedZone("JST", 9*3600)
@@ -365,6 +366,7 @@ func synthRowsShaped(v2 bool, extra []byte, cols int, bitmap []byte, images []by
 // from the table map's, partial bitmaps, v2 extra data (NDB, partition),
 // rows v0, updates and deletes.
 func TestDecodeInsertRowsMatchesGoMySQLOnRowsEventShapes(t *testing.T) {
+	t.Parallel() // CPU alone: beside the tests that wait on servers
 	fde := synthFDE(t)
 	rng := rand.New(rand.NewPCG(differentialSeed(5), 6))
 	accepted := 0
