@@ -43,8 +43,8 @@ func rowsDecoder(captured func(schema, table []byte) bool, bound func() (int64, 
 		if !captured(e.Table.Schema, e.Table.Table) {
 			return nil // not ours: skip decoding the row images
 		}
-		if rowsShape(e) != "" || partialInsert(e) {
-			return nil // rowsEvent stops at it, undecoded (rowimage.go)
+		if rowsShape(e) != "" || partialInsert(e) && !decodablePartial(e, len(data)-pos) {
+			return nil // rowsEvent stops at it, or hands it on, undecoded (rowimage.go)
 		}
 		if compressed, _, ok := eventOptions(e); ok && compressed {
 			if err := checkCompressed(data[pos:], bound); err != nil {

@@ -158,6 +158,22 @@ func partialInsert(e *replication.RowsEvent) bool {
 	return e.Type() == replication.EnumRowsEventTypeInsert && presentCount(e.ColumnBitmap1, e.ColumnCount) < e.ColumnCount
 }
 
+// partialValues bounds what a partial INSERT image may decode to: go-mysql
+// gives every row all of its table's columns (nil for the absent ones), so
+// a wide table's partial rows of a byte or two each decode to far more
+// than their event's size.
+const partialValues = 1 << 20
+
+// decodablePartial reports whether the partial INSERT e, size bytes of row
+// images, decodes within partialValues at worst: each row holds at least
+// its NULL bitmap. Its rows tell audit which keys are past a checkpoint
+// and the relay which transaction it stops at; a larger one is handed on
+// with its absent columns named and no rows.
+func decodablePartial(e *replication.RowsEvent, size int) bool {
+	bitmap := max(1, (presentCount(e.ColumnBitmap1, e.ColumnCount)+7)/8)
+	return uint64(size)/bitmap*e.ColumnCount <= partialValues
+}
+
 // presentCount counts the columns bitmap marks present among the first
 // width.
 func presentCount(bitmap []byte, width uint64) uint64 {
