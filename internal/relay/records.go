@@ -167,10 +167,7 @@ func rowBytes(row router.Row) int {
 // delete-after-insert pattern (the row was published by its INSERT) and are
 // only counted.
 func (l *loop) invalidOp(rt *route, ev *binlog.Event) error {
-	n := int64(len(ev.Rows))
-	if n == 0 {
-		n = 1 // a partial JSON update, its images not decoded: one per event
-	}
+	n := int64(ev.RowCount()) // a partial JSON update, its images not decoded: one per event
 	if ev.Op == binlog.OpDelete {
 		expected := min(n, l.curRows-l.curDeleted)
 		l.curDeleted += expected
