@@ -160,7 +160,7 @@ func (res *Result) notes(w *Walk, off Offset) {
 			res.Notes = append(res.Notes, fmt.Sprintf("Debezium stopped inside transaction %s (offset: %s): %d of its %d outbox rows "+
 				"are published, the relay publishes the rest", first.GTID, off, inFirst, first.Rows))
 			return
-		default:
+		case off.InTransaction(): // else the offset is before it: Kafka is ahead
 			res.Notes = append(res.Notes, fmt.Sprintf("Debezium's offset (%s) is inside transaction %s, after its last outbox row: all %d "+
 				"are published, the relay starts after it", off, first.GTID, inFirst))
 			return
