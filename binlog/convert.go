@@ -99,9 +99,8 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	// A PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON)
 	// is an UPDATE whose images are not decoded (their JSON diffs would be
 	// go-mysql's alone, jsonbound.go): it goes on without rows, counted
-	// once by router.invalid_op. A partial INSERT is not decoded either: its
-	// absent columns stop the relay where its transaction's fate is known.
-	undecoded := e.Type() == replication.EnumRowsEventTypeUnknown || partialInsert(e)
+	// once by router.invalid_op.
+	undecoded := e.Type() == replication.EnumRowsEventTypeUnknown
 	if len(e.Rows) == 0 && !undecoded {
 		return batch, nil
 	}
@@ -115,21 +114,30 @@ func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *repl
 	if out.Op, out.Rows, ok = rowImages(ev.Header.EventType, e); !ok {
 		return batch, fmt.Errorf("%w: transaction %s: rows event %s of %s", ErrUnframed, f.gtid, ev.Header.EventType, t)
 	}
-	if out.Op == OpInsert {
-		// Decided from the image's own bitmap: go-mysql gives an absent
-		// column as nil, the same value as a NULL (rowimage.go).
+	switch {
+	case partialInsert(e):
+		// Decided from the image's own bitmap; its rows hold the columns
+		// present alone (rowimage.go), never a NULL for an absent one.
 		out.Absent = absentNames(t, e.ColumnBitmap1, e.ColumnCount)
-		if e.Table.JsonColumnCount() > 0 {
-			out.Undecoded = undecodedRows(e.Rows, t.Columns)
-		}
+		out.Image = &PartialImage{Columns: presentColumns(e.ColumnBitmap1, e.ColumnCount), Rows: out.Rows}
+		out.Rows = nil
+	case out.Op == OpInsert && e.Table.JsonColumnCount() > 0:
+		out.Undecoded = undecodedRows(e.Rows, t.Columns)
 	}
 	if c.signs != nil {
-		if err := c.signs.apply(out.Rows, out.Op == OpInsert, t.String(), f.gtid); err != nil {
+		var err error
+		if out.Image != nil {
+			// Never published: a value of unknown signedness stays as read.
+			err = c.signs.applyAt(out.Image.Rows, out.Image.Columns, false, t.String(), f.gtid)
+		} else {
+			err = c.signs.apply(out.Rows, out.Op == OpInsert, t.String(), f.gtid)
+		}
+		if err != nil {
 			return batch, fmt.Errorf("read binlog: %w", err)
 		}
 	}
 	st.digest.add(f.gtid, e.Table, out.Op, out.Rows)
-	f.rows += len(out.Rows)
+	f.rows += out.RowCount()
 	st.size = 0
 	if f.hold {
 		f.held = append(f.held, out)

@@ -21,7 +21,8 @@ import (
 // row as decoded, in binlog order; never an UPDATE's or DELETE's images
 // (a replica logs them with its own binlog_row_image: a DELETE a session
 // logged MINIMAL, the primary key alone, is whole rows on a FULL replica,
-// and the relay publishes only INSERTs, whose images it requires whole),
+// and the relay publishes only INSERTs, whose images it requires whole:
+// what a partial INSERT image holds is not digested either),
 // never the events' bytes (positions, checksums, table ids, how rows are split into
 // events and, on MariaDB, compression differ on a replica), never column
 // names (binlog_row_metadata may differ) and never signedness (NO_LOG

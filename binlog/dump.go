@@ -210,6 +210,9 @@ func (d *Dump) Digest(ctx context.Context, stream *DumpStream, gtid string) (dg 
 					continue
 				}
 				if op, rows, ok := rowImages(ev.Header.EventType, e); ok {
+					if partialInsert(e) {
+						rows = nil // as the Reader's (rowsEvent): what a partial image holds is not digested
+					}
 					sum.add(gtid, e.Table, op, rows)
 				}
 			case *replication.XIDEvent:

@@ -332,7 +332,7 @@ func (f *framer) undoTo(n int) {
 			f.held = f.held[:i]
 			break
 		}
-		kept += len(f.held[i].Rows)
+		kept += f.held[i].RowCount()
 	}
 	f.rows = n
 }

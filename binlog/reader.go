@@ -111,11 +111,13 @@ type Event struct {
 	Op    Op
 	Rows  [][]any
 	// Absent: the columns of Table an INSERT's row images lack (a
-	// session's binlog_row_image MINIMAL or NOBLOB; rowimage.go), whose
-	// values in Rows are nil as a NULL's are; nil when the images are
-	// whole. The reader reports them; a row with one is never published
-	// (the relay stops at its transaction's end: PartialImageError).
+	// session's binlog_row_image MINIMAL or NOBLOB; rowimage.go); nil when
+	// the images are whole. Such an event has no Rows: its rows are in
+	// Image, the values of the columns present only. A row with one is
+	// never published (the relay stops at its transaction's end:
+	// PartialImageError).
 	Absent []string
+	Image  *PartialImage
 	// Commit: the GTID set including this transaction, and the captured
 	// tables' layout and signedness after it (immutable snapshots).
 	Set      mysql.GTIDSet
@@ -145,6 +147,19 @@ type Event struct {
 	// is an Undecoded); "" for a row decoded whole. Nil when every row is.
 	// Such a row is a bad row.
 	Undecoded []string
+}
+
+// RowCount is how many rows a rows event holds: its Rows, the rows of a
+// partial image (Image), and one for a partial JSON update, whose images
+// are not decoded (as router.invalid_op counts it).
+func (e *Event) RowCount() int {
+	switch {
+	case e.Image != nil:
+		return len(e.Image.Rows)
+	case len(e.Rows) == 0:
+		return 1 // the reader hands on no rows event without rows but this one
+	}
+	return len(e.Rows)
 }
 
 // UndecodedRow is Undecoded[i], "" when the row was decoded whole.

@@ -43,22 +43,33 @@ func rowsDecoder(captured func(schema, table []byte) bool, bound func() (int64, 
 		if !captured(e.Table.Schema, e.Table.Table) {
 			return nil // not ours: skip decoding the row images
 		}
-		if rowsShape(e) != "" || partialInsert(e) {
+		if rowsShape(e) != "" {
 			return nil // rowsEvent stops at it, undecoded (rowimage.go)
 		}
-		if compressed, _, ok := eventOptions(e); ok && compressed {
-			if err := checkCompressed(data[pos:], bound); err != nil {
-				return err
-			}
+		if partialInsert(e) {
+			// Decoded as rows of the columns its images hold only
+			// (PartialImage): as wide as what they hold, never the table.
+			return decodePresent(e, func() error { return decodeImages(e, pos, data, bound) })
 		}
-		if e.Table.JsonColumnCount() > 0 {
-			return decodeJSONRows(e, pos, data)
-		}
-		if decodeInsertRows(e, pos, data) {
-			return nil
-		}
-		return e.DecodeData(pos, data)
+		return decodeImages(e, pos, data, bound)
 	}
+}
+
+// decodeImages decodes the row images of e, a rows event of a captured
+// table whose header is decoded, from data[pos:].
+func decodeImages(e *replication.RowsEvent, pos int, data []byte, bound func() (int64, string)) error {
+	if compressed, _, ok := eventOptions(e); ok && compressed {
+		if err := checkCompressed(data[pos:], bound); err != nil {
+			return err
+		}
+	}
+	if e.Table.JsonColumnCount() > 0 {
+		return decodeJSONRows(e, pos, data)
+	}
+	if decodeInsertRows(e, pos, data) {
+		return nil
+	}
+	return e.DecodeData(pos, data)
 }
 
 // checkCompressed refuses the data of a MariaDB compressed event (rows or

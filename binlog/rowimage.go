@@ -26,13 +26,108 @@ import (
 // The reader names, on every INSERT of a captured table, the columns its
 // images lack (Event.Absent), whichever they are: the envelope and
 // CloudEvents values, the dead-letter value and any column a router
-// setting names would all carry a NULL the row never held. What to do is
-// its consumer's to decide where the transaction's fate is known: the
-// relay stops at the transaction that publishes such a row (an XA
-// transaction's XA COMMIT: prepared, it may still roll back), before
-// publishing any of it (PartialImageError); audit, which needs only the
-// rows' keys, reads on. UPDATE and DELETE images are the router's invalid
-// operations, only counted: a partial one is left as it is.
+// setting names would all carry a NULL the row never held. Such an event
+// has no Rows: its rows come as what they hold (Event.Image, PartialImage:
+// the values of the columns present, and which columns those are), so
+// that nothing reads an absent column as a NULL. What to do is its
+// consumer's to decide where the transaction's fate is known: the relay
+// stops at the transaction that publishes such a row (an XA transaction's
+// XA COMMIT: prepared, it may still roll back), before publishing any of
+// it (PartialImageError); audit keys the rows by the columns present (the
+// primary key is logged under MINIMAL), and the takeover from Debezium
+// looks their event ids up. UPDATE and DELETE images are the router's
+// invalid operations, only counted: a partial one is left as it is.
+
+// PartialImage is what the row images of an INSERT that lack columns hold
+// (Event.Image): Columns are the indexes, in Table.Columns, of the columns
+// present, in order, and each row of Rows holds their values, as Rows
+// would (rowsDecoder decodes them as rows of those columns alone:
+// decodePresent).
+type PartialImage struct {
+	Columns []int
+	Rows    [][]any
+}
+
+// Value is row's value of column col (an index in Table.Columns); ok false
+// when the images lack the column.
+func (p *PartialImage) Value(row []any, col int) (v any, ok bool) {
+	for i, c := range p.Columns {
+		if c == col {
+			if i < len(row) {
+				return row[i], true
+			}
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// presentColumns lists the columns, among the first width, that bitmap (a
+// columns-present bitmap) marks present.
+func presentColumns(bitmap []byte, width uint64) []int {
+	var out []int
+	for i := range int(width) {
+		if i>>3 < len(bitmap) && bitmap[i>>3]&(1<<(uint(i)&7)) != 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// decodePresent decodes e, an INSERT whose images lack columns, with
+// decode (the decoder of whole images) as rows of the columns its images
+// hold alone: an image holds a NULL bitmap and values for those columns
+// only, so it reads the same against a table map of them, and each row is
+// as wide as what the image holds (decoded against the whole table, go-mysql
+// allocated the table's width for every image, however few bytes it held).
+// e's table map and bitmap are put back after.
+func decodePresent(e *replication.RowsEvent, decode func() error) error {
+	tm, bitmap, count := e.Table, e.ColumnBitmap1, e.ColumnCount
+	present := presentColumns(bitmap, count)
+	all := make([]byte, (len(present)+7)/8)
+	for i := range present {
+		all[i>>3] |= 1 << (uint(i) & 7)
+	}
+	e.Table, e.ColumnCount, e.ColumnBitmap1 = narrowed(tm, present), uint64(len(present)), all
+	err := decode()
+	e.Table, e.ColumnCount, e.ColumnBitmap1 = tm, count, bitmap
+	return err
+}
+
+// narrowed is a table map of tm's columns at present alone: their types,
+// metadata and signedness (go-mysql reads a numeric column's from the
+// signedness bitmap, one bit per numeric column, in order), enough to
+// decode row images of those columns.
+func narrowed(tm *replication.TableMapEvent, present []int) *replication.TableMapEvent {
+	n := &replication.TableMapEvent{TableID: tm.TableID, Flags: tm.Flags, Schema: tm.Schema, Table: tm.Table,
+		ColumnCount: uint64(len(present)), ColumnType: make([]byte, len(present)), ColumnMeta: make([]uint16, len(present))}
+	for i, c := range present {
+		if c < len(tm.ColumnType) {
+			n.ColumnType[i] = tm.ColumnType[c]
+		}
+		if c < len(tm.ColumnMeta) {
+			n.ColumnMeta[i] = tm.ColumnMeta[c]
+		}
+	}
+	if len(tm.SignednessBitmap) == 0 {
+		return n // read as signed, as the whole table's (signs.go fixes them)
+	}
+	unsigned := tm.UnsignedMap()
+	var bits []bool
+	for i, c := range present {
+		if n.IsNumericColumn(i) {
+			bits = append(bits, unsigned[c])
+		}
+	}
+	// Never empty: an empty bitmap says the server logged no signedness.
+	n.SignednessBitmap = make([]byte, max(1, (len(bits)+7)/8))
+	for i, u := range bits {
+		if u {
+			n.SignednessBitmap[i>>3] |= 0x80 >> (uint(i) & 7)
+		}
+	}
+	return n
+}
 
 // ErrPartialRowImage: an INSERT into a captured table was logged without
 // some of the table's columns (binlog_row_image MINIMAL or NOBLOB in the
@@ -123,11 +218,11 @@ func (e *PartialImageError) Unwrap() error { return ErrPartialRowImage }
 // as many columns as its table (MySQL and MariaDB allow at most 4,096)
 // and an image holds at least one column (the key, under
 // binlog_row_image=MINIMAL). So the reader reads the shape from the
-// event's header (DecodeHeader) and, for a captured table, decodes neither
-// such an event (rowsEvent stops at its transaction: ErrMalformedRows) nor
-// an INSERT image that lacks a column (ErrPartialRowImage, which needs no
-// row: a partial image of a wide table was decoded whole, and allocated
-// for every column it lacks, before the reader refused it).
+// event's header (DecodeHeader) and, for a captured table, does not decode
+// such an event (rowsEvent stops at its transaction: ErrMalformedRows),
+// and decodes an INSERT image that lacks columns as rows of the columns
+// it holds alone (decodePresent: a partial image of a wide table was
+// decoded whole, and allocated for every column it lacks).
 
 // ErrMalformedRows: a rows event of a captured table has a shape no MySQL
 // or MariaDB server writes (rowsShape); the relay stops before its

@@ -17,8 +17,9 @@ import (
 
 // An INSERT image of a captured table that lacks a column is reported with
 // its rows, whichever column it lacks (Event.Absent), in the transaction
-// and in an XA transaction alike: the relay decides where the
-// transaction's fate is known (its commit), audit reads on. A whole image,
+// and in an XA transaction alike, the rows holding the columns present
+// only (Event.Image): the relay decides where the transaction's fate is
+// known (its commit), audit keys the rows by what they hold. A whole image,
 // NULL values included, reports none; UPDATE and DELETE images (the
 // router's invalid operations) and other tables' images pass as before.
 func TestFramerPartialRowImages(t *testing.T) {
@@ -39,7 +40,7 @@ func TestFramerPartialRowImages(t *testing.T) {
 			partial(s, OpInsert, testTable, 0b01)
 			s.xid()
 		},
-		want: []string{"rows #1 a.outbox insert 1", "commit #1 set=#1", "rows #2 a.outbox insert 1 absent=v", "commit #2 set=#2"},
+		want: []string{"rows #1 a.outbox insert 1", "commit #1 set=#1", "rows #2 a.outbox insert 1 absent=v image=[0][[1]]", "commit #2 set=#2"},
 	}, {
 		name: "insert without id",
 		build: func(s *script) {
@@ -47,7 +48,7 @@ func TestFramerPartialRowImages(t *testing.T) {
 			partial(s, OpInsert, testTable, 0b10)
 			s.xid()
 		},
-		want: []string{"rows #1 a.outbox insert 1 absent=id", "commit #1 set=#1"},
+		want: []string{"rows #1 a.outbox insert 1 absent=id image=[1][[r1]]", "commit #1 set=#1"},
 	}, {
 		name: "a partial image after a whole one in the same transaction",
 		build: func(s *script) {
@@ -55,7 +56,7 @@ func TestFramerPartialRowImages(t *testing.T) {
 			partial(s, OpInsert, testTable, 0b01)
 			s.xid()
 		},
-		want: []string{"rows #1 a.outbox insert 3", "rows #1 a.outbox insert 1 absent=v", "commit #1 set=#1"},
+		want: []string{"rows #1 a.outbox insert 3", "rows #1 a.outbox insert 1 absent=v image=[0][[1]]", "commit #1 set=#1"},
 	}, {
 		name: "update with a minimal image, delete with the key only",
 		build: func(s *script) {
@@ -81,22 +82,41 @@ func TestFramerPartialRowImages(t *testing.T) {
 		},
 		want: []string{"rows #1 a.outbox insert 1", "commit #1 set=#1"},
 	}, {
+		name: "rollback to a savepoint with a partial image after it: its rows count",
+		build: func(s *script) {
+			s.begin(1).insert(testTable, 1).q("", "SAVEPOINT `s1`")
+			partial(s, OpInsert, testTable, 0b01)
+			s.q("", "ROLLBACK TO `s1`").xid()
+		},
+		want:    []string{"rows #1 a.outbox insert 1", "rows #1 a.outbox insert 1 absent=v image=[0][[1]]"},
+		err:     ErrRolledBackRows,
+		errGTID: 1,
+	}, {
+		name: "MariaDB non-transactional group: ROLLBACK TO drops a held partial image after the savepoint, not a row before it",
+		only: mysql.MariaDBFlavor,
+		build: func(s *script) {
+			s.beginNonTrans(1)
+			partial(s, OpInsert, testTable, 0b01)
+			s.q("", "SAVEPOINT `s1`").insert(testTable, 2).insert("a.m", 1)
+			s.q("", "ROLLBACK TO `s1`").xid()
+		},
+		want: []string{"rows #1 a.outbox insert 1 absent=v image=[0][[1]]", "commit #1 set=#1"},
+	}, {
 		name: "a partial insert inside an XA transaction",
 		build: func(s *script) {
 			s.xaStart(1, x1)
 			partial(s, OpInsert, testTable, 0b01)
 			s.xaEnd(x1).xaPrepare(false, x1)
 		},
-		want: []string{"rows #1 a.outbox insert 1 absent=v xid=7831,,1", "prepare #1 xid=7831,,1 set=#1"},
+		want: []string{"rows #1 a.outbox insert 1 absent=v image=[0][[1]] xid=7831,,1", "prepare #1 xid=7831,,1 set=#1"},
 	}})
 }
 
-// A NULL and an absent column decode to the same value (go-mysql fills an
-// absent column with nil): the reader tells them apart by the image's
-// columns-present bitmap, reporting the absent one (Event.Absent), never
-// the NULL.
-// The relay's decoder takes the whole image and leaves the partial one to
-// go-mysql.
+// A NULL and an absent column decode to the same value with go-mysql's
+// own decoder (it fills an absent column with nil): the reader tells them
+// apart by the image's columns-present bitmap, reporting the absent one
+// (Event.Absent) and the rows without it (Event.Image), never the NULL.
+// The relay's fast decoder takes the whole image, not the partial one.
 func TestNullAndAbsentColumnDecodeAlikeButOnlyNullPasses(t *testing.T) {
 	for _, flavor := range flavors {
 		t.Run(flavor, func(t *testing.T) {
@@ -105,9 +125,20 @@ func TestNullAndAbsentColumnDecodeAlikeButOnlyNullPasses(t *testing.T) {
 			nullMap, null := e.tableMap(testTable), e.imageEvent(OpInsert, testTable, 0b11, 1, true)
 			absentMap, absent := e.tableMap(testTable), e.imageEvent(OpInsert, testTable, 0b01, 1, false)
 			tableMap := map[*replication.BinlogEvent]*replication.BinlogEvent{null: nullMap, absent: absentMap}
-			nullRows, absentRows := null.Event.(*replication.RowsEvent), absent.Event.(*replication.RowsEvent)
-			if want := [][]any{{int32(1), nil}}; !reflect.DeepEqual(nullRows.Rows, want) || !reflect.DeepEqual(absentRows.Rows, want) {
-				t.Fatalf("decoded rows: NULL %#v, absent %#v; want both %#v", nullRows.Rows, absentRows.Rows, want)
+			goMySQL := func(ev *replication.BinlogEvent) [][]any { // go-mysql's own decoder
+				p := replication.NewBinlogParser()
+				p.SetFlavor(flavor)
+				var last *replication.BinlogEvent
+				for _, raw := range [][]byte{e.raw(replication.FORMAT_DESCRIPTION_EVENT, e.fde()), tableMap[ev].RawData, ev.RawData} {
+					var err error
+					if last, err = p.Parse(raw); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return last.Event.(*replication.RowsEvent).Rows
+			}
+			if want := [][]any{{int32(1), nil}}; !reflect.DeepEqual(goMySQL(null), want) || !reflect.DeepEqual(goMySQL(absent), want) {
+				t.Fatalf("go-mysql decoded rows: NULL %#v, absent %#v; want both %#v", goMySQL(null), goMySQL(absent), want)
 			}
 
 			took := func(ev *replication.BinlogEvent) bool {
@@ -130,7 +161,7 @@ func TestNullAndAbsentColumnDecodeAlikeButOnlyNullPasses(t *testing.T) {
 				name   string
 				ev     *replication.BinlogEvent
 				absent string
-			}{{"NULL", null, ""}, {"absent", absent, " absent=v"}} {
+			}{{"NULL", null, ""}, {"absent", absent, " absent=v image=[0][[1]]"}} {
 				s := &script{encoder: e}
 				s.begin(1).add(tableMap[tc.ev], tc.ev).xid()
 				f := newFixture(t, flavor)
@@ -205,5 +236,44 @@ func TestPartialImageErrorSaysWhatAndHow(t *testing.T) {
 				t.Fatalf("%v is not ErrPartialRowImage", tc.err)
 			}
 		})
+	}
+}
+
+// A partial image's table map, narrowed to the columns present, keeps each
+// one's type, metadata and signedness (go-mysql reads a numeric column's
+// from the bitmap by its rank among the numeric columns, which narrowing
+// changes), and says the server logged signedness even with no numeric
+// column left; without signedness metadata it has none either.
+func TestNarrowedTableMapKeepsTypesAndSignedness(t *testing.T) {
+	tm := &replication.TableMapEvent{ColumnCount: 5,
+		ColumnType: []byte{mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_TINY, mysql.MYSQL_TYPE_SHORT},
+		ColumnMeta: []uint16{0, 80, 0, 0, 0},
+		// numeric columns 0, 2, 3, 4: UNSIGNED 0 and 3
+		SignednessBitmap: []byte{0b1010_0000}}
+	for _, tc := range []struct {
+		present  []int
+		types    []byte
+		unsigned map[int]bool
+	}{
+		{[]int{2, 3}, []byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_TINY}, map[int]bool{0: false, 1: true}},
+		{[]int{0, 1, 4}, []byte{mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_SHORT}, map[int]bool{0: true, 2: false}},
+		{[]int{1}, []byte{mysql.MYSQL_TYPE_VARCHAR}, map[int]bool{}},
+	} {
+		n := narrowed(tm, tc.present)
+		if n.ColumnCount != uint64(len(tc.present)) || !slices.Equal(n.ColumnType, tc.types) {
+			t.Errorf("narrowed to %v: %d columns of types %v, want %v", tc.present, n.ColumnCount, n.ColumnType, tc.types)
+		}
+		for i, c := range tc.present {
+			if n.ColumnMeta[i] != tm.ColumnMeta[c] {
+				t.Errorf("narrowed to %v: column %d metadata %d, want %d", tc.present, i, n.ColumnMeta[i], tm.ColumnMeta[c])
+			}
+		}
+		if got := n.UnsignedMap(); !reflect.DeepEqual(got, tc.unsigned) {
+			t.Errorf("narrowed to %v: unsigned %v, want %v", tc.present, got, tc.unsigned)
+		}
+	}
+	tm.SignednessBitmap = nil
+	if got := narrowed(tm, []int{0, 3}).UnsignedMap(); got != nil {
+		t.Errorf("without signedness metadata: unsigned %v, want none", got)
 	}
 }

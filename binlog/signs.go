@@ -93,19 +93,30 @@ func planSigns(tm *replication.TableMapEvent, cols, unsigned []string, known boo
 // published says the rows are (inserts); deleted or updated outbox rows are
 // only counted, so their values do not matter.
 func (f *signFix) apply(rows [][]any, published bool, table, gtid string) error {
+	return f.applyAt(rows, nil, published, table, gtid)
+}
+
+// applyAt is apply for rows that hold the columns at (indexes in the
+// table's columns; nil: every column, in order) only: a partial image's
+// (PartialImage).
+func (f *signFix) applyAt(rows [][]any, at []int, published bool, table, gtid string) error {
 	for _, row := range rows {
 		for _, c := range f.cols {
+			i := c.i
+			if at != nil {
+				i = slices.Index(at, c.i)
+			}
 			switch {
-			case c.i >= len(row):
+			case i < 0 || i >= len(row):
 			case !c.unknown:
-				row[c.i] = asUnsigned(row[c.i], c.tp)
-			case published && negative(row[c.i]):
+				row[i] = asUnsigned(row[i], c.tp)
+			case published && negative(row[i]):
 				return fmt.Errorf("%w: %s at %s: column %s holds %v, or %v if it is UNSIGNED: the binlog does not say "+
 					"(binlog_row_metadata=NO_LOG) and the tracked layout does not either (it was learned from the binlog's column "+
 					"names, or comes from a checkpoint written before signedness was tracked). Set binlog_row_metadata=MINIMAL "+
 					"or FULL on the server for new transactions; for this one, if the table's definition has not changed since, "+
 					"record it with `outbox-relay checkpoint set --gtid <the checkpoint's set> --schema server`",
-					ErrNoSignedness, table, gtid, c.name, row[c.i], asUnsigned(row[c.i], c.tp))
+					ErrNoSignedness, table, gtid, c.name, row[i], asUnsigned(row[i], c.tp))
 			}
 		}
 	}

@@ -57,6 +57,15 @@ func TestPlanSigns(t *testing.T) {
 	if got := fmt.Sprintf("%T %T %T", rows[1][0], rows[1][2], rows[1][3]); got != "uint32 int64 uint8" {
 		t.Fatalf("row %s", got)
 	}
+	// A partial image's rows hold the columns present only (name and
+	// tiny): each is read by its own column's signedness.
+	partial := [][]any{{"c", int8(-2)}}
+	if err := f.applyAt(partial, []int{1, 3}, false, "app.t", "0-1-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%v %T %[2]v", partial[0][0], partial[0][1]); got != "c uint8 254" {
+		t.Fatalf("partial row %s", got)
+	}
 	// Known with no UNSIGNED integer column, or signedness in the binlog: nothing to do.
 	if f := planSigns(tm, cols, nil, true); f != nil {
 		t.Fatalf("plan %+v for a table without unsigned columns", f)

@@ -171,7 +171,9 @@ func (c *Checkpoint) Layout() (tables, unsigned, provisional map[string][]string
 type PreparedXA struct {
 	XID  string `json:"xid"`  // canonical: hex(gtrid),hex(bqual),formatID
 	GTID string `json:"gtid"` // of its XA PREPARE group
-	Rows int64  `json:"rows"` // outbox rows (of any operation) it holds
+	// Rows counts the outbox rows (of any operation) it holds, a rows
+	// event handed on undecoded (a partial image) as one.
+	Rows int64 `json:"rows"`
 }
 
 // Fingerprint is what identifies a transaction across the servers that

@@ -192,6 +192,20 @@ func checkpointFromDebezium(cfg config.Config, d debeziumFlags, w writeFlags) er
 		if claim.Set, err = binlog.ParseSet(srv.Flavor, off.GTIDs); err != nil {
 			return fmt.Errorf("the offset of %s: its gtids %q are not a GTID set of the source %s (%s): %w", off.Name(), off.GTIDs, srv.Addr, srv.Flavor, err)
 		}
+		// The walk starts from them when the offset's file is gone, and
+		// the new position holds what it starts from: GTIDs the source has
+		// not executed (another server's, in a domain or server_uuid of its
+		// own, or ahead of this one) would make the relay pass over the
+		// source's transactions up to them.
+		missing, err := source.Unexecuted(srv, off.GTIDs)
+		if err != nil {
+			return fmt.Errorf("the offset of %s: compare its gtids with the source %s: %w", off.Name(), srv.Addr, err)
+		}
+		if missing != "" {
+			return fmt.Errorf("refuse to take over from %s: its gtids (%s) name %s, which the source %s has not executed (its binlog holds %s): "+
+				"the offset of a connector that read another server, or a source behind the server the connector read (wait until it "+
+				"has executed them, or put that server first in source.hosts); nothing written", off.Name(), off.GTIDs, missing, srv.Addr, srv.State)
+		}
 	}
 	// The layout at the walk's start: the tables' current definitions.
 	layout, signs, err := checkpointLayout(ctx, src, srv, nil, "server", false, "the start of "+off.File)

@@ -3,6 +3,7 @@ package audit
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,8 +159,12 @@ func (p *past) add(ev *binlog.Event) error {
 		if ev.Op != binlog.OpInsert {
 			return nil // only INSERTs are published
 		}
-		for _, values := range ev.Rows {
-			key, ok := p.key(ev.Table, ev.Absent, values)
+		rows, at := ev.Rows, []int(nil)
+		if ev.Image != nil { // a partial image: its rows hold the columns present only
+			rows, at = ev.Image.Rows, ev.Image.Columns
+		}
+		for _, values := range rows {
+			key, ok := p.key(ev.Table, at, values)
 			if !ok || p.want != nil && !p.want(key) {
 				key = ""
 			}
@@ -217,10 +222,11 @@ func (p *past) add(ev *binlog.Event) error {
 }
 
 // key renders the key of a row of t (appendKey); ok is false for a table
-// without a primary key, or a row image without one of its columns (absent:
-// a partial image's, whose value is nil as a NULL's; the relay stops at
-// such a row, whose transaction is past the checkpoint).
-func (p *past) key(t *binlog.Table, absent []string, values []any) (string, bool) {
+// without a primary key, or a row image without one of its columns. at are
+// the columns values holds, for a partial image (binlog.PartialImage: the
+// relay stops at such a row, whose transaction is past the checkpoint;
+// binlog_row_image MINIMAL logs the primary key); nil: every column.
+func (p *past) key(t *binlog.Table, at []int, values []any) (string, bool) {
 	name := t.String()
 	pk := p.pks[name]
 	if len(pk) == 0 {
@@ -230,7 +236,10 @@ func (p *past) key(t *binlog.Table, absent []string, values []any) (string, bool
 	p.scratchP = p.scratchP[:0]
 	for _, col := range pk {
 		i := columnIndex(t.Columns, col)
-		if i < 0 || i >= len(values) || columnIndex(absent, col) >= 0 {
+		if at != nil && i >= 0 {
+			i = slices.Index(at, i)
+		}
+		if i < 0 || i >= len(values) {
 			p.unkeyed[name] = true
 			return "", false
 		}

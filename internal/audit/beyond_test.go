@@ -16,7 +16,8 @@ import (
 // (none): rows are "insert GTID id..." (XID after a slash: "insert
 // 0-1-11/x 7"), commits "commit GTID" (or "commit GTID/x" for an XA
 // COMMIT), "prepare GTID/x", "rollback GTID/x", "update GTID id",
-// "nokey GTID", "heartbeat". A transaction's commit time is its sequence
+// "nokey GTID", "minimal GTID id..." (an INSERT image without event_id, as
+// the reader hands on a partial image), "heartbeat". A transaction's commit time is its sequence
 // number in minutes.
 func script(t *testing.T, lines ...string) []binlog.Event {
 	t.Helper()
@@ -37,6 +38,13 @@ func script(t *testing.T, lines ...string) []binlog.Event {
 		at := t0.Add(time.Duration(seq) * time.Minute)
 		ev := binlog.Event{GTID: gtid, XID: xid, Time: at}
 		switch verb {
+		case "minimal":
+			ev.Kind, ev.Op, ev.Table, ev.Absent = binlog.KindRows, binlog.OpInsert, outbox, []string{"event_id"}
+			ev.Image = &binlog.PartialImage{Columns: []int{0}}
+			for _, id := range ids {
+				n, _ := strconv.ParseInt(id, 10, 64)
+				ev.Image.Rows = append(ev.Image.Rows, []any{n})
+			}
 		case "insert", "update", "nokey":
 			ev.Kind, ev.Op, ev.Table = binlog.KindRows, binlog.OpInsert, outbox
 			if verb == "update" {
@@ -119,6 +127,11 @@ func TestPastCollectsTheRowsOfTransactionsTheCheckpointDoesNotCover(t *testing.T
 			cp: checkpoint.Checkpoint{GTIDSet: "0-1-10"}, head: "0-1-12",
 			events: []string{"insert 0-1-11/x 1", "prepare 0-1-11/x", "rollback 0-1-12/x"},
 			want:   map[int]int{}, done: true},
+		{name: "a partial image's rows are keyed by the columns it holds: past the checkpoint, the relay stops at them",
+			cp: checkpoint.Checkpoint{GTIDSet: "0-1-10", Partial: &checkpoint.Partial{GTID: "0-1-11", Rows: 1}}, head: "0-1-13",
+			events: []string{"insert 0-1-11 1 2", "minimal 0-1-11 3 4", "commit 0-1-11", "minimal 0-1-12/x 5", "prepare 0-1-12/x",
+				"commit 0-1-13/x"},
+			want: map[int]int{2: 11, 3: 11, 4: 11, 5: 13}, done: true},
 		{name: "an UPDATE publishes nothing",
 			cp: checkpoint.Checkpoint{GTIDSet: "0-1-10"}, head: "0-1-11",
 			events: []string{"update 0-1-11 1", "commit 0-1-11"},

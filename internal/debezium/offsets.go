@@ -47,6 +47,9 @@ type Offset struct {
 	Incremental []string `json:"incremental_snapshot,omitempty"`
 	// Deleted: the newest record of the key is null (the offset was reset).
 	Deleted bool `json:"deleted,omitempty"`
+	// bad says why its value cannot be read (nil: it can); Select refuses
+	// it once chosen.
+	bad error
 }
 
 // InTransaction reports whether the offset is inside a transaction (some
@@ -92,8 +95,11 @@ const (
 )
 
 // Decode decodes entries (one per key: the newest) into s. A key that is a
-// Debezium binlog source partition (["<connector>",{"server":"<prefix>"}])
-// with a value it cannot read is an error; other keys are listed as Others.
+// Debezium source partition (["<connector>",{"server":"<prefix>"}]) whose
+// value is a binlog offset (it has a binlog file) is an Offset, refused by
+// Select once chosen when its value cannot be read; other keys, among them
+// the offsets of Debezium's other connectors (Postgres, Oracle: the same
+// partition, another offset), are listed as Others.
 func Decode(entries []Entry, where string) (Stored, error) {
 	s := Stored{Where: where}
 	for _, e := range entries {
@@ -105,8 +111,11 @@ func Decode(entries []Entry, where string) (Stored, error) {
 		o := Offset{Connector: conn, Server: server}
 		if e.Value == nil {
 			o.Deleted = true
-		} else if err := o.decodeValue(e.Value); err != nil {
-			return s, fmt.Errorf("%s: offset of %s: %w", where, o.Name(), err)
+		} else if err := o.decodeValue(e.Value); errors.Is(err, errNoBinlogFile) {
+			s.Others = append(s.Others, clip(string(e.Key))+" (no binlog file: not a MySQL or MariaDB connector's)")
+			continue
+		} else if err != nil {
+			o.bad = fmt.Errorf("%s: offset of %s: %w", where, o.Name(), err)
 		}
 		s.Offsets = append(s.Offsets, o)
 	}
@@ -203,10 +212,14 @@ func (o *Offset) decodeValue(v []byte) error {
 	}
 	slices.Sort(o.Incremental)
 	if o.File == "" {
-		return fmt.Errorf("%w: no binlog file (not a MySQL or MariaDB connector's offset?)", ErrOffset)
+		return errNoBinlogFile
 	}
 	return nil
 }
+
+// errNoBinlogFile: the offset has no binlog file, as the offsets of
+// Debezium's connectors of other databases: not a binlog connector's.
+var errNoBinlogFile = fmt.Errorf("%w: no binlog file (not a MySQL or MariaDB connector's offset?)", ErrOffset)
 
 // Select picks the offset of connector and server ("" matches any) among
 // s's: exactly one must match, else an error listing what is stored.
@@ -239,6 +252,8 @@ func (s Stored) Select(connector, server string) (Offset, error) {
 	case len(match) == 1 && match[0].Deleted:
 		return Offset{}, fmt.Errorf("%w: the offset of %s in %s was deleted (its newest record is null): the connector starts over "+
 			"by its snapshot.mode; there is no position to take over", ErrNoOffset, match[0].Name(), s.Where)
+	case len(match) == 1 && match[0].bad != nil:
+		return Offset{}, match[0].bad
 	case len(match) == 1:
 		return match[0], nil
 	case len(match) > 1:

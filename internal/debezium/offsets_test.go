@@ -28,21 +28,24 @@ func TestDecodeOffsetValues(t *testing.T) {
 		{name: "a negative event count", value: `{"file":"f.000001","pos":9,"event":-1}`, err: "event is -1, want a whole number"},
 		{name: "a fractional row", value: `{"file":"f.000001","pos":9,"row":1.5}`, err: "row is 1.5, want a whole number"},
 		{name: "gtids not a string", value: `{"file":"f.000001","pos":9,"gtids":5}`, err: "gtids is 5, want a string"},
-		{name: "no file", value: `{"lsn":123}`, err: "no binlog file"},
+		{name: "no file: another database's connector", value: `{"lsn":123}`, err: "none is stored; 1 offsets of other connectors " +
+			`(["outbox-debezium",{"server":"dbz"}] (no binlog file: not a MySQL or MariaDB connector's))`},
 		{name: "not an object", value: `[1,2]`, err: "not a JSON object"},
 		{name: "null inside", value: `null`, err: "not a JSON object"},
 		{name: "two objects", value: `{"file":"f.000001","pos":9}{}`, err: "more after the JSON object"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, err := Decode([]Entry{{Key: key, Value: []byte(c.value)}}, "file x")
-			if c.err != "" {
-				if !errors.Is(err, ErrOffset) || !strings.Contains(err.Error(), c.err) || !strings.Contains(err.Error(), "file x: offset of connector outbox-debezium (server dbz)") {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Select("", ""); c.err != "" {
+				named := strings.Contains(err.Error(), "file x: offset of connector outbox-debezium (server dbz)") && errors.Is(err, ErrOffset) ||
+					errors.Is(err, ErrNoOffset)
+				if !named || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("error %v, want %q", err, c.err)
 				}
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			c.want.Connector, c.want.Server = "outbox-debezium", "dbz"
 			got := s.Offsets[0]
@@ -124,5 +127,36 @@ func TestDecodeOffsetFileFixtures(t *testing.T) {
 	s, _ = Decode(es, "file offsets-snapshot.dat")
 	if o, err := s.Select("", ""); err != nil || o.Snapshot != "INITIAL" {
 		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+// Debezium's other connectors store their offsets under the same kind of
+// source partition (Postgres, Oracle: {"server": PREFIX}) in a Kafka
+// Connect cluster's one offsets topic: such an offset, which has no binlog
+// file, is another connector's, listed, and the MySQL connector's is
+// chosen beside it; a binlog offset that cannot be read is an error only
+// once chosen. An offset without a binlog file failed the whole topic, so
+// no connector of a shared Connect cluster could be taken over.
+func TestDecodeTakesOtherDebeziumConnectorsAsOthers(t *testing.T) {
+	s, err := Decode([]Entry{
+		{Key: []byte(`["inventory-pg",{"server":"pg"}]`), Value: []byte(`{"lsn":24023128,"txId":555,"ts_usec":1700000000000000}`)},
+		{Key: []byte(`["orders",{"server":"orders"}]`), Value: []byte(`{"file":"binlog.000003","pos":4,"gtids":"0-1-20"}`)},
+		{Key: []byte(`["broken",{"server":"b"}]`), Value: []byte(`{"file":"binlog.000001","pos":-4}`)},
+	}, "topic connect-offsets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Others) != 1 || !strings.Contains(s.Others[0], "inventory-pg") {
+		t.Fatalf("others %q, want the Postgres connector's", s.Others)
+	}
+	if o, err := s.Select("orders", ""); err != nil || o.File != "binlog.000003" || o.GTIDs != "0-1-20" {
+		t.Fatalf("orders: %+v %v", o, err)
+	}
+	if _, err := s.Select("broken", ""); !errors.Is(err, ErrOffset) || !strings.Contains(err.Error(), "connector broken (server b)") ||
+		!strings.Contains(err.Error(), "pos is -4") {
+		t.Fatalf("broken: %v, want ErrOffset naming it and its pos", err)
+	}
+	if _, err := s.Select("", ""); !errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("none chosen: %v, want ErrAmbiguous", err)
 	}
 }

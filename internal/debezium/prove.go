@@ -41,6 +41,10 @@ const maxListed = 5
 
 // describe names a row for an operator.
 func (r *Row) describe() string {
+	if len(r.Absent) > 0 {
+		return fmt.Sprintf("event %q (GTID %s, row %d of its outbox rows, %s, whose binlog image lacks column(s) %s)", r.EventID, r.Tx.GTID,
+			r.N, r.Table, strings.Join(r.Absent, ", "))
+	}
 	return fmt.Sprintf("event %q (GTID %s, row %d of its outbox rows, %s)", r.EventID, r.Tx.GTID, r.N, r.Table)
 }
 
@@ -122,6 +126,11 @@ func Translate(w *Walk, found map[string]Found, off Offset) Result {
 	}
 	r := &rows[k]
 	res.First = r
+	if len(r.Absent) > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("the first row the relay would publish, %s, was logged without all its columns: the relay "+
+			"stops at transaction %s rather than publish NULL in their place, and names the way past it (publish its rows from the table, "+
+			"then `outbox-relay checkpoint skip`)", r.describe(), r.Tx.GTID))
+	}
 	tx := r.Tx
 	res.Position, res.Layout, res.Signs, res.Provisional, res.CommitTime = tx.Before, tx.Layout, tx.Signs, tx.Provision, tx.BeforeTime
 	res.Fingerprint = tx.Fingerprint
@@ -151,7 +160,7 @@ func (res *Result) notes(w *Walk, off Offset) {
 			res.Notes = append(res.Notes, fmt.Sprintf("Debezium stopped inside transaction %s (offset: %s): %d of its %d outbox rows "+
 				"are published, the relay publishes the rest", first.GTID, off, inFirst, first.Rows))
 			return
-		default:
+		case off.InTransaction(): // else the offset is before it: Kafka is ahead
 			res.Notes = append(res.Notes, fmt.Sprintf("Debezium's offset (%s) is inside transaction %s, after its last outbox row: all %d "+
 				"are published, the relay starts after it", off, first.GTID, inFirst))
 			return

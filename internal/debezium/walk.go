@@ -59,6 +59,10 @@ type Row struct {
 	Partition int32
 	Refused   string
 	Stamp     time.Time // the record's timestamp as the relay sets it
+	// Absent: the columns its binlog image lacks (binlog_row_image MINIMAL
+	// or NOBLOB); the relay stops at its transaction rather than publish
+	// it. Its event id is read from the columns present ("" when absent).
+	Absent []string
 }
 
 // Claim is where Debezium's offset says it is, for the walk to mark the
@@ -264,12 +268,31 @@ func (s *walkState) rowsEvent(ev *binlog.Event) error {
 	if rt == nil {
 		return fmt.Errorf("%w: rows of %s, which has no router", ErrWalk, table)
 	}
-	for _, values := range ev.Rows {
+	rows := ev.Rows
+	var whole []any // a partial image's row, its absent columns nil
+	if ev.Image != nil {
+		// Its rows count, and their event ids are looked up: Debezium may
+		// have published them. The relay never does: a row the walk's
+		// position would leave to the relay stops it at its transaction.
+		rows, whole = ev.Image.Rows, make([]any, len(ev.Table.Columns))
+	}
+	for _, values := range rows {
 		s.cur.Rows++
 		r := Row{Tx: s.cur, N: s.cur.Rows, Table: table, Partition: -1, Stamp: ev.Time}
+		if whole != nil {
+			clear(whole)
+			for i, c := range ev.Image.Columns {
+				if c < len(whole) && i < len(values) {
+					whole[c] = values[i]
+				}
+			}
+			values, r.Absent = whole, ev.Absent
+		}
 		rec, err := rt.Route(router.Row{Columns: ev.Table.Columns, Values: values, CommitTime: ev.Time, Latin1: ev.Table.Latin1})
 		r.EventID = rec.EventID
 		switch {
+		case r.Absent != nil:
+			r.Refused = fmt.Sprintf("its binlog image lacks column(s) %s (binlog_row_image MINIMAL or NOBLOB)", strings.Join(r.Absent, ", "))
 		case err != nil:
 			r.Refused = err.Error()
 		default:

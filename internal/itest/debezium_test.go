@@ -108,6 +108,11 @@ func TestCheckpointFromDebeziumProvesCraftedOffsets(t *testing.T) {
 	b := []dbzRow{{"b1", "dev-1"}, {"b2", "dev-3"}, {"b3", "dev-2"}}
 	c := []dbzRow{{"c1", "dev-1"}, {"c2", "dev-2"}, {"c3", "dev-3"}, {"c4", "dev-4"}}
 	d := []dbzRow{{"d1", "dev-1"}}
+	// The walk steps back a file: the one before holds this test's rows
+	// only (earlier tests of the shard logged statements the walk stops at).
+	if err := env.DB.Exec("FLUSH BINARY LOGS"); err != nil {
+		t.Fatal(err)
+	}
 	dbzInsert(t, s, a...)
 	dbzInsert(t, s, b...)
 	afterB := Head(t, env.DB)
@@ -134,6 +139,7 @@ func TestCheckpointFromDebeziumProvesCraftedOffsets(t *testing.T) {
 		shift     int32 // partitions the last published record is off by
 		code      int
 		want      []string // in stdout (JSON) on success, stderr on a refusal
+		write     bool     // without --dry-run (--yes): a refusal writes no checkpoint
 	}{
 		{name: "the MariaDB connector inside a transaction", offset: map[string]any{"file": newest, "pos": 4, "gtids": afterB, "event": 3, "row": 1},
 			published: cat(a, b, c[:2]), want: []string{`"gtid_set":"` + afterB + `","partial":{"gtid":"` + afterC + `","rows":2}`,
@@ -146,6 +152,15 @@ func TestCheckpointFromDebeziumProvesCraftedOffsets(t *testing.T) {
 				`Debezium's offset (file ` + newest + ` pos 4, gtids ` + afterB + `) covers event "b2"`}},
 		{name: "a record where the relay does not place it", offset: map[string]any{"file": newest, "pos": 4, "gtids": afterB},
 			published: cat(a, b), shift: 1, code: 1, want: []string{"records are not where the relay places them", `event "b3"`}},
+		// GTIDs the source has not executed: the walk started from them (the
+		// file is not the source's) and the position was theirs, written:
+		// 0-99-100000 made the relay take every transaction of the domain up
+		// to seq 100000 as published.
+		{name: "gtids of another server in the source's domain", offset: map[string]any{"file": "mysql-bin.999999", "pos": 4, "gtids": "0-99-100000"},
+			published: a, code: 1, write: true, want: []string{"its gtids (0-99-100000) name 0-99-100000, which the source", "has not executed",
+				"nothing written"}},
+		{name: "gtids with a domain the source never had", offset: map[string]any{"file": "mysql-bin.999999", "pos": 4, "gtids": afterB + ",7-99-1000"},
+			published: cat(a, b), code: 1, write: true, want: []string{"name 7-99-1000, which the source", "has not executed"}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			cfg := env.RelayConfig(k, s.Table())
@@ -156,8 +171,17 @@ func TestCheckpointFromDebeziumProvesCraftedOffsets(t *testing.T) {
 			connector := env.Unique("dbz")
 			dbzOffset(t, k.Brokers, offsets, connector, sc.offset)
 			path := WriteConfig(t, cfg)
+			mode := "--dry-run"
+			if sc.write {
+				mode = "--yes"
+			}
 			out, errOut, code := env.CLI(t, "checkpoint", "set", "--config", path, "--from-debezium", "--offsets-topic", offsets,
-				"--connector", connector, "--dry-run", "--json")
+				"--connector", connector, mode, "--json")
+			if sc.write {
+				if cp, err := Store(t, cfg).Load(t.Context(), cfg.Name); err != nil || cp != nil {
+					t.Errorf("checkpoint after the refusal: %+v (%v), want none", cp, err)
+				}
+			}
 			got := out
 			if sc.code != 0 {
 				got = errOut

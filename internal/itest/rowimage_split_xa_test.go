@@ -184,6 +184,40 @@ func TestPartialImageInAnXATransactionStopsAtItsCommit(t *testing.T) {
 	}
 }
 
+// An XA transaction whose only outbox row lacks columns is prepared, the
+// relay restarts with the prepare behind its checkpoint, and the XA COMMIT
+// comes after the restart: the checkpoint lists the transaction with its
+// row, the restart reads it again from before its prepare, and its XA
+// COMMIT stops the relay, named, with nothing of it published. Listed
+// with 0 rows (the partial image was handed on without rows), the restart
+// did not read the prepare again, and the XA COMMIT published nothing and
+// stopped nothing: the row was lost without a word.
+func TestPartialImageInAnXATransactionPreparedAcrossARestartStopsAtItsCommit(t *testing.T) {
+	k, s, cfg, _, r := defaultsPipeline(t, nil)
+	prepared, end := xaPrepared(t, "MINIMAL", "held", defaultedInsert(s.Table(), "xa-held", "x"))
+	sessionTx(t, env.DB, "", insertAll(s.Table(), "after-prepare", "a", `{"seq":1}`))
+	WaitCheckpoint(t, cfg, Head(t, env.DB), time.Minute)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := Store(t, cfg).Load(t.Context(), cfg.Name)
+	if err != nil || cp == nil || !cp.Replays() || len(cp.XA.Prepared) != 1 || cp.XA.Prepared[0].GTID != prepared || cp.XA.Prepared[0].Rows != 1 {
+		t.Fatalf("checkpoint %+v (%v): want the XA transaction prepared at %s listed with its row, read again at the restart", cp, err, prepared)
+	}
+	r = RunRelay(t, cfg)
+	r.WaitReady(t)
+	end("XA COMMIT")
+	commit := Head(t, env.DB)
+	err = r.StoppedWith(t)
+	checkPartialImageStop(t, r, err, commit, s.Table(), "lacks column(s) event_type, payload, note:")
+	if !strings.Contains(err.Error(), prepared) {
+		t.Fatalf("the stop does not name the XA transaction's prepare %s: %v", prepared, err)
+	}
+	if rep := Compare(t, s, Consume(t, k.Brokers, cfg.Router.TopicPrefix)); rep.Received != 1 || len(rep.Duplicates) > 0 {
+		t.Fatalf("want after-prepare alone, once: %s", rep)
+	}
+}
+
 // A transaction with a partial image that the operator skipped is read
 // again when the relay resumes from before an XA transaction still
 // prepared (the checkpoint lists it): the relay publishes nothing of it

@@ -10,11 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
@@ -82,16 +84,7 @@ func sessionTx(t *testing.T, db *devdb.Server, image string, stmts ...string) st
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	res, err := c.Execute("SELECT @@last_gtid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Close()
-	g, err := res.GetString(0, 0)
-	if err != nil || g == "" {
-		t.Fatalf("read @@last_gtid: %q %v", g, err)
-	}
-	return g
+	return LastGTID(t, c)
 }
 
 // insertAll is an INSERT into table that gives every column but the
@@ -241,5 +234,41 @@ func TestSessionRowImagePartialInsertsStop(t *testing.T) {
 				t.Fatalf("published %+v, want the first row only", recs)
 			}
 		})
+	}
+}
+
+// A GTID the tests read (LastGTID) keeps its value while another session
+// reads its own: go-mysql hands a closed result's buffer to the next query
+// (of any connection, the in-process relay's too), and the text GetString
+// had returned from it changed with it (the row-image tests compared the
+// relay's stop with the next transaction's GTID, "before" or "stopped", and
+// failed now and then although the relay had named the right one).
+func TestLastGTIDKeepsItsValueAfterLaterQueries(t *testing.T) {
+	s := env.NewSchema(t)
+	if err := env.DB.Exec("DROP TABLE "+s.Table(), fmt.Sprintf(defaultsOutbox, s.Name)); err != nil {
+		t.Fatal(err)
+	}
+	// One P: go-mysql's results are pooled per P, so the next query takes
+	// the buffer the last one closed.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for i := range 10 {
+		var conns [2]*client.Conn
+		for j := range conns {
+			c, err := env.DB.Root()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Execute(insertAll(s.Table(), fmt.Sprintf("g-%d-%d", i, j), "a", "{}")); err != nil {
+				t.Fatal(err)
+			}
+			conns[j] = c
+		}
+		first := LastGTID(t, conns[0])
+		was := strings.Clone(first)
+		second := LastGTID(t, conns[1])
+		if first != was || first == second {
+			t.Fatalf("the first session's GTID read %s, now %s; the second's %s", was, first, second)
+		}
 	}
 }

@@ -96,10 +96,7 @@ func (a *assembler) leave() { a.cur = reading{} }
 // least as many outbox rows before them are the delete-after-insert
 // pattern (the row was published by its INSERT) and are only counted.
 func (a *assembler) invalidOp(table, policy string, ev *binlog.Event) error {
-	n := int64(len(ev.Rows))
-	if n == 0 {
-		n = 1 // a partial JSON update, its images not decoded: one per event
-	}
+	n := int64(ev.RowCount()) // a partial JSON update, its images not decoded: one per event
 	if ev.Op == binlog.OpDelete {
 		expected := min(n, a.cur.rows-a.cur.deleted)
 		a.cur.deleted += expected

@@ -72,7 +72,13 @@ func (a *assembler) holdXA(ev *binlog.Event) {
 		a.xa.txs[ev.XID] = x
 	}
 	x.events = append(x.events, *ev)
-	x.rows += int64(len(ev.Rows))
+	// Every row counts, a partial image's too (its rows are in ev.Image):
+	// the count is the checkpoint's PreparedXA.Rows, which brings a restart
+	// back to the prepare when not 0 (counted as the images' Rows, none, a
+	// transaction whose only outbox rows lacked columns was listed without
+	// rows; its XA COMMIT after a restart published nothing and stopped
+	// nothing).
+	x.rows += int64(ev.RowCount())
 }
 
 // prepareXA notes an XA PREPARE, at the position before it.
