@@ -79,30 +79,43 @@ test-integration: deps
 test: deps vet test-unit test-integration fuzz-brief
 
 # The integration and crash suites against Apache Kafka (fetched from Maven
-# Central by deploy/dev/kafka.sh, cached): ITEST_SHARDS shards, each with a
-# broker of its own in a fresh data directory (ports KAFKA_TEST_PORT + 4i and
-# + 4i + 1), removed afterwards; then the least-privilege test
+# Central by deploy/dev/kafka.sh, cached): internal/itest's tests whose
+# subject is the broker's behaviour (those marked BrokerOnlyAsSink run on
+# kfake only: docs/testing.md; ITEST_KAFKA_ALL=1 runs every one here too) in
+# ITEST_SHARDS shards, each with a broker of its own in a fresh data
+# directory (ports KAFKA_TEST_PORT + 4i and + 4i + 1), removed afterwards;
+# beside them the kit's tests (below) and the least-privilege test
 # (internal/acltest) against a broker with an ACL authorizer and SASL/SCRAM
-# (KAFKA_SASL=1).
+# (KAFKA_SASL=1), each on a broker of its own; then test-debezium. Every
+# suite runs to its end; the target fails when one failed.
 KAFKA_TEST_PORT ?= 29092
 KAFKA_ACL_PORT ?= 29192
 KAFKA_KIT_PORT ?= 29292
+ITEST_KAFKA_ALL ?=
 # The kit's tests whose point is what a broker stores and answers (the
 # audit's reads by timestamp, the relay's spans with the offsets they name)
 # run against Apache Kafka too, on a broker of their own.
 KIT_KAFKA_RUN := TestAudit|TestBackgroundAudit|TestTraceContext|TestRelaySpan
 test-kafka: deps
-	@SHARDS=$(ITEST_SHARDS) KAFKA_BASE_PORT=$(KAFKA_TEST_PORT) internal/itest/shards.sh || exit 1; \
-	export KAFKA_PORT=$(KAFKA_KIT_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-kit-XXXXXX); \
+	@deploy/dev/kafka.sh fetch && deploy/dev/debezium.sh fetch || exit 1; \
+	rc=0; $(MAKE) --no-print-directory -j2 --output-sync=target test-kafka-itest test-kafka-kit-acl || rc=1; \
+	$(MAKE) --no-print-directory test-debezium || rc=1; exit $$rc
+
+# test-kafka's parts that run at once (not meant to be called alone).
+.PHONY: test-kafka-itest test-kafka-kit-acl
+test-kafka-itest:
+	@SHARDS=$(ITEST_SHARDS) KAFKA_BASE_PORT=$(KAFKA_TEST_PORT) $(if $(ITEST_KAFKA_ALL),RELAY_TEST_KAFKA_ALL=1) internal/itest/shards.sh
+
+test-kafka-kit-acl:
+	@export KAFKA_PORT=$(KAFKA_KIT_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-kit-XXXXXX); \
 	deploy/dev/kafka.sh start || exit 1; \
 	RELAY_TEST_KAFKA=127.0.0.1:$(KAFKA_KIT_PORT) $(GO) test -count=1 -tags integration -timeout 10m -run '$(KIT_KAFKA_RUN)' ./internal/kititest/; rc=$$?; \
-	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; [ $$rc -eq 0 ] || exit $$rc; \
+	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; \
 	export KAFKA_SASL=1 KAFKA_PORT=$(KAFKA_ACL_PORT) KAFKA_DIR=$$(mktemp -d -t outbox-relay-kafka-acl-XXXXXX); \
 	deploy/dev/kafka.sh start || exit 1; \
 	RELAY_TEST_KAFKA_ACL=127.0.0.1:$(KAFKA_ACL_PORT),127.0.0.1:$$(($(KAFKA_ACL_PORT) + 2)) \
-		$(GO) test -count=1 -tags integration -timeout 10m -run TestLeastPrivilegeKafka ./internal/acltest/; rc=$$?; \
-	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; [ $$rc -eq 0 ] || exit $$rc; \
-	$(MAKE) --no-print-directory test-debezium
+		$(GO) test -count=1 -tags integration -timeout 10m -run TestLeastPrivilegeKafka ./internal/acltest/ || rc=1; \
+	deploy/dev/kafka.sh stop; rm -rf "$$KAFKA_DIR"; exit $$rc
 
 # The switch from Debezium (checkpoint set --from-debezium) end to end
 # (internal/dbzitest): Debezium 3.6.1's MySQL connector with the outbox

@@ -98,30 +98,43 @@ func IDString(id kadm.TopicID) string {
 // creation): Describe asks again while the answer is a retriable Kafka
 // error, for at most DescribeWait, then returns that error.
 func (s *Store) Describe(ctx context.Context, adm *kadm.Client) (TopicState, error) {
+	var st TopicState
+	err := s.askAgain(ctx, func(asked context.Context) (err error) {
+		st, err = s.describe(asked, adm)
+		return err
+	})
+	return st, err
+}
+
+// askAgain calls ask until it returns nil or an error other than a
+// retriable Kafka one (UNKNOWN_TOPIC_OR_PARTITION: a topic just created is
+// not yet known to the broker asked), for at most DescribeWait while ctx
+// lasts, then returns ask's last error. Each ask after the first goes past
+// franz-go's metadata cache: kadm answers from it for up to MetadataMinAge
+// (5 s), an UNKNOWN_TOPIC_OR_PARTITION included, unless the request also
+// asks for the authorized operations (a direct request).
+func (s *Store) askAgain(ctx context.Context, ask func(context.Context) error) error {
 	wait := s.describeWait
 	if wait == 0 {
 		wait = DescribeWait
 	}
 	deadline := time.Now().Add(wait)
 	for asked := ctx; ; asked = kadm.WithAuthorizedOps(ctx) {
-		// Asked again, past franz-go's metadata cache: kadm answers from it
-		// for up to MetadataMinAge (5 s), an UNKNOWN_TOPIC_OR_PARTITION
-		// included, unless the request also asks for the authorized
-		// operations (a direct request).
-		st, err := s.describe(asked, adm)
+		err := ask(asked)
 		if err == nil || kafkaerr.KindOf(err) != kafkaerr.Retriable || !time.Now().Before(deadline) {
-			return st, err
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return st, err
+			return err
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// DescribeWait is how long Describe asks again while the checkpoint topic
-// is not yet known to the broker it asks.
+// DescribeWait is how long Describe (and EnsureTopic, for a topic that
+// exists) asks again while the checkpoint topic is not yet known to the
+// broker it asks.
 const DescribeWait = 15 * time.Second
 
 func (s *Store) describe(ctx context.Context, adm *kadm.Client) (TopicState, error) {

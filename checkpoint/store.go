@@ -69,17 +69,34 @@ func (s *Store) EnsureTopic(ctx context.Context, adm *kadm.Client, replication i
 	if !kafkaerr.TopicExists(err) && !refused {
 		return fmt.Errorf("create checkpoint topic %s: %w", s.topic, err)
 	}
-	details, err := adm.ListTopics(ctx, s.topic)
+	refusal := err
+	var d kadm.TopicDetail
+	list := func(ctx context.Context) error {
+		details, err := adm.ListTopics(ctx, s.topic)
+		if err != nil {
+			return fmt.Errorf("describe checkpoint topic %s: %w", s.topic, err)
+		}
+		var ok bool
+		d, ok = details[s.topic]
+		if !ok || d.Err != nil {
+			return fmt.Errorf("describe checkpoint topic %s: %w", s.topic, topicErr(ok, d.Err))
+		}
+		return nil
+	}
+	if refused {
+		err = list(ctx)
+		if kafkaerr.UnknownTopic(err) {
+			return fmt.Errorf("%w: checkpoint topic %s does not exist and creating it was refused (%v): create it compacted with 1 partition, or grant CREATE",
+				ErrTopicLayout, s.topic, refusal)
+		}
+	} else {
+		// TOPIC_ALREADY_EXISTS: the controller knows it; the broker asked
+		// may not yet (a topic created a moment ago, by another instance
+		// or again after a deletion).
+		err = s.askAgain(ctx, list)
+	}
 	if err != nil {
-		return fmt.Errorf("describe checkpoint topic %s: %w", s.topic, err)
-	}
-	d, ok := details[s.topic]
-	if refused && (!ok || kafkaerr.UnknownTopic(d.Err)) {
-		return fmt.Errorf("%w: checkpoint topic %s does not exist and creating it was refused (%v): create it compacted with 1 partition, or grant CREATE",
-			ErrTopicLayout, s.topic, err)
-	}
-	if !ok || d.Err != nil {
-		return fmt.Errorf("describe checkpoint topic %s: %w", s.topic, topicErr(ok, d.Err))
+		return err
 	}
 	if n := len(d.Partitions); n != 1 {
 		return fmt.Errorf("%w: topic %s has %d partitions, need exactly 1", ErrTopicLayout, s.topic, n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -341,5 +342,87 @@ func TestHistoryHugeCount(t *testing.T) {
 	list, err := s.History(ctx, "alarms", int(^uint(0)>>1))
 	if err != nil || len(list) != 70 {
 		t.Fatalf("got %d, %v", len(list), err)
+	}
+}
+
+// A relay fenced by Write starts again at once (a pause of a few hundred
+// milliseconds) and initialises its transactional id again, which aborts
+// Write's open transaction: Write's commit is refused (Apache Kafka 4:
+// INVALID_TXN_STATE, the epoch it carries being one below the relay's new
+// one). Nothing of it was committed, so Write starts over, fencing the
+// relay again, and commits. Before, `checkpoint reset --force` failed
+// against a running relay under load.
+func TestWriteStartsOverWhenARelayTakesItsIDBackMidWrite(t *testing.T) {
+	s, opts, c := newStoreCluster(t)
+	ctx := context.Background()
+	relay, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID("alarms")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	var taken atomic.Bool
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !taken.Load() { // Write's first commit: the relay initialises its id first
+			c.SleepControl(func() {
+				if _, _, err := relay.ProducerID(ctx); err != nil {
+					t.Errorf("the relay's initialisation: %v", err)
+				}
+				taken.Store(true)
+			})
+		}
+		return nil, nil, false
+	})
+	short, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.Write(short, "alarms", 1, &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"}); err != nil {
+		t.Fatalf("write while the relay took its transactional id back: %v", err)
+	}
+	if !taken.Load() {
+		t.Fatal("the relay did not initialise its transactional id during the write")
+	}
+	if got, err := s.Load(ctx, "alarms"); err != nil || got == nil || got.GTIDSet != "0-1-7" {
+		t.Fatalf("load after write: %+v %v, want 0-1-7", got, err)
+	}
+	// Write started over after the relay's initialisation: the relay is fenced.
+	if err := relay.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	perr := relay.ProduceSync(ctx, s.Record(&Checkpoint{Name: "alarms", GTIDSet: "0-1-99", Flavor: "mariadb"})).FirstErr()
+	if cerr := relay.EndTransaction(ctx, kgo.TryCommit); perr == nil && cerr == nil {
+		t.Fatal("the relay committed after Write")
+	}
+}
+
+// A producer that initialises the transactional id before each of Write's
+// commits (a relay restarted in a loop by its supervisor): Write gives up
+// after writeAttempts commits, saying so, instead of fencing it forever.
+func TestWriteGivesUpOnARelayThatKeepsTakingItsIDBack(t *testing.T) {
+	s, opts, c := newStoreCluster(t)
+	ctx := context.Background()
+	var commits atomic.Int32
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		commits.Add(1)
+		c.SleepControl(func() {
+			relay, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID("alarms")}, opts...)...)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer relay.Close()
+			if _, _, err := relay.ProducerID(ctx); err != nil {
+				t.Errorf("the relay's initialisation: %v", err)
+			}
+		})
+		return nil, nil, false
+	})
+	short, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := s.Write(short, "alarms", 1, &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"})
+	if !errors.Is(err, errTakenOver) || !errors.Is(err, kerr.InvalidTxnState) || !strings.Contains(err.Error(), "keeps starting again") {
+		t.Fatalf("write against a relay that keeps taking its id back: %v", err)
+	}
+	if n := commits.Load(); n != writeAttempts {
+		t.Fatalf("%d commits tried, want %d", n, writeAttempts)
 	}
 }

@@ -35,12 +35,44 @@ func TransactionalIDs(name string) []string {
 // is not an error.
 //
 // The order is the relay's own (name, then the second id, then the write):
-// a relay that initialises name after Write did fences Write, whose commit
-// then fails; one that initialised name before is fenced in its first
-// lane, and its second lane never commits after a first-lane commit
-// failed (or, name being initialised by another, at all: see the relay's
-// check before a second-lane commit).
+// one that initialised name before is fenced in its first lane, and its
+// second lane never commits after a first-lane commit failed (or, name
+// being initialised by another, at all: see the relay's check before a
+// second-lane commit). A relay that initialises name after Write did (a
+// fenced relay starts again within a second) aborts Write's open
+// transaction, whose produce or commit is then refused (takenOver): nothing
+// of it is committed, and Write starts over, fencing the relay again, at
+// most writeAttempts times while ctx lasts.
 func (s *Store) Write(ctx context.Context, name string, lanes int, cp *Checkpoint) error {
+	for attempt := 1; ; attempt++ {
+		err := s.write(ctx, name, lanes, cp)
+		if err == nil || !errors.Is(err, errTakenOver) || attempt == writeAttempts || ctx.Err() != nil {
+			if err != nil && errors.Is(err, errTakenOver) {
+				err = fmt.Errorf("%w (%d attempts: a relay of pipeline %s keeps starting again: stop it, then write)", err, attempt, name)
+			}
+			return err
+		}
+	}
+}
+
+// writeAttempts bounds Write's attempts when a producer of the same
+// transactional id keeps aborting its transaction.
+const writeAttempts = 5
+
+// errTakenOver is wrapped by write's error when another producer of the
+// pipeline's transactional id ended the write's transaction before its
+// commit: nothing of it was committed.
+var errTakenOver = errors.New("transaction aborted by another producer of the same transactional id")
+
+// takenOver reports whether err, a produce's or a commit's, says that the
+// transaction was ended by another producer initialising the same
+// transactional id: refused as fenced, with a stale epoch, or (Apache Kafka
+// 4, transaction version 2: the epoch one below the new one reads as a
+// retry of the abort) as an invalid state.
+func takenOver(err error) bool { return kafkaerr.TakenOver(err) }
+
+// write is one attempt of Write.
+func (s *Store) write(ctx context.Context, name string, lanes int, cp *Checkpoint) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID(name)}, s.opts...)...)
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
@@ -64,9 +96,15 @@ func (s *Store) Write(ctx context.Context, name string, lanes int, cp *Checkpoin
 	written, err := cl.ProduceSync(ctx, rec).First()
 	if err != nil {
 		_ = cl.EndTransaction(ctx, kgo.TryAbort)
+		if takenOver(err) {
+			return fmt.Errorf("write checkpoint: %w: %w", errTakenOver, err)
+		}
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		if takenOver(err) {
+			return fmt.Errorf("write checkpoint: commit: %w: %w", errTakenOver, err)
+		}
 		return fmt.Errorf("write checkpoint: commit: %w", err)
 	}
 	return s.AwaitVisible(ctx, kadm.NewClient(cl), written.Offset)

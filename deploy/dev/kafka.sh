@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Apache Kafka (KRaft, one node) for tests and local work.
 #
-#   deploy/dev/kafka.sh start|stop|restart|status
+#   deploy/dev/kafka.sh fetch|start|stop|restart|status
 #
-# start fetches org.apache.kafka:kafka_2.13:$KAFKA_VERSION and its runtime
+# fetch fetches org.apache.kafka:kafka_2.13:$KAFKA_VERSION and its runtime
 # dependencies from Maven Central with Maven (cached in $KAFKA_CACHE and
-# reused), formats a single-node KRaft store in $KAFKA_DIR if it is new, starts
-# the broker on 127.0.0.1:$KAFKA_PORT with single-node settings and waits until
-# it answers. stop ends only the process start started (its pid file).
+# reused; start fetches them when missing: fetch first when several brokers
+# start at once). start formats a single-node KRaft store in $KAFKA_DIR if it
+# is new, starts the broker on 127.0.0.1:$KAFKA_PORT with single-node
+# settings and waits until it answers. stop ends only the process start
+# started (its pid file).
 #
 # Environment (defaults):
 #   KAFKA_VERSION  4.1.1
@@ -154,9 +156,10 @@ stop() {
 }
 
 case "${1:-}" in
+  fetch) fetch ;;
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
   status) if running; then echo "running pid $(cat "$PIDFILE") on 127.0.0.1:$KAFKA_PORT"; else echo stopped; exit 1; fi ;;
-  *) echo "usage: $0 start|stop|restart|status" >&2; exit 2 ;;
+  *) echo "usage: $0 fetch|start|stop|restart|status" >&2; exit 2 ;;
 esac

@@ -99,6 +99,52 @@ func TestElectionOneActiveAndCleanHandOver(t *testing.T) {
 	}
 }
 
+// A coordinator that ends a dead process's session late (a loaded broker:
+// 5 s late seen on Apache Kafka) does not turn the restart into a refusal.
+// Here the dead incarnation joined with twice the restarted one's session
+// timeout: its member lingers a session longer than the restart counts on.
+// The restart waits it out and joins; before, it refused to start as a
+// second live instance with its ha.instance_id (exit 78, which also stops a
+// supervisor's restarts).
+func TestElectionRestartWaitsForADeadMemberTheCoordinatorEndsLate(t *testing.T) {
+	realTime(t)
+	ec := kafkatest.NewElection(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs := electionConfig(ec)
+	late := cs.Relay
+	late.HA.SessionTimeout = 2 * cs.Relay.HA.SessionTimeout
+	dead := New(testConfig(late))
+	if err := dead.Join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(dead.cl)
+	for { // until its member is in the group
+		groups, err := adm.DescribeGroups(ctx, dead.Group())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := groups[dead.Group()]; g.State == "Stable" && len(g.Members) == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the first incarnation did not join: %+v", groups)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	dead.cl.Close() // kill -9: a static member's client stops without leaving
+	began := time.Now()
+	restarted := New(cs)
+	if err := restarted.Join(ctx); err != nil {
+		t.Fatalf("restart after a kill, the dead member's session ending %s after it: %v", late.HA.SessionTimeout, err)
+	}
+	t.Cleanup(restarted.Leave)
+	if waited := time.Since(began); waited < cs.Relay.HA.SessionTimeout {
+		t.Fatalf("joined after %s: the dead member's session (%s) had not ended", waited, late.HA.SessionTimeout)
+	}
+}
+
 // Two live instances with one ha.instance_id (two processes on one host
 // with the same settings): the newcomer must not take the place of the
 // live member (it would evict an active instance); it waits for the

@@ -57,9 +57,12 @@ func instanceIDOf(cfg config.Config) string {
 // died (kill -9: its member lingers until its session ends), wrong for a
 // live instance that shares the id (two instances on one host with the
 // same settings), which would be evicted while active. A member of a dead
-// process is gone within a session timeout; one still there after that is
-// alive, and this instance refuses to start (configuration error) rather
-// than take its place. Errors reaching Kafka are left to the join.
+// process is gone within a session timeout of the last heartbeat the
+// coordinator handled; a loaded coordinator handles heartbeats and ends
+// sessions late (5 s late on a loaded machine, Apache Kafka), so the wait
+// allows it another session timeout. One still there after that is alive,
+// and this instance refuses to start (configuration error) rather than take
+// its place. Errors reaching Kafka are left to the join.
 func (e *Elector) awaitInstanceID(ctx context.Context) error {
 	cl, err := kgo.NewClient(e.c.Kafka.Admin()...)
 	if err != nil {
@@ -67,7 +70,7 @@ func (e *Elector) awaitInstanceID(ctx context.Context) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(e.times.session + 2*e.times.heartbeat + time.Second)
+	deadline := time.Now().Add(2*e.times.session + 2*e.times.heartbeat + time.Second)
 	logged := false
 	for {
 		dctx, cancel := context.WithTimeout(ctx, e.c.Relay.Kafka.RequestTimeout)

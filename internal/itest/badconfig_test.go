@@ -98,6 +98,7 @@ func runExpectingError(t *testing.T, k *Kafka, cfg config.Config, want error, hi
 }
 
 func TestBadConfiguration(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	good := startServer(t, nil)
 	noBinlog := startServer(t, map[string]string{"log-bin": "-"})

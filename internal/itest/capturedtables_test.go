@@ -137,6 +137,7 @@ func tableMissing(t *testing.T, m *metrics.Metrics, table string) float64 {
 // until the table is created (a migration after the start is an everyday
 // setup: no stop), then 0.
 func TestMissingCapturedTableWarns(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := env.Pipeline(t)
 	typo := s.Name + ".outbx"
 	cfg.Source.Tables = append(cfg.Source.Tables, typo)
@@ -179,6 +180,7 @@ func TestMissingCapturedTableWarns(t *testing.T) {
 // source.query_timeout), the next sample connects again: a table created
 // afterwards is seen, not reported missing for good.
 func TestMissingCapturedTableSeenCreatedAfterTheSampleConnectionDrops(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
 	typo := s.Name + ".outbx"
 	cfg.Source.Tables = append(cfg.Source.Tables, typo)

@@ -371,6 +371,7 @@ func TestSoakLargePayloadTransaction(t *testing.T) {
 // shipped Kubernetes manifest's 256Mi limit (an OOM kill on every restart
 // at the same position). The goal is under 150 MB.
 func TestSoakLargePayloadPeakRSS(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := env.Pipeline(t)
 	cfg.Log.Level = "info"
 	path := WriteConfig(t, cfg)

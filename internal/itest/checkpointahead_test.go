@@ -16,6 +16,7 @@ import (
 // typo: a sequence number too high) is refused without --force, naming the
 // GTID the server has not executed and the host; nothing changes.
 func TestCheckpointSetRefusesPositionServerHasNotExecuted(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
 	path := WriteConfig(t, cfg)
 	p := env.StartProc(t, path)
@@ -46,6 +47,7 @@ func TestCheckpointSetRefusesPositionServerHasNotExecuted(t *testing.T) {
 // looks like the first of a new domain) is refused the same way; the
 // relay would wait for the server to write it.
 func TestCheckpointSkipRefusesTransactionServerHasNotExecuted(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, _, cfg := env.Pipeline(t)
 	path := WriteConfig(t, cfg)
 	p := env.StartProc(t, path)
@@ -68,6 +70,7 @@ func TestCheckpointSkipRefusesTransactionServerHasNotExecuted(t *testing.T) {
 // executed, and how to fix it, not only that the server "lost transactions
 // it wrote".
 func TestRunSaysCheckpointAheadOfServerWasSetByHand(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, _, cfg := env.Pipeline(t)
 	path := WriteConfig(t, cfg)
 	if err := Store(t, cfg).EnsureTopic(context.Background(), kadmFor(t, k), 1); err != nil {

@@ -42,6 +42,12 @@ func TestCheckpointResetForceFencesRunningRelay(t *testing.T) {
 		if !strings.Contains(o, "checkpoint reset by the operator") {
 			return fmt.Errorf("the relay has not logged the reset")
 		}
+		// "now" is pinned once the relay's first checkpoint after the
+		// reset replaces the marker; it logs the reset before (rows
+		// written in between are before "now": not published).
+		if cp := loadCheckpoint(t, cfg); cp == nil || cp.Operator != nil {
+			return fmt.Errorf("checkpoint %+v: not yet the relay's own", cp)
+		}
 		return nil
 	})
 	line := lineWith(p.Output(), "checkpoint reset by the operator")

@@ -323,6 +323,7 @@ func TestCheckpointSetBehindOpenTransaction(t *testing.T) {
 // no /metrics is ever served (so OutboxRelayStoppedFatal never fires). Here
 // `run` streams fine from the same checkpoint.
 func TestCheckPassesCheckpointOlderThanRetentionWhileNothingPurged(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
 	p := RunRelay(t, cfg)
 	p.WaitReady(t)

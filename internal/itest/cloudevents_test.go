@@ -27,6 +27,7 @@ import (
 // and data (JSON embedded as JSON, other bytes base64). A NULL payload is a
 // tombstone that still carries its attributes.
 func TestCloudEventsRecordsParseWithTheSDK(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	db := env.NewSchema(t).Name
 	for _, tbl := range []string{"ce_structured", "ce_binary"} {

@@ -184,6 +184,7 @@ func brokerRestart(t *testing.T, delivery config.Delivery) {
 
 // The source MariaDB crashes (SIGKILL) and restarts mid-stream.
 func TestCrashSourceRestart(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	db := startServer(t, nil)
 	if err := db.Exec(fmt.Sprintf(AlarmDDL, "app"), fmt.Sprintf(SeqDDL, "app")); err != nil {

@@ -14,6 +14,7 @@ import (
 // column names and with the layout tracked from DDL, every row before and
 // after it is published exactly once, and the relay goes on.
 func TestCaseOnlyColumnRenameKeepsPublishing(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, metadata := range []string{"FULL", "MINIMAL"} {
 		t.Run(metadata, func(t *testing.T) {
 			k := StartKafka(t)
@@ -47,6 +48,7 @@ func TestCaseOnlyColumnRenameKeepsPublishing(t *testing.T) {
 // after it with the layout the server built (a wrong order gives wrong
 // keys), and goes on.
 func TestMultiClauseAlterDecodedInServerOrder(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := minimalPipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
@@ -79,6 +81,7 @@ func TestMultiClauseAlterDecodedInServerOrder(t *testing.T) {
 // column names in the binlog, the configured name's case does not matter
 // either, and every row is published exactly once.
 func TestUpperCaseTableNamesUnderLowerCaseTableNames(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	db := startServer(t, map[string]string{"binlog-row-metadata": "MINIMAL", "lower-case-table-names": "1"})
 	s := &Schema{DB: db, Name: "app"}

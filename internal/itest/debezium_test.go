@@ -102,6 +102,7 @@ func binlogFile(t *testing.T) string {
 }
 
 func TestCheckpointFromDebeziumProvesCraftedOffsets(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	s := env.NewSchema(t)
 	a := []dbzRow{{"a1", "dev-1"}, {"a2", "dev-2"}}

@@ -140,6 +140,7 @@ func waitCaughtUp(t *testing.T, r *InProcess, cfg config.Config, db *devdb.Serve
 // the layout from the checkpoint. One server serves every setup:
 // binlog_row_metadata is a dynamic global variable.
 func TestEverydaySetupsPublishEveryRowOnce(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	db := startServer(t, nil)
 	var setups []everydaySetup
@@ -332,6 +333,7 @@ const legacyOutbox = `CREATE TABLE app.outbox (
 // not, so here the table is replaced outside the binlog (sql_log_bin=0) after
 // the statement, which leaves the relay with the same wrong belief.
 func TestCreateTableIfNotExistsOfAnotherLayoutStops(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	db := startServer(t, map[string]string{"binlog-row-metadata": "NO_LOG"})
 	if err := db.Exec("DROP TABLE app.outbox"); err != nil {

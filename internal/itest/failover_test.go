@@ -74,6 +74,7 @@ func requireRunning(t *testing.T, p *InProcess) {
 // The replica in use is killed while writers commit: the relay goes on
 // with the other one.
 func TestFailoverReplicaKilledMidStream(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)
@@ -116,6 +117,7 @@ func TestFailoverReplicaKilledMidStream(t *testing.T) {
 // stopped): the relay waits, not ready and never exiting, and goes on when
 // the replica catches up.
 func TestFailoverWaitsForReplicaBehind(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)
@@ -183,6 +185,7 @@ func TestFailoverWaitsForReplicaBehind(t *testing.T) {
 // it) is refused with an error that says so; with a good host besides it,
 // the relay reads that one, and never publishes the errant row.
 func TestFailoverRefusesDivergedReplica(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)

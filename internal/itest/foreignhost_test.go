@@ -49,6 +49,7 @@ func onlyTagged(t *testing.T, k *Kafka, prefix, tag string, n int) {
 // stays where A left it; a fresh relay pointed at B alone stops with the
 // same refusal, and `check` fails B's proof.
 func TestFailoverRefusesUnrelatedServerWithSameServerID(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	a := startServer(t, nil)
 	b := startServer(t, nil)
@@ -206,6 +207,7 @@ func startServerRelay(t *testing.T) *sourceRelay {
 // holds the checkpoint's last transaction and the relay goes on there,
 // through its promotion: every row exactly once.
 func TestFailoverToReplicaProvesItHoldsLastTransaction(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	pr := startPairRelay(t, map[string]string{"log-bin-compress": "ON", "log-bin-compress-min-len": "10", "binlog-row-metadata": "NO_LOG"})
 	c, primary, replica, k, s, cfg, p := pr.c, pr.primary, pr.replica, pr.k, pr.s, pr.cfg, pr.p
 	waitHostState(t, p, primary.Addr, "streaming")

@@ -63,12 +63,17 @@ func MainWith(m *testing.M, env **Env, settings map[string]string) int {
 		return 1
 	}
 	defer func() { db.Stop() }()
-	bin := filepath.Join(dir, "outbox-relay")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", FailpointTag, "-o", bin, "./cmd/outbox-relay")
-	build.Dir = RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "itest: build relay: %v\n%s", err, out)
-		return 1
+	// RELAY_TEST_BINARY: a relay built with FailpointTag once for several
+	// test processes (internal/itest/shards.sh builds one for its shards).
+	bin := os.Getenv("RELAY_TEST_BINARY")
+	if bin == "" {
+		bin = filepath.Join(dir, "outbox-relay")
+		build := exec.CommandContext(ctx, "go", "build", "-tags", FailpointTag, "-o", bin, "./cmd/outbox-relay")
+		build.Dir = RepoRoot()
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "itest: build relay: %v\n%s", err, out)
+			return 1
+		}
 	}
 	*env = &Env{DB: db, Binary: bin, dir: dir}
 	return m.Run()
@@ -94,6 +99,24 @@ func ExternalKafka() []string {
 		return nil
 	}
 	return strings.Split(v, ",")
+}
+
+// BrokerOnlyAsSink marks a test whose subject is the source (binlog shapes,
+// DDL and schema, SQL modes, row images, the proof of a host's history,
+// failover between source hosts), the configuration, the command line or
+// the relay's own logic: the broker is only where records go, through the
+// produce and commit path that the tests without the mark run on Apache
+// Kafka too. Against an external broker (RELAY_TEST_KAFKA: make test-kafka)
+// it is skipped, unless RELAY_TEST_KAFKA_ALL=1 runs every test there. Broker
+// behaviour kfake does not reproduce (transactions fenced, aborted or timed
+// out; group sessions; metadata of topics created, deleted or grown; broker
+// faults; its limits) is the subject of the tests without the mark
+// (docs/testing.md: which tests run on both, and the evidence).
+func BrokerOnlyAsSink(t testing.TB) {
+	t.Helper()
+	if ExternalKafka() != nil && os.Getenv("RELAY_TEST_KAFKA_ALL") != "1" {
+		t.Skip("the broker is only where records go: covered on kfake (RELAY_TEST_KAFKA_ALL=1 runs it on this broker too)")
+	}
 }
 
 // StartKafka returns the external broker, or starts an embedded one that

@@ -76,6 +76,7 @@ func warnings(logs, want string) int {
 // its bound, says so naming the host and the phase, and streams from the
 // next one: every row is published once.
 func TestRunFailsOverFromASourceHostThatDoesNotAnswer(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, hp := range hangPoints {
 		t.Run(hp.name, func(t *testing.T) {
 			k, s, cfg := env.Pipeline(t)
@@ -109,6 +110,7 @@ func TestRunFailsOverFromASourceHostThatDoesNotAnswer(t *testing.T) {
 // stream's silence bound (3 x source.heartbeat_period, 15s by default) is
 // shorter than source.query_timeout (30s by default) or not.
 func TestRunFailsOverFromASourceHostThatNeverStartsTheBinlogStream(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, tc := range []struct {
 		name      string
 		heartbeat time.Duration
@@ -150,6 +152,7 @@ func TestRunFailsOverFromASourceHostThatNeverStartsTheBinlogStream(t *testing.T)
 // (a source unreachable before the first start fails fast), naming the
 // host and the phase.
 func TestRunStopsWhenItsOnlySourceHostDoesNotAnswer(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, hp := range hangPoints {
 		t.Run(hp.name, func(t *testing.T) {
 			_, _, cfg := env.Pipeline(t)
@@ -175,6 +178,7 @@ func TestRunStopsWhenItsOnlySourceHostDoesNotAnswer(t *testing.T) {
 // SIGTERM while the relay waits on a host that accepted the connection and
 // never answers (bounds far away): the process ends at once, cleanly.
 func TestSIGTERMEndsARelayWaitingOnASourceHostThatDoesNotAnswer(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, hp := range hangPoints {
 		t.Run(hp.name, func(t *testing.T) {
 			_, _, cfg := env.Pipeline(t)
@@ -207,6 +211,7 @@ func TestSIGTERMEndsARelayWaitingOnASourceHostThatDoesNotAnswer(t *testing.T) {
 // host never starts that stream (bounds far away): the process ends at
 // once, cleanly.
 func TestSIGTERMEndsARelayWhosePrivilegeTryWaitsOnTheSource(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	db := startServer(t, nil)
 	k := StartKafka(t)
 	cfg := env.RelayConfig(k, "app.outbox")
@@ -240,6 +245,7 @@ func TestSIGTERMEndsARelayWhosePrivilegeTryWaitsOnTheSource(t *testing.T) {
 // been connecting past http.stall_timeout, and SIGTERM ends it at once.
 // Thawed, a restarted relay publishes everything exactly once.
 func TestRelayWithAFrozenSourceHostSaysSoAndStops(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := env.Pipeline(t)
 	hungTimings(&cfg)
 	cfg.Kafka.RequestTimeout = 3 * time.Second
@@ -307,6 +313,7 @@ func TestRelayWithAFrozenSourceHostSaysSoAndStops(t *testing.T) {
 // http.stall_timeout, naming the host and the phase, and SIGTERM ends it
 // at once.
 func TestRelayWhoseSourceNeverStartsTheBinlogStreamIsNeitherReadyNorHealthy(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, _, cfg := env.Pipeline(t)
 	hungTimings(&cfg)
 	cfg.Kafka.RequestTimeout = 3 * time.Second
@@ -341,6 +348,7 @@ func TestRelayWhoseSourceNeverStartsTheBinlogStreamIsNeitherReadyNorHealthy(t *t
 // `check` against a hung host says what it checks as it goes and fails
 // within the bounds, naming the host and the phase.
 func TestCheckNamesASourceHostThatDoesNotAnswer(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, hp := range hangPoints {
 		t.Run(hp.name, func(t *testing.T) {
 			_, _, cfg := env.Pipeline(t)

@@ -24,6 +24,7 @@ import (
 // its body, and the relay goes on. The relay's peak RSS is logged and held
 // under the shipped Kubernetes limit (256 MiB) with a quarter to spare.
 func TestLargeRowIsABadRowWithinTheMemoryLimit(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	mb := 60
 	if v, err := strconv.Atoi(os.Getenv("LARGE_ROW_MB")); err == nil {
 		mb = v
@@ -180,6 +181,7 @@ func TestTopicMaxMessageBytesBelowProducerBatchPublishes(t *testing.T) {
 // new bound, not a configuration stop (exit 78, which a restart policy
 // leaves down although a restart alone would read it).
 func TestPacketBoundFollowsMaxAllowedPacketRaisedWhileRunning(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	db := startServer(t, map[string]string{"max-allowed-packet": "1M"})
 	k := StartKafka(t)
 	cfg := env.RelayConfig(k, "app.outbox")

@@ -55,6 +55,7 @@ func progressLines(t *testing.T, log string) []progressLine {
 // old, with nothing new to read, reported that age as its lag and the
 // pipeline's whole count as just published.
 func TestProgressLineCountsThisProcessAndGaugeLag(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
 	cfg.Log.Level = "info"
 	cfg.Log.ProgressInterval = 200 * time.Millisecond

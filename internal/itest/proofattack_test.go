@@ -27,6 +27,7 @@ import (
 // one whose checkpoint is past the divergence is refused as another
 // history, nothing of B published.
 func TestRestoredBackupRefusedOncePastItsDivergence(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	dirA, dirB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	a := startServerAt(t, dirA, nil)
@@ -122,6 +123,7 @@ func TestRestoredBackupRefusedOncePastItsDivergence(t *testing.T) {
 // hold the checkpoint's, its transactions under them are its own; refused
 // as another history. Nothing of it published, the checkpoint unchanged.
 func TestPromotedReplicaThatLostTransactionsIsRefused(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	pr := startPairRelay(t, nil)
 	c, primary, replica, k, s, cfg, p := pr.c, pr.primary, pr.replica, pr.k, pr.s, pr.cfg, pr.p
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 1, Transactions: 10, Tag: "both"}); err != nil {
@@ -193,6 +195,7 @@ func binlogState(t *testing.T, db *devdb.Server) string {
 // checkpoint's last GTID with outbox rows. Refused, nothing of the new
 // history published from a position that names another transaction.
 func TestResetMasterPastCheckpointRefusedByProof(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	sr := startServerRelay(t)
 	k, db, s, cfg, p := sr.k, sr.primary, sr.s, sr.cfg, sr.p
 	seq := 0

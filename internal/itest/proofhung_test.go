@@ -19,6 +19,7 @@ import (
 // broker's hiccup, a reader's error) do not each wait out the bound on it
 // again before they stream.
 func TestProofReadThatNeverShowsAnEventFailsOverAndPassesTheHostOver(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	sr := startServerRelay(t)
 	db, s, cfg, p := sr.primary, sr.s, sr.cfg, sr.p
 	seq := 0

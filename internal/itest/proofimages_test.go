@@ -25,6 +25,7 @@ import (
 // proves it holds the checkpoint's last transaction and the relay goes on
 // there.
 func TestFailoverToReplicaAfterMinimalImageDeleteProvesLastTransaction(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	pr := startPairRelay(t, nil)
 	c, primary, replica, s, cfg, p := pr.c, pr.primary, pr.replica, pr.s, pr.cfg, pr.p
 	waitHostState(t, p, primary.Addr, "streaming")
@@ -77,6 +78,7 @@ const richOutboxDDL = `CREATE TABLE %s.outbox_rich (
 // domain. Failing over, the replica
 // proves it holds it and the relay goes on there.
 func TestFailoverToParallelReplicaProvesLastTransaction(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, tc := range []struct {
 		name     string
 		settings map[string]string

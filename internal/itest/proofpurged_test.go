@@ -28,6 +28,7 @@ import (
 // after `checkpoint set --gtid <the checkpoint> --schema keep` the relay
 // reads it, every row exactly once.
 func TestReplicaThatPurgedLastTransactionStopsUntilOperatorSetsPosition(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	pr := startPairRelay(t, nil)
 	c, primary, replica, k, s, cfg, p := pr.c, pr.primary, pr.replica, pr.k, pr.s, pr.cfg, pr.p
 	if _, err := s.Write(context.Background(), WriteOptions{Writers: 2, Transactions: 20, Tag: "p"}); err != nil {
@@ -86,6 +87,7 @@ func TestReplicaThatPurgedLastTransactionStopsUntilOperatorSetsPosition(t *testi
 // binlog retention): a restart on it is accepted as the same server, with
 // a warning, and goes on.
 func TestSameServerThatPurgedLastTransactionIsAccepted(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	sr := startServerRelay(t)
 	k, db, s, cfg, p := sr.k, sr.primary, sr.s, sr.cfg, sr.p
 	seq := 0
@@ -124,6 +126,7 @@ func TestSameServerThatPurgedLastTransactionIsAccepted(t *testing.T) {
 // relay's next attempt, and a fresh relay after it, read that transaction
 // again from the older binlog file and go on, every row once.
 func TestSameServerRotatedAndRestartedProvesLastTransaction(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	sr := startServerRelay(t)
 	k, db, s, cfg, p := sr.k, sr.primary, sr.s, sr.cfg, sr.p
 	seq := 0

@@ -35,6 +35,7 @@ func readmeBlock(t *testing.T, marker string) string {
 // exactly the grants the README lists, its relay.yaml (hosts and brokers
 // from the variables it names) passes `check` against the embedded broker.
 func TestReadmeFirstRunPassesCheck(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 // and nothing is published: a typo in --event-id or --aggregate-id must not
 // exit 0 like a replay that had nothing to do.
 func TestReplayExplicitIDThatMatchesNothingFails(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
 	if err := env.DB.Exec(fmt.Sprintf(`INSERT INTO %s.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('ev-1', 'order', 'o-1', 'X', '{}')`, s.Name)); err != nil {
 		t.Fatal(err)

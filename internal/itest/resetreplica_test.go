@@ -34,6 +34,7 @@ import (
 // the reset replica cannot even show the checkpoint's last transaction and
 // is refused before any stream, TestResetReplicaRefusedByProofAtFirstStart.)
 func TestResetReplicaHeldWhileAnotherHostHasTransactions(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	resetReplica(t, resetHeld)
 }
 
@@ -46,6 +47,7 @@ func TestResetReplicaHeldWhileAnotherHostHasTransactions(t *testing.T) {
 // reset replica; started once the preferred one is back, it resumes there,
 // losing nothing.
 func TestResetReplicaRefusedByProofAtFirstStart(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	resetReplica(t, resetProved)
 }
 
@@ -55,6 +57,7 @@ func TestResetReplicaRefusedByProofAtFirstStart(t *testing.T) {
 // `run` start the unit), and the relay stops on it as purged (exit 66: its
 // binlogs after the checkpoint are gone), not as diverged.
 func TestResetReplicaAloneFailsCheckAndStopsAsPurged(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	resetReplica(t, resetCheckOnly)
 }
 

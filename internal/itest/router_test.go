@@ -23,6 +23,7 @@ import (
 // envelope format embeds a JSON payload as JSON; extra columns become
 // headers. Checked record by record.
 func TestDebeziumPresetAndEnvelope(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	db := env.NewSchema(t).Name // creates the relay user too
 	if err := env.DB.Exec(fmt.Sprintf(`CREATE TABLE %s.outboxevent (
@@ -196,6 +197,7 @@ func TestBadRowPolicies(t *testing.T) {
 // publishes the insert, and a bad row in between only goes to the dead-letter
 // topic.
 func TestRoutingAroundBadRows(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	s, cfg := policyTable(t, k)
 	cfg.Router.OnError = "dead-letter"

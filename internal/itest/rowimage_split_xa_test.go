@@ -52,6 +52,7 @@ func runAudit(t *testing.T, path string) auditVerdict {
 // published" and to replay all its rows (4 duplicates), and audit failed
 // on the partial image it read past the checkpoint (exit 1, no verdict).
 func TestPartialImageLateInASplitTransactionSaysWhatWasPublished(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg, path, r := defaultsPipeline(t, func(c *config.Config) { c.Kafka.Batch.MaxRecords = 2 })
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "first", "a", "{}"))
 	var stmts []string
@@ -153,6 +154,7 @@ func xaPrepared(t *testing.T, image, xid string, stmts ...string) (string, func(
 // at the XA COMMIT as unknown, whose way out (checkpoint set before the
 // prepare) led back to the first stop.
 func TestPartialImageInAnXATransactionStopsAtItsCommit(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg, path, r := defaultsPipeline(t, nil)
 	_, end := xaPrepared(t, "MINIMAL", "rolled", defaultedInsert(s.Table(), "xa-rolled", "x"))
 	end("XA ROLLBACK")
@@ -224,6 +226,7 @@ func TestPartialImageInAnXATransactionPreparedAcrossARestartStopsAtItsCommit(t *
 // and does not stop on it again, and publishes the XA transaction at its
 // commit and what follows, once.
 func TestSkippedPartialImageReadAgainFromBeforeAPreparedXADoesNotStop(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg, path, r := defaultsPipeline(t, nil)
 	_, end := xaPrepared(t, "FULL", "held", insertAll(s.Table(), "xa-held", "a", `{"seq":1}`))
 	stopped := sessionTx(t, env.DB, "MINIMAL", defaultedInsert(s.Table(), "defaulted", "b"))

@@ -138,6 +138,7 @@ func checkpointBefore(t *testing.T, cfg config.Config, before, stopped string) {
 // relay published the row as a tombstone with no type header, stayed ready
 // and moved its checkpoint past it.
 func TestSessionRowImageMinimalStopsAtItsTransaction(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg, path, r := defaultsPipeline(t, nil)
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "full-1", "a", `{"seq":1}`), insertAll(s.Table(), "full-2", "b", `{"seq":1}`))
 	before := sessionTx(t, env.DB, "MINIMAL", insertAll(s.Table(), "minimal-whole", "a", `{"seq":2}`))
@@ -191,6 +192,7 @@ func TestSessionRowImageMinimalStopsAtItsTransaction(t *testing.T) {
 // would carry the NULL). A FULL session leaving every default publishes
 // the defaults.
 func TestSessionRowImagePartialInsertsStop(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, tc := range []struct {
 		name, image, insert string
 		missing             []string // nil: published

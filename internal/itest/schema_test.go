@@ -82,6 +82,7 @@ func requirePhases(t *testing.T, k *Kafka, cfg config.Config, phases int) {
 // follows the DDL from the earliest position and decodes every row with the
 // columns its table had when the row was written.
 func TestSchemaTrackingFromEarliest(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	db := startServer(t, map[string]string{"binlog-row-metadata": "MINIMAL"})
 	for i := range schemaPhases {
@@ -105,6 +106,7 @@ func TestSchemaTrackingFromEarliest(t *testing.T) {
 // The same with restarts between the DDL: each restart takes the layout
 // from its checkpoint, never today's definition.
 func TestSchemaTrackingAcrossRestarts(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	db := startServer(t, map[string]string{"binlog-row-metadata": "MINIMAL"})
 	cfg := env.RelayConfig(k, "app.outbox")
@@ -125,6 +127,7 @@ func TestSchemaTrackingAcrossRestarts(t *testing.T) {
 // With column names in the binlog, those names are the truth: a stored
 // layout that disagrees is replaced (and logged), not a reason to stop.
 func TestBinlogColumnNamesWinOverStoredLayout(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k := StartKafka(t)
 	db := startServer(t, nil)
 	cfg := env.RelayConfig(k, "app.outbox")
@@ -157,6 +160,7 @@ func TestBinlogColumnNamesWinOverStoredLayout(t *testing.T) {
 
 // invalid_op fatal: an UPDATE of an outbox row stops the relay.
 func TestInvalidOpFatal(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
 	cfg.Router.InvalidOp = "fatal"
 	r := RunRelay(t, cfg)
@@ -218,6 +222,7 @@ func insertOutbox(t *testing.T, s *Schema, prefix string, n int) {
 // TRIGGER mentions the outbox but changes no columns, so the relay goes on,
 // and the rows the trigger writes are published exactly once.
 func TestTriggerWritesOutbox(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := minimalPipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
@@ -251,6 +256,7 @@ func TestTriggerWritesOutbox(t *testing.T) {
 // body names the outbox) is no table change, and the rows of each CALL are
 // published exactly once.
 func TestProcedureWritesOutbox(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := minimalPipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
@@ -281,6 +287,7 @@ func TestProcedureWritesOutbox(t *testing.T) {
 // mention it without changing its columns, do not stop the relay; an
 // INVISIBLE column (MariaDB syntax the TiDB parser rejects) is tracked.
 func TestStatementsMentioningOutbox(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := minimalPipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
@@ -317,6 +324,7 @@ func TestStatementsMentioningOutbox(t *testing.T) {
 // carries its layout onto the outbox, so rows after the cut-over are routed
 // by their new columns (aggregate_id moved: a wrong layout gives wrong keys).
 func TestGhostCutOverMinimalMetadata(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := minimalPipeline(t)
 	db := s.DB
 	r := RunRelay(t, cfg)
@@ -373,6 +381,7 @@ func TestGhostCutOverMinimalMetadata(t *testing.T) {
 // (today's definition, or none, would decode the middle phase wrongly);
 // --to now takes the server's current definitions.
 func TestCheckpointSetKeepsLayout(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := minimalPipeline(t)
 	db := s.DB
 	path := WriteConfig(t, cfg)

@@ -41,6 +41,7 @@ func waitPublished(t *testing.T, cfg config.Config, exec func(...string) error, 
 }
 
 func TestSourceTLS(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	certs := NewCerts(t, "mariadb")
 	db := startServer(t, map[string]string{"ssl-ca": certs.CAFile, "ssl-cert": certs.CertFile, "ssl-key": certs.KeyFile})
 	if err := db.Exec("ALTER USER 'relay'@'%' REQUIRE SSL"); err != nil {
@@ -88,6 +89,7 @@ func TestSourceTLS(t *testing.T) {
 }
 
 func TestKafkaSASLOverTLS(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	certs := NewCerts(t, "kafka")
 	c := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.EnableSASL(),
 		kfake.Superuser("PLAIN", "plain-user", "plain-secret"),
@@ -141,6 +143,7 @@ func TestKafkaSASLOverTLS(t *testing.T) {
 // Secrets reach neither the logs (debug level, through start, errors and
 // stop) nor --print-config; password files are read.
 func TestSecretsNeverLogged(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
 	pwFile := filepath.Join(t.TempDir(), "mysql-password")
 	if err := os.WriteFile(pwFile, []byte(cfg.Source.Password+"\n"), 0o600); err != nil {
@@ -187,6 +190,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 // relay reads them (and logs what it did with them at debug) without a
 // password reaching its log.
 func TestAccountStatementPasswordsNeverLogged(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)

@@ -20,6 +20,7 @@ import (
 // the SAVEPOINT is a Query event inside the transaction; RELEASE is not
 // logged. Every row once, none lost to a restart inside the transaction.
 func TestShapeSavepointRelease(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	matrix(t, AllModes, ShapeOptions{}, shapeSavepointRelease, nil)
 }
 
@@ -34,6 +35,7 @@ func shapeSavepointRelease(r *ShapeRun, x execer, cs []*client.Conn, _ bool) {
 // rows out of the transaction's binlog cache; they must never appear, not
 // even in an aborted Kafka transaction.
 func TestShapeRollbackToSavepoint(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	matrix(t, AllModes, ShapeOptions{}, shapeRollbackToSavepoint, func(r *ShapeRun) { r.RequireNeverProduced(r.Ghosts) })
 }
 
@@ -47,6 +49,7 @@ func shapeRollbackToSavepoint(r *ShapeRun, x execer, cs []*client.Conn, _ bool) 
 // Several savepoints, nested, released, rolled back to (an outer one too),
 // a name reused; business rows in between.
 func TestShapeSeveralSavepoints(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	matrix(t, AllModes, ShapeOptions{}, shapeSeveralSavepoints, func(r *ShapeRun) { r.RequireNeverProduced(r.Ghosts) })
 }
 
@@ -79,6 +82,7 @@ func shapeSeveralSavepoints(r *ShapeRun, x execer, cs []*client.Conn, _ bool) {
 // old reader took the SAVEPOINT for a commit, so the checkpoint said "GTID
 // done, partial N rows" and the restart skipped the rest.
 func TestShapeBigInsertAfterSavepoint(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	const n = 300000
 	r := env.NewShapeRun(t, TermEveryCommit, ShapeOptions{MaxRecords: 5000, RunTimeout: 3 * time.Minute})
 	c := r.Conn()
@@ -122,6 +126,7 @@ func TestShapeBigInsertAfterSavepoint(t *testing.T) {
 // group of its own, before it). The relay must never publish the
 // rolled-back row; it may instead stop with an error naming the GTID.
 func TestShapeRollbackToSavepointWithMyISAM(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, m := range []Mode{Straight, TermEveryCommit, KillAfterCommit, KillAfterPartial} {
 		t.Run(string(m), func(t *testing.T) {
 			r := env.NewShapeRun(t, m, ShapeOptions{MaxRecords: 1})

@@ -139,6 +139,7 @@ func stopError(out string) string {
 // operator skips the transaction, the rows committed after it are published
 // exactly once (the skipped rows never).
 func TestShapeStatementLoggedOutboxStops(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	cases := []struct {
 		name     string
 		format   string
@@ -258,6 +259,7 @@ func operatorSkip(t *testing.T, r *ShapeRun, gtid string) string {
 // default (fail: a trigger on such a table could write outbox rows that are
 // then not in the binlog) it stops naming the GTID, the table and the fix.
 func TestShapeStatementLoggedBusinessTable(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	t.Run("warn", func(t *testing.T) {
 		matrix(t, AllModes, ShapeOptions{Setup: func(cfg *config.Config) { SetStatementDML(cfg, "warn") }}, shapeStatementBusiness, nil)
 	})
@@ -312,6 +314,7 @@ func shapeStatementBusiness(r *ShapeRun, x execer, cs []*client.Conn, _ bool) {
 // inserts only and counts the rest in outbox_relay_invalid_ops_total; fatal
 // stops naming the operation. Nothing silent either way.
 func TestShapeUpsertOnOutbox(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	t.Run("warn", func(t *testing.T) {
 		matrix(t, AllModes, ShapeOptions{Setup: func(cfg *config.Config) { cfg.Router.InvalidOp = "warn" }}, shapeUpserts, func(r *ShapeRun) {
 			// Nothing silent: the skipped UPDATEs are logged (the metric is
@@ -441,6 +444,7 @@ func shapeLongTransaction(r *ShapeRun, x execer, cs []*client.Conn, _ bool) {
 // connection holds an open transaction with outbox rows that commits into
 // the new file.
 func TestShapeBinlogRotation(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	matrix(t, AllModes, ShapeOptions{}, shapeRotation, nil)
 }
 
@@ -465,6 +469,7 @@ func shapeRotation(r *ShapeRun, x execer, cs []*client.Conn, _ bool) {
 // become Write_compressed_rows, statements (SAVEPOINT too) Query_compressed.
 // Single-row and multi-row transactions exactly once.
 func TestShapeCompressedBinlog(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	matrix(t, AllModes, ShapeOptions{}, func(r *ShapeRun, x execer, cs []*client.Conn, live bool) {
 		SetGlobal(r.T, r.Env, "log_bin_compress_min_len", "10")
 		SetGlobal(r.T, r.Env, "log_bin_compress", "ON")

@@ -24,6 +24,7 @@ import (
 // between, XA COMMIT (same connection): every row once, the XA rows only
 // once XA COMMIT is in the binlog (checked live in Straight mode).
 func TestShapeXACommit(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	matrix(t, AllModes, ShapeOptions{}, shapeXACommit, nil)
 }
 
@@ -51,6 +52,7 @@ func shapeXACommit(r *ShapeRun, x execer, cs []*client.Conn, live bool) {
 // outcome says rollback. Nothing of it is ever published, and never even
 // produced into a Kafka transaction that is aborted later.
 func TestShapeXARollbackAfterPrepare(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	matrix(t, AllModes, ShapeOptions{}, shapeXARollback, func(r *ShapeRun) { r.RequireNeverProduced(r.Ghosts) })
 }
 
@@ -78,6 +80,7 @@ func shapeXARollback(r *ShapeRun, x execer, cs []*client.Conn, live bool) {
 
 // XA COMMIT ... ONE PHASE: logged as an ordinary transaction.
 func TestShapeXAOnePhase(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	matrix(t, AllModes, ShapeOptions{}, shapeXAOnePhase, nil)
 }
 
@@ -96,6 +99,7 @@ func shapeXAOnePhase(r *ShapeRun, x execer, cs []*client.Conn, _ bool) {
 // from another connection. The XA rows are published once, at XA COMMIT;
 // the transactions in between exactly once.
 func TestShapeXAPreparedAcrossRelayRestart(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, stop := range []string{"sigterm", "kill-9"} {
 		t.Run(stop, func(t *testing.T) {
 			r := env.NewShapeRun(t, Straight, ShapeOptions{})

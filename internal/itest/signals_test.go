@@ -21,6 +21,7 @@ import (
 // for SIGHUP is to die at once with no final checkpoint, and systemd's
 // Restart=on-failure counts that death as clean: the relay stayed down.
 func TestSIGHUPAndUserSignalsKeepRelayPublishing(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := env.Pipeline(t)
 	cfg.Log.Level = "info"
 	p := env.StartProc(t, WriteConfig(t, cfg))
@@ -65,6 +66,7 @@ func TestSIGHUPAndUserSignalsKeepRelayPublishing(t *testing.T) {
 // it again with a log stream. The restarted relay completes the stream
 // exactly once.
 func TestClosedStderrPipeStopsRelayCleanly(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg := env.Pipeline(t)
 	cfg.Log.Level = "info"
 	// While events flow a progress line is logged every 100 ms.

@@ -88,6 +88,7 @@ func requireSigned(t *testing.T, k *Kafka, cfg config.Config, want []signedRecor
 // changes signedness, and from its checkpoint across a restart; values past
 // the signed range keep their value (4000000000 is not -294967296).
 func TestUnsignedIntegersWithoutSignedness(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
@@ -130,6 +131,7 @@ func TestUnsignedIntegersWithoutSignedness(t *testing.T) {
 // not stop it); once the checkpoint records the definitions
 // (`checkpoint set --schema server` does) it publishes the row right.
 func TestUnknownSignednessStops(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	ctx := context.Background()
 	src, err := clients.Source(cfg)
@@ -190,6 +192,7 @@ func TestUnknownSignednessStops(t *testing.T) {
 // signedness still unknown, and stops again, for good (the only way on is a
 // position that forgets the prepared transaction and its row).
 func TestSchemaServerFixAppliesAtXAResume(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	path := WriteConfig(t, cfg)
 	r := RunRelay(t, cfg)
@@ -239,6 +242,7 @@ func TestSchemaServerFixAppliesAtXAResume(t *testing.T) {
 // after a signedness-only ALTER made under FULL, across a restart, and
 // back: every value keeps its sign.
 func TestRowMetadataSwitchedAtRuntimeKeepsSigns(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, db, cfg := signsPipeline(t, "FULL")
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
@@ -280,6 +284,7 @@ func TestRowMetadataSwitchedAtRuntimeKeepsSigns(t *testing.T) {
 // value of a known-UNSIGNED column is unsigned under NO_LOG too (uint16
 // under both, never int16 under NO_LOG).
 func TestDeadLetterErrorHeaderSameUnderNoLogAndMinimal(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	got := map[string]string{}
 	for _, md := range []string{"NO_LOG", "MINIMAL"} {
 		k, db, cfg := signsPipeline(t, md)
@@ -317,6 +322,7 @@ func TestDeadLetterErrorHeaderSameUnderNoLogAndMinimal(t *testing.T) {
 // Covered by TestUnknownSignednessStops for the stop; here the mixed
 // transaction under a known layout publishes the server's values.
 func TestDeleteThenInsertKnownLayoutPublishesServerValues(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
@@ -344,6 +350,7 @@ func TestDeleteThenInsertKnownLayoutPublishesServerValues(t *testing.T) {
 // INSERT with a negative value (a large UNSIGNED one) stops the relay and
 // publishes nothing of it.
 func TestUnknownSignednessMixedTransaction(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	ctx := context.Background()
 	src, err := clients.Source(cfg)

@@ -92,6 +92,7 @@ func waitApplied(t *testing.T, c *Cluster, r *devdb.Server) {
 // of the transactions committed since is ever published, even after the
 // preferred replica is back (the relay never moves back).
 func TestReplicaWithoutLogSlaveUpdatesNotChosen(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	c := startMixedCluster(t, true, false)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)
@@ -184,6 +185,7 @@ func TestReplicaWithoutLogSlaveUpdatesNotChosen(t *testing.T) {
 // committed after the reset up to that sequence number is skipped,
 // silently.
 func TestResetMasterOnPrimaryStopsAsDiverged(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	c := startMixedCluster(t)
 	k := StartKafka(t)
 	s := c.NewSchema(t, env)
@@ -257,6 +259,7 @@ func TestResetMasterOnPrimaryStopsAsDiverged(t *testing.T) {
 // probe's dump connection when the second registers, and that check fails
 // the host.
 func TestConcurrentChecksProbesDoNotCollide(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, _, cfg := env.Pipeline(t)
 	p := RunRelay(t, cfg)
 	p.WaitReady(t)
@@ -295,6 +298,7 @@ func TestConcurrentChecksProbesDoNotCollide(t *testing.T) {
 // (heartbeats), while every event committed since waits on a host that does
 // not replicate, however long the other host has had them.
 func TestChosenReplicaStopsReplicatingFailsOver(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)
@@ -404,6 +408,7 @@ func gtidBelow(t testing.TB, have, want string) bool {
 // for it forever: not ready, never exiting, /healthz 200, while b will
 // never log a domain-1 transaction.
 func TestFailoverToHostWithoutIdleDomain(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	c := StartCluster(t, 2)
 	a, b := c.Replicas[0], c.Replicas[1]
 	k := StartKafka(t)

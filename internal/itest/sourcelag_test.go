@@ -37,6 +37,7 @@ func relayState(m *metrics.Metrics) string { return string(m.State()) }
 // age) are NaN on a standby: during a Kafka outage of any length the purge
 // alerts cannot fire, and the relay later stops with exit 66.
 func TestPurgeMarginReportedDuringKafkaOutage(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	if err := env.DB.Exec("SET GLOBAL expire_logs_days = 7"); err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +156,7 @@ type (
 // reports the size of the binlog file (up to max_binlog_size, 1 GiB) for a
 // relay that is at the head, until the next transaction.
 func TestBehindBytesZeroAfterRestartOnQuietSource(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
 	p := RunRelay(t, cfg)
 	p.WaitReady(t)

@@ -104,6 +104,7 @@ const signsInsert = "INSERT INTO app.ev (event_id, aggregate_type, aggregate_id,
 // never sees the MODIFY neg, keeps neg SIGNED, and publishes 4000000000 as
 // -294967296 (no error, no warning: the column list did not change).
 func TestNoBackslashEscapesAlterKeepsSign(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	got := publishAfterDDL(t, []string{"SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
 		`ALTER TABLE app.ev MODIFY event_type VARCHAR(64) NOT NULL COMMENT 'C:\', MODIFY neg INT UNSIGNED NOT NULL`},
 		"neg", "int(10) unsigned", fmt.Sprintf(signsInsert, "1", "4000000000"))
@@ -119,6 +120,7 @@ func TestNoBackslashEscapesAlterKeepsSign(t *testing.T) {
 // makes small SIGNED (it was UNSIGNED); the tracker keeps it UNSIGNED and
 // publishes -1 as 65535.
 func TestNoBackslashEscapesCommentInventsNoUnsigned(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	got := publishAfterDDL(t, []string{"SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
 		`ALTER TABLE app.ev MODIFY small SMALLINT NOT NULL COMMENT 'x\', MODIFY neg INT NOT NULL COMMENT ' UNSIGNED'`},
 		"small", "smallint(6)", fmt.Sprintf(signsInsert, "-1", "-5"))
@@ -134,6 +136,7 @@ func TestNoBackslashEscapesCommentInventsNoUnsigned(t *testing.T) {
 // ignored comment into a plain one before it is logged ("/* 50700
 // UNSIGNED */" in the binlog), so -5 stays -5. Guards that reliance.
 func TestMySQLVersionedCommentIgnoredByMariaDBKeepsSign(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	got := publishAfterDDL(t, []string{"ALTER TABLE app.ev MODIFY neg INT NOT NULL /*!50700 UNSIGNED */"},
 		"neg", "int(11)", fmt.Sprintf(signsInsert, "1", "-5"))
 	if want := "neg=-5 small=1"; got != want {
@@ -152,6 +155,7 @@ func TestMySQLVersionedCommentIgnoredByMariaDBKeepsSign(t *testing.T) {
 // skip` of the DDL) then published 4000000000 as -294967296. Both must read
 // the statement after FOR.
 func TestSetStatementForAlterFollowed(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, db, cfg := signsPipeline(t, "NO_LOG")
 	r := RunRelay(t, cfg)
 	r.WaitReady(t)
@@ -183,6 +187,7 @@ func TestSetStatementForAlterFollowed(t *testing.T) {
 // \' as an escaped quote, the MODIFY neg is swallowed by the string, neg
 // stays SIGNED: -294967296.
 func TestPreparedUnderOtherSQLModeKeepsSign(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	// Fixed as far as it can be: read with the event's mode the statement
 	// ends inside a string, which no statement the server ran does, so the
 	// tracker gives the layout up (ErrUnparsed: the relay stops with the
@@ -214,6 +219,7 @@ func TestPreparedUnderOtherSQLModeKeepsSign(t *testing.T) {
 // neg INT UNSIGNED on the server; the row after it must publish
 // neg=4000000000, not -294967296.
 func TestDDLUnderSessionSQLModesKeepsSign(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for name, ddl := range map[string][]string{
 		// ANSI_QUOTES (also part of ANSI and ORACLE), which the event
 		// records: "..." is a name, in which a backslash is a plain

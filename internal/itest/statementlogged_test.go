@@ -22,6 +22,7 @@ import (
 // warning and moves its checkpoint past it: the row is lost. The contract
 // says anything that could hide outbox rows stops the relay.
 func TestTriggerUnderStatementLoggingStops(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	r := env.NewShapeRun(t, Straight, ShapeOptions{})
 	c, st := r.Conn(), r.Conn()
 	r.Exec(c, fmt.Sprintf("CREATE TRIGGER %s.alarm_to_outbox AFTER INSERT ON %s.alarm_record FOR EACH ROW "+
@@ -47,6 +48,7 @@ func TestTriggerUnderStatementLoggingStops(t *testing.T) {
 // ("changed ... with a statement"), fatal, for a statement that changes no
 // row.
 func TestDBAMaintenanceStatementDoesNotStop(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	for _, tc := range []struct{ name, q string }{
 		{"analyze-persistent", "ANALYZE TABLE %s PERSISTENT FOR ALL"},
 		{"repair", "REPAIR TABLE %s"},
@@ -77,6 +79,7 @@ func TestDBAMaintenanceStatementDoesNotStop(t *testing.T) {
 // Spring JTA application with XA data sources) has one in flight at almost
 // every instant.
 func TestUnrelatedXAPreparedBeforeFirstStartPasses(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	a, err := env.DB.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +117,7 @@ func TestUnrelatedXAPreparedBeforeFirstStartPasses(t *testing.T) {
 // the framer meets G again and stops again: the relay cannot get past G
 // until the XA transaction ends, and it cannot see that end either.
 func TestSkipPastStatementWhileXAPrepared(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	r := env.NewShapeRun(t, Straight, ShapeOptions{MaxRecords: 1})
 	c, st := r.Conn(), r.Conn()
 	x, err := r.Env.DB.Root()
@@ -168,6 +172,7 @@ var _ = strings.Contains
 // + partial N of the first", so the documented `checkpoint skip --gtid G`
 // refuses G as "not the next" transaction; only --force gets past.
 func TestSkipAcceptedAfterFullBatchBeforeStop(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	r := env.NewShapeRun(t, Straight, ShapeOptions{MaxRecords: 1})
 	c, st := r.Conn(), r.Conn()
 	r.Exec(st, "SET SESSION binlog_format='STATEMENT'")

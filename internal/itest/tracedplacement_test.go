@@ -26,6 +26,7 @@ import (
 // mark was the record's Context, and starting the span replaced it: on a
 // topic of 6 partitions most of 60 rows landed in their key's partition.
 func TestTracedRowsLandInThePartitionTheirShardColumnNames(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	rcv, err := otlpreceiver.Start()
 	if err != nil {
 		t.Fatal(err)

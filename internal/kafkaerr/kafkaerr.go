@@ -208,3 +208,11 @@ func MembershipOf(err error) Membership {
 	}
 	return MemberRetry
 }
+
+// TakenOver reports whether err, a transactional produce's or commit's,
+// says that another producer of the same transactional id ended the
+// transaction: a Fenced answer, INVALID_PRODUCER_ID_MAPPING or
+// TRANSACTION_ABORTABLE.
+func TakenOver(err error) bool {
+	return KindOf(err) == Fenced || errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.TransactionAbortable)
+}
