@@ -50,6 +50,7 @@ import (
 var subcommands = map[string]func([]string) error{
 	"baseline":   baselineMain,
 	"brokercost": brokerCostMain,
+	"raw":        rawMain,
 	"txn":        txnProbeMain,
 }
 

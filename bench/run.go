@@ -42,6 +42,7 @@ type harness struct {
 	seq       int
 	runID     string                 // in every topic and relay name: runs can share a broker
 	binlog    map[string]binlogPos   // database -> binlog position before its rows (debezium.go)
+	loadEnd   map[string]binlogPos   // database -> binlog position after its rows (raw.go)
 	tune      []func(*config.Config) // applied to every relay configuration (flags such as -linger)
 	// latencyProfiles: a directory where each latency run's relay writes
 	// its CPU profile (-latency-profiles); "" for none.
@@ -401,6 +402,14 @@ func (h *harness) load(shape string, n int) (string, string, error) {
 		})
 	}
 	fmt.Fprintf(os.Stderr, "loaded %d rows (%s) in %s\n", n, shape, time.Since(began).Round(time.Millisecond))
+	if err != nil {
+		return db, from, err
+	}
+	end, err := h.binlogEnd()
+	if h.loadEnd == nil {
+		h.loadEnd = map[string]binlogPos{}
+	}
+	h.loadEnd[db] = end
 	return db, from, err
 }
 
