@@ -39,6 +39,8 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 	switch e := ev.Event.(type) {
 	case *replication.RowsEvent:
 		return r.rowsEvent(st, ev, e, batch)
+	case *uncapturedRowsEvent:
+		return batch, nil // rows of a table not captured, not decoded (hotparse.go)
 	case *replication.TableMapEvent:
 		return batch, r.tableMapEvent(st, e)
 	case *replication.XIDEvent:

@@ -362,7 +362,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	stopWatch := watch.start(3 * r.cfg.HeartbeatPeriod)
 	defer stopWatch()
 	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
-	parser := newEventParser(r.srv.Flavor, set, guard.packetBound, rowsDecoder(r.captured, guard.packetBound))
+	parser := newEventParser(r.srv.Flavor, set, guard.packetBound, r.captured)
 	for {
 		r.ahead.waiting(true)
 		ev, err := stream.GetEvent(ctx)
@@ -380,19 +380,15 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		// Take everything already decoded along with it: one hand-off per
 		// burst, not per event, and no waiting for more when there is none.
 		more := stream.DumpEvents()
-		batch := make([]Event, 0, 2+len(more))
+		batch := newBatch(1 + len(more))
 		size := 0
 		for i := -1; i < len(more) && err == nil; i++ {
 			if i >= 0 {
 				ev, more[i] = more[i], nil // go-mysql's copy can go once converted
 			}
-			if ev, err = parser.parse(ev); err != nil {
-				break
-			}
-			r.track(ev)
 			n := len(batch)
-			if batch, err = r.convert(st, ev, batch); err != nil && r.skipPublished(st, err) {
-				err = nil
+			if batch, err = r.take(st, parser, ev, batch); err != nil {
+				break
 			}
 			for _, e := range batch[n:] {
 				size += e.Size
@@ -422,6 +418,31 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			}
 		}
 	}
+}
+
+// newBatch is a batch for what n events become: about one Event for two
+// (a table map and its rows event make one; a transaction's GTID event and
+// XID one), more by append when it is not.
+func newBatch(n int) []Event { return make([]Event, 0, n/2+2) }
+
+// take decodes ev, as the raw-mode syncer read it, and appends what it
+// becomes to batch.
+func (r *Reader) take(st *streamState, parser *eventParser, ev *replication.BinlogEvent, batch []Event) ([]Event, error) {
+	ev, err := parser.parse(ev)
+	if err != nil {
+		return batch, err
+	}
+	return r.step(st, ev, batch)
+}
+
+// step appends what ev, a decoded event, becomes to batch.
+func (r *Reader) step(st *streamState, ev *replication.BinlogEvent, batch []Event) ([]Event, error) {
+	r.track(ev)
+	batch, err := r.convert(st, ev, batch)
+	if err != nil && r.skipPublished(st, err) {
+		err = nil
+	}
+	return batch, err
 }
 
 // Published tells the reader that the transactions in set were published

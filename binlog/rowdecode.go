@@ -43,21 +43,32 @@ func rowsDecoder(captured func(schema, table []byte) bool, bound func() (int64, 
 		if !captured(e.Table.Schema, e.Table.Table) {
 			return nil // not ours: skip decoding the row images
 		}
-		if rowsShape(e) != "" {
-			return nil // rowsEvent stops at it, undecoded (rowimage.go)
-		}
-		if partialInsert(e) {
-			// Decoded as rows of the columns its images hold only
-			// (PartialImage): as wide as what they hold, never the table.
-			return decodePresent(e, func() error { return decodeImages(e, pos, data, bound) })
-		}
-		return decodeImages(e, pos, data, bound)
+		return decodeRows(e, pos, data, bound, func() ([]colPlan, bool) { return planColumns(e.Table, int(e.ColumnCount)) })
 	}
 }
 
-// decodeImages decodes the row images of e, a rows event of a captured
-// table whose header is decoded, from data[pos:].
-func decodeImages(e *replication.RowsEvent, pos int, data []byte, bound func() (int64, string)) error {
+// decodeRows decodes the row images of e, a rows event of a captured table
+// whose header is decoded, from data[pos:]: a partial INSERT image as rows
+// of the columns it holds (decodePresent, planned for those), the others by
+// decodeImages with plan, the plan of the whole table's columns.
+func decodeRows(e *replication.RowsEvent, pos int, data []byte, bound func() (int64, string), plan func() ([]colPlan, bool)) error {
+	if rowsShape(e) != "" {
+		return nil // rowsEvent stops at it, undecoded (rowimage.go)
+	}
+	if partialInsert(e) {
+		// Decoded as rows of the columns its images hold only
+		// (PartialImage): as wide as what they hold, never the table.
+		return decodePresent(e, func() error {
+			return decodeImages(e, pos, data, bound, func() ([]colPlan, bool) { return planColumns(e.Table, int(e.ColumnCount)) })
+		})
+	}
+	return decodeImages(e, pos, data, bound, plan)
+}
+
+// decodeImages decodes the row images of e from data[pos:]: INSERTs by
+// decodeInsertRows with plan where it can, JSON within bounds, the rest by
+// go-mysql.
+func decodeImages(e *replication.RowsEvent, pos int, data []byte, bound func() (int64, string), plan func() ([]colPlan, bool)) error {
 	if compressed, _, ok := eventOptions(e); ok && compressed {
 		if err := checkCompressed(data[pos:], bound); err != nil {
 			return err
@@ -66,7 +77,7 @@ func decodeImages(e *replication.RowsEvent, pos int, data []byte, bound func() (
 	if e.Table.JsonColumnCount() > 0 {
 		return decodeJSONRows(e, pos, data)
 	}
-	if decodeInsertRows(e, pos, data) {
+	if p, ok := plan(); ok && decodeInsertRowsWith(e, pos, data, p) {
 		return nil
 	}
 	return e.DecodeData(pos, data)
@@ -242,6 +253,15 @@ func pick(cond bool, a, b colKind) colKind {
 // e.DecodeHeader returned it) as go-mysql's DecodeData would, with the
 // event's own options (TIMESTAMP zone), and reports whether it did.
 func decodeInsertRows(e *replication.RowsEvent, pos int, data []byte) bool {
+	if e.Table == nil {
+		return false
+	}
+	plan, ok := planColumns(e.Table, int(e.ColumnCount))
+	return ok && decodeInsertRowsWith(e, pos, data, plan)
+}
+
+// decodeInsertRowsWith is decodeInsertRows with the plan of e's columns.
+func decodeInsertRowsWith(e *replication.RowsEvent, pos int, data []byte, plan []colPlan) bool {
 	if e.Table == nil || e.Type() != replication.EnumRowsEventTypeInsert {
 		return false
 	}
@@ -258,8 +278,7 @@ func decodeInsertRows(e *replication.RowsEvent, pos int, data []byte) bool {
 			return false // a partial image (binlog_row_image=MINIMAL)
 		}
 	}
-	plan, ok := planColumns(e.Table, cols)
-	if !ok {
+	if len(plan) != cols {
 		return false
 	}
 	rows := make([][]any, 0, 1) // as go-mysql: empty, not nil, without rows
@@ -272,12 +291,26 @@ func decodeInsertRows(e *replication.RowsEvent, pos int, data []byte) bool {
 		pos += n
 	}
 	e.Rows = rows
+	if len(rows) <= len(noneSkipped) {
+		e.SkippedColumns = noneSkipped[:len(rows):len(rows)]
+		return true
+	}
 	e.SkippedColumns = make([][]int, len(rows))
 	for i := range e.SkippedColumns {
 		e.SkippedColumns[i] = []int{} // as go-mysql: empty, not nil
 	}
 	return true
 }
+
+// noneSkipped is SkippedColumns of up to 256 whole row images as go-mysql
+// gives them (an empty slice each), shared: nothing writes them.
+var noneSkipped = func() [][]int {
+	s := make([][]int, 256)
+	for i := range s {
+		s[i] = []int{}
+	}
+	return s
+}()
 
 // decodeRow decodes one full row image: the NULL bitmap, then each
 // non-NULL column. It reports false when a value runs past the data.
