@@ -94,6 +94,11 @@ type catchUp struct {
 // relayCommand writes cfg to a file and returns the relay's `run` on it,
 // not yet started.
 func (h *harness) relayCommand(cfg config.Config, args ...string) (*exec.Cmd, error) {
+	return h.relayCommandOf(h.bin, cfg, args...)
+}
+
+// relayCommandOf is relayCommand of the relay binary bin.
+func (h *harness) relayCommandOf(bin string, cfg config.Config, args ...string) (*exec.Cmd, error) {
 	raw, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("encode relay config: %w", err)
@@ -102,7 +107,7 @@ func (h *harness) relayCommand(cfg config.Config, args ...string) (*exec.Cmd, er
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(h.bin, append([]string{"run", "--config", path}, args...)...)
+	cmd := exec.Command(bin, append([]string{"run", "--config", path}, args...)...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
@@ -112,6 +117,11 @@ func (h *harness) relayCommand(cfg config.Config, args ...string) (*exec.Cmd, er
 // counts n events; it records peak RSS and the time to the first record a
 // read_committed consumer sees.
 func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile string, tune ...func(*config.Config)) (catchUp, error) {
+	return h.relayCatchUpOf(h.bin, db, from, n, delivery, cpuProfile, tune...)
+}
+
+// relayCatchUpOf is relayCatchUp of the relay binary bin.
+func (h *harness) relayCatchUpOf(bin, db, from string, n int, delivery, cpuProfile string, tune ...func(*config.Config)) (catchUp, error) {
 	cfg := h.relayConfig("bench", db, from)
 	cfg.Kafka.Delivery = config.Delivery(delivery)
 	for _, f := range tune {
@@ -129,7 +139,7 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 		return catchUp{}, err
 	}
 	cfg.HTTP.Listen = fmt.Sprintf("127.0.0.1:%d", port) // for its commit count
-	cmd, err := h.relayCommand(cfg, args...)
+	cmd, err := h.relayCommandOf(bin, cfg, args...)
 	if err != nil {
 		return catchUp{}, err
 	}
@@ -320,6 +330,9 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | of raw (min-max) | CPU s | broker CPU s | host busy | peak RSS | first record after | Kafka commits | in commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var detail strings.Builder
 	runs := []string{"baseline", string(config.ExactlyOnce), string(config.AtLeastOnce), "raw"}
+	if h.binB != "" {
+		runs = append(runs, relayB)
+	}
 	for _, shape := range shapes {
 		db, from := loads[shape][0], loads[shape][1]
 		res := map[string][]catchUp{}
@@ -332,6 +345,8 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 				_, err = h.baseline(self, db, from, n)
 			case "raw":
 				_, err = h.raw(self, db, from)
+			case relayB:
+				_, err = h.relayCatchUpOf(h.binB, db, from, n, string(config.ExactlyOnce), "")
 			default:
 				_, err = h.relayCatchUp(db, from, n, run, "")
 			}
@@ -349,6 +364,8 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 					c, err = h.baseline(self, db, from, n)
 				case run == "raw":
 					c, err = h.raw(self, db, from)
+				case run == relayB:
+					c, err = h.relayCatchUpOf(h.binB, db, from, n, string(config.ExactlyOnce), "")
 				case shape == shapes[0] && run == string(config.ExactlyOnce) && r == 0:
 					c, err = h.relayCatchUp(db, from, n, run, profile)
 				default:
@@ -393,9 +410,17 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 		}
 	}
 	h.printf("\nSeconds per round (ratio to that round's baseline); peak RSS is the largest of the rounds:\n\n")
+	if h.binB != "" {
+		h.printf("| shape | round | baseline | exactly-once | at-least-once | raw read | %s |\n|---|---|---|---|---|---|---|\n%s", relayB, detail.String())
+		return nil
+	}
 	h.printf("| shape | round | baseline | exactly-once | at-least-once | raw read |\n|---|---|---|---|---|---|\n%s", detail.String())
 	return nil
 }
+
+// relayB names the runs of -relay-bin-b (exactly-once) in the catch-up
+// tables.
+const relayB = "exactly-once (-relay-bin-b)"
 
 // busyShare is the median share of the host's CPU busy over cs's runs, as
 // a percentage; "" when unknown.

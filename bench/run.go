@@ -26,6 +26,7 @@ import (
 type harness struct {
 	dir       string
 	bin       string
+	binB      string // -relay-bin-b: a second relay binary, exactly-once, as one more contender of the catch-up rounds
 	db        *devdb.Server
 	broker    string
 	kafka     *exec.Cmd
@@ -64,6 +65,7 @@ type options struct {
 	out                              string
 	args                             string        // the command line, for the report
 	relayBin                         string        // a relay binary to measure instead of building ./cmd/outbox-relay
+	relayBinB                        string        // a second relay binary, exactly-once, one more catch-up contender
 	debeziumShapes                   []string      // shapes the debezium section measures
 	shapes                           []string      // shapes the catchup and batch sections measure
 	batchRecords                     []int         // kafka.batch.max_records values the batch section compares
@@ -91,6 +93,11 @@ func run(o options) error {
 	}
 	if o.linger >= 0 {
 		h.tune = append(h.tune, func(c *config.Config) { c.Kafka.Linger = o.linger })
+	}
+	if o.relayBinB != "" {
+		if h.binB, err = filepath.Abs(o.relayBinB); err != nil {
+			return err
+		}
 	}
 	if o.relayBin != "" {
 		if h.bin, err = filepath.Abs(o.relayBin); err != nil {
