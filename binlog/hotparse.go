@@ -73,15 +73,21 @@ type mappedTable struct {
 	// needed; planOK false when it cannot).
 	plan            []colPlan
 	planned, planOK bool
+	// last: the values its rows' columns last had (rowdecode.go).
+	last *lastValues
 }
 
-// columnPlan is planColumns of m's table map, worked out once.
-func (m *mappedTable) columnPlan() ([]colPlan, bool) {
+// columnPlan is planColumns of m's table map, worked out once, and the
+// values its columns last had.
+func (m *mappedTable) columnPlan() ([]colPlan, *lastValues, bool) {
 	if !m.planned {
 		m.plan, m.planOK = planColumns(m.tm, int(m.tm.ColumnCount))
 		m.planned = true
+		if m.planOK {
+			m.last = newLastValues(len(m.plan))
+		}
 	}
-	return m.plan, m.planOK
+	return m.plan, m.last, m.planOK
 }
 
 // maxMappedTables bounds the table maps kept by id (a server gives a
@@ -381,7 +387,7 @@ func rowsExtraData(e *replication.RowsEvent, t replication.EventType, data []byt
 }
 
 // streamRows is the rows decoder of the stream's parser: the header by
-// rowsHeader, the images of a captured table's by decodeRowImages with
+// rowsHeader, the images of a captured table's by decodeRows with
 // its table map's plan.
 func (ep *eventParser) streamRows(e *replication.RowsEvent, data []byte) error {
 	m, pos, err := ep.rowsHeader(e, ep.rowsType, data)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -385,5 +386,55 @@ func TestHotPathRefusesRowsOfATableItsStatementDidNotMap(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHotPathRepeatedValuesDecodeAlike: values that repeat the one before
+// them in their column (lastValues), within a rows event and from one to
+// the next, and values that change and change back, decode as go-mysql
+// decodes them.
+func TestHotPathRepeatedValuesDecodeAlike(t *testing.T) {
+	fde := synthFDE(t)
+	cols := []synthCol{{mysql.MYSQL_TYPE_LONG, nil}, {mysql.MYSQL_TYPE_VARCHAR, binary.LittleEndian.AppendUint16(nil, 20)},
+		{mysql.MYSQL_TYPE_DATETIME2, []byte{3}}}
+	tm := synthEvent(replication.TABLE_MAP_EVENT, synthTableMap(cols, nil))
+	row := func(id int, v string, dt []byte) []byte {
+		b := binary.LittleEndian.AppendUint32([]byte{0}, uint32(id))
+		return append(append(append(b, byte(len(v))), v...), dt...)
+	}
+	t1 := []byte{0x99, 0xb8, 0x3c, 0xb1, 0x2d, 0x01, 0x2c} // 2026-01-...
+	t2 := []byte{0x99, 0xb8, 0x3c, 0xb1, 0x2d, 0x01, 0x2d}
+	events := [][]byte{
+		synthEvent(replication.WRITE_ROWS_EVENTv1, synthRows(false, 3, slices.Concat(row(1, "a", t1), row(2, "a", t1), row(3, "b", t1)))),
+		synthEvent(replication.WRITE_ROWS_EVENTv1, synthRows(false, 3, slices.Concat(row(4, "a", t1), row(5, "a", t2), row(6, "", t2)))),
+		synthEvent(replication.WRITE_ROWS_EVENTv1, synthRows(false, 3, slices.Concat(row(7, "", t2), row(8, "a", t1)))),
+	}
+	hot := newEventParser(mysql.MariaDBFlavor, nil, bound64M, outboxOnly)
+	ref := referenceParser(mysql.MariaDBFlavor, nil, outboxOnly)
+	hotSyncer, refSyncer := newRawSyncer(mysql.MariaDBFlavor), newRawSyncer(mysql.MariaDBFlavor)
+	for _, raw := range [][]byte{fde, tm} {
+		if _, err := hot.parse(hotSyncer.event(t, raw)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ref.parse(refSyncer.event(t, raw)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, raw := range events {
+		if i > 0 { // each rows event ends its statement: its table map again
+			for _, p := range []struct {
+				ep *eventParser
+				s  *rawSyncer
+			}{{hot, hotSyncer}, {ref, refSyncer}} {
+				if _, err := p.ep.parse(p.s.event(t, tm)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		h, herr := hot.parse(hotSyncer.event(t, raw))
+		r, rerr := ref.parse(refSyncer.event(t, raw))
+		if got, want := parsed(h, herr), parsed(r, rerr); got != want || herr != nil {
+			t.Fatalf("rows event %d:\n hot path: %s\n go-mysql: %s", i, got, want)
+		}
 	}
 }
