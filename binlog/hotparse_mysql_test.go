@@ -25,7 +25,7 @@ import (
 // XID events, FULL and MINIMAL row metadata, with and without checksums,
 // 8.0 and 8.4, compressed transactions), transactions of random rows of
 // every column type the outbox uses (BIGINT, INT, VARCHAR, JSON,
-// DATETIME(3)) in a captured and an uncaptured table, single rows and
+// DATETIME(3), LONGTEXT) in a captured and an uncaptured table, single rows and
 // several, with updates and XA: every event decodes through the hot path
 // as through go-mysql's parser, and the reader makes the same Events
 // (RELAY_TEST_ROWDECODE_SEED varies the rows).
@@ -49,7 +49,14 @@ func TestHotPathReadsTheMySQLDoublesBinlogAsGoMySQL(t *testing.T) {
 			}
 			business, err := p.CreateTable("app", "business", []mysqlsource.Column{{Name: "id", Type: mysqlsource.Bigint},
 				{Name: "n", Type: mysqlsource.Int}, {Name: "v", Type: mysqlsource.Varchar64}, {Name: "doc", Type: mysqlsource.JSON},
-				{Name: "at", Type: mysqlsource.Datetime3}}, "")
+				{Name: "at", Type: mysqlsource.Datetime3}, {Name: "body", Type: mysqlsource.Longtext}}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// MariaDB's outbox: its JSON payload is a LONGTEXT.
+			textOutbox, err := p.CreateTable("app", "outbox_text", []mysqlsource.Column{{Name: "id", Type: mysqlsource.Bigint},
+				{Name: "event_id", Type: mysqlsource.Varchar64}, {Name: "payload", Type: mysqlsource.Longtext},
+				{Name: "created_at", Type: mysqlsource.Datetime3}}, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,6 +66,9 @@ func TestHotPathReadsTheMySQLDoublesBinlogAsGoMySQL(t *testing.T) {
 				tx := mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: outbox, Rows: randomDoubleRows(rng, outbox, 1+rng.IntN(3)*rng.IntN(2))}}}
 				if rng.IntN(2) == 0 {
 					tx.Inserts = append([]mysqlsource.Insert{{Table: business, Rows: randomDoubleRows(rng, business, 1)}}, tx.Inserts...)
+				}
+				if rng.IntN(3) == 0 {
+					tx.Inserts = append(tx.Inserts, mysqlsource.Insert{Table: textOutbox, Rows: randomDoubleRows(rng, textOutbox, 1+rng.IntN(3))})
 				}
 				switch rng.IntN(10) {
 				case 0:
@@ -71,8 +81,8 @@ func TestHotPathReadsTheMySQLDoublesBinlogAsGoMySQL(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			tables := []string{"app.outbox"}
-			events := readDouble(t, p, txs+2)
+			tables := []string{"app.outbox", "app.outbox_text"}
+			events := readDouble(t, p, txs+3)
 			newReader := func() *Reader {
 				return NewReader(Config{Tables: tables}, &Server{Flavor: mysql.MySQLFlavor, ColumnNames: opts.RowMetadata != "MINIMAL"},
 					schema.New(tables, nil, nil), nil)
@@ -168,6 +178,8 @@ func randomDoubleRows(rng *rand.Rand, t *mysqlsource.Table, n int) [][]any {
 				row[j] = []int64{0, 1, -1, 1<<31 - 1, -(1 << 31), int64(rng.Int32())}[rng.IntN(6)]
 			case mysqlsource.Varchar64:
 				row[j] = text()
+			case mysqlsource.Longtext:
+				row[j] = strings.Repeat(text(), rng.IntN(40))
 			case mysqlsource.JSON:
 				row[j] = fmt.Sprintf(`{"k":%q,"n":%d,"f":%g,"a":[1,"x",null,true],"o":{"z":%d}}`, text(), rng.Int64(), rng.Float64()*1e6, rng.IntN(100))
 			case mysqlsource.Datetime3:
