@@ -326,8 +326,9 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 		"Each contender writes its own output topic, created and primed with one record per partition before its clock starts, and the relay its own checkpoint topic, created compacted and primed the same way, as a deployment's are after its first start (bench/warm.go: on Apache Kafka the first write into a fresh partition cost 30-330 ms during these runs, paid by any contender at random); readers skip the primed records. The relay still writes its first checkpoint in its time.\n\n", rounds)
 	h.printf("Kafka commits: the relay's Kafka transactions (exactly-once) or checkpoint batches (at-least-once) over the run; each exactly-once transaction costs the broker its markers and transaction-log writes. In commit: the time those commits took from flush to committed, summed (the loop reads on meanwhile but holds the next batch's records).\n\n")
 	h.printf("Raw read: the same binlog read from the same position by a replica in go-mysql's raw mode (bench/raw.go: events neither decoded nor produced, the process ends at the load's last event), the physical limit of reading it on this machine; of raw: the raw read's time over the contender's in the same round (1.00: the contender reads, decodes and publishes as fast as the binlog can be read).\n\n")
+	h.printf("CPU µs per event: the contender's own process CPU time (user and system, start to exit) over the outbox rows (in the one-row shape, per transaction).\n\n")
 	h.printf("Host busy: the share of the machine's CPU time (both cores) that was busy during the run, whatever used it (relay or baseline, broker, MariaDB, the harness's readers): near 100%% the run was bound by CPU, below it by waits.\n\n")
-	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | of raw (min-max) | CPU s | broker CPU s | host busy | peak RSS | first record after | Kafka commits | in commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | of raw (min-max) | CPU s | CPU µs per event | broker CPU s | host busy | peak RSS | first record after | Kafka commits | in commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var detail strings.Builder
 	runs := []string{"baseline", string(config.ExactlyOnce), string(config.AtLeastOnce), "raw"}
 	if h.binB != "" {
@@ -393,8 +394,8 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 			bcpu := median(durations(res[run], func(c catchUp) time.Duration { return c.brokerCPU }))
 			lo, mid, hi := spread(ratios[run])
 			rlo, rmid, rhi := spread(ofRaw[run])
-			row := fmt.Sprintf("| %s | %s | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.2f | %.2f | %s |", shape, run, el.Seconds(), float64(n)/el.Seconds(), mid, lo, hi,
-				rmid, rlo, rhi, cpu.Seconds(), bcpu.Seconds(), busyShare(res[run]))
+			row := fmt.Sprintf("| %s | %s | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.2f | %.1f | %.2f | %s |", shape, run, el.Seconds(), float64(n)/el.Seconds(), mid, lo, hi,
+				rmid, rlo, rhi, cpu.Seconds(), cpu.Seconds()*1e6/float64(n), bcpu.Seconds(), busyShare(res[run]))
 			if run == "baseline" || run == "raw" {
 				h.printf("%s | | | | |\n", row)
 				continue
