@@ -56,6 +56,11 @@ type eventParser struct {
 	// start is the set the stream started after; executed it plus the
 	// GTIDs read, nil until the first.
 	start, executed mysql.GTIDSet
+	// snapshot is a copy of executed, made for the first event that carries
+	// it since executed last changed and handed to the others (MySQL's BEGIN
+	// and XID of one transaction share it): no one writes a GTIDSet an
+	// event carries.
+	snapshot mysql.GTIDSet
 	inflater        *inflater
 }
 
@@ -199,6 +204,7 @@ func (ep *eventParser) track(ev *replication.BinlogEvent) error {
 		if ep.executed == nil {
 			ep.executed = ep.start.Clone()
 		}
+		ep.snapshot = nil
 		return addGTID(ep.executed, e)
 	case *replication.XIDEvent:
 		e.GSet = ep.current()
@@ -212,7 +218,10 @@ func (ep *eventParser) current() mysql.GTIDSet {
 	if ep.executed == nil {
 		return nil
 	}
-	return ep.executed.Clone()
+	if ep.snapshot == nil {
+		ep.snapshot = ep.executed.Clone()
+	}
+	return ep.snapshot
 }
 
 // addGTID adds the GTID of event e to set.
