@@ -172,7 +172,7 @@ func (ep *eventParser) hot(ev *replication.BinlogEvent) (ok bool, err error) {
 		return ep.tableMap(ev, body)
 	default:
 		if rowsEventTypes[h.EventType] {
-			return ep.uncaptured(ev, body), nil
+			return ep.rows(ev, body)
 		}
 		return false, nil
 	}
@@ -218,25 +218,60 @@ func (ep *eventParser) tableMap(ev *replication.BinlogEvent, body []byte) (bool,
 	return true, nil
 }
 
-// uncaptured makes ev an uncapturedRowsEvent when it is a rows event of a
-// table of its statement that is not captured; false leaves it to
-// go-mysql's parser (a captured table's, or one whose table the
-// statement has not mapped: go-mysql's error).
-func (ep *eventParser) uncaptured(ev *replication.BinlogEvent, body []byte) bool {
-	id, ok := ep.tableID(ev.Header.EventType, body)
-	size := ep.tableIDSize(ev.Header.EventType)
+// rows takes a rows event of a table its statement mapped: one of a table
+// not captured becomes an uncapturedRowsEvent, undecoded; one of a
+// captured table is decoded by streamRows into a RowsEvent copied from the
+// parser's template of its type (go-mysql's decode options, as its parser
+// set them: rowsTemplate). False leaves it to go-mysql's parser: a table
+// id its statement did not map (go-mysql's error), or no template yet (the
+// first rows event of its type makes it).
+func (ep *eventParser) rows(ev *replication.BinlogEvent, body []byte) (bool, error) {
+	h := ev.Header
+	id, ok := ep.tableID(h.EventType, body)
+	size := ep.tableIDSize(h.EventType)
 	if !ok || len(body) < size+2 {
-		return false
+		return false, nil
 	}
 	m := ep.maps.stmt[id]
-	if m == nil || m.captured {
-		return false
+	if m == nil {
+		return false, nil
+	}
+	if m.captured {
+		t := ep.templates[h.EventType]
+		if t == nil {
+			return false, nil
+		}
+		e := new(replication.RowsEvent)
+		*e = *t
+		ep.rowsType = h.EventType
+		if err := ep.streamRows(e, body); err != nil {
+			return true, eventError(h, ev.RawData, err)
+		}
+		ev.Event = e
+		return true, nil
 	}
 	flags := binary.LittleEndian.Uint16(body[size:])
 	ep.endOfStatement(flags)
 	ep.hotEvents.uncaptured = uncapturedRowsEvent{TableID: id, Flags: flags}
 	ev.Event = &ep.hotEvents.uncaptured
-	return true
+	return true, nil
+}
+
+// rowsTemplate keeps e, a rows event go-mysql's parser made, as the
+// template of its type t: its decode options (unexported: the event
+// type, the table id's size, whether MariaDB compressed it, the time
+// options), with every field decoded from an event cleared.
+func (ep *eventParser) rowsTemplate(t replication.EventType, e *replication.RowsEvent) {
+	if ep.templates == nil {
+		ep.templates = map[replication.EventType]*replication.RowsEvent{}
+	}
+	if ep.templates[t] != nil {
+		return
+	}
+	c := *e
+	c.Table, c.TableID, c.Flags, c.NdbFormat, c.NdbData, c.PartitionId, c.SourcePartitionId = nil, 0, 0, 0, nil, 0, 0
+	c.ColumnCount, c.ColumnBitmap1, c.ColumnBitmap2, c.Rows, c.SkippedColumns = 0, nil, nil, nil, nil
+	ep.templates[t] = &c
 }
 
 // endOfStatement forgets the statement's table maps after its last rows

@@ -50,6 +50,9 @@ type eventParser struct {
 	maps      *tableMaps
 	rowsType  replication.EventType
 	hotEvents hotEvents
+	// templates: a rows event of each type go-mysql's parser made, its
+	// decoded fields cleared (rowsTemplate).
+	templates map[replication.EventType]*replication.RowsEvent
 	// limit is the bound of a compressed transaction's decompressed bytes
 	// and where it comes from (the packet bound, loginguard.go).
 	limit func() (int64, string)
@@ -61,7 +64,7 @@ type eventParser struct {
 	// and XID of one transaction share it): no one writes a GTIDSet an
 	// event carries.
 	snapshot mysql.GTIDSet
-	inflater        *inflater
+	inflater *inflater
 }
 
 func newEventParser(flavor string, start mysql.GTIDSet, limit func() (int64, string), captured func(schema, table []byte) bool) *eventParser {
@@ -146,6 +149,9 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 	parsed, err := ep.decode(ep.p, ev.RawData)
 	if err != nil {
 		return nil, eventError(h, ev.RawData, err)
+	}
+	if e, ok := parsed.Event.(*replication.RowsEvent); ok && ep.maps != nil {
+		ep.rowsTemplate(h.EventType, e)
 	}
 	parsed.Header = h // as the syncer left it
 	if err := ep.track(parsed); err != nil {
