@@ -72,13 +72,27 @@ type rowsDigest struct {
 	// the stream's parser hands the same TableMapEvent while a table's
 	// table map repeats (hotparse.go). Reset when it grows past a bound.
 	names map[*replication.TableMapEvent]string
+	// lastTM and lastName: the table map named last (a stream of one-row
+	// transactions digests one table).
+	lastTM   *replication.TableMapEvent
+	lastName string
 }
 
 // name is tm's db.table in lower case.
 func (d *rowsDigest) name(tm *replication.TableMapEvent) string {
-	if n, ok := d.names[tm]; ok {
-		return n
+	if tm == d.lastTM {
+		return d.lastName
 	}
+	n, ok := d.names[tm]
+	if !ok {
+		n = d.newName(tm)
+	}
+	d.lastTM, d.lastName = tm, n
+	return n
+}
+
+// newName is name of a table map not met before.
+func (d *rowsDigest) newName(tm *replication.TableMapEvent) string {
 	// In lower case: a replica whose lower_case_table_names differs may log
 	// the names in another case.
 	n := strings.ToLower(string(tm.Schema) + "." + string(tm.Table))

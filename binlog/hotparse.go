@@ -100,12 +100,69 @@ type tableMaps struct {
 	// known: the last table map of each table id.
 	known map[uint64]*mappedTable
 	// stmt: the table maps of the statement being read, by the table id a
-	// rows event names (go-mysql's BinlogParser.tables).
-	stmt map[uint64]*mappedTable
+	// rows event names (go-mysql's BinlogParser.tables); a statement maps
+	// a table or two, looked up in a slice; past stmtScan of them, in
+	// stmtMap.
+	stmt    []stmtTable
+	stmtMap map[uint64]*mappedTable
+}
+
+// stmtScan is how many table maps of a statement are looked up one by one.
+const stmtScan = 8
+
+// stmtTable is a table map of the statement being read.
+type stmtTable struct {
+	id uint64
+	m  *mappedTable
 }
 
 func newTableMaps() *tableMaps {
-	return &tableMaps{known: map[uint64]*mappedTable{}, stmt: map[uint64]*mappedTable{}}
+	return &tableMaps{known: map[uint64]*mappedTable{}}
+}
+
+// mapped notes m as the statement's table map of table id id.
+func (t *tableMaps) mapped(id uint64, m *mappedTable) {
+	if t.stmtMap != nil {
+		t.stmtMap[id] = m
+		return
+	}
+	for i := range t.stmt {
+		if t.stmt[i].id == id {
+			t.stmt[i].m = m
+			return
+		}
+	}
+	if len(t.stmt) < stmtScan {
+		t.stmt = append(t.stmt, stmtTable{id, m})
+		return
+	}
+	t.stmtMap = make(map[uint64]*mappedTable, 2*stmtScan)
+	for _, st := range t.stmt {
+		t.stmtMap[st.id] = st.m
+	}
+	t.stmtMap[id] = m
+}
+
+// of is the statement's table map of table id id; nil when it has none.
+func (t *tableMaps) of(id uint64) *mappedTable {
+	if t.stmtMap != nil {
+		return t.stmtMap[id]
+	}
+	for i := range t.stmt {
+		if t.stmt[i].id == id {
+			return t.stmt[i].m
+		}
+	}
+	return nil
+}
+
+// none reports whether the statement has mapped no table.
+func (t *tableMaps) none() bool { return len(t.stmt) == 0 }
+
+// endStatement forgets the statement's table maps.
+func (t *tableMaps) endStatement() {
+	clear(t.stmt)
+	t.stmt, t.stmtMap = t.stmt[:0], nil
 }
 
 // uncapturedRowsEvent stands for a rows event of a table the reader does
@@ -194,7 +251,7 @@ func (ep *eventParser) tableMap(ev *replication.BinlogEvent, body []byte) (bool,
 		return false, nil // go-mysql refuses it
 	}
 	if m := ep.maps.known[id]; m != nil && bytes.Equal(m.body, body) {
-		ep.maps.stmt[id] = m
+		ep.maps.mapped(id, m)
 		ev.Event = m.tm
 		return true, nil
 	}
@@ -207,7 +264,7 @@ func (ep *eventParser) tableMap(ev *replication.BinlogEvent, body []byte) (bool,
 		return true, eventError(ev.Header, ev.RawData, fmt.Errorf("a table map decoded as %T", parsed.Event))
 	}
 	m := &mappedTable{body: bytes.Clone(body), tm: tm, captured: ep.captured(tm.Schema, tm.Table)}
-	ep.maps.stmt[tm.TableID] = m
+	ep.maps.mapped(tm.TableID, m)
 	if tm.TableID == id {
 		if len(ep.maps.known) >= maxMappedTables {
 			clear(ep.maps.known)
@@ -232,7 +289,7 @@ func (ep *eventParser) rows(ev *replication.BinlogEvent, body []byte) (bool, err
 	if !ok || len(body) < size+2 {
 		return false, nil
 	}
-	m := ep.maps.stmt[id]
+	m := ep.maps.of(id)
 	if m == nil {
 		return false, nil
 	}
@@ -278,7 +335,7 @@ func (ep *eventParser) rowsTemplate(t replication.EventType, e *replication.Rows
 // event, as go-mysql's parser does.
 func (ep *eventParser) endOfStatement(flags uint16) {
 	if flags&replication.RowsEventStmtEndFlag != 0 {
-		clear(ep.maps.stmt)
+		ep.maps.endStatement()
 	}
 }
 
@@ -378,9 +435,9 @@ func (ep *eventParser) rowsHeader(e *replication.RowsEvent, t replication.EventT
 		e.ColumnBitmap2 = data[pos : pos+int(width)]
 		pos += int(width)
 	}
-	m := ep.maps.stmt[e.TableID]
+	m := ep.maps.of(e.TableID)
 	if m == nil {
-		if len(ep.maps.stmt) > 0 {
+		if !ep.maps.none() {
 			return nil, 0, fmt.Errorf("invalid table id %d, no corresponding table map event", e.TableID)
 		}
 		return nil, 0, fmt.Errorf("table id %d: invalid table id, no corresponding table map event", e.TableID)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -447,5 +448,60 @@ func TestHotPathRepeatedValuesDecodeAlike(t *testing.T) {
 		if got, want := parsed(h, herr), parsed(r, rerr); got != want || herr != nil {
 			t.Fatalf("rows event %d:\n hot path: %s\n go-mysql: %s", i, got, want)
 		}
+	}
+}
+
+// TestHotPathStatementOfManyTables: a statement that maps more tables than
+// the hot path looks up one by one (stmtScan), rows events of several of
+// them, one of the captured table among them, then a rows event of an id
+// the next statement did not map: as go-mysql's parser decodes and refuses
+// them.
+func TestHotPathStatementOfManyTables(t *testing.T) {
+	fde := synthFDE(t)
+	cols := []synthCol{{mysql.MYSQL_TYPE_LONG, nil}}
+	tableMap := func(id byte, table string) []byte {
+		b := []byte{id, 0, 0, 0, 0, 0, 1, 0}
+		b = append(b, 3, 'a', 'p', 'p', 0, byte(len(table)))
+		b = append(append(b, table...), 0)
+		tm := synthTableMap(cols, nil)
+		return synthEvent(replication.TABLE_MAP_EVENT, append(b, tm[8+5+8:]...))
+	}
+	rows := func(id byte, end bool) []byte {
+		b := synthRows(false, 1, []byte{0, id, 0, 0, 0})
+		b[0], b[6] = id, 0
+		if end {
+			b[6] = 1
+		}
+		return synthEvent(replication.WRITE_ROWS_EVENTv1, b)
+	}
+	var stream [][]byte
+	for id := byte(100); id < 100+3*stmtScan; id++ {
+		name := "other" + strconv.Itoa(int(id))
+		if id == 100+2*stmtScan {
+			name = "outbox"
+		}
+		stream = append(stream, tableMap(id, name))
+	}
+	stream = append(stream, rows(101, false), rows(100+2*stmtScan, false), rows(100+3*stmtScan-1, true), rows(100+2*stmtScan, true))
+	hot := newEventParser(mysql.MariaDBFlavor, nil, bound64M, outboxOnly)
+	ref := referenceParser(mysql.MariaDBFlavor, nil, outboxOnly)
+	hotSyncer, refSyncer := newRawSyncer(mysql.MariaDBFlavor), newRawSyncer(mysql.MariaDBFlavor)
+	decoded := 0
+	for i, raw := range append([][]byte{fde}, stream...) {
+		h, herr := hot.parse(hotSyncer.event(t, raw))
+		r, rerr := ref.parse(refSyncer.event(t, raw))
+		got, want := parsed(h, herr), parsed(r, rerr)
+		if got != want {
+			t.Fatalf("event %d:\n hot path: %s\n go-mysql: %s", i, got, want)
+		}
+		if strings.HasPrefix(got, "rows of app.outbox") {
+			decoded++
+		}
+		if i == len(stream) && herr == nil {
+			t.Fatal("a rows event of a table the statement did not map was decoded")
+		}
+	}
+	if decoded != 1 {
+		t.Fatalf("%d rows events of the captured table decoded, want 1", decoded)
 	}
 }
