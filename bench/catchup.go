@@ -94,6 +94,11 @@ type catchUp struct {
 // relayCommand writes cfg to a file and returns the relay's `run` on it,
 // not yet started.
 func (h *harness) relayCommand(cfg config.Config, args ...string) (*exec.Cmd, error) {
+	return h.relayCommandOf(h.bin, cfg, args...)
+}
+
+// relayCommandOf is relayCommand of the relay binary bin.
+func (h *harness) relayCommandOf(bin string, cfg config.Config, args ...string) (*exec.Cmd, error) {
 	raw, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("encode relay config: %w", err)
@@ -102,7 +107,7 @@ func (h *harness) relayCommand(cfg config.Config, args ...string) (*exec.Cmd, er
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(h.bin, append([]string{"run", "--config", path}, args...)...)
+	cmd := exec.Command(bin, append([]string{"run", "--config", path}, args...)...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
@@ -112,6 +117,11 @@ func (h *harness) relayCommand(cfg config.Config, args ...string) (*exec.Cmd, er
 // counts n events; it records peak RSS and the time to the first record a
 // read_committed consumer sees.
 func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile string, tune ...func(*config.Config)) (catchUp, error) {
+	return h.relayCatchUpOf(h.bin, db, from, n, delivery, cpuProfile, tune...)
+}
+
+// relayCatchUpOf is relayCatchUp of the relay binary bin.
+func (h *harness) relayCatchUpOf(bin, db, from string, n int, delivery, cpuProfile string, tune ...func(*config.Config)) (catchUp, error) {
 	cfg := h.relayConfig("bench", db, from)
 	cfg.Kafka.Delivery = config.Delivery(delivery)
 	for _, f := range tune {
@@ -129,7 +139,7 @@ func (h *harness) relayCatchUp(db, from string, n int, delivery, cpuProfile stri
 		return catchUp{}, err
 	}
 	cfg.HTTP.Listen = fmt.Sprintf("127.0.0.1:%d", port) // for its commit count
-	cmd, err := h.relayCommand(cfg, args...)
+	cmd, err := h.relayCommandOf(bin, cfg, args...)
 	if err != nil {
 		return catchUp{}, err
 	}
@@ -315,19 +325,30 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 		"A run's time is from starting the process to the baseline's last acknowledgement, or to a read_committed reader of the checkpoint topic receiving the relay's checkpoint that covers every row (its Kafka transaction committed; on Apache Kafka that reader waits up to 500 ms per fetch and is answered at the commit, on kfake it asks every 10 ms). "+
 		"Each contender writes its own output topic, created and primed with one record per partition before its clock starts, and the relay its own checkpoint topic, created compacted and primed the same way, as a deployment's are after its first start (bench/warm.go: on Apache Kafka the first write into a fresh partition cost 30-330 ms during these runs, paid by any contender at random); readers skip the primed records. The relay still writes its first checkpoint in its time.\n\n", rounds)
 	h.printf("Kafka commits: the relay's Kafka transactions (exactly-once) or checkpoint batches (at-least-once) over the run; each exactly-once transaction costs the broker its markers and transaction-log writes. In commit: the time those commits took from flush to committed, summed (the loop reads on meanwhile but holds the next batch's records).\n\n")
+	h.printf("Raw read: the same binlog read from the same position by a replica in go-mysql's raw mode (bench/raw.go: events neither decoded nor produced, the process ends at the load's last event), the physical limit of reading it on this machine; of raw: the raw read's time over the contender's in the same round (1.00: the contender reads, decodes and publishes as fast as the binlog can be read).\n\n")
+	h.printf("CPU µs per event: the contender's own process CPU time (user and system, start to exit) over the outbox rows (in the one-row shape, per transaction).\n\n")
 	h.printf("Host busy: the share of the machine's CPU time (both cores) that was busy during the run, whatever used it (relay or baseline, broker, MariaDB, the harness's readers): near 100%% the run was bound by CPU, below it by waits.\n\n")
-	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | CPU s | broker CPU s | host busy | peak RSS | first record after | Kafka commits | in commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	h.printf("| shape | run | seconds | events/s | vs baseline (min-max) | of raw (min-max) | CPU s | CPU µs per event | broker CPU s | host busy | peak RSS | first record after | Kafka commits | in commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var detail strings.Builder
-	runs := []string{"baseline", string(config.ExactlyOnce), string(config.AtLeastOnce)}
+	runs := []string{"baseline", string(config.ExactlyOnce), string(config.AtLeastOnce), "raw"}
+	if h.binB != "" {
+		runs = append(runs, relayB)
+	}
 	for _, shape := range shapes {
 		db, from := loads[shape][0], loads[shape][1]
 		res := map[string][]catchUp{}
 		ratios := map[string][]float64{}
+		ofRaw := map[string][]float64{}
 		for _, run := range runs { // warm-up, not counted
 			var err error
-			if run == "baseline" {
+			switch run {
+			case "baseline":
 				_, err = h.baseline(self, db, from, n)
-			} else {
+			case "raw":
+				_, err = h.raw(self, db, from)
+			case relayB:
+				_, err = h.relayCatchUpOf(h.binB, db, from, n, string(config.ExactlyOnce), "")
+			default:
 				_, err = h.relayCatchUp(db, from, n, run, "")
 			}
 			if err != nil {
@@ -342,6 +363,10 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 				switch {
 				case run == "baseline":
 					c, err = h.baseline(self, db, from, n)
+				case run == "raw":
+					c, err = h.raw(self, db, from)
+				case run == relayB:
+					c, err = h.relayCatchUpOf(h.binB, db, from, n, string(config.ExactlyOnce), "")
 				case shape == shapes[0] && run == string(config.ExactlyOnce) && r == 0:
 					c, err = h.relayCatchUp(db, from, n, run, profile)
 				default:
@@ -358,6 +383,7 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 				res[run] = append(res[run], c)
 				ratio := round["baseline"].elapsed.Seconds() / c.elapsed.Seconds()
 				ratios[run] = append(ratios[run], ratio)
+				ofRaw[run] = append(ofRaw[run], round["raw"].elapsed.Seconds()/c.elapsed.Seconds())
 				fmt.Fprintf(&detail, " %.2f s (%.2f) |", c.elapsed.Seconds(), ratio)
 			}
 			detail.WriteString("\n")
@@ -367,9 +393,10 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 			cpu := median(durations(res[run], func(c catchUp) time.Duration { return c.cpu }))
 			bcpu := median(durations(res[run], func(c catchUp) time.Duration { return c.brokerCPU }))
 			lo, mid, hi := spread(ratios[run])
-			row := fmt.Sprintf("| %s | %s | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f | %.2f | %s |", shape, run, el.Seconds(), float64(n)/el.Seconds(), mid, lo, hi,
-				cpu.Seconds(), bcpu.Seconds(), busyShare(res[run]))
-			if run == "baseline" {
+			rlo, rmid, rhi := spread(ofRaw[run])
+			row := fmt.Sprintf("| %s | %s | %.2f | %.0f | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.2f | %.1f | %.2f | %s |", shape, run, el.Seconds(), float64(n)/el.Seconds(), mid, lo, hi,
+				rmid, rlo, rhi, cpu.Seconds(), cpu.Seconds()*1e6/float64(n), bcpu.Seconds(), busyShare(res[run]))
+			if run == "baseline" || run == "raw" {
 				h.printf("%s | | | | |\n", row)
 				continue
 			}
@@ -384,9 +411,17 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 		}
 	}
 	h.printf("\nSeconds per round (ratio to that round's baseline); peak RSS is the largest of the rounds:\n\n")
-	h.printf("| shape | round | baseline | exactly-once | at-least-once |\n|---|---|---|---|---|\n%s", detail.String())
+	if h.binB != "" {
+		h.printf("| shape | round | baseline | exactly-once | at-least-once | raw read | %s |\n|---|---|---|---|---|---|---|\n%s", relayB, detail.String())
+		return nil
+	}
+	h.printf("| shape | round | baseline | exactly-once | at-least-once | raw read |\n|---|---|---|---|---|---|\n%s", detail.String())
 	return nil
 }
+
+// relayB names the runs of -relay-bin-b (exactly-once) in the catch-up
+// tables.
+const relayB = "exactly-once (-relay-bin-b)"
 
 // busyShare is the median share of the host's CPU busy over cs's runs, as
 // a percentage; "" when unknown.

@@ -382,21 +382,14 @@ type binlogPos struct {
 // recordBinlog notes the server's binlog position for db (taken with its
 // GTID start position, before db's rows are written).
 func (h *harness) recordBinlog(db string) error {
-	rows, err := h.db.Query("SHOW MASTER STATUS")
+	pos, err := h.binlogEnd()
 	if err != nil {
-		return fmt.Errorf("read binlog position: %w", err)
-	}
-	if len(rows) == 0 || len(rows[0]) < 2 {
-		return fmt.Errorf("read binlog position: binary logging is off")
-	}
-	pos, err := strconv.ParseUint(rows[0][1], 10, 32)
-	if err != nil {
-		return fmt.Errorf("read binlog position: %q: %w", rows[0][1], err)
+		return err
 	}
 	if h.binlog == nil {
 		h.binlog = map[string]binlogPos{}
 	}
-	h.binlog[db] = binlogPos{rows[0][0], uint32(pos)}
+	h.binlog[db] = pos
 	return nil
 }
 

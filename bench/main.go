@@ -50,6 +50,7 @@ import (
 var subcommands = map[string]func([]string) error{
 	"baseline":   baselineMain,
 	"brokercost": brokerCostMain,
+	"raw":        rawMain,
 	"txn":        txnProbeMain,
 }
 
@@ -82,11 +83,13 @@ func main() {
 	latencyProfiles := flag.String("latency-profiles", "", "write the relay's CPU profile of each latency run into this directory (DELIVERY-RATE-PERTX.pprof)")
 	auditN := flag.Int("audit-n", 1_000_000, "outbox rows the audit section (-sections audit, not in the default) publishes and then audits")
 	relayBin := flag.String("relay-bin", "", "measure this relay binary instead of building ./cmd/outbox-relay (to compare two builds)")
+	relayBinB := flag.String("relay-bin-b", "", "a second relay binary whose exactly-once catch-up runs as one more contender of each round (an A/B of two builds in the same rounds)")
 	flag.Parse()
 	o := options{relayBin: *relayBin, n: *n, bigTx: *bigTx, latencySeconds: *latencySeconds, rounds: *rounds, out: *out,
 		brokers: strings.Split(*brokers, ","), kafkaAddr: *kafkaAddr, sections: map[string]bool{}, args: strings.Join(os.Args[1:], " "),
 		debeziumShapes: strings.Split(*dbzShapes, ","), shapes: strings.Split(*shapes, ",")}
 	o.linger = *linger
+	o.relayBinB = *relayBinB
 	o.auditN = *auditN
 	o.lanes = *lanes
 	o.latencyProfiles = *latencyProfiles

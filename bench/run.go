@@ -26,6 +26,7 @@ import (
 type harness struct {
 	dir       string
 	bin       string
+	binB      string // -relay-bin-b: a second relay binary, exactly-once, as one more contender of the catch-up rounds
 	db        *devdb.Server
 	broker    string
 	kafka     *exec.Cmd
@@ -42,6 +43,7 @@ type harness struct {
 	seq       int
 	runID     string                 // in every topic and relay name: runs can share a broker
 	binlog    map[string]binlogPos   // database -> binlog position before its rows (debezium.go)
+	loadEnd   map[string]binlogPos   // database -> binlog position after its rows (raw.go)
 	tune      []func(*config.Config) // applied to every relay configuration (flags such as -linger)
 	// latencyProfiles: a directory where each latency run's relay writes
 	// its CPU profile (-latency-profiles); "" for none.
@@ -63,6 +65,7 @@ type options struct {
 	out                              string
 	args                             string        // the command line, for the report
 	relayBin                         string        // a relay binary to measure instead of building ./cmd/outbox-relay
+	relayBinB                        string        // a second relay binary, exactly-once, one more catch-up contender
 	debeziumShapes                   []string      // shapes the debezium section measures
 	shapes                           []string      // shapes the catchup and batch sections measure
 	batchRecords                     []int         // kafka.batch.max_records values the batch section compares
@@ -90,6 +93,11 @@ func run(o options) error {
 	}
 	if o.linger >= 0 {
 		h.tune = append(h.tune, func(c *config.Config) { c.Kafka.Linger = o.linger })
+	}
+	if o.relayBinB != "" {
+		if h.binB, err = filepath.Abs(o.relayBinB); err != nil {
+			return err
+		}
 	}
 	if o.relayBin != "" {
 		if h.bin, err = filepath.Abs(o.relayBin); err != nil {
@@ -401,6 +409,14 @@ func (h *harness) load(shape string, n int) (string, string, error) {
 		})
 	}
 	fmt.Fprintf(os.Stderr, "loaded %d rows (%s) in %s\n", n, shape, time.Since(began).Round(time.Millisecond))
+	if err != nil {
+		return db, from, err
+	}
+	end, err := h.binlogEnd()
+	if h.loadEnd == nil {
+		h.loadEnd = map[string]binlogPos{}
+	}
+	h.loadEnd[db] = end
 	return db, from, err
 }
 

@@ -2,120 +2,104 @@ package binlog
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// The replication connection: how much go-mysql reads ahead of the reader,
-// and how silence is noticed.
+// The replication connection: where the reader hands its events on, and
+// how silence is noticed.
 //
-// go-mysql reads and decodes events into a buffer of eventCacheCount events
-// whatever their size: with one-row transactions a few hundred KB, with
-// large rows or large events many MB of decoded rows, which the garbage
-// collector marks again and again under the relay's soft memory limit (a
-// quarter of the relay's CPU in bulk catch-up went to the GC, its live heap
-// at 55-60 MB). So the replication connection's reads wait once readAheadBytes
-// were read while the reader was busy with what it took before (converting
-// it, or waiting for the loop to take it). They never wait while the reader
-// waits for an event: an event larger than the bound, or one cut across
-// reads, is always read whole, so the bound cannot stall the stream.
+// The reader converts each event on go-mysql's reading goroutine (go-mysql's
+// SynchronousEventHandler, reader.go) into the batch it is filling: no
+// channel send, select and hand-off between goroutines per event (a tenth
+// of the relay's CPU in one-row catch-up). A batch goes to the loop before
+// the connection's next read of the socket, which is when go-mysql has
+// handed on everything it had read (one batch per burst the server sent,
+// one event when the stream is idle), or once it holds about batchBytes of
+// binlog. While the loop has not taken it, that read waits: nothing more is
+// read off the connection, so what the reader holds is one batch and
+// go-mysql's buffer (64 KB), besides the loop's channel. A read waits for
+// nothing else: an event larger than batchBytes, or one cut across reads,
+// is read whole, so the stream cannot stall on its own bound.
+//
+// (Before, go-mysql queued up to 512 events ahead of a reader on another
+// goroutine, whatever their size, and a read-ahead bound of 1 MB held its
+// reads while the reader was busy: decoded rows waiting in a queue cost the
+// garbage collector a quarter of the relay's CPU in bulk catch-up.)
 
-// readAheadBytes bounds the binlog bytes read off the connection while the
-// reader is busy: about one reader batch.
-const readAheadBytes = batchBytes
-
-// readAhead holds the replication connection's reads (see above).
-type readAhead struct {
-	limit int64
+// readGate is the replication connection's reads (see above).
+type readGate struct {
 	total atomic.Int64 // every byte read
-
-	mu      sync.Mutex
-	read    int64         // bytes read since the reader last went for events
-	idle    bool          // the reader waits for go-mysql's next event
-	open    bool          // released for good (the connection closed, Run ended)
-	holding bool          // a read waits
-	wake    chan struct{} // closed when a waiting read may go on
+	// before hands the reader's batch on, before a read of the socket;
+	// nil: reads go on at once.
+	before  func() error
+	holding atomic.Bool // a read waits for the loop to take a batch
+	closed  chan struct{}
+	once    sync.Once
 }
 
-func newReadAhead(limit int64) *readAhead {
-	return &readAhead{limit: limit, idle: true, wake: make(chan struct{})}
-}
+func newReadGate() *readGate { return &readGate{closed: make(chan struct{})} }
 
-// hold waits while the bound is reached and the reader is busy.
-func (g *readAhead) hold() {
-	g.mu.Lock()
-	for !g.open && !g.idle && g.read >= g.limit {
-		w := g.wake
-		g.holding = true
-		g.mu.Unlock()
-		<-w
-		g.mu.Lock()
+// hold runs before each read of the socket: the reader's batch is handed on
+// first. An error fails the read (the stream ends with it).
+func (g *readGate) hold() error {
+	if g.before == nil {
+		return nil
 	}
-	g.holding = false
-	g.mu.Unlock()
+	return g.before()
 }
 
 // got counts n bytes read.
-func (g *readAhead) got(n int) {
-	if n <= 0 {
-		return
+func (g *readGate) got(n int) {
+	if n > 0 {
+		g.total.Add(int64(n))
 	}
-	g.total.Add(int64(n))
-	g.mu.Lock()
-	g.read += int64(n)
-	g.mu.Unlock()
 }
 
-// waiting tells that the reader is about to wait for go-mysql's events (on:
-// reads go on, and the count starts again) or has taken them (off).
-func (g *readAhead) waiting(on bool) {
-	g.mu.Lock()
-	g.idle = on
-	if on {
-		g.read = 0
-		g.wakeLocked()
+// handOn sends batch to out, waiting (held) while the loop has not taken
+// it, until ctx or the gate ends.
+func (g *readGate) handOn(ctx context.Context, out chan<- []Event, batch []Event) error {
+	select {
+	case out <- batch:
+		return nil
+	default:
 	}
-	g.mu.Unlock()
-}
-
-// release lets every read go on from now on.
-func (g *readAhead) release() {
-	g.mu.Lock()
-	g.open = true
-	g.wakeLocked()
-	g.mu.Unlock()
-}
-
-// held reports whether a read waits on the bound.
-func (g *readAhead) held() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.holding
-}
-
-// wakeLocked lets a waiting read go on; without one there is nothing to
-// wake (waiting runs once per burst of events: no channel made for nothing).
-func (g *readAhead) wakeLocked() {
-	if !g.holding {
-		return
+	g.holding.Store(true)
+	defer g.holding.Store(false)
+	select {
+	case out <- batch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.closed:
+		return errGateClosed
 	}
-	close(g.wake)
-	g.wake = make(chan struct{})
 }
+
+// errGateClosed fails a read that waited for the loop when the connection
+// closed or Run ended.
+var errGateClosed = errors.New("the replication connection closed while its reader waited for the relay loop")
+
+// release ends every wait for good (the connection closed, Run ended).
+func (g *readGate) release() { g.once.Do(func() { close(g.closed) }) }
+
+// held reports whether a read waits for the loop.
+func (g *readGate) held() bool { return g.holding.Load() }
 
 // watchdog closes the replication connection when nothing, not even the
 // server's heartbeat, arrives for a while. It counts reads on the socket, so
 // the hot path pays one atomic add per read instead of a deadline syscall.
 // The first connection dialed (the replication connection; go-mysql dials
-// another only to KILL it when closing) reads through ahead.
+// another only to KILL it when closing) reads through gate.
 type watchdog struct {
 	reads  atomic.Uint64
 	inRead atomic.Int32 // reads waiting on the socket
 	conn   atomic.Pointer[net.Conn]
 	fired  atomic.Bool
-	ahead  *readAhead
+	gate   *readGate
 	dialed atomic.Bool // the first connection was dialed
 	// base dials the socket: syncerDialer (deadline.go) in the reader,
 	// whose KILL connection it bounds; a plain dialer when nil.
@@ -133,17 +117,17 @@ func (w *watchdog) dial(ctx context.Context, network, addr string) (net.Conn, er
 		return nil, err
 	}
 	var nc net.Conn = countingConn{Conn: c, reads: &w.reads, inRead: &w.inRead}
-	if first := w.dialed.CompareAndSwap(false, true); first && w.ahead != nil {
-		nc = gatedConn{Conn: c, reads: &w.reads, ahead: w.ahead, inRead: &w.inRead}
+	if first := w.dialed.CompareAndSwap(false, true); first && w.gate != nil {
+		nc = gatedConn{Conn: c, reads: &w.reads, gate: w.gate, inRead: &w.inRead}
 	}
 	w.conn.Store(&nc)
 	return nc, nil
 }
 
 // start checks every silence/3 and closes the connection after silence
-// without a read. Only a read waiting on the socket counts: go-mysql not
-// reading (its buffer full, or a read held by the read-ahead bound) is the
-// relay being busy, not the server being silent. The returned func stops it
+// without a read. Only a read waiting on the socket counts: a read held
+// while the loop has not taken the reader's batch (readGate) is the relay
+// being busy, not the server being silent. The returned func stops it
 // and waits for it to return.
 func (w *watchdog) start(silence time.Duration) func() {
 	stop := make(chan struct{})
@@ -191,29 +175,32 @@ func (c countingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// gatedConn is the replication connection: counted, and bounded by ahead.
+// gatedConn is the replication connection: counted, each read of the
+// socket after gate's hand-off.
 type gatedConn struct {
 	net.Conn
 	reads  *atomic.Uint64
-	ahead  *readAhead
+	gate   *readGate
 	inRead *atomic.Int32
 }
 
 func (c gatedConn) Read(p []byte) (int, error) {
-	c.ahead.hold()
+	if err := c.gate.hold(); err != nil {
+		return 0, err
+	}
 	if c.inRead != nil {
 		c.inRead.Add(1)
 		defer c.inRead.Add(-1)
 	}
 	n, err := c.Conn.Read(p)
 	c.reads.Add(1)
-	c.ahead.got(n)
+	c.gate.got(n)
 	return n, err
 }
 
-// Close releases the reads for good: a read waiting on the bound returns
-// the closed connection's error.
+// Close releases the gate for good: a read waiting for the loop returns
+// errGateClosed.
 func (c gatedConn) Close() error {
-	c.ahead.release()
+	c.gate.release()
 	return c.Conn.Close()
 }

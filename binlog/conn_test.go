@@ -1,6 +1,8 @@
 package binlog
 
 import (
+	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -19,90 +21,94 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// returns reports whether f returns within d, running it in a goroutine.
-func returns(f func(), d time.Duration) (bool, chan struct{}) {
-	done := make(chan struct{})
-	go func() { f(); close(done) }()
-	select {
-	case <-done:
-		return true, done
-	case <-time.After(d):
-		return false, done
+// A read of the replication connection first hands the reader's batch on:
+// it waits (held) while the loop has not taken it, and goes on once it
+// has; an empty hand-off, or one the loop takes at once, holds nothing;
+// the gate's end, or ctx's, fails a waiting read without reading.
+func TestReadGateReadWaitsWhileTheLoopHasNotTakenTheBatch(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	gate := newReadGate()
+	out := make(chan []Event)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pending := []Event{{Kind: KindCommit}}
+	gate.before = func() error {
+		if pending == nil {
+			return nil
+		}
+		err := gate.handOn(ctx, out, pending)
+		pending = nil
+		return err
+	}
+	var reads atomic.Uint64
+	c := gatedConn{Conn: client, reads: &reads, gate: gate}
+	read := func() chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Read(make([]byte, 16))
+			done <- err
+		}()
+		return done
+	}
+	done := read()
+	waitFor(t, "the read to be held", gate.held)
+	if reads.Load() != 0 {
+		t.Fatal("the socket was read before the batch was taken")
+	}
+	if got := <-out; len(got) != 1 {
+		t.Fatalf("the loop took %d events", len(got))
+	}
+	waitFor(t, "the read to go on", func() bool { return !gate.held() })
+	if _, err := server.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if gate.total.Load() != 3 || reads.Load() != 1 {
+		t.Fatalf("%d bytes in %d reads counted", gate.total.Load(), reads.Load())
+	}
+	// Nothing pending: the read goes straight to the socket.
+	done = read()
+	if _, err := server.Write([]byte("d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// A batch the loop does not take: ctx's end fails the read.
+	pending = []Event{{Kind: KindCommit}}
+	done = read()
+	waitFor(t, "the read to be held", gate.held)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a held read ended with %v when the reader's context ended", err)
+	}
+	if gate.total.Load() != 4 {
+		t.Fatalf("%d bytes counted", gate.total.Load())
 	}
 }
 
-func TestReadAheadHoldsOnlyWhileTheReaderIsBusy(t *testing.T) {
-	g := newReadAhead(100)
-	g.got(1000)
-	if ok, _ := returns(g.hold, time.Second); !ok {
-		t.Fatal("a read waits before the reader took anything (go-mysql's handshake, the first event)")
-	}
-	g.waiting(true)  // the reader goes for events,
-	g.waiting(false) // and is busy with them
-	if ok, _ := returns(g.hold, time.Second); !ok {
-		t.Fatal("the count did not start again when the reader went for events")
-	}
-	g.got(99)
-	if ok, _ := returns(g.hold, time.Second); !ok {
-		t.Fatal("a read waits below the bound")
-	}
-	g.got(1)
-	ok, done := returns(g.hold, 20*time.Millisecond)
-	if ok {
-		t.Fatal("a read goes on with the bound reached while the reader is busy")
-	}
-	waitFor(t, "the read to be held", g.held)
-	g.waiting(true) // the reader waits for the next event
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the held read does not go on once the reader waits for events")
-	}
-	if g.held() {
-		t.Fatal("held after the read went on")
-	}
-	// An event larger than the bound: read whole while the reader waits.
-	g.got(500)
-	if ok, _ := returns(g.hold, time.Second); !ok {
-		t.Fatal("a read waits while the reader waits for an event")
-	}
-	g.waiting(false) // the big event is taken
-	g.got(100)
-	_, done = returns(g.hold, 0)
-	waitFor(t, "the read to be held", g.held)
-	g.release()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("release does not let a held read go on")
-	}
-	g.got(1000)
-	if ok, _ := returns(g.hold, time.Second); !ok {
-		t.Fatal("a read waits after release")
-	}
-	if got := g.total.Load(); got != 1000+99+1+500+100+1000 {
-		t.Fatalf("total %d bytes", got)
-	}
-}
-
-// A connection that goes quiet because the relay is busy (a read held by
-// the bound) is not a silent server; once the read goes on and the server
-// stays silent, the watchdog closes it.
+// A connection that goes quiet because the relay is busy (a read held
+// while the loop has not taken the reader's batch) is not a silent server;
+// once the read goes on and the server stays silent, the watchdog closes
+// it.
 func TestWatchdogAndHeldReads(t *testing.T) {
 	client, server := net.Pipe()
 	defer server.Close()
-	ahead := newReadAhead(10)
-	w := &watchdog{ahead: ahead}
-	var nc net.Conn = gatedConn{Conn: client, reads: &w.reads, ahead: ahead, inRead: &w.inRead}
+	gate := newReadGate()
+	out := make(chan []Event)
+	gate.before = func() error { return gate.handOn(t.Context(), out, []Event{{Kind: KindCommit}}) }
+	w := &watchdog{gate: gate}
+	var nc net.Conn = gatedConn{Conn: client, reads: &w.reads, gate: gate, inRead: &w.inRead}
 	w.conn.Store(&nc)
-	ahead.waiting(false)
-	ahead.got(10)
 	readErr := make(chan error, 1)
 	go func() {
 		_, err := nc.Read(make([]byte, 16))
 		readErr <- err
 	}()
-	waitFor(t, "the read to be held", ahead.held)
+	waitFor(t, "the read to be held", gate.held)
 	const silence = 30 * time.Millisecond
 	stop := w.start(silence)
 	defer stop()
@@ -110,11 +116,11 @@ func TestWatchdogAndHeldReads(t *testing.T) {
 	deadline := time.Now().Add(10 * silence)
 	for time.Now().Before(deadline) {
 		if w.fired.Load() {
-			t.Fatal("the watchdog closed a connection whose read the relay held")
+			t.Fatal("the watchdog closed a connection whose read waited for the relay")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	ahead.waiting(true) // the read goes on into a silent connection
+	<-out // the loop takes the batch: the read goes on into a silent connection
 	waitFor(t, "the watchdog to fire", w.fired.Load)
 	select {
 	case err := <-readErr:
@@ -126,38 +132,40 @@ func TestWatchdogAndHeldReads(t *testing.T) {
 	}
 }
 
-// Closing the connection (go-mysql's Close, the watchdog) ends a read the
-// bound holds.
+// Closing the connection (go-mysql's Close, the watchdog) ends a read that
+// waits for the loop.
 func TestGatedConnCloseEndsAHeldRead(t *testing.T) {
 	client, server := net.Pipe()
 	defer server.Close()
 	var reads atomic.Uint64
-	ahead := newReadAhead(1)
-	c := gatedConn{Conn: client, reads: &reads, ahead: ahead}
-	ahead.waiting(false)
-	ahead.got(1)
+	gate := newReadGate()
+	gate.before = func() error { return gate.handOn(t.Context(), make(chan []Event), []Event{{Kind: KindCommit}}) }
+	c := gatedConn{Conn: client, reads: &reads, gate: gate}
 	readErr := make(chan error, 1)
 	go func() {
 		_, err := c.Read(make([]byte, 16))
 		readErr <- err
 	}()
-	waitFor(t, "the read to be held", ahead.held)
+	waitFor(t, "the read to be held", gate.held)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-readErr:
-		if err == nil {
-			t.Fatal("a read of the closed connection returned no error")
+		if !errors.Is(err, errGateClosed) {
+			t.Fatalf("a held read of the closed connection returned %v", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a held read did not end when the connection closed")
+	}
+	if reads.Load() != 0 {
+		t.Fatal("the closed connection's socket was read")
 	}
 }
 
 // Only the first connection dialed (the replication connection) is gated:
 // go-mysql dials another to KILL the first when closing, which must never
-// wait on the bound.
+// wait for the loop.
 func TestWatchdogGatesTheFirstConnectionOnly(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -173,7 +181,7 @@ func TestWatchdogGatesTheFirstConnectionOnly(t *testing.T) {
 			defer c.Close()
 		}
 	}()
-	w := &watchdog{ahead: newReadAhead(1)}
+	w := &watchdog{gate: newReadGate()}
 	first, err := w.dial(t.Context(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -193,5 +201,6 @@ func TestWatchdogGatesTheFirstConnectionOnly(t *testing.T) {
 }
 
 // ReadAheadHeld reports whether r's replication connection has a read held
-// by the read-ahead bound (for the integration test of package binlog_test).
-func ReadAheadHeld(r *Reader) bool { return r.ahead.held() }
+// while the loop has not taken the reader's batch (for the integration
+// test of package binlog_test).
+func ReadAheadHeld(r *Reader) bool { return r.gate.held() }

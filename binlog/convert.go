@@ -24,6 +24,24 @@ type streamState struct {
 	tableCache map[uint64]*cachedTable
 	// digest of the captured rows of the group being read (digest.go).
 	digest rowsDigest
+	// captured: whether each table map met names a captured table (the
+	// stream's parser hands the same TableMapEvent while a table's table
+	// map repeats); reset past 256 (go-mysql's parser, in a compressed
+	// transaction, makes a new one each time).
+	captured map[*replication.TableMapEvent]bool
+}
+
+// capturedMap reports whether tm names a captured table (Reader.captured).
+func (st *streamState) capturedMap(r *Reader, tm *replication.TableMapEvent) bool {
+	c, ok := st.captured[tm]
+	if !ok {
+		if st.captured == nil || len(st.captured) >= 256 {
+			st.captured = map[*replication.TableMapEvent]bool{}
+		}
+		c = r.captured(tm.Schema, tm.Table)
+		st.captured[tm] = c
+	}
+	return c
 }
 
 // convert appends the relay's view of ev (nothing, rows, a commit, a
@@ -39,6 +57,8 @@ func (r *Reader) convert(st *streamState, ev *replication.BinlogEvent, batch []E
 	switch e := ev.Event.(type) {
 	case *replication.RowsEvent:
 		return r.rowsEvent(st, ev, e, batch)
+	case *uncapturedRowsEvent:
+		return batch, nil // rows of a table not captured, not decoded (hotparse.go)
 	case *replication.TableMapEvent:
 		return batch, r.tableMapEvent(st, e)
 	case *replication.XIDEvent:
@@ -86,7 +106,7 @@ func gtidEvent(st *streamState, ev *replication.BinlogEvent) error {
 // are not decoded (RowsEventDecodeFunc) and are dropped.
 func (r *Reader) rowsEvent(st *streamState, ev *replication.BinlogEvent, e *replication.RowsEvent, batch []Event) ([]Event, error) {
 	f := &st.frame
-	if e.Table == nil || !r.captured(e.Table.Schema, e.Table.Table) {
+	if e.Table == nil || !st.capturedMap(r, e.Table) {
 		return batch, nil // RowsEventDecodeFunc leaves other tables' rows undecoded
 	}
 	if f.state != stateTx && f.state != stateXA {
@@ -195,7 +215,7 @@ func (r *Reader) tableOf(st *streamState, tm *replication.TableMapEvent, batch [
 
 // tableMapEvent notes that the group touches a captured table.
 func (r *Reader) tableMapEvent(st *streamState, e *replication.TableMapEvent) error {
-	if r.captured(e.Schema, e.Table) {
+	if st.capturedMap(r, e) {
 		st.frame.touched = true
 		return st.frame.checkUnknown()
 	}

@@ -65,6 +65,42 @@ type rowsDigest struct {
 	tables []string
 	rows   int
 	buf    []byte
+	// last is the Tables of the last sum, handed on again while a
+	// transaction has the same tables (the one-row shape: every one).
+	last []string
+	// names: the name (lower case) of the table maps met, by table map:
+	// the stream's parser hands the same TableMapEvent while a table's
+	// table map repeats (hotparse.go). Reset when it grows past a bound.
+	names map[*replication.TableMapEvent]string
+	// lastTM and lastName: the table map named last (a stream of one-row
+	// transactions digests one table).
+	lastTM   *replication.TableMapEvent
+	lastName string
+}
+
+// name is tm's db.table in lower case.
+func (d *rowsDigest) name(tm *replication.TableMapEvent) string {
+	if tm == d.lastTM {
+		return d.lastName
+	}
+	n, ok := d.names[tm]
+	if !ok {
+		n = d.newName(tm)
+	}
+	d.lastTM, d.lastName = tm, n
+	return n
+}
+
+// newName is name of a table map not met before.
+func (d *rowsDigest) newName(tm *replication.TableMapEvent) string {
+	// In lower case: a replica whose lower_case_table_names differs may log
+	// the names in another case.
+	n := strings.ToLower(string(tm.Schema) + "." + string(tm.Table))
+	if d.names == nil || len(d.names) >= maxMappedTables {
+		d.names = map[*replication.TableMapEvent]string{}
+	}
+	d.names[tm] = n
+	return n
 }
 
 // reset starts the digest of the group gtid.
@@ -86,9 +122,7 @@ func (d *rowsDigest) add(gtid string, tm *replication.TableMapEvent, op Op, rows
 	if d.gtid != gtid || d.h == nil {
 		d.reset(gtid)
 	}
-	// In lower case: a replica whose lower_case_table_names differs may log
-	// the names in another case.
-	name := strings.ToLower(string(tm.Schema) + "." + string(tm.Table))
+	name := d.name(tm)
 	if !slices.Contains(d.tables, name) {
 		d.tables = append(d.tables, name)
 	}
@@ -115,7 +149,12 @@ func (d *rowsDigest) sum(gtid string) *TxDigest {
 	if d.gtid != gtid || d.rows == 0 {
 		return nil
 	}
-	return &TxDigest{Tables: slices.Clone(d.tables), Rows: d.rows, Sum: DigestScheme + ":" + strconv.FormatUint(d.h.Sum64(), 16)}
+	if !slices.Equal(d.last, d.tables) {
+		d.last = slices.Clone(d.tables)
+	}
+	var b [len(DigestScheme) + 1 + 16]byte
+	sum := strconv.AppendUint(append(append(b[:0], DigestScheme...), ':'), d.h.Sum64(), 16)
+	return &TxDigest{Tables: d.last, Rows: d.rows, Sum: string(sum)}
 }
 
 func appendBytes(b, v []byte) []byte {

@@ -120,11 +120,8 @@ func (d *Dump) Start(set mysql.GTIDSet) (*DumpStream, error) {
 		return nil, err
 	}
 	setPhase(&d.repl, phaseStream)
-	var p *eventParser
-	if d.decode != nil {
-		p = newEventParser(d.flavor, nil, d.guard.packetBound, rowsDecoder(d.decode, d.guard.packetBound))
-	} else {
-		p = newEventParser(d.flavor, nil, d.guard.packetBound, nil)
+	p := newEventParser(d.flavor, nil, d.guard.packetBound, d.decode)
+	if d.decode == nil {
 		p.only = func(t replication.EventType) bool { return probeEvents[t] }
 	}
 	return &DumpStream{s: stream, p: p}, nil

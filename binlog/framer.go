@@ -197,7 +197,8 @@ func gtidOf(ev *replication.BinlogEvent) (gtid string, at time.Time, shape group
 		if e.ImmediateCommitTimestamp > 0 {
 			at = time.UnixMicro(int64(e.ImmediateCommitTimestamp))
 		}
-		return u.String() + ":" + strconv.FormatInt(e.GNO, 10), at, shape, true, nil
+		var b [36 + 1 + 20]byte
+		return string(strconv.AppendInt(append(appendUUID(b[:0], u), ':'), e.GNO, 10)), at, shape, true, nil
 	case *replication.GtidTaggedLogEvent:
 		u, err := uuid.FromBytes(e.SID)
 		if err != nil {
@@ -207,8 +208,9 @@ func gtidOf(ev *replication.BinlogEvent) (gtid string, at time.Time, shape group
 		return u.String() + ":" + e.Tag.String() + ":" + strconv.FormatInt(e.GNO, 10), at, shape, true, nil
 	case *replication.MariadbGTIDEvent:
 		g := e.GTID
-		gtid = strconv.FormatUint(uint64(g.DomainID), 10) + "-" + strconv.FormatUint(uint64(g.ServerID), 10) + "-" +
-			strconv.FormatUint(g.SequenceNumber, 10)
+		var b [10 + 1 + 10 + 1 + 20]byte
+		gtid = string(strconv.AppendUint(append(strconv.AppendUint(append(strconv.AppendUint(b[:0], uint64(g.DomainID), 10), '-'),
+			uint64(g.ServerID), 10), '-'), g.SequenceNumber, 10))
 		at = time.Unix(int64(ev.Header.Timestamp), 0)
 		shape.standalone = e.IsStandalone()
 		shape.transactional = e.Flags&mariadbFlTransactional != 0
@@ -225,6 +227,19 @@ func gtidOf(ev *replication.BinlogEvent) (gtid string, at time.Time, shape group
 	}
 	return "", at, shape, false, nil
 }
+
+// appendUUID appends u as uuid.UUID.String renders it.
+func appendUUID(b []byte, u uuid.UUID) []byte {
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
 
 // query handles a Query event: it returns a group end, or nothing.
 func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {

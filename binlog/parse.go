@@ -37,28 +37,50 @@ type eventParser struct {
 	// only, when set, names the event types to decode; others stay as they
 	// came (a Dump reads GTID events and heartbeats, nothing else).
 	only func(replication.EventType) bool
-	// decodeRows decodes the rows events the parsers meet (a Reader's
-	// captured tables); nil leaves rows undecoded. rowsErr is what it
-	// returned for the event being parsed: go-mysql keeps only its text.
-	decodeRows func(*replication.RowsEvent, []byte) error
-	rowsErr    error
+	// captured, when set, names the tables whose rows events the parsers
+	// decode (a Reader's captured tables); nil leaves rows undecoded.
+	// rowsErr is what the rows decoder returned for the event being
+	// parsed: go-mysql keeps only its text.
+	captured func(schema, table []byte) bool
+	rowsErr  error
+	// format is the stream's format description; maps its table maps and
+	// rowsType the type of the rows event go-mysql is parsing, for the hot
+	// path (hotparse.go), which runs when the parser decodes rows.
+	format    *replication.FormatDescriptionEvent
+	maps      *tableMaps
+	rowsType  replication.EventType
+	hotEvents hotEvents
+	// templates: a rows event of each type go-mysql's parser made, its
+	// decoded fields cleared (rowsTemplate).
+	templates map[replication.EventType]*replication.RowsEvent
 	// limit is the bound of a compressed transaction's decompressed bytes
 	// and where it comes from (the packet bound, loginguard.go).
 	limit func() (int64, string)
 	// start is the set the stream started after; executed it plus the
 	// GTIDs read, nil until the first.
 	start, executed mysql.GTIDSet
-	inflater        *inflater
+	// snapshot is a copy of executed, made for the first event that carries
+	// it since executed last changed and handed to the others (MySQL's BEGIN
+	// and XID of one transaction share it): no one writes a GTIDSet an
+	// event carries.
+	snapshot mysql.GTIDSet
+	inflater *inflater
 }
 
-func newEventParser(flavor string, start mysql.GTIDSet, limit func() (int64, string), decodeRows func(*replication.RowsEvent, []byte) error) *eventParser {
-	ep := &eventParser{flavor: flavor, start: start, limit: limit, decodeRows: decodeRows}
-	ep.p = ep.newParser()
+func newEventParser(flavor string, start mysql.GTIDSet, limit func() (int64, string), captured func(schema, table []byte) bool) *eventParser {
+	ep := &eventParser{flavor: flavor, start: start, limit: limit, captured: captured}
+	if captured != nil {
+		ep.maps = newTableMaps()
+	}
+	ep.p = ep.newParser(ep.streamRows)
 	return ep
 }
 
-// newParser is a go-mysql parser with the reader's options.
-func (ep *eventParser) newParser() *replication.BinlogParser {
+// newParser is a go-mysql parser with the reader's options; rows decodes
+// the rows events of captured tables (streamRows for the stream's events,
+// whose table maps the hot path keeps; rowsDecoder for those of a
+// compressed transaction).
+func (ep *eventParser) newParser(rows func(*replication.RowsEvent, []byte) error) *replication.BinlogParser {
 	p := replication.NewBinlogParser()
 	p.SetFlavor(ep.flavor)
 	// TIMESTAMP values as text in this zone; decodeInsertRows renders
@@ -71,17 +93,17 @@ func (ep *eventParser) newParser() *replication.BinlogParser {
 	p.SetRenderJSONAsMySQLText(true)
 	p.SetVerifyChecksum(false)
 	p.SetRowsEventDecodeFunc(func(e *replication.RowsEvent, data []byte) error {
-		if ep.decodeRows == nil {
+		if ep.captured == nil {
 			return nil
 		}
-		ep.rowsErr = ep.decodeRows(e, data)
+		ep.rowsErr = rows(e, data)
 		return ep.rowsErr
 	})
 	return p
 }
 
 // parse decodes ev, which the raw-mode syncer read, and returns the event
-// to use in its place.
+// to use in its place, valid until the next call (hotEvents).
 func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.BinlogEvent, err error) {
 	h := ev.Header
 	defer func() {
@@ -100,7 +122,7 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 		if !ok {
 			return nil, eventError(h, ev.RawData, errors.New("format description not decoded"))
 		}
-		ep.fde = ev.RawData
+		ep.fde, ep.format = ev.RawData, fde
 		ep.checksum = fde.ChecksumAlgorithm == replication.BINLOG_CHECKSUM_ALG_CRC32
 		return ev, nil
 	case replication.ROTATE_EVENT:
@@ -109,6 +131,13 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 	if _, raw := ev.Event.(*replication.GenericEvent); !raw || ep.only != nil && !ep.only(h.EventType) {
 		return ev, nil
 	}
+	if ok, err := ep.hot(ev); ok {
+		if err != nil {
+			return nil, err
+		}
+		return ev, nil
+	}
+	ep.rowsType = h.EventType
 	switch h.EventType {
 	case replication.TRANSACTION_PAYLOAD_EVENT:
 		return ep.payload(ev)
@@ -120,6 +149,9 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 	parsed, err := ep.decode(ep.p, ev.RawData)
 	if err != nil {
 		return nil, eventError(h, ev.RawData, err)
+	}
+	if e, ok := parsed.Event.(*replication.RowsEvent); ok && ep.maps != nil {
+		ep.rowsTemplate(h.EventType, e)
 	}
 	parsed.Header = h // as the syncer left it
 	if err := ep.track(parsed); err != nil {
@@ -178,6 +210,7 @@ func (ep *eventParser) track(ev *replication.BinlogEvent) error {
 		if ep.executed == nil {
 			ep.executed = ep.start.Clone()
 		}
+		ep.snapshot = nil
 		return addGTID(ep.executed, e)
 	case *replication.XIDEvent:
 		e.GSet = ep.current()
@@ -191,7 +224,10 @@ func (ep *eventParser) current() mysql.GTIDSet {
 	if ep.executed == nil {
 		return nil
 	}
-	return ep.executed.Clone()
+	if ep.snapshot == nil {
+		ep.snapshot = ep.executed.Clone()
+	}
+	return ep.snapshot
 }
 
 // addGTID adds the GTID of event e to set.

@@ -82,9 +82,7 @@ func (s *rawStream) run(limit int64) ([]string, error) {
 	f := newFixture(s.t, mysql.MySQLFlavor)
 	start, _ := ParseSet(mysql.MySQLFlavor, "")
 	bound := func() (int64, string) { return limit, "the test's bound" }
-	ep := newEventParser(mysql.MySQLFlavor, start, bound, func(e *replication.RowsEvent, data []byte) error {
-		return rowsDecoder(f.r.captured, bound)(e, data)
-	})
+	ep := newEventParser(mysql.MySQLFlavor, start, bound, f.r.captured)
 	var batch []Event
 	var err error
 	for _, ev := range s.evs {

@@ -192,7 +192,7 @@ func (ep *eventParser) payload(ev *replication.BinlogEvent) (*replication.Binlog
 // of their own (they carry no checksum; their table ids are the
 // payload's).
 func (ep *eventParser) innerEvents(plain []byte) ([]*replication.BinlogEvent, error) {
-	p := ep.newParser()
+	p := ep.newParser(rowsDecoder(ep.captured, ep.limit))
 	fde := append([]byte(nil), ep.fde...)
 	if ep.checksum {
 		// the events inside carry no checksum: the format description says so

@@ -170,17 +170,13 @@ func (e *Event) UndecodedRow(i int) string {
 	return ""
 }
 
-// eventCacheCount is go-mysql's event buffer; a batch the reader hands on
-// holds at most this many events plus one, and about batchBytes of binlog
-// at most. go-mysql's buffer is bounded in bytes too, by what the reader
-// lets it read ahead (conn.go): a smaller count cost one-row catch-up speed
-// (its events are small), while the decoded rows of large events cost the
-// garbage collector (1 MB batches and the read-ahead bound against 4 MB and
-// none: a sixth less relay CPU in bulk catch-up, BENCHMARKS.md).
-const (
-	eventCacheCount = 512
-	batchBytes      = 1 << 20
-)
+// batchBytes bounds the binlog bytes a batch the reader hands on accounts
+// for (about; one event more at most): large rows go on in several
+// batches, so that the loop's channel holds a bounded number of bytes (1 MB
+// batches against 4 MB: a sixth less relay CPU in bulk catch-up,
+// BENCHMARKS.md). A batch is handed on earlier at the end of each burst the
+// server sent (conn.go).
+const batchBytes = 1 << 20
 
 // Reader streams one server's binlog. Use it once: Run, then discard.
 type Reader struct {
@@ -194,7 +190,7 @@ type Reader struct {
 	logger  *slog.Logger
 	tracker *schema.Tracker
 	done    mysql.GTIDSet // see Published
-	ahead   *readAhead    // the replication connection's reads (conn.go)
+	gate    *readGate     // the replication connection's reads (conn.go)
 	// file and pos: the end of the last event read (see ReadPosition).
 	file atomic.Pointer[string]
 	pos  atomic.Uint32
@@ -220,7 +216,7 @@ func (r *Reader) ReadPosition() (file string, pos uint32) {
 
 // Received is the number of bytes read off the replication connection so
 // far. Safe to call while Run runs.
-func (r *Reader) Received() int64 { return r.ahead.total.Load() }
+func (r *Reader) Received() int64 { return r.gate.total.Load() }
 
 // track notes ev's place in the server's binlog files. Heartbeats and
 // events without a position (the server's fake rotate at the start, events
@@ -262,7 +258,7 @@ func NewReader(cfg Config, srv *Server, tracker *schema.Tracker, logger *slog.Lo
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Reader{cfg: cfg, srv: srv, tables: tables, folded: folded, logger: logger, tracker: tracker,
-		ahead: newReadAhead(readAheadBytes), streaming: make(chan struct{})}
+		gate: newReadGate(), streaming: make(chan struct{})}
 }
 
 // captured reports whether db.table is a captured table, as the server
@@ -317,9 +313,12 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	if err != nil {
 		return fmt.Errorf("start binlog: port %q: %w", portStr, err)
 	}
+	h := &streamHandler{r: r, ctx: ctx, out: out, st: &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}}
+	r.gate.before = h.handOn
 	var repl atomic.Pointer[sourceConn] // the replication connection, for its phases (deadline.go)
-	watch := &watchdog{ahead: r.ahead, base: syncerDialer(ctx, r.cfg, func(c *sourceConn) { repl.Store(c) })}
+	watch := &watchdog{gate: r.gate, base: syncerDialer(ctx, r.cfg, func(c *sourceConn) { repl.Store(c) })}
 	guard := newLoginGuard(r.cfg, r.srv.Addr)
+	h.parser = newEventParser(r.srv.Flavor, set, guard.packetBound, r.captured)
 	scfg := replication.BinlogSyncerConfig{
 		ServerID:        r.cfg.ServerID,
 		Flavor:          r.srv.Flavor,
@@ -335,11 +334,11 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		Dialer:           guard.dial(watch.dial),
 		Option:           func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory
-		// go-mysql buffers this many events ahead of the reader; with the
-		// reader's batches and the relay loop's channel it bounds the events
-		// held in memory (go-mysql's default is 10,240).
-		EventCacheCount: eventCacheCount,
-		Logger:          r.logger,
+		// The events go to h on go-mysql's reading goroutine (conn.go),
+		// none into go-mysql's channel of this many.
+		SynchronousEventHandler: h,
+		EventCacheCount:         1,
+		Logger:                  r.logger,
 		// The reader decodes the events itself (parse.go): go-mysql would
 		// decompress a compressed transaction without bound, and quote a
 		// whole event in its errors.
@@ -348,8 +347,8 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	syncer := replication.NewBinlogSyncer(scfg)
 	defer logClose(guard, syncer, r.logger)
 	// Runs before syncer.Close: go-mysql's Close waits for its reading
-	// goroutine, which may wait on the read-ahead bound (conn.go).
-	defer r.ahead.release()
+	// goroutine, which may wait for the loop to take a batch (conn.go).
+	defer r.gate.release()
 	stream, err := login(guard, func() (*replication.BinlogStreamer, error) { return syncer.StartSyncGTID(set) })
 	if err != nil {
 		return guard.or(mapStreamErr(fmt.Errorf("start binlog at %q: %w", from, phaseErr(&repl, err))))
@@ -361,67 +360,101 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	// registration short as a bare closed connection).
 	stopWatch := watch.start(3 * r.cfg.HeartbeatPeriod)
 	defer stopWatch()
-	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
-	parser := newEventParser(r.srv.Flavor, set, guard.packetBound, rowsDecoder(r.captured, guard.packetBound))
-	for {
-		r.ahead.waiting(true)
-		ev, err := stream.GetEvent(ctx)
-		r.ahead.waiting(false)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if watch.fired.Load() {
-				err = fmt.Errorf("%w (no data, not even a heartbeat, for %s)", err, 3*r.cfg.HeartbeatPeriod)
-			}
-			return guard.orGrown(ctx, mapStreamErr(fmt.Errorf("read binlog: %w", syncerError(err))))
-		}
-		r.streamingOnce.Do(func() { close(r.streaming) })
-		// Take everything already decoded along with it: one hand-off per
-		// burst, not per event, and no waiting for more when there is none.
-		more := stream.DumpEvents()
-		batch := make([]Event, 0, 2+len(more))
-		size := 0
-		for i := -1; i < len(more) && err == nil; i++ {
-			if i >= 0 {
-				ev, more[i] = more[i], nil // go-mysql's copy can go once converted
-			}
-			if ev, err = parser.parse(ev); err != nil {
-				break
-			}
-			r.track(ev)
-			n := len(batch)
-			if batch, err = r.convert(st, ev, batch); err != nil && r.skipPublished(st, err) {
-				err = nil
-			}
-			for _, e := range batch[n:] {
-				size += e.Size
-			}
-			if size >= batchBytes && err == nil {
-				// Large rows: hand on what is converted, so that the
-				// loop's channel holds a bounded number of bytes.
-				if err := send(ctx, out, batch); err != nil {
-					return err
-				}
-				batch, size = make([]Event, 0, len(more)-i), 0
-			}
-		}
-		if err != nil {
-			// What came before the stop goes to the loop first, so it can
-			// commit the transactions that ended before it.
-			if len(batch) > 0 {
-				if serr := send(ctx, out, batch); serr != nil {
-					return serr
-				}
-			}
-			return err
-		}
-		if len(batch) > 0 {
-			if err := send(ctx, out, batch); err != nil {
-				return err
-			}
-		}
+	// The events go to h; only the stream's end comes here: the server's,
+	// the connection's, or the reader's own stop, which h handed go-mysql.
+	_, err = stream.GetEvent(ctx)
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
+	if stop := h.stop.Load(); stop != nil {
+		return *stop
+	}
+	if watch.fired.Load() {
+		err = fmt.Errorf("%w (no data, not even a heartbeat, for %s)", err, 3*r.cfg.HeartbeatPeriod)
+	}
+	return guard.orGrown(ctx, mapStreamErr(fmt.Errorf("read binlog: %w", syncerError(err))))
+}
+
+// streamHandler takes the stream's events on go-mysql's reading goroutine
+// (SynchronousEventHandler): it converts each into the batch it fills,
+// which goes to the loop before the connection's next read of the socket
+// (handOn, conn.go), or at batchBytes.
+type streamHandler struct {
+	r      *Reader
+	ctx    context.Context
+	out    chan<- []Event
+	st     *streamState
+	parser *eventParser
+	batch  []Event
+	size   int // binlog bytes the batch accounts for
+	room   int // Events a new batch has room for
+	// stop is the reader's own error (a transaction it cannot publish, an
+	// event it cannot decode), which Run returns: go-mysql ends the stream
+	// with it, wrapped.
+	stop atomic.Pointer[error]
+}
+
+// HandleEvent converts ev, as the raw-mode syncer read it.
+func (h *streamHandler) HandleEvent(ev *replication.BinlogEvent) error {
+	h.r.streamingOnce.Do(func() { close(h.r.streaming) })
+	if h.batch == nil {
+		h.batch = make([]Event, 0, h.room)
+	}
+	n := len(h.batch)
+	batch, err := h.r.take(h.st, h.parser, ev, h.batch)
+	h.batch = batch
+	if err != nil {
+		// What came before the stop goes to the loop first, so it can
+		// commit the transactions that ended before it.
+		if herr := h.handOn(); herr != nil {
+			return herr
+		}
+		h.stop.Store(&err)
+		return err
+	}
+	for _, e := range h.batch[n:] {
+		h.size += e.Size
+	}
+	if h.size >= batchBytes {
+		return h.handOn()
+	}
+	return nil
+}
+
+// handOn gives the batch to the loop, waiting while it has not taken the
+// one before; nothing when the batch is empty.
+func (h *streamHandler) handOn() error {
+	if len(h.batch) == 0 {
+		return nil
+	}
+	if err := h.r.gate.handOn(h.ctx, h.out, h.batch); err != nil {
+		return err
+	}
+	// The next batch has room for as many Events as this one: bursts of
+	// a stream are alike.
+	h.room = max(16, len(h.batch))
+	h.batch, h.size = nil, 0
+	return nil
+}
+
+// take decodes ev, as the raw-mode syncer read it, and appends what it
+// becomes to batch.
+func (r *Reader) take(st *streamState, parser *eventParser, ev *replication.BinlogEvent, batch []Event) ([]Event, error) {
+	ev, err := parser.parse(ev)
+	if err != nil {
+		return batch, err
+	}
+	return r.step(st, ev, batch)
+}
+
+// step appends what ev, a decoded event, becomes to batch.
+func (r *Reader) step(st *streamState, ev *replication.BinlogEvent, batch []Event) ([]Event, error) {
+	r.track(ev)
+	batch, err := r.convert(st, ev, batch)
+	if err != nil && r.skipPublished(st, err) {
+		err = nil
+	}
+	return batch, err
 }
 
 // Published tells the reader that the transactions in set were published

@@ -10,10 +10,12 @@ import (
 	"github.com/go-mysql-org/go-mysql/packet"
 )
 
-// A model of go-mysql's stream over the gate: packet.Conn (bufio, packets
-// split at 16 MB) reading through gatedConn into a channel of 512, a reader
-// that marks waiting around its take and is busy for random times. Every
-// packet must arrive once, in order, whatever the sizes.
+// A model of the reader over the gate: go-mysql's packet.Conn (bufio,
+// packets split at 16 MB) reading through gatedConn on one goroutine that
+// turns each packet into an Event of the batch it fills, handed on before
+// each read of the socket or at batchBytes, as Run's streamHandler does; a
+// loop that takes batches and is busy for random times. Every packet must
+// arrive once, in order, whatever the sizes, and the stream never stalls.
 func TestReadGateModelStreamDeliversEveryPacketInOrder(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
@@ -34,9 +36,21 @@ func TestReadGateModelStreamDeliversEveryPacketInOrder(t *testing.T) {
 		}
 		sizes[200] = 17 << 20 // split across packets of 16 MB
 		cli, srv := net.Pipe()
-		ahead := newReadAhead(readAheadBytes)
+		gate := newReadGate()
+		out := make(chan []Event, 2)
+		var batch []Event
+		size := 0
+		handOn := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			err := gate.handOn(t.Context(), out, batch)
+			batch, size = nil, 0
+			return err
+		}
+		gate.before = handOn
 		var w watchdog
-		c := packet.NewConn(gatedConn{Conn: cli, reads: &w.reads, ahead: ahead})
+		c := packet.NewConn(gatedConn{Conn: cli, reads: &w.reads, gate: gate})
 		go func() {
 			seq := uint8(0)
 			for i, n := range sizes {
@@ -56,15 +70,20 @@ func TestReadGateModelStreamDeliversEveryPacketInOrder(t *testing.T) {
 				}
 			}
 		}()
-		ch := make(chan []byte, eventCacheCount)
-		go func() {
+		go func() { // go-mysql's reading goroutine with the reader's handler
 			for {
 				p, err := c.ReadPacket()
 				if err != nil {
-					close(ch)
+					close(out)
 					return
 				}
-				ch <- p
+				batch = append(batch, Event{Pos: binary.LittleEndian.Uint32(p), Size: len(p)})
+				if size += len(p); size >= batchBytes {
+					if handOn() != nil {
+						close(out)
+						return
+					}
+				}
 			}
 		}()
 		done := make(chan struct{})
@@ -72,20 +91,14 @@ func TestReadGateModelStreamDeliversEveryPacketInOrder(t *testing.T) {
 			defer close(done)
 			next := 0
 			for next < len(sizes) {
-				ahead.waiting(true)
-				p, ok := <-ch
-				ahead.waiting(false)
+				b, ok := <-out
 				if !ok {
 					t.Errorf("seed %d: stream ended at %d", seed, next)
 					return
 				}
-				batch := [][]byte{p}
-				for len(ch) > 0 {
-					batch = append(batch, <-ch)
-				}
-				for _, p := range batch {
-					if got := int(binary.LittleEndian.Uint32(p)); got != next || len(p) != sizes[next] {
-						t.Errorf("seed %d: packet %d (%d bytes) where %d (%d) was due", seed, got, len(p), next, sizes[next])
+				for _, ev := range b {
+					if got := int(ev.Pos); got != next || ev.Size != sizes[next] {
+						t.Errorf("seed %d: packet %d (%d bytes) where %d (%d) was due", seed, got, ev.Size, next, sizes[next])
 						return
 					}
 					next++
@@ -96,9 +109,9 @@ func TestReadGateModelStreamDeliversEveryPacketInOrder(t *testing.T) {
 		select {
 		case <-done:
 		case <-time.After(60 * time.Second):
-			t.Fatalf("seed %d: stalled (held %v)", seed, ahead.held())
+			t.Fatalf("seed %d: stalled (held %v)", seed, gate.held())
 		}
-		ahead.release()
+		gate.release()
 		cli.Close()
 		srv.Close()
 	}

@@ -1,6 +1,7 @@
 package binlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"reflect"
@@ -43,21 +44,39 @@ func rowsDecoder(captured func(schema, table []byte) bool, bound func() (int64, 
 		if !captured(e.Table.Schema, e.Table.Table) {
 			return nil // not ours: skip decoding the row images
 		}
-		if rowsShape(e) != "" {
-			return nil // rowsEvent stops at it, undecoded (rowimage.go)
-		}
-		if partialInsert(e) {
-			// Decoded as rows of the columns its images hold only
-			// (PartialImage): as wide as what they hold, never the table.
-			return decodePresent(e, func() error { return decodeImages(e, pos, data, bound) })
-		}
-		return decodeImages(e, pos, data, bound)
+		return decodeRows(e, pos, data, bound, planOf(e))
 	}
 }
 
-// decodeImages decodes the row images of e, a rows event of a captured
-// table whose header is decoded, from data[pos:].
-func decodeImages(e *replication.RowsEvent, pos int, data []byte, bound func() (int64, string)) error {
+// planOf plans e's columns as its table map (at the time of the call)
+// gives them, with no values of rows before.
+func planOf(e *replication.RowsEvent) func() ([]colPlan, *lastValues, bool) {
+	return func() ([]colPlan, *lastValues, bool) {
+		plan, ok := planColumns(e.Table, int(e.ColumnCount))
+		return plan, nil, ok
+	}
+}
+
+// decodeRows decodes the row images of e, a rows event of a captured table
+// whose header is decoded, from data[pos:]: a partial INSERT image as rows
+// of the columns it holds (decodePresent, planned for those), the others by
+// decodeImages with plan, the plan of the whole table's columns.
+func decodeRows(e *replication.RowsEvent, pos int, data []byte, bound func() (int64, string), plan func() ([]colPlan, *lastValues, bool)) error {
+	if rowsShape(e) != "" {
+		return nil // rowsEvent stops at it, undecoded (rowimage.go)
+	}
+	if partialInsert(e) {
+		// Decoded as rows of the columns its images hold only
+		// (PartialImage): as wide as what they hold, never the table.
+		return decodePresent(e, func() error { return decodeImages(e, pos, data, bound, planOf(e)) })
+	}
+	return decodeImages(e, pos, data, bound, plan)
+}
+
+// decodeImages decodes the row images of e from data[pos:]: INSERTs by
+// decodeInsertRows with plan where it can, JSON within bounds, the rest by
+// go-mysql.
+func decodeImages(e *replication.RowsEvent, pos int, data []byte, bound func() (int64, string), plan func() ([]colPlan, *lastValues, bool)) error {
 	if compressed, _, ok := eventOptions(e); ok && compressed {
 		if err := checkCompressed(data[pos:], bound); err != nil {
 			return err
@@ -66,7 +85,7 @@ func decodeImages(e *replication.RowsEvent, pos int, data []byte, bound func() (
 	if e.Table.JsonColumnCount() > 0 {
 		return decodeJSONRows(e, pos, data)
 	}
-	if decodeInsertRows(e, pos, data) {
+	if p, last, ok := plan(); ok && decodeInsertRowsWith(e, pos, data, p, last) {
 		return nil
 	}
 	return e.DecodeData(pos, data)
@@ -242,6 +261,16 @@ func pick(cond bool, a, b colKind) colKind {
 // e.DecodeHeader returned it) as go-mysql's DecodeData would, with the
 // event's own options (TIMESTAMP zone), and reports whether it did.
 func decodeInsertRows(e *replication.RowsEvent, pos int, data []byte) bool {
+	if e.Table == nil {
+		return false
+	}
+	plan, ok := planColumns(e.Table, int(e.ColumnCount))
+	return ok && decodeInsertRowsWith(e, pos, data, plan, nil)
+}
+
+// decodeInsertRowsWith is decodeInsertRows with the plan of e's columns
+// and, when not nil, the values its table's columns last had (last).
+func decodeInsertRowsWith(e *replication.RowsEvent, pos int, data []byte, plan []colPlan, last *lastValues) bool {
 	if e.Table == nil || e.Type() != replication.EnumRowsEventTypeInsert {
 		return false
 	}
@@ -258,13 +287,12 @@ func decodeInsertRows(e *replication.RowsEvent, pos int, data []byte) bool {
 			return false // a partial image (binlog_row_image=MINIMAL)
 		}
 	}
-	plan, ok := planColumns(e.Table, cols)
-	if !ok {
+	if len(plan) != cols {
 		return false
 	}
 	rows := make([][]any, 0, 1) // as go-mysql: empty, not nil, without rows
 	for pos < len(data) {
-		row, n, ok := decodeRow(data[pos:], plan, loc)
+		row, n, ok := decodeRow(data[pos:], plan, loc, last)
 		if !ok {
 			return false
 		}
@@ -272,6 +300,10 @@ func decodeInsertRows(e *replication.RowsEvent, pos int, data []byte) bool {
 		pos += n
 	}
 	e.Rows = rows
+	if len(rows) <= len(noneSkipped) {
+		e.SkippedColumns = noneSkipped[:len(rows):len(rows)]
+		return true
+	}
 	e.SkippedColumns = make([][]int, len(rows))
 	for i := range e.SkippedColumns {
 		e.SkippedColumns[i] = []int{} // as go-mysql: empty, not nil
@@ -279,9 +311,19 @@ func decodeInsertRows(e *replication.RowsEvent, pos int, data []byte) bool {
 	return true
 }
 
+// noneSkipped is SkippedColumns of up to 256 whole row images as go-mysql
+// gives them (an empty slice each), shared: nothing writes them.
+var noneSkipped = func() [][]int {
+	s := make([][]int, 256)
+	for i := range s {
+		s[i] = []int{}
+	}
+	return s
+}()
+
 // decodeRow decodes one full row image: the NULL bitmap, then each
 // non-NULL column. It reports false when a value runs past the data.
-func decodeRow(data []byte, plan []colPlan, loc *time.Location) ([]any, int, bool) {
+func decodeRow(data []byte, plan []colPlan, loc *time.Location, last *lastValues) ([]any, int, bool) {
 	nulls := (len(plan) + 7) / 8
 	if len(data) < nulls {
 		return nil, 0, false
@@ -292,6 +334,15 @@ func decodeRow(data []byte, plan []colPlan, loc *time.Location) ([]any, int, boo
 		if data[i>>3]&(1<<(uint(i)&7)) != 0 {
 			continue // NULL
 		}
+		if last != nil && (p.kind == colString || p.kind == colDatetime2) {
+			v, n, ok := last.decode(i, data[pos:], p)
+			if !ok {
+				return nil, 0, false
+			}
+			row[i] = v
+			pos += n
+			continue
+		}
 		v, n, ok := decodeColumn(data[pos:], p, loc)
 		if !ok {
 			return nil, 0, false
@@ -300,6 +351,58 @@ func decodeRow(data []byte, plan []colPlan, loc *time.Location) ([]any, int, boo
 		pos += n
 	}
 	return row, pos, true
+}
+
+// lastValues is the value each column of a table's rows last had, by its
+// bytes: a CHAR, VARCHAR or DATETIME that repeats the bytes of the value
+// before it (an aggregate type, an event type, a time within the same
+// millisecond, row after row) is the same value, handed on again instead
+// of being decoded and boxed anew (two allocations each). Neither value
+// nor bytes are ever written. The stream's parser keeps one per table map
+// (hotparse.go); it holds on to one event's data per column at most.
+type lastValues struct {
+	raw [][]byte
+	val []any
+}
+
+func newLastValues(cols int) *lastValues {
+	return &lastValues{raw: make([][]byte, cols), val: make([]any, cols)}
+}
+
+// decode is decodeColumn of column i (a colString or colDatetime2).
+func (c *lastValues) decode(i int, d []byte, p colPlan) (any, int, bool) {
+	n, ok := encodedSize(d, p)
+	if !ok {
+		return nil, 0, false
+	}
+	if c.val[i] != nil && bytes.Equal(c.raw[i], d[:n]) {
+		return c.val[i], n, true
+	}
+	v, m, ok := decodeColumn(d, p, nil)
+	if !ok || m != n {
+		return nil, 0, false
+	}
+	c.raw[i], c.val[i] = d[:n:n], v
+	return v, n, true
+}
+
+// encodedSize is the bytes a colString or colDatetime2 value takes at the
+// start of d; false when it runs past d.
+func encodedSize(d []byte, p colPlan) (int, bool) {
+	n := 5 + (p.arg+1)/2 // colDatetime2
+	if p.kind == colString {
+		length, head := 0, 1
+		switch {
+		case p.arg < 256 && len(d) >= 1:
+			length = int(d[0])
+		case p.arg >= 256 && len(d) >= 2:
+			length, head = int(binary.LittleEndian.Uint16(d)), 2
+		default:
+			return 0, false
+		}
+		n = head + length
+	}
+	return n, len(d) >= n
 }
 
 // fixedSize is the size of each fixed-width kind.

@@ -32,6 +32,9 @@ func latin1Columns(t *replication.TableMapEvent, n int) []bool {
 // beyond what the Table itself holds.
 type cachedTable struct {
 	table *Table
+	// tm is the table map it was built from: the stream's parser hands the
+	// same one again while the table's table map repeats (hotparse.go).
+	tm *replication.TableMapEvent
 	// mapSchema and mapTable: the names the table map gave (table's are
 	// the configured ones).
 	mapSchema, mapTable string
@@ -46,13 +49,16 @@ type cachedTable struct {
 }
 
 func newCachedTable(tm *replication.TableMapEvent, t *Table, signs *signFix) *cachedTable {
-	return &cachedTable{table: t, mapSchema: string(tm.Schema), mapTable: string(tm.Table), named: len(tm.ColumnName) > 0, signs: signs, signBits: slices.Clone(tm.SignednessBitmap), colType: slices.Clone(tm.ColumnType),
+	return &cachedTable{table: t, tm: tm, mapSchema: string(tm.Schema), mapTable: string(tm.Table), named: len(tm.ColumnName) > 0, signs: signs, signBits: slices.Clone(tm.SignednessBitmap), colType: slices.Clone(tm.ColumnType),
 		colMeta: slices.Clone(tm.ColumnMeta), defCharset: slices.Clone(tm.DefaultCharset), colCharset: slices.Clone(tm.ColumnCharset)}
 }
 
 // matches reports whether tm describes the table exactly as the one c was
 // built from (all that columns and latin1Columns read).
 func (c *cachedTable) matches(tm *replication.TableMapEvent) bool {
+	if c.tm == tm {
+		return true
+	}
 	t := c.table
 	if string(tm.Schema) != c.mapSchema || string(tm.Table) != c.mapTable || !bytes.Equal(c.colType, tm.ColumnType) ||
 		!bytes.Equal(c.signBits, tm.SignednessBitmap) ||

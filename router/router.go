@@ -264,9 +264,15 @@ func (r *Router) Route(row Row) (Record, error) {
 		headers += 7
 	}
 	rec.Headers = make([]Header, 1, headers)
-	rec.Headers[0] = Header{Key: "id", Value: []byte(eventID)}
+	// The id header, the type header and the key in one allocation, each
+	// capped to its own bytes.
+	b := make([]byte, 0, len(eventID)+len(eventType)+len(aggID))
+	b = append(append(append(b, eventID...), eventType...), aggID...)
+	idBytes, typeBytes := b[:len(eventID):len(eventID)], b[len(eventID):len(eventID)+len(eventType):len(eventID)+len(eventType)]
+	keyBytes := b[len(eventID)+len(eventType):]
+	rec.Headers[0] = Header{Key: "id", Value: idBytes}
 	if eventType != "" {
-		rec.Headers = append(rec.Headers, Header{Key: "type", Value: []byte(eventType)})
+		rec.Headers = append(rec.Headers, Header{Key: "type", Value: typeBytes})
 	}
 	if traceParent != "" {
 		rec.Headers = append(rec.Headers, Header{Key: "traceparent", Value: []byte(traceParent)})
@@ -312,7 +318,7 @@ func (r *Router) Route(row Row) (Record, error) {
 		}
 		rec.Headers = append(rec.Headers, Header{Key: name, Value: []byte(v)})
 	}
-	rec.Key = []byte(aggID)
+	rec.Key = keyBytes
 	rec.Value = payload
 	if c.Format == FormatEnvelope && payload != nil {
 		text, err := jsonText(payload, latin1(row, payIdx))

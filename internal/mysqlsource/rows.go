@@ -19,6 +19,7 @@ const (
 	Varchar64                       // VARCHAR(64) utf8mb4: string
 	JSON                            // JSON: string holding JSON text
 	Datetime3                       // DATETIME(3): time.Time (UTC)
+	Longtext                        // LONGTEXT utf8mb4: string (MariaDB's JSON is one)
 )
 
 // Column is one column of a table the double logs.
@@ -61,6 +62,7 @@ const (
 	typeVarchar   = 15
 	typeDatetime2 = 18
 	typeJSON      = 245
+	typeBlob      = 252 // BLOB and TEXT of every size: the metadata is the length's bytes
 )
 
 // utf8mb4_0900_ai_ci, MySQL 8's default collation.
@@ -78,6 +80,8 @@ func typeInfo(t ColumnType) (code byte, meta uint16, sqlType string) {
 		return typeJSON, 4, "json"
 	case Datetime3:
 		return typeDatetime2, 3, "datetime(3)"
+	case Longtext:
+		return typeBlob, 4, "longtext"
 	}
 	panic(fmt.Sprintf("mysqlsource: unknown column type %d", t))
 }
@@ -288,6 +292,12 @@ func encodeCell(t ColumnType, v any) ([]byte, error) {
 			return nil, err
 		}
 		return append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...), nil
+	case Longtext:
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("want a string, got %T", v)
+		}
+		return append(binary.LittleEndian.AppendUint32(nil, uint32(len(s))), s...), nil
 	case Datetime3:
 		tm, ok := v.(time.Time)
 		if !ok {
