@@ -2,11 +2,6 @@ package relay
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -18,7 +13,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/mysqlsource"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -116,18 +110,7 @@ func doubleWithTransactions(b *testing.B, n int, payload mysqlsource.ColumnType)
 // never dialled, its source's configuration and the source.
 func benchRelay(b *testing.B, ctx context.Context, p *mysqlsource.Primary) (*Relay, binlog.Config, *binlog.Server) {
 	b.Helper()
-	cfg := config.Default()
-	cfg.Name = "bench"
-	cfg.Source.Hosts = []string{p.Addr()}
-	cfg.Source.User, cfg.Source.Password = "relay", "relay-pw"
-	cfg.Source.ServerID = 2002
-	cfg.Source.Flavor = "mysql"
-	cfg.Source.Tables = []string{"app.outbox"}
-	cfg.Source.HeartbeatPeriod = time.Second
-	cfg.Source.ServerPublicKeyFile = filepath.Join(b.TempDir(), "server-public-key.pem")
-	if err := os.WriteFile(cfg.Source.ServerPublicKeyFile, mysqlsource.PublicKeyPEM(), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	cfg := doubleConfig(b, "bench", 2002, p.Addr())
 	cfg.Kafka.Brokers = []string{"127.0.0.1:1"} // never dialled
 	cfg.Kafka.Batch.MaxWait = time.Hour
 	cfg.Kafka.CheckpointInterval = time.Hour
@@ -201,11 +184,7 @@ func BenchmarkDoubleStream(b *testing.B) {
 	for _, pt := range payloadTypes {
 		b.Run(pt.name, func(b *testing.B) {
 			p := doubleWithTransactions(b, b.N, pt.typ)
-			host, port, _ := net.SplitHostPort(p.Addr())
-			portN, _ := strconv.Atoi(port)
-			syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{ServerID: 2003, Flavor: mysql.MySQLFlavor, Host: host,
-				Port: uint16(portN), User: "relay", Password: "relay-pw", RawModeEnabled: true, DisableRetrySync: true,
-				Logger: mysqlLoggerOff()})
+			syncer := p.RawSyncer(2003)
 			defer syncer.Close()
 			set, _ := mysql.ParseMysqlGTIDSet("")
 			b.ReportAllocs()
@@ -274,6 +253,3 @@ func BenchmarkLoopOneRowTransaction(b *testing.B) {
 		})
 	}
 }
-
-// mysqlLoggerOff is a logger for go-mysql that writes nothing.
-func mysqlLoggerOff() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
