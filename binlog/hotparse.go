@@ -358,14 +358,20 @@ func (ep *eventParser) tableID(t replication.EventType, body []byte) (uint64, bo
 	return mysql.FixedLengthInt(body[:n]), true
 }
 
-// rowsEventTypes are the rows events go-mysql decodes as RowsEvent.
-var rowsEventTypes = map[replication.EventType]bool{
-	replication.WRITE_ROWS_EVENTv0: true, replication.UPDATE_ROWS_EVENTv0: true, replication.DELETE_ROWS_EVENTv0: true,
-	replication.WRITE_ROWS_EVENTv1: true, replication.UPDATE_ROWS_EVENTv1: true, replication.DELETE_ROWS_EVENTv1: true,
-	replication.WRITE_ROWS_EVENTv2: true, replication.UPDATE_ROWS_EVENTv2: true, replication.DELETE_ROWS_EVENTv2: true,
-	replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1: true, replication.MARIADB_UPDATE_ROWS_COMPRESSED_EVENT_V1: true,
-	replication.MARIADB_DELETE_ROWS_COMPRESSED_EVENT_V1: true, replication.PARTIAL_UPDATE_ROWS_EVENT: true,
-}
+// rowsEventTypes are the rows events go-mysql decodes as RowsEvent, by
+// type code.
+var rowsEventTypes = func() (types [256]bool) {
+	for _, t := range []replication.EventType{
+		replication.WRITE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv0,
+		replication.WRITE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv1,
+		replication.WRITE_ROWS_EVENTv2, replication.UPDATE_ROWS_EVENTv2, replication.DELETE_ROWS_EVENTv2,
+		replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1, replication.MARIADB_UPDATE_ROWS_COMPRESSED_EVENT_V1,
+		replication.MARIADB_DELETE_ROWS_COMPRESSED_EVENT_V1, replication.PARTIAL_UPDATE_ROWS_EVENT,
+	} {
+		types[t] = true
+	}
+	return types
+}()
 
 // hasAfterImage reports whether rows events of type t carry a second
 // column bitmap (go-mysql's needBitmap2).
@@ -413,7 +419,15 @@ func (ep *eventParser) rowsHeader(e *replication.RowsEvent, t replication.EventT
 		}
 	}
 	if len(data) > pos {
-		need := map[byte]int{0xfc: 3, 0xfd: 4, 0xfe: 9}[data[pos]]
+		need := 0
+		switch data[pos] {
+		case 0xfc:
+			need = 3
+		case 0xfd:
+			need = 4
+		case 0xfe:
+			need = 9
+		}
 		if len(data) < pos+need {
 			return nil, 0, errRowsHeader
 		}

@@ -3,10 +3,7 @@ package binlog
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net"
 	"reflect"
 	"strconv"
 	"strings"
@@ -208,18 +205,12 @@ type rawEvent struct {
 	data   []byte
 }
 
-func silentLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // readDouble reads p's binlog from its start with go-mysql's syncer in raw
 // mode, as the Reader does, until xids XID, XA and standalone ends have
 // come (a transaction's end each).
 func readDouble(t *testing.T, p *mysqlsource.Primary, ends int) []rawEvent {
 	t.Helper()
-	host, port, _ := net.SplitHostPort(p.Addr())
-	portN, _ := strconv.Atoi(port)
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{ServerID: 77, Flavor: mysql.MySQLFlavor, Host: host,
-		Port: uint16(portN), User: "relay", Password: "relay-pw", RawModeEnabled: true, DisableRetrySync: true,
-		Logger: silentLogger()})
+	syncer := p.RawSyncer(77)
 	defer syncer.Close()
 	set, _ := ParseSet(mysql.MySQLFlavor, "")
 	stream, err := syncer.StartSyncGTID(set)

@@ -430,9 +430,9 @@ func (h *streamHandler) handOn() error {
 	if err := h.r.gate.handOn(h.ctx, h.out, h.batch); err != nil {
 		return err
 	}
-	// The next batch has room for as many Events as this one: bursts of
-	// a stream are alike.
-	h.room = max(16, len(h.batch))
+	// The next batch has room for a quarter more Events than this one
+	// held: bursts of a stream are alike.
+	h.room = max(16, len(h.batch)+len(h.batch)/4)
 	h.batch, h.size = nil, 0
 	return nil
 }

@@ -3,15 +3,12 @@ package relay
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ha"
 	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
@@ -37,19 +34,7 @@ func TestAttemptStopsWithLeaseLostWhenItsLeaseIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := kafkatest.Cluster(t, kfake.NumBrokers(1))
-	cfg := config.Default()
-	cfg.Name = "leased"
-	cfg.Source.Hosts = []string{p.Addr()}
-	cfg.Source.User, cfg.Source.Password = "relay", "relay-pw"
-	cfg.Source.ServerID = 2002
-	cfg.Source.Flavor = "mysql"
-	cfg.Source.Tables = []string{"app.outbox"}
-	cfg.Source.Start = "earliest"
-	cfg.Source.HeartbeatPeriod = time.Second
-	cfg.Source.ServerPublicKeyFile = filepath.Join(t.TempDir(), "server-public-key.pem")
-	if err := os.WriteFile(cfg.Source.ServerPublicKeyFile, mysqlsource.PublicKeyPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := doubleConfig(t, "leased", 2002, p.Addr())
 	cfg.Kafka.Brokers = k.ListenAddrs()
 	cfg.Kafka.ReplicationFactor = 1
 	cfg.Kafka.RequestTimeout = 5 * time.Second

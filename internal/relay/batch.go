@@ -54,7 +54,12 @@ type batchPolicy struct {
 	start          time.Time // when its first record joined
 	part           bool      // it holds a part of a split transaction
 	topics         map[topicOutcome]int
-	lastSeal       time.Time
+	// run counts the records joined last of one topic and outcome, not yet
+	// in topics (the records of a stream of one-row transactions go to
+	// one topic: a comparison each, not a map update).
+	run      topicOutcome
+	runCount int
+	lastSeal time.Time
 	// quiet: the batch is due once the reader stays quiet for the quiet
 	// window (catch-up); want: it is due as soon as the seal in flight
 	// has been answered.
@@ -102,6 +107,24 @@ func (b *batchPolicy) join(n, bytes int, part bool) {
 	b.records += n
 	b.bytes += bytes
 	b.part = b.part || part
+}
+
+// counted counts a record of the batch to its topic and outcome.
+func (b *batchPolicy) counted(to topicOutcome) {
+	if b.runCount > 0 && to == b.run {
+		b.runCount++
+		return
+	}
+	b.endRun()
+	b.run, b.runCount = to, 1
+}
+
+// endRun moves the run's count into topics.
+func (b *batchPolicy) endRun() {
+	if b.runCount > 0 {
+		b.topics[b.run] += b.runCount
+		b.runCount = 0
+	}
 }
 
 // ended is what a source transaction's end makes of the batch, ev its end
@@ -189,6 +212,7 @@ func (b *batchPolicy) tick(sealing, replaying bool) bool {
 // returns the ended one's records, their count by topic and outcome, and
 // whether it holds a part of a split transaction.
 func (b *batchPolicy) sealed(now time.Time) (records int, topics map[topicOutcome]int, part bool) {
+	b.endRun()
 	records, topics, part = b.records, b.topics, b.part
 	b.records, b.bytes, b.part, b.want = 0, 0, false, false
 	b.topics = make(map[topicOutcome]int, len(topics))

@@ -145,18 +145,27 @@ func TestBatchSealedStartsAfresh(t *testing.T) {
 	now := t0
 	b := testPolicy(config.ExactlyOnce, &now)
 	b.join(3, 30, false)
-	b.topics[topicOutcome{"t", "published"}] = 3
+	pub, dead := topicOutcome{"t", "published"}, topicOutcome{"u", "dead_letter"}
+	for _, to := range []topicOutcome{pub, pub, dead} { // counted in runs of one topic and outcome
+		b.counted(to)
+	}
 	b.join(2, 20, true)
+	b.counted(pub)
+	b.counted(pub)
 	if !b.over(5, 0) || b.over(4, 0) || !b.fillsAlone(10, 0) || b.fillsAlone(9, 999) {
 		t.Fatal("bounds of 5 records in the batch, 10 records or 1,000 bytes a batch")
 	}
 	now = t0.Add(time.Second)
 	records, topics, part := b.sealed(now)
-	if records != 5 || topics[topicOutcome{"t", "published"}] != 3 || !part {
+	if records != 5 || topics[pub] != 4 || topics[dead] != 1 || len(topics) != 2 || !part {
 		t.Fatalf("sealed %d records, topics %v, part %v", records, topics, part)
 	}
-	if b.open() || b.part || len(b.topics) != 0 || b.bytes != 0 || !b.lastSeal.Equal(now) {
+	if b.open() || b.part || len(b.topics) != 0 || b.runCount != 0 || b.bytes != 0 || !b.lastSeal.Equal(now) {
 		t.Fatal("the next batch does not start afresh")
+	}
+	b.counted(dead)
+	if _, topics, _ := b.sealed(now); topics[dead] != 1 || len(topics) != 1 {
+		t.Fatalf("the next batch's topics %v", topics)
 	}
 	now = t0.Add(10 * time.Second)
 	if b.tick(false, false) {

@@ -67,19 +67,7 @@ func TestAttemptJoinsItsGoroutinesBeforeReturning(t *testing.T) {
 	defer replica.Close()
 	k := kafkatest.Cluster(t, kfake.NumBrokers(1))
 
-	cfg := config.Default()
-	cfg.Name = "joined"
-	cfg.Source.Hosts = []string{p.Addr(), replica.Addr()}
-	cfg.Source.User, cfg.Source.Password = "relay", "relay-pw"
-	cfg.Source.ServerID = 2001
-	cfg.Source.Flavor = "mysql"
-	cfg.Source.Tables = []string{"app.outbox"}
-	cfg.Source.Start = "earliest"
-	cfg.Source.HeartbeatPeriod = time.Second
-	cfg.Source.ServerPublicKeyFile = filepath.Join(t.TempDir(), "server-public-key.pem")
-	if err := os.WriteFile(cfg.Source.ServerPublicKeyFile, mysqlsource.PublicKeyPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := doubleConfig(t, "joined", 2001, p.Addr(), replica.Addr())
 	cfg.Kafka.Brokers = k.ListenAddrs()
 	cfg.Kafka.ReplicationFactor = 1
 	cfg.Kafka.RequestTimeout = 5 * time.Second
@@ -194,4 +182,25 @@ func goroutineStacks() []string {
 func goroutineID(stack string) string {
 	head, _, _ := strings.Cut(stack, " [")
 	return head
+}
+
+// doubleConfig is a relay configuration named name reading app.outbox from
+// the MySQL doubles at hosts from their start, as server_id serverID (the
+// double's user, its RSA public key for the login).
+func doubleConfig(t testing.TB, name string, serverID uint32, hosts ...string) config.Config {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Name = name
+	cfg.Source.Hosts = hosts
+	cfg.Source.User, cfg.Source.Password = "relay", "relay-pw"
+	cfg.Source.ServerID = serverID
+	cfg.Source.Flavor = "mysql"
+	cfg.Source.Tables = []string{"app.outbox"}
+	cfg.Source.Start = "earliest"
+	cfg.Source.HeartbeatPeriod = time.Second
+	cfg.Source.ServerPublicKeyFile = filepath.Join(t.TempDir(), "server-public-key.pem")
+	if err := os.WriteFile(cfg.Source.ServerPublicKeyFile, mysqlsource.PublicKeyPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

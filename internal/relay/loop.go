@@ -142,6 +142,7 @@ func (l *loop) consume(ctx, fail context.Context, events <-chan []binlog.Event, 
 			// The reader has returned: what it sent before is handled first.
 			for len(events) > 0 {
 				batch := <-events
+				l.took(batch)
 				last := lastRows(batch)
 				for i := range batch {
 					l.moreRows = i < last || len(events) > 0
@@ -165,6 +166,7 @@ func (l *loop) consume(ctx, fail context.Context, events <-chan []binlog.Event, 
 			return fmt.Errorf("%w: %w", errSourceStream, err)
 		case batch := <-events:
 			l.batch.quiet = false // the reader was not quiet
+			l.took(batch)
 			last := lastRows(batch)
 			for i := range batch {
 				l.moreRows = i < last || len(events) > 0
@@ -196,9 +198,18 @@ func (l *loop) consume(ctx, fail context.Context, events <-chan []binlog.Event, 
 	}
 }
 
-func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) error {
-	l.r.metrics.BinlogBytes.Add(float64(ev.Size))
+// took counts a hand-off of the reader's (its binlog bytes) and notes
+// the progress, once for all its events.
+func (l *loop) took(batch []binlog.Event) {
+	size := 0
+	for i := range batch {
+		size += batch[i].Size
+	}
+	l.r.metrics.BinlogBytes.Add(float64(size))
 	l.r.metrics.Progress()
+}
+
+func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) error {
 	if ev.Kind != binlog.KindHeartbeat {
 		l.r.metrics.SourceEvent(ev.Time) // the first event after a heartbeat: behind again
 	}

@@ -57,7 +57,7 @@ func (l *loop) flushPending(ctx context.Context, split bool) error {
 		return err
 	}
 	for _, r := range p.records {
-		l.batch.topics[r.to]++
+		l.batch.counted(r.to)
 	}
 	l.batch.join(len(p.records), p.bytes, split)
 	if split || l.pos.partial.GTID == gtid {

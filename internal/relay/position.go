@@ -36,6 +36,12 @@ type position struct {
 	// checkpoint first carries it.
 	fingerprint *checkpoint.Fingerprint
 	fpBefore    mysql.GTIDSet
+	// fpNext is the digest of the last transaction with rows of captured
+	// tables since the last checkpoint (fpGTID), made into the fingerprint
+	// once a checkpoint carries it: one per checkpoint, not per
+	// transaction.
+	fpNext *binlog.TxDigest
+	fpGTID string
 }
 
 // newPosition is the position from (a GTID set of flavor), with what cp
@@ -71,8 +77,7 @@ func (p *position) String() string {
 // transaction with rows of captured tables the position covers.
 func (p *position) advance(ev *binlog.Event, fingerprinted bool) {
 	if fingerprinted {
-		p.fingerprint = &checkpoint.Fingerprint{GTID: ev.GTID, Tables: ev.Digest.Tables, Rows: int64(ev.Digest.Rows), Digest: ev.Digest.Sum}
-		p.fpBefore = p.set
+		p.fpNext, p.fpGTID, p.fpBefore = ev.Digest, ev.GTID, p.set
 	}
 	p.set, p.str, p.schema, p.unsigned = ev.Set, "", ev.Schema, ev.Unsigned
 	p.provisional = ev.Provisional
@@ -85,8 +90,12 @@ func (p *position) advance(ev *binlog.Event, fingerprinted bool) {
 
 // lastFingerprint is the fingerprint a checkpoint written now carries.
 func (p *position) lastFingerprint() *checkpoint.Fingerprint {
-	if p.fpBefore != nil {
-		p.fingerprint.Before, p.fpBefore = p.fpBefore.String(), nil
+	if d := p.fpNext; d != nil {
+		p.fingerprint = &checkpoint.Fingerprint{GTID: p.fpGTID, Tables: d.Tables, Rows: int64(d.Rows), Digest: d.Sum}
+		if p.fpBefore != nil {
+			p.fingerprint.Before = p.fpBefore.String()
+		}
+		p.fpNext, p.fpBefore = nil, nil
 	}
 	return p.fingerprint
 }
