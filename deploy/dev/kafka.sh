@@ -131,18 +131,27 @@ start() {
   if running; then log "already running (pid $(cat "$PIDFILE")) on 127.0.0.1:$KAFKA_PORT"; return 0; fi
   fetch
   configure
-  : > "$KAFKA_DIR/server.log"
-  # shellcheck disable=SC2086 # KAFKA_JVM_OPTS is a list of options
-  # GC log as kafka-server-start.sh keeps one (pauses only; bench reads it).
-  nohup java -Xms"$KAFKA_HEAP" -Xmx"$KAFKA_HEAP" $KAFKA_JVM_OPTS -Xlog:gc:file="$KAFKA_DIR/gc.log":uptime -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" \
-    kafka.Kafka "$KAFKA_DIR/server.properties" > "$KAFKA_DIR/kafka.out" 2>&1 &
-  echo $! > "$PIDFILE"
-  for _ in $(seq 1 600); do
-    if answers; then log "Apache Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"), data $KAFKA_DIR)"; return 0; fi
-    if ! running; then log "broker exited during start-up:"; tail -n 20 "$KAFKA_DIR/kafka.out" "$KAFKA_DIR/server.log" >&2; exit 1; fi
-    sleep 0.2
+  # A port in the ephemeral range (32768-60999 on Linux) can be held for a
+  # moment by some client's connection: the broker exits at once, and is
+  # started again, a few times.
+  for attempt in 1 2 3 4 5; do
+    : > "$KAFKA_DIR/server.log"
+    # shellcheck disable=SC2086 # KAFKA_JVM_OPTS is a list of options
+    # GC log as kafka-server-start.sh keeps one (pauses only; bench reads it).
+    nohup java -Xms"$KAFKA_HEAP" -Xmx"$KAFKA_HEAP" $KAFKA_JVM_OPTS -Xlog:gc:file="$KAFKA_DIR/gc.log":uptime -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" \
+      kafka.Kafka "$KAFKA_DIR/server.properties" > "$KAFKA_DIR/kafka.out" 2>&1 &
+    echo $! > "$PIDFILE"
+    for _ in $(seq 1 600); do
+      if answers; then log "Apache Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (pid $(cat "$PIDFILE"), data $KAFKA_DIR)"; return 0; fi
+      running || break
+      sleep 0.2
+    done
+    if running; then log "broker did not answer within 120s"; stop; exit 1; fi
+    if [ "$attempt" -lt 5 ] && grep -q "Address already in use" "$KAFKA_DIR/server.log" 2>/dev/null; then
+      log "a port of 127.0.0.1:$KAFKA_PORT-$((KAFKA_PORT + 2)) is in use: starting again"; sleep 1; continue
+    fi
+    log "broker exited during start-up:"; tail -n 20 "$KAFKA_DIR/kafka.out" "$KAFKA_DIR/server.log" >&2; exit 1
   done
-  log "broker did not answer within 120s"; stop; exit 1
 }
 
 stop() {

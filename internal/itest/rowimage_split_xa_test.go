@@ -195,6 +195,7 @@ func TestPartialImageInAnXATransactionStopsAtItsCommit(t *testing.T) {
 // did not read the prepare again, and the XA COMMIT published nothing and
 // stopped nothing: the row was lost without a word.
 func TestPartialImageInAnXATransactionPreparedAcrossARestartStopsAtItsCommit(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	k, s, cfg, _, r := defaultsPipeline(t, nil)
 	prepared, end := xaPrepared(t, "MINIMAL", "held", defaultedInsert(s.Table(), "xa-held", "x"))
 	sessionTx(t, env.DB, "", insertAll(s.Table(), "after-prepare", "a", `{"seq":1}`))

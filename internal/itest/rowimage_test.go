@@ -246,6 +246,7 @@ func TestSessionRowImagePartialInsertsStop(t *testing.T) {
 // relay's stop with the next transaction's GTID, "before" or "stopped", and
 // failed now and then although the relay had named the right one).
 func TestLastGTIDKeepsItsValueAfterLaterQueries(t *testing.T) {
+	BrokerOnlyAsSink(t)
 	s := env.NewSchema(t)
 	if err := env.DB.Exec("DROP TABLE "+s.Table(), fmt.Sprintf(defaultsOutbox, s.Name)); err != nil {
 		t.Fatal(err)
