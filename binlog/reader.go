@@ -387,19 +387,25 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 			return ctx.Err()
 		case <-ended:
 		}
-		// The bursts handed on before the end are taken first.
-		for more := true; more; {
-			select {
-			case evs := <-raws:
-				if room, err = r.convertBurst(ctx, st, parser, evs, room, out); err != nil {
-					return err
-				}
-			default:
-				more = false
-			}
-		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return ctx.Err() // stopped: nothing more is handed on
+		}
+		// The bursts handed on before the end are taken first, then the
+		// one go-mysql gathered after its last read of the socket: a
+		// stream that ends without another read (an error the server
+		// flushed with its last events, an event the syncer refused) ends
+		// after the transactions read with it. go-mysql's goroutine has
+		// returned: the stream's end came after its last event.
+		for more := true; more; {
+			evs := h.burst
+			select {
+			case evs = <-raws:
+			default:
+				more, h.burst = false, nil
+			}
+			if room, err = r.convertBurst(ctx, st, parser, evs, room, out); err != nil {
+				return err
+			}
 		}
 		err = endErr
 		if watch.fired.Load() {
