@@ -1,0 +1,77 @@
+package binlog
+
+import (
+	"encoding/binary"
+	"reflect"
+	"testing"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// A server gives a table a new table id each time it opens it anew (its
+// table definition cache full, FLUSH TABLES, DDL): a stream that runs for
+// months meets table ids without end, each a table map the hot path has not
+// seen, decoded by go-mysql's parser, its rows by the hot path. What the
+// stream's parser holds of them stays bounded, go-mysql's parser's own table
+// maps included (it forgets them only at the end of a statement it decodes
+// itself, which the hot path no longer gives it), for captured tables and
+// others.
+func TestHotPathHoldsABoundedNumberOfTableMaps(t *testing.T) {
+	for name, captured := range map[string]func(db, table []byte) bool{
+		"captured": outboxOnly, "not captured": func(_, _ []byte) bool { return false },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ep := newEventParser(mysql.MariaDBFlavor, nil, bound64M, captured)
+			syncer := newRawSyncer(mysql.MariaDBFlavor)
+			parse := func(raw []byte) {
+				t.Helper()
+				if _, err := ep.parse(syncer.event(t, raw)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			parse(synthFDE(t))
+			cols := []synthCol{{mysql.MYSQL_TYPE_LONG, nil}}
+			tm, rows := synthTableMap(cols, nil), synthRows(false, 1, []byte{0, 7, 0, 0, 0})
+			for id := uint64(1); id <= 3*maxMappedTables; id++ {
+				copy(tm, binary.LittleEndian.AppendUint64(nil, id)[:6])
+				copy(rows, tm[:6])
+				parse(synthEvent(replication.TABLE_MAP_EVENT, tm))
+				parse(synthEvent(replication.WRITE_ROWS_EVENTv1, rows))
+			}
+			if n := len(ep.maps.known); n > maxMappedTables {
+				t.Errorf("the hot path holds %d table maps, over %d", n, maxMappedTables)
+			}
+			// go-mysql's BinlogParser.tables (unexported: its length read by
+			// reflection).
+			if n := reflect.ValueOf(ep.p).Elem().FieldByName("tables").Len(); n > maxMappedTables {
+				t.Errorf("go-mysql's parser holds %d table maps after %d table ids, over %d", n, 3*maxMappedTables, maxMappedTables)
+			}
+		})
+	}
+}
+
+// The reader's Tables by table id (streamState.tableCache) stay bounded
+// the same way, for a captured table that gets a new table id again and
+// again.
+func TestReaderHoldsABoundedNumberOfTables(t *testing.T) {
+	tables := []string{"app.outbox"}
+	r := NewReader(Config{Tables: tables}, &Server{Flavor: mysql.MariaDBFlavor, ColumnNames: true}, schema.New(tables, nil, nil), nil)
+	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
+	for id := uint64(1); id <= 3*maxMappedTables; id++ {
+		tm := tableMap()
+		tm.TableID = id
+		c, _, err := r.tableOf(st, tm, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.table.Columns; len(got) != 3 || got[1] != "event_id" {
+			t.Fatalf("table id %d: columns %v", id, got)
+		}
+	}
+	if n := len(st.tableCache); n > maxMappedTables {
+		t.Errorf("the reader holds %d tables after %d table ids, over %d", n, 3*maxMappedTables, maxMappedTables)
+	}
+}
