@@ -18,9 +18,10 @@ import (
 
 // A stream that ends in the same read of the socket as the transactions
 // before its end (a server flushes its last events and the error that ends
-// the stream together; an event go-mysql's syncer cannot take) still hands
-// on those transactions, before Run returns the end: the relay commits
-// what ended before it, never drops it in favour of the error.
+// the stream together; an event go-mysql's syncer cannot take; one the
+// reader refuses) still hands on those transactions, before Run returns
+// the end: the relay commits what ended before it, never drops it in
+// favour of the error.
 func TestRunHandsOnTheTransactionsReadWithTheStreamsEnd(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -35,6 +36,10 @@ func TestRunHandsOnTheTransactionsReadWithTheStreamsEnd(t *testing.T) {
 			binary.LittleEndian.PutUint32(raw[9:], uint32(len(raw)+10))
 			return append([]byte{0}, raw...)
 		}, func(err error) bool { return err != nil && !errors.Is(err, context.DeadlineExceeded) }},
+		{"an event the reader refuses", func(e *encoder) []byte {
+			return append([]byte{0}, e.raw(replication.TABLE_MAP_EVENT,
+				withOptional(wideTableMap(1), replication.TABLE_MAP_OPT_META_ENUM_STR_VALUE, enumLists(1, 1<<34)))...)
+		}, func(err error) bool { return errors.Is(err, ErrMalformedEvent) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEncoder(t, mysql.MySQLFlavor)
