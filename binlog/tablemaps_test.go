@@ -75,3 +75,48 @@ func TestReaderHoldsABoundedNumberOfTables(t *testing.T) {
 		t.Errorf("the reader holds %d tables after %d table ids, over %d", n, 3*maxMappedTables, maxMappedTables)
 	}
 }
+
+// Table ids are 6 bytes (a server that has opened tables 2^32 times gives
+// ids above 2^32): ids that differ only above their low 32 bits are other
+// tables, through the hot path as through go-mysql's parser.
+func TestHotPathTellsTableIDsApartAbove32Bits(t *testing.T) {
+	cols := []synthCol{{mysql.MYSQL_TYPE_LONG, nil}}
+	tableMap := func(id uint64, table string) []byte {
+		tm := synthTableMap(cols, nil)
+		b := append(binary.LittleEndian.AppendUint64(nil, id)[:6], 0, 0, 3, 'a', 'p', 'p', 0, byte(len(table)))
+		b = append(append(b, table...), 0)
+		return synthEvent(replication.TABLE_MAP_EVENT, append(b, tm[8+5+8:]...))
+	}
+	rows := func(id uint64, v byte, end bool) []byte {
+		b := synthRows(false, 1, []byte{0, v, 0, 0, 0})
+		copy(b, binary.LittleEndian.AppendUint64(nil, id)[:6])
+		b[6] = 0
+		if end {
+			b[6] = 1
+		}
+		return synthEvent(replication.WRITE_ROWS_EVENTv1, b)
+	}
+	const low, high = uint64(9), uint64(1)<<32 | 9
+	var stream [][]byte
+	for range 2 { // the second time through the hot path's templates and kept table maps
+		stream = append(stream, tableMap(low, "other"), tableMap(high, "outbox"), rows(low, 1, false), rows(high, 2, true))
+		stream = append(stream, tableMap(high, "other"), tableMap(low, "outbox"), rows(high, 3, false), rows(low, 4, true))
+	}
+	hot := newEventParser(mysql.MariaDBFlavor, nil, bound64M, outboxOnly)
+	ref := referenceParser(mysql.MariaDBFlavor, nil, outboxOnly)
+	hotSyncer, refSyncer := newRawSyncer(mysql.MariaDBFlavor), newRawSyncer(mysql.MariaDBFlavor)
+	var got []string
+	for i, raw := range append([][]byte{synthFDE(t)}, stream...) {
+		h, herr := hot.parse(hotSyncer.event(t, raw))
+		r, rerr := ref.parse(refSyncer.event(t, raw))
+		if g, w := parsed(h, herr), parsed(r, rerr); g != w || herr != nil {
+			t.Fatalf("event %d:\n hot path: %s\n go-mysql: %s", i, g, w)
+		}
+		if e, ok := h.Event.(*replication.RowsEvent); ok && e.Rows != nil {
+			got = append(got, dump(e.Rows))
+		}
+	}
+	if want := []string{"int32(2) | ", "int32(4) | ", "int32(2) | ", "int32(4) | "}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("rows of app.outbox decoded: %q, want %q", got, want)
+	}
+}
