@@ -376,18 +376,7 @@ func FuzzHotPathRowsEvent(f *testing.F) {
 // one of the same id with other bytes (a column added) is decoded anew,
 // and the rows after it read by it.
 func TestHotPathKeepsARepeatedTableMap(t *testing.T) {
-	fde := synthFDE(t)
-	ep := newEventParser(mysql.MariaDBFlavor, nil, bound64M, outboxOnly)
-	syncer := newRawSyncer(mysql.MariaDBFlavor)
-	parse := func(raw []byte) *replication.BinlogEvent {
-		t.Helper()
-		ev, err := ep.parse(syncer.event(t, raw))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ev
-	}
-	parse(fde)
+	_, parse := hotStream(t, outboxOnly)
 	one := []synthCol{{mysql.MYSQL_TYPE_LONG, nil}}
 	two := append(one, synthCol{mysql.MYSQL_TYPE_VARCHAR, binary.LittleEndian.AppendUint16(nil, 20)})
 	int7 := []byte{0, 7, 0, 0, 0}

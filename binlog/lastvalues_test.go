@@ -24,17 +24,8 @@ func TestRepeatedValuesDoNotHoldALargeEvent(t *testing.T) {
 		b := append([]byte{0, byte(len(kind))}, kind...)
 		return append(binary.LittleEndian.AppendUint32(b, uint32(len(payload))), payload...)
 	}
-	ep := newEventParser(mysql.MariaDBFlavor, nil, bound64M, outboxOnly)
+	ep, parse := hotStream(t, outboxOnly)
 	syncer := newRawSyncer(mysql.MariaDBFlavor)
-	parse := func(raw []byte) *replication.BinlogEvent {
-		t.Helper()
-		ev, err := ep.parse(syncer.event(t, raw))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ev
-	}
-	parse(synthFDE(t))
 	small := func(kind string) []byte {
 		return synthEvent(replication.WRITE_ROWS_EVENTv1, synthRows(false, 2, row(kind, []byte("{}"))))
 	}

@@ -11,6 +11,25 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
+// hotStream is the stream's parser of the captured tables (a MariaDB
+// stream whose format description is synthFDE's, parsed) and a func that
+// parses one event's bytes as the syncer hands them on, failing the test
+// on an error.
+func hotStream(t *testing.T, captured func(db, table []byte) bool) (*eventParser, func([]byte) *replication.BinlogEvent) {
+	ep := newEventParser(mysql.MariaDBFlavor, nil, bound64M, captured)
+	syncer := newRawSyncer(mysql.MariaDBFlavor)
+	parse := func(raw []byte) *replication.BinlogEvent {
+		t.Helper()
+		ev, err := ep.parse(syncer.event(t, raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	parse(synthFDE(t))
+	return ep, parse
+}
+
 // A server gives a table a new table id each time it opens it anew (its
 // table definition cache full, FLUSH TABLES, DDL): a stream that runs for
 // months meets table ids without end, each a table map the hot path has not
@@ -24,15 +43,7 @@ func TestHotPathHoldsABoundedNumberOfTableMaps(t *testing.T) {
 		"captured": outboxOnly, "not captured": func(_, _ []byte) bool { return false },
 	} {
 		t.Run(name, func(t *testing.T) {
-			ep := newEventParser(mysql.MariaDBFlavor, nil, bound64M, captured)
-			syncer := newRawSyncer(mysql.MariaDBFlavor)
-			parse := func(raw []byte) {
-				t.Helper()
-				if _, err := ep.parse(syncer.event(t, raw)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			parse(synthFDE(t))
+			ep, parse := hotStream(t, captured)
 			cols := []synthCol{{mysql.MYSQL_TYPE_LONG, nil}}
 			tm, rows := synthTableMap(cols, nil), synthRows(false, 1, []byte{0, 7, 0, 0, 0})
 			for id := uint64(1); id <= 3*maxMappedTables; id++ {
