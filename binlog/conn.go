@@ -9,24 +9,27 @@ import (
 	"time"
 )
 
-// The replication connection: where the reader hands its events on, and
-// how silence is noticed.
+// The replication connection: where go-mysql hands the reader its events,
+// and how silence is noticed.
 //
-// The reader converts each event on go-mysql's reading goroutine (go-mysql's
-// SynchronousEventHandler, reader.go) into the batch it is filling: no
-// channel send, select and hand-off between goroutines per event (a tenth
-// of the relay's CPU in one-row catch-up). A batch goes to the loop before
-// the connection's next read of the socket, which is when go-mysql has
-// handed on everything it had read (one batch per burst the server sent,
-// one event when the stream is idle), or once it holds about batchBytes of
-// binlog. While the loop has not taken it, that read waits: nothing more is
-// read off the connection, so what the reader holds is one batch and
-// go-mysql's buffer (64 KB), besides the loop's channel. A read waits for
-// nothing else: an event larger than batchBytes, or one cut across reads,
-// is read whole, so the stream cannot stall on its own bound.
+// go-mysql's reading goroutine hands each event it read to the reader's
+// handler (go-mysql's SynchronousEventHandler, reader.go), which gathers a
+// burst: no channel send, select and hand-off between goroutines per event
+// (a tenth of the relay's CPU in one-row catch-up). The burst goes to the
+// reader's goroutine, which converts it while go-mysql reads on, before the
+// connection's next read of the socket, which is when go-mysql has handed
+// on everything it had read (one burst per burst the server sent, one
+// event when the stream is idle), or once it holds about batchBytes of
+// binlog. While the reader has not taken the burst before (it is
+// converting one, or waiting for the loop to take what it made of it),
+// that read waits: nothing more is read off the connection, so what is
+// held is a burst or two, their batches and go-mysql's buffer (64 KB). A
+// read waits for nothing else: an event larger than batchBytes, or one cut
+// across reads, is read whole, so the stream cannot stall on its own
+// bound.
 //
-// (Before, go-mysql queued up to 512 events ahead of a reader on another
-// goroutine, whatever their size, and a read-ahead bound of 1 MB held its
+// (Before, go-mysql queued up to 512 events for the reader, one channel
+// send each, whatever their size, and a read-ahead bound of 1 MB held its
 // reads while the reader was busy: decoded rows waiting in a queue cost the
 // garbage collector a quarter of the relay's CPU in bulk catch-up.)
 
@@ -36,7 +39,7 @@ type readGate struct {
 	// before hands the reader's batch on, before a read of the socket;
 	// nil: reads go on at once.
 	before  func() error
-	holding atomic.Bool // a read waits for the loop to take a batch
+	holding atomic.Bool // a read waits for the reader to take a burst
 	closed  chan struct{}
 	once    sync.Once
 }
@@ -59,18 +62,18 @@ func (g *readGate) got(n int) {
 	}
 }
 
-// handOn sends batch to out, waiting (held) while the loop has not taken
-// it, until ctx or the gate ends.
-func (g *readGate) handOn(ctx context.Context, out chan<- []Event, batch []Event) error {
+// handOn sends v to out, waiting (a read held by g) while it is not
+// taken, until ctx or g ends.
+func handOn[T any](g *readGate, ctx context.Context, out chan<- T, v T) error {
 	select {
-	case out <- batch:
+	case out <- v:
 		return nil
 	default:
 	}
 	g.holding.Store(true)
 	defer g.holding.Store(false)
 	select {
-	case out <- batch:
+	case out <- v:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -79,14 +82,14 @@ func (g *readGate) handOn(ctx context.Context, out chan<- []Event, batch []Event
 	}
 }
 
-// errGateClosed fails a read that waited for the loop when the connection
+// errGateClosed fails a read that waited for the reader when the connection
 // closed or Run ended.
-var errGateClosed = errors.New("the replication connection closed while its reader waited for the relay loop")
+var errGateClosed = errors.New("the replication connection closed while a read waited for the reader to take a burst")
 
 // release ends every wait for good (the connection closed, Run ended).
 func (g *readGate) release() { g.once.Do(func() { close(g.closed) }) }
 
-// held reports whether a read waits for the loop.
+// held reports whether a read waits for the reader.
 func (g *readGate) held() bool { return g.holding.Load() }
 
 // watchdog closes the replication connection when nothing, not even the
@@ -126,7 +129,7 @@ func (w *watchdog) dial(ctx context.Context, network, addr string) (net.Conn, er
 
 // start checks every silence/3 and closes the connection after silence
 // without a read. Only a read waiting on the socket counts: a read held
-// while the loop has not taken the reader's batch (readGate) is the relay
+// while the reader has not taken the burst before (readGate) is the relay
 // being busy, not the server being silent. The returned func stops it
 // and waits for it to return.
 func (w *watchdog) start(silence time.Duration) func() {
@@ -198,7 +201,7 @@ func (c gatedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close releases the gate for good: a read waiting for the loop returns
+// Close releases the gate for good: a read waiting for the reader returns
 // errGateClosed.
 func (c gatedConn) Close() error {
 	c.gate.release()

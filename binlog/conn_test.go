@@ -21,9 +21,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// A read of the replication connection first hands the reader's batch on:
-// it waits (held) while the loop has not taken it, and goes on once it
-// has; an empty hand-off, or one the loop takes at once, holds nothing;
+// A read of the replication connection first hands the burst read so far
+// on: it waits (held) while the reader has not taken it, and goes on once
+// it has; an empty hand-off, or one the reader takes at once, holds nothing;
 // the gate's end, or ctx's, fails a waiting read without reading.
 func TestReadGateReadWaitsWhileTheLoopHasNotTakenTheBatch(t *testing.T) {
 	client, server := net.Pipe()
@@ -37,7 +37,7 @@ func TestReadGateReadWaitsWhileTheLoopHasNotTakenTheBatch(t *testing.T) {
 		if pending == nil {
 			return nil
 		}
-		err := gate.handOn(ctx, out, pending)
+		err := handOn(gate, ctx, out, pending)
 		pending = nil
 		return err
 	}
@@ -57,7 +57,7 @@ func TestReadGateReadWaitsWhileTheLoopHasNotTakenTheBatch(t *testing.T) {
 		t.Fatal("the socket was read before the batch was taken")
 	}
 	if got := <-out; len(got) != 1 {
-		t.Fatalf("the loop took %d events", len(got))
+		t.Fatalf("the reader took %d events", len(got))
 	}
 	waitFor(t, "the read to go on", func() bool { return !gate.held() })
 	if _, err := server.Write([]byte("abc")); err != nil {
@@ -77,7 +77,7 @@ func TestReadGateReadWaitsWhileTheLoopHasNotTakenTheBatch(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	// A batch the loop does not take: ctx's end fails the read.
+	// A burst the reader does not take: ctx's end fails the read.
 	pending = []Event{{Kind: KindCommit}}
 	done = read()
 	waitFor(t, "the read to be held", gate.held)
@@ -91,7 +91,7 @@ func TestReadGateReadWaitsWhileTheLoopHasNotTakenTheBatch(t *testing.T) {
 }
 
 // A connection that goes quiet because the relay is busy (a read held
-// while the loop has not taken the reader's batch) is not a silent server;
+// while the reader has not taken the burst before) is not a silent server;
 // once the read goes on and the server stays silent, the watchdog closes
 // it.
 func TestWatchdogAndHeldReads(t *testing.T) {
@@ -99,7 +99,7 @@ func TestWatchdogAndHeldReads(t *testing.T) {
 	defer server.Close()
 	gate := newReadGate()
 	out := make(chan []Event)
-	gate.before = func() error { return gate.handOn(t.Context(), out, []Event{{Kind: KindCommit}}) }
+	gate.before = func() error { return handOn(gate, t.Context(), out, []Event{{Kind: KindCommit}}) }
 	w := &watchdog{gate: gate}
 	var nc net.Conn = gatedConn{Conn: client, reads: &w.reads, gate: gate, inRead: &w.inRead}
 	w.conn.Store(&nc)
@@ -120,7 +120,7 @@ func TestWatchdogAndHeldReads(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	<-out // the loop takes the batch: the read goes on into a silent connection
+	<-out // the reader takes the burst: the read goes on into a silent connection
 	waitFor(t, "the watchdog to fire", w.fired.Load)
 	select {
 	case err := <-readErr:
@@ -133,13 +133,13 @@ func TestWatchdogAndHeldReads(t *testing.T) {
 }
 
 // Closing the connection (go-mysql's Close, the watchdog) ends a read that
-// waits for the loop.
+// waits for the reader.
 func TestGatedConnCloseEndsAHeldRead(t *testing.T) {
 	client, server := net.Pipe()
 	defer server.Close()
 	var reads atomic.Uint64
 	gate := newReadGate()
-	gate.before = func() error { return gate.handOn(t.Context(), make(chan []Event), []Event{{Kind: KindCommit}}) }
+	gate.before = func() error { return handOn(gate, t.Context(), make(chan []Event), []Event{{Kind: KindCommit}}) }
 	c := gatedConn{Conn: client, reads: &reads, gate: gate}
 	readErr := make(chan error, 1)
 	go func() {
@@ -165,7 +165,7 @@ func TestGatedConnCloseEndsAHeldRead(t *testing.T) {
 
 // Only the first connection dialed (the replication connection) is gated:
 // go-mysql dials another to KILL the first when closing, which must never
-// wait for the loop.
+// wait for the reader.
 func TestWatchdogGatesTheFirstConnectionOnly(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -201,6 +201,6 @@ func TestWatchdogGatesTheFirstConnectionOnly(t *testing.T) {
 }
 
 // ReadAheadHeld reports whether r's replication connection has a read held
-// while the loop has not taken the reader's batch (for the integration
+// while the reader has not taken the burst before (for the integration
 // test of package binlog_test).
 func ReadAheadHeld(r *Reader) bool { return r.gate.held() }

@@ -20,7 +20,8 @@ type streamState struct {
 	size  int
 	// tableCache holds, by table id, the Table built from a table map event;
 	// the server sends one per transaction, mostly identical to the last.
-	// Cleared when DDL changes a captured table's layout.
+	// Cleared when DDL changes a captured table's layout, and past
+	// maxMappedTables ids.
 	tableCache map[uint64]*cachedTable
 	// digest of the captured rows of the group being read (digest.go).
 	digest rowsDigest
@@ -209,6 +210,9 @@ func (r *Reader) tableOf(st *streamState, tm *replication.TableMapEvent, batch [
 	t := &Table{Schema: db, Name: tbl, Columns: cols, Latin1: latin1Columns(tm, len(cols))}
 	unsigned, known := r.tracker.UnsignedColumns(t.Schema, t.Name)
 	c := newCachedTable(tm, t, planSigns(tm, cols, unsigned, known))
+	if len(st.tableCache) >= maxMappedTables {
+		clear(st.tableCache) // a table opened anew again and again: ids without end
+	}
 	st.tableCache[tm.TableID] = c
 	return c, batch, nil
 }

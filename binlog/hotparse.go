@@ -105,6 +105,9 @@ type tableMaps struct {
 	// stmtMap.
 	stmt    []stmtTable
 	stmtMap map[uint64]*mappedTable
+	// parsed counts the table maps go-mysql's parser decoded since it was
+	// made (eventParser.renewParser).
+	parsed int
 }
 
 // stmtScan is how many table maps of a statement are looked up one by one.
@@ -255,6 +258,9 @@ func (ep *eventParser) tableMap(ev *replication.BinlogEvent, body []byte) (bool,
 		ev.Event = m.tm
 		return true, nil
 	}
+	if err := ep.renewParser(); err != nil {
+		return true, eventError(ev.Header, ev.RawData, err)
+	}
 	parsed, err := ep.decode(ep.p, ev.RawData)
 	if err != nil {
 		return true, eventError(ev.Header, ev.RawData, err)
@@ -273,6 +279,27 @@ func (ep *eventParser) tableMap(ev *replication.BinlogEvent, body []byte) (bool,
 	}
 	ev.Event = tm
 	return true, nil
+}
+
+// renewParser counts a table map go-mysql's parser is about to decode and,
+// past maxMappedTables of them, between two statements, replaces the
+// parser with a new one of the stream's format: go-mysql's parser keeps
+// every table map it decodes until the end of a statement it decodes
+// itself, which the hot path no longer gives it, so that a stream meeting
+// new table ids without end (a server gives a table a new one each time it
+// opens it anew) would hold them all. Its table maps serve nothing
+// between statements: the stream's rows events are decoded with the hot
+// path's (rowsHeader).
+func (ep *eventParser) renewParser() error {
+	if ep.maps.parsed++; ep.maps.parsed <= maxMappedTables || !ep.maps.none() {
+		return nil
+	}
+	p := ep.newParser(ep.streamRows)
+	if _, err := p.Parse(ep.fde); err != nil {
+		return fmt.Errorf("format description for a new parser: %w", err)
+	}
+	ep.p, ep.maps.parsed = p, 1
+	return nil
 }
 
 // rows takes a rows event of a table its statement mapped: one of a table

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -25,6 +26,12 @@ import (
 // event, row data included). With raw mode the syncer no longer tracks the
 // GTID set either: eventParser attaches it to XID and Query events as
 // go-mysql did (XIDEvent.GSet, QueryEvent.GSet).
+
+// ErrChecksumMismatch: an event of a binlog written with
+// binlog_checksum=CRC32 does not match its CRC32 (its bytes changed on the
+// server's disk or on the way). Nothing of it is decoded, and the relay
+// stops at its transaction: the same bytes come back on a retry.
+var ErrChecksumMismatch = errors.New("binlog event does not match its checksum")
 
 // eventParser decodes one stream's raw events. Use it from one goroutine.
 type eventParser struct {
@@ -113,6 +120,11 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 			out, err = nil, eventError(h, ev.RawData, fmt.Errorf("decoder panicked: %s", clip(fmt.Sprint(r), errTextBytes)))
 		}
 	}()
+	if h.EventType != replication.FORMAT_DESCRIPTION_EVENT { // checked once decoded, below
+		if err := verify(h.EventType, ev.RawData, ep.checksum); err != nil {
+			return nil, eventError(h, ev.RawData, err)
+		}
+	}
 	switch h.EventType {
 	case replication.FORMAT_DESCRIPTION_EVENT:
 		if _, err := ep.p.Parse(ev.RawData); err != nil {
@@ -121,6 +133,9 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 		fde, ok := ev.Event.(*replication.FormatDescriptionEvent)
 		if !ok {
 			return nil, eventError(h, ev.RawData, errors.New("format description not decoded"))
+		}
+		if err := verify(h.EventType, ev.RawData, fde.ChecksumAlgorithm == replication.BINLOG_CHECKSUM_ALG_CRC32); err != nil {
+			return nil, eventError(h, ev.RawData, err)
 		}
 		ep.fde, ep.format = ev.RawData, fde
 		ep.checksum = fde.ChecksumAlgorithm == replication.BINLOG_CHECKSUM_ALG_CRC32
@@ -158,6 +173,28 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 		return nil, eventError(h, ev.RawData, err)
 	}
 	return parsed, nil
+}
+
+// verify checks raw, an event of type t, against the CRC32 it ends with
+// when checksum says its binlog has them (a format description: its own
+// algorithm byte, after it is decoded), as a replica's I/O thread does:
+// nothing the server wrote is decoded from other bytes. The events the
+// dump thread makes rather than reads from the binlog (rotations, a fake
+// one before the format description included, and heartbeats) carry a
+// checksum or not as the replica declared it (go-mysql declares NONE), and
+// nothing of a transaction: they are not checked.
+func verify(t replication.EventType, raw []byte, checksum bool) error {
+	if !checksum || t == replication.ROTATE_EVENT || t == replication.HEARTBEAT_EVENT || t == replication.HEARTBEAT_LOG_EVENT_V2 {
+		return nil
+	}
+	n := len(raw) - replication.BinlogChecksumLength
+	if n < replication.EventHeaderSize {
+		return fmt.Errorf("%w: an event of %d bytes has no room for its checksum", ErrChecksumMismatch, len(raw))
+	}
+	if want, got := binary.LittleEndian.Uint32(raw[n:]), crc32.ChecksumIEEE(raw[:n]); want != got {
+		return fmt.Errorf("%w: it ends with CRC32 %08x, its bytes give %08x (binlog_checksum=CRC32)", ErrChecksumMismatch, want, got)
+	}
+	return nil
 }
 
 // checkCompressedQuery refuses a MariaDB compressed query event whose
@@ -270,7 +307,7 @@ const errTextBytes = 256
 // quotes it all, and its row decoder adds the rows decoded so far).
 func eventError(h *replication.EventHeader, raw []byte, cause error) error {
 	var sentinel error
-	for _, s := range []error{ErrPayloadBound, ErrPayloadCorrupt, ErrMalformedEvent} {
+	for _, s := range []error{ErrPayloadBound, ErrPayloadCorrupt, ErrMalformedEvent, ErrChecksumMismatch} {
 		if errors.Is(cause, s) {
 			sentinel = s
 		}

@@ -313,12 +313,12 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	if err != nil {
 		return fmt.Errorf("start binlog: port %q: %w", portStr, err)
 	}
-	h := &streamHandler{r: r, ctx: ctx, out: out, st: &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}}
+	raws := make(chan []*replication.BinlogEvent, 1)
+	h := &streamHandler{r: r, ctx: ctx, out: raws}
 	r.gate.before = h.handOn
 	var repl atomic.Pointer[sourceConn] // the replication connection, for its phases (deadline.go)
 	watch := &watchdog{gate: r.gate, base: syncerDialer(ctx, r.cfg, func(c *sourceConn) { repl.Store(c) })}
 	guard := newLoginGuard(r.cfg, r.srv.Addr)
-	h.parser = newEventParser(r.srv.Flavor, set, guard.packetBound, r.captured)
 	scfg := replication.BinlogSyncerConfig{
 		ServerID:        r.cfg.ServerID,
 		Flavor:          r.srv.Flavor,
@@ -334,7 +334,7 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 		Dialer:           guard.dial(watch.dial),
 		Option:           func(c *client.Conn) error { setPhase(&repl, phaseRegister); return guard.bound(c) },
 		DisableRetrySync: true, // resume from the Kafka checkpoint, never from memory
-		// The events go to h on go-mysql's reading goroutine (conn.go),
+		// go-mysql's reading goroutine hands the events to h (conn.go),
 		// none into go-mysql's channel of this many.
 		SynchronousEventHandler: h,
 		EventCacheCount:         1,
@@ -360,80 +360,143 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 	// registration short as a bare closed connection).
 	stopWatch := watch.start(3 * r.cfg.HeartbeatPeriod)
 	defer stopWatch()
-	// The events go to h; only the stream's end comes here: the server's,
-	// the connection's, or the reader's own stop, which h handed go-mysql.
-	_, err = stream.GetEvent(ctx)
-	if ctx.Err() != nil {
-		return ctx.Err()
+	// h hands on the events in bursts (raws); the stream's end (the
+	// server's, the connection's) comes from go-mysql's streamer.
+	ended := make(chan struct{})
+	var endErr error
+	streamCtx, stopStream := context.WithCancel(ctx)
+	go func() {
+		defer close(ended)
+		_, endErr = stream.GetEvent(streamCtx)
+	}()
+	defer func() {
+		stopStream()
+		<-ended
+	}()
+	st := &streamState{tableCache: map[uint64]*cachedTable{}, frame: r.newFramer()}
+	parser := newEventParser(r.srv.Flavor, set, guard.packetBound, r.captured)
+	var room int
+	for {
+		select {
+		case evs := <-raws:
+			if room, err = r.convertBurst(ctx, st, parser, evs, room, out); err != nil {
+				return err
+			}
+			continue
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ended:
+		}
+		if ctx.Err() != nil {
+			return ctx.Err() // stopped: nothing more is handed on
+		}
+		// The bursts handed on before the end are taken first, then the
+		// one go-mysql gathered after its last read of the socket: a
+		// stream that ends without another read (an error the server
+		// flushed with its last events, an event the syncer refused) ends
+		// after the transactions read with it. go-mysql's goroutine has
+		// returned: the stream's end came after its last event.
+		for more := true; more; {
+			evs := h.burst
+			select {
+			case evs = <-raws:
+			default:
+				more, h.burst = false, nil
+			}
+			if room, err = r.convertBurst(ctx, st, parser, evs, room, out); err != nil {
+				return err
+			}
+		}
+		err = endErr
+		if watch.fired.Load() {
+			err = fmt.Errorf("%w (no data, not even a heartbeat, for %s)", err, 3*r.cfg.HeartbeatPeriod)
+		}
+		return guard.orGrown(ctx, mapStreamErr(fmt.Errorf("read binlog: %w", syncerError(err))))
 	}
-	if stop := h.stop.Load(); stop != nil {
-		return *stop
+}
+
+// convertBurst converts the events of one burst (evs, as the raw-mode
+// syncer read them) and sends what they become to out in batches of about
+// batchBytes at most: room Events at first (0: a few), and it returns the
+// room the next burst's batch starts with (a quarter more than this one
+// held). On an error it sends what came before it first, so that the loop
+// can commit the transactions that ended before it.
+func (r *Reader) convertBurst(ctx context.Context, st *streamState, parser *eventParser, evs []*replication.BinlogEvent,
+	room int, out chan<- []Event) (int, error) {
+	batch := make([]Event, 0, max(16, room))
+	size := 0
+	for i, ev := range evs {
+		evs[i] = nil // go-mysql's copy can go once converted
+		n := len(batch)
+		var err error
+		if batch, err = r.take(st, parser, ev, batch); err != nil {
+			if len(batch) > 0 {
+				if serr := send(ctx, out, batch); serr != nil {
+					return room, serr
+				}
+			}
+			return room, err
+		}
+		for _, e := range batch[n:] {
+			size += e.Size
+		}
+		if size >= batchBytes {
+			// Large rows: hand on what is converted, so that the loop's
+			// channel holds a bounded number of bytes.
+			if err := send(ctx, out, batch); err != nil {
+				return room, err
+			}
+			batch, size = make([]Event, 0, len(batch)), 0
+		}
 	}
-	if watch.fired.Load() {
-		err = fmt.Errorf("%w (no data, not even a heartbeat, for %s)", err, 3*r.cfg.HeartbeatPeriod)
+	room = len(batch) + len(batch)/4
+	if len(batch) == 0 {
+		return room, nil
 	}
-	return guard.orGrown(ctx, mapStreamErr(fmt.Errorf("read binlog: %w", syncerError(err))))
+	return room, send(ctx, out, batch)
 }
 
 // streamHandler takes the stream's events on go-mysql's reading goroutine
-// (SynchronousEventHandler): it converts each into the batch it fills,
-// which goes to the loop before the connection's next read of the socket
-// (handOn, conn.go), or at batchBytes.
+// (SynchronousEventHandler) into a burst, which goes to the reader's
+// goroutine before the replication connection's next read of the socket
+// (handOn, conn.go), or at batchBytes of binlog: one hand-off per burst the
+// server sent, the reader converting one burst while go-mysql reads the
+// next.
 type streamHandler struct {
-	r      *Reader
-	ctx    context.Context
-	out    chan<- []Event
-	st     *streamState
-	parser *eventParser
-	batch  []Event
-	size   int // binlog bytes the batch accounts for
-	room   int // Events a new batch has room for
-	// stop is the reader's own error (a transaction it cannot publish, an
-	// event it cannot decode), which Run returns: go-mysql ends the stream
-	// with it, wrapped.
-	stop atomic.Pointer[error]
+	r     *Reader
+	ctx   context.Context
+	out   chan<- []*replication.BinlogEvent
+	burst []*replication.BinlogEvent
+	size  int // binlog bytes the burst holds
+	room  int // events a new burst has room for
 }
 
-// HandleEvent converts ev, as the raw-mode syncer read it.
+// HandleEvent takes ev, as the raw-mode syncer read it, into the burst.
 func (h *streamHandler) HandleEvent(ev *replication.BinlogEvent) error {
 	h.r.streamingOnce.Do(func() { close(h.r.streaming) })
-	if h.batch == nil {
-		h.batch = make([]Event, 0, h.room)
+	if h.burst == nil {
+		h.burst = make([]*replication.BinlogEvent, 0, max(16, h.room))
 	}
-	n := len(h.batch)
-	batch, err := h.r.take(h.st, h.parser, ev, h.batch)
-	h.batch = batch
-	if err != nil {
-		// What came before the stop goes to the loop first, so it can
-		// commit the transactions that ended before it.
-		if herr := h.handOn(); herr != nil {
-			return herr
-		}
-		h.stop.Store(&err)
-		return err
-	}
-	for _, e := range h.batch[n:] {
-		h.size += e.Size
-	}
-	if h.size >= batchBytes {
+	h.burst = append(h.burst, ev)
+	if h.size += int(ev.Header.EventSize); h.size >= batchBytes {
 		return h.handOn()
 	}
 	return nil
 }
 
-// handOn gives the batch to the loop, waiting while it has not taken the
-// one before; nothing when the batch is empty.
+// handOn gives the burst to the reader, waiting while it has not taken the
+// one before; nothing when the burst is empty.
 func (h *streamHandler) handOn() error {
-	if len(h.batch) == 0 {
+	if len(h.burst) == 0 {
 		return nil
 	}
-	if err := h.r.gate.handOn(h.ctx, h.out, h.batch); err != nil {
+	if err := handOn(h.r.gate, h.ctx, h.out, h.burst); err != nil {
 		return err
 	}
-	// The next batch has room for a quarter more Events than this one
+	// The next burst has room for a quarter more events than this one
 	// held: bursts of a stream are alike.
-	h.room = max(16, len(h.batch)+len(h.batch)/4)
-	h.batch, h.size = nil, 0
+	h.room = len(h.burst) + len(h.burst)/4
+	h.burst, h.size = nil, 0
 	return nil
 }
 

@@ -12,9 +12,9 @@ import (
 
 // A model of the reader over the gate: go-mysql's packet.Conn (bufio,
 // packets split at 16 MB) reading through gatedConn on one goroutine that
-// turns each packet into an Event of the batch it fills, handed on before
-// each read of the socket or at batchBytes, as Run's streamHandler does; a
-// loop that takes batches and is busy for random times. Every packet must
+// gathers the packets into a burst, handed on before each read of the
+// socket or at batchBytes, as Run's streamHandler does; a reader that takes
+// bursts and is busy for random times. Every packet must
 // arrive once, in order, whatever the sizes, and the stream never stalls.
 func TestReadGateModelStreamDeliversEveryPacketInOrder(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
@@ -40,15 +40,15 @@ func TestReadGateModelStreamDeliversEveryPacketInOrder(t *testing.T) {
 		out := make(chan []Event, 2)
 		var batch []Event
 		size := 0
-		handOn := func() error {
+		handOnBurst := func() error {
 			if len(batch) == 0 {
 				return nil
 			}
-			err := gate.handOn(t.Context(), out, batch)
+			err := handOn(gate, t.Context(), out, batch)
 			batch, size = nil, 0
 			return err
 		}
-		gate.before = handOn
+		gate.before = handOnBurst
 		var w watchdog
 		c := packet.NewConn(gatedConn{Conn: cli, reads: &w.reads, gate: gate})
 		go func() {
@@ -79,7 +79,7 @@ func TestReadGateModelStreamDeliversEveryPacketInOrder(t *testing.T) {
 				}
 				batch = append(batch, Event{Pos: binary.LittleEndian.Uint32(p), Size: len(p)})
 				if size += len(p); size >= batchBytes {
-					if handOn() != nil {
+					if handOnBurst() != nil {
 						close(out)
 						return
 					}

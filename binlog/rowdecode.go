@@ -290,6 +290,9 @@ func decodeInsertRowsWith(e *replication.RowsEvent, pos int, data []byte, plan [
 	if len(plan) != cols {
 		return false
 	}
+	if len(data) > lastValuesEventBytes {
+		last = nil // its values would hold the whole event (lastValues)
+	}
 	rows := make([][]any, 0, 1) // as go-mysql: empty, not nil, without rows
 	for pos < len(data) {
 		row, n, ok := decodeRow(data[pos:], plan, loc, last)
@@ -360,10 +363,18 @@ func decodeRow(data []byte, plan []colPlan, loc *time.Location, last *lastValues
 // of being decoded and boxed anew (two allocations each). Neither value
 // nor bytes are ever written. The stream's parser keeps one per table map
 // (hotparse.go); it holds on to one event's data per column at most.
+//
+// A value points into the event it was decoded from, and keeps it in
+// memory while its column repeats it: only the values of events of at most
+// lastValuesEventBytes are kept (a server splits rows events at 8 KiB by
+// default; a larger one holds a large row, whose payload would stay).
 type lastValues struct {
 	raw [][]byte
 	val []any
 }
+
+// lastValuesEventBytes bounds the events whose values lastValues keeps.
+const lastValuesEventBytes = 64 << 10
 
 func newLastValues(cols int) *lastValues {
 	return &lastValues{raw: make([][]byte, cols), val: make([]any, cols)}

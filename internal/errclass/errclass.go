@@ -139,6 +139,7 @@ var foreign = []rule{
 	{is: binlog.ErrPacketBound, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPayloadBound, class: ConfigStop, kind: "source_config"},
 	{is: binlog.ErrPayloadCorrupt, class: DataStop, kind: "transaction_shape"},
+	{is: binlog.ErrChecksumMismatch, class: DataStop, kind: "transaction_shape"},
 	// A source whose answers go-mysql cannot read, or that would take more
 	// memory than the bound: not a MySQL server the relay goes on with.
 	{is: binlog.ErrAnswerBound, class: ConfigStop, kind: "source_config"},

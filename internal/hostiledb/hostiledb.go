@@ -226,13 +226,18 @@ func (s *Server) serve(nc net.Conn) {
 	}
 }
 
+// writeAll sends payloads, each a packet, in one write: a client reads
+// them off the socket at once, as it reads what a server flushed together
+// (a dump thread's events, and the error that ends its stream).
 func (c *conn) writeAll(payloads [][]byte) error {
+	var b []byte
 	for _, p := range payloads {
-		if err := c.write(p); err != nil {
-			return err
-		}
+		b = append(b, byte(len(p)), byte(len(p)>>8), byte(len(p)>>16), c.seq)
+		b = append(b, p...)
+		c.seq++
 	}
-	return nil
+	_, err := c.c.Write(b)
+	return err
 }
 
 // oneValue is a result set of one BIGINT column name holding value

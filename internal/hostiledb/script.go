@@ -31,7 +31,8 @@ type Script struct {
 	// dump command (COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID) after a login
 	// that ended with an OK, every other command answered with an OK: a
 	// replica's registration goes through, then the stream is Binlog's
-	// packets (each an OK byte and an event).
+	// packets (each an OK byte and an event, or an error that ends it),
+	// sent in one write.
 	Binlog [][]byte
 	// Then is the script of the connections after the first (a login
 	// that goes well, then a hostile KILL connection); nil: the same.
