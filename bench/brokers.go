@@ -159,13 +159,28 @@ func (h *harness) latencySection(seconds int, runs []latencyRun) error {
 		"The last column is the median of the last tenth of the events to arrive: it grows with the run when the relay does not keep up.\n\n", latencyWarmUp)
 	h.printf("The GC column is the broker's stop-the-world pauses during the run, from its GC log (Apache Kafka started by `deploy/dev/kafka.sh`; empty otherwise): an event committed during one waits for it, whatever the relay does.\n\n")
 	h.printf("| delivery | target events/s | events per transaction | achieved | events | p50 ms | p99 ms | max ms | last tenth p50 ms | broker GC pauses: n, longest, total ms |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range runs {
-		lat, err := h.latency(r.delivery, r.rate, r.perTx, d)
-		if err != nil {
-			return err
+	for i, r := range runs {
+		// With -relay-bin-b, each exactly-once run is measured with both
+		// binaries, interleaved: A first in even runs, B first in odd ones.
+		bins := []string{h.bin}
+		if h.binB != "" && r.delivery == string(config.ExactlyOnce) {
+			bins = []string{h.bin, h.binB}
+			if i%2 == 1 {
+				bins = []string{h.binB, h.bin}
+			}
 		}
-		h.printf("| %s | %d | %d | %.0f | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", r.delivery, r.rate, r.perTx, lat.achieved, len(lat.samples),
-			ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), ms(lat.quantile(1)), ms(lat.lastP50), lat.gc)
+		for _, bin := range bins {
+			lat, err := h.latencyOf(bin, r.delivery, r.rate, r.perTx, d)
+			if err != nil {
+				return err
+			}
+			label := r.delivery
+			if bin == h.binB {
+				label += " (B)"
+			}
+			h.printf("| %s | %d | %d | %.0f | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", label, r.rate, r.perTx, lat.achieved, len(lat.samples),
+				ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), ms(lat.quantile(1)), ms(lat.lastP50), lat.gc)
+		}
 	}
 	return nil
 }

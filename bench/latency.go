@@ -31,6 +31,8 @@ type latencyResult struct {
 	lastP50 time.Duration
 	// gc sums up the broker's GC pauses during the timed part ("" unknown).
 	gc string
+	// events: each event's commit and arrival (-latency-steps only).
+	events []eventTimes
 }
 
 // gcLog follows a JVM GC log (-Xlog:gc) from the size it had at mark.
@@ -98,6 +100,11 @@ func (l latencyResult) quantile(q float64) time.Duration {
 // consumer records, per event, the time from the writer's COMMIT returning to
 // the record's arrival.
 func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (latencyResult, error) {
+	return h.latencyOf(h.bin, delivery, rate, perTx, d)
+}
+
+// latencyOf is latency with the relay binary bin.
+func (h *harness) latencyOf(bin, delivery string, rate, perTx int, d time.Duration) (latencyResult, error) {
 	db, from, err := h.load("single", 0)
 	if err != nil {
 		return latencyResult{}, err
@@ -108,13 +115,27 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 	if err := h.createTopic(topic); err != nil {
 		return latencyResult{}, err
 	}
+	// DELIVERY-RATE-PERTX[-b], -2, -3 ... for the same run repeated
+	name := fmt.Sprintf("%s-%d-%d", delivery, rate, perTx)
+	if bin == h.binB {
+		name += "-b"
+	}
+	if h.latencyNames == nil {
+		h.latencyNames = map[string]int{}
+	}
+	if h.latencyNames[name]++; h.latencyNames[name] > 1 {
+		name += fmt.Sprintf("-%d", h.latencyNames[name])
+	}
 	var extra []string
 	if h.latencyProfiles != "" {
-		extra = append(extra, "--cpuprofile", filepath.Join(h.latencyProfiles, fmt.Sprintf("%s-%d-%d.pprof", delivery, rate, perTx)))
+		extra = append(extra, "--cpuprofile", filepath.Join(h.latencyProfiles, name+".pprof"))
 	}
-	cmd, err := h.relayCommand(cfg, extra...)
+	cmd, err := h.relayCommandOf(bin, cfg, extra...)
 	if err != nil {
 		return latencyResult{}, err
+	}
+	if h.latencySteps != "" {
+		cmd.Env = append(os.Environ(), "OUTBOX_RELAY_STEPTRACE="+filepath.Join(h.latencySteps, name+".steps"))
 	}
 	if err := cmd.Start(); err != nil {
 		return latencyResult{}, err
@@ -165,8 +186,15 @@ func (h *harness) latency(delivery string, rate, perTx int, d time.Duration) (la
 		return latencyResult{}, fmt.Errorf("warm up: %w", err)
 	}
 	gc := markGC(h.brokerDir)
+	var pauses func() []gcPauseAt
+	if h.latencySteps != "" {
+		pauses = gc.watch()
+	}
 	res, err := h.measureLatency(cons, db, "l", writers, total, rate, perTx, d)
 	res.gc = gc.summary()
+	if err == nil && h.latencySteps != "" {
+		err = h.writeSteps(name, res.events, pauses())
+	}
 	return res, err
 }
 
@@ -178,6 +206,7 @@ const latencyWarmUp = 3 * time.Second
 func (h *harness) measureLatency(cons *kgo.Client, db, prefix string, writers, total, rate, perTx int, d time.Duration) (latencyResult, error) {
 	var commits sync.Map // event id -> time.Time
 	recvd := make(chan []time.Duration, 1)
+	var events []eventTimes // -latency-steps: read once recvd has answered
 	go func() {
 		var lat []time.Duration
 		ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
@@ -198,6 +227,9 @@ func (h *harness) measureLatency(cons *kgo.Client, db, prefix string, writers, t
 				for ctx.Err() == nil {
 					if t, ok := commits.Load(id); ok {
 						lat = append(lat, now.Sub(t.(time.Time)))
+						if h.latencySteps != "" {
+							events = append(events, eventTimes{id: id, commit: t.(time.Time), arrival: now})
+						}
 						return
 					}
 					// the writer records its commit time right after COMMIT
@@ -208,7 +240,11 @@ func (h *harness) measureLatency(cons *kgo.Client, db, prefix string, writers, t
 		}
 		recvd <- lat
 	}()
-	return h.pacedLatency(db, prefix, writers, total, rate, perTx, &commits, recvd)
+	res, err := h.pacedLatency(db, prefix, writers, total, rate, perTx, &commits, recvd)
+	if err == nil {
+		res.events = events // the consumer has answered on recvd
+	}
+	return res, err
 }
 
 // pacedLatency commits total events at rate per second over writers

@@ -81,6 +81,7 @@ func main() {
 	brokerThreads := flag.Bool("broker-threads", false, "print the broker's CPU time per thread name (request handlers, JIT, GC) for every baseline and relay catch-up run to stderr")
 	brokerGC := flag.Bool("broker-gc", true, "have Apache Kafka's JVM collect its heap (jcmd GC.run) before each timed catch-up run, so that no run pays for the garbage of the run before it")
 	latencyProfiles := flag.String("latency-profiles", "", "write the relay's CPU profile of each latency run into this directory (DELIVERY-RATE-PERTX.pprof)")
+	latencySteps := flag.String("latency-steps", "", "write each latency run's events (id, commit and arrival time) and the relay's step trace into this directory (DELIVERY-RATE-PERTX.events, .steps; the steps need a relay built with -tags steptrace, as -relay-bin) and print the breakdown per step")
 	auditN := flag.Int("audit-n", 1_000_000, "outbox rows the audit section (-sections audit, not in the default) publishes and then audits")
 	relayBin := flag.String("relay-bin", "", "measure this relay binary instead of building ./cmd/outbox-relay (to compare two builds)")
 	relayBinB := flag.String("relay-bin-b", "", "a second relay binary whose exactly-once catch-up runs as one more contender of each round (an A/B of two builds in the same rounds)")
@@ -93,6 +94,7 @@ func main() {
 	o.auditN = *auditN
 	o.lanes = *lanes
 	o.latencyProfiles = *latencyProfiles
+	o.latencySteps = *latencySteps
 	o.brokerThreads = *brokerThreads
 	o.noBrokerGC = !*brokerGC
 	o.latencyRuns = defaultLatencyRuns

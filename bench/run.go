@@ -48,7 +48,11 @@ type harness struct {
 	// latencyProfiles: a directory where each latency run's relay writes
 	// its CPU profile (-latency-profiles); "" for none.
 	latencyProfiles string
-	threadCPU       bool // -broker-threads (threads.go)
+	// latencySteps: a directory for each latency run's events and the
+	// relay's step trace (-latency-steps, steps.go); "" for none.
+	latencySteps string
+	latencyNames map[string]int // runs of each name so far (latency.go)
+	threadCPU    bool           // -broker-threads (threads.go)
 }
 
 func (h *harness) printf(format string, a ...any) {
@@ -73,6 +77,7 @@ type options struct {
 	lanes                            int           // kafka.transaction_lanes of every relay run; 0: the default
 	latencyRuns                      []latencyRun  // section 2's runs
 	latencyProfiles                  string        // a directory for the relay's CPU profile of each latency run
+	latencySteps                     string        // a directory for each latency run's events and step trace
 	brokerThreads                    bool          // print the broker's CPU per thread for each catch-up run
 	noBrokerGC                       bool          // -broker-gc=false
 	auditN                           int           // rows of the audit section
@@ -86,6 +91,7 @@ func run(o options) error {
 	defer os.RemoveAll(dir)
 	h := &harness{dir: dir, bin: filepath.Join(dir, "outbox-relay"), runID: time.Now().UTC().Format("150405")}
 	h.latencyProfiles = o.latencyProfiles
+	h.latencySteps = o.latencySteps
 	h.threadCPU = o.brokerThreads
 	h.noBrokerGC = o.noBrokerGC
 	if o.lanes > 0 {

@@ -15,6 +15,10 @@ import (
 // (internal/relay/failpoint.go), in a build with -tags failpoint only.
 const failpointEnv = "OUTBOX_RELAY_FAILPOINT"
 
+// stepTraceEnv is the variable the relay's step trace reads
+// (internal/relay/steptrace_on.go), in a build with -tags steptrace only.
+const stepTraceEnv = "OUTBOX_RELAY_STEPTRACE"
+
 // testOnlyPackages hold test machinery; the relay binary links none of them.
 var testOnlyPackages = []string{
 	"testing",
@@ -26,9 +30,10 @@ var testOnlyPackages = []string{
 
 // TestShippedBinaryCarriesNoTestMachinery builds the relay as `make build`
 // does and requires that it holds no failpoint (no symbol of the module's
-// named after one, not the variable's name) and links no package of test
-// machinery. The same build with -tags failpoint must show both, so the
-// check cannot pass by looking in the wrong place.
+// named after one, not the variable's name), no step trace (the variable's
+// name) and links no package of test machinery. The same build with -tags
+// failpoint, or -tags steptrace, must show them, so the check cannot pass
+// by looking in the wrong place.
 func TestShippedBinaryCarriesNoTestMachinery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the relay twice")
@@ -63,9 +68,21 @@ func TestShippedBinaryCarriesNoTestMachinery(t *testing.T) {
 		return symbols, bytes.Contains(b, []byte(failpointEnv))
 	}
 
+	holds := func(bin, s string) bool {
+		t.Helper()
+		b, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Contains(b, []byte(s))
+	}
+
 	shipped := build("outbox-relay")
 	if syms, env := failpoints(shipped); len(syms) > 0 || env {
 		t.Errorf("the shipped binary holds failpoints: symbols %q, %s in its bytes: %v", syms, failpointEnv, env)
+	}
+	if holds(shipped, stepTraceEnv) {
+		t.Errorf("the shipped binary holds the step trace: %s in its bytes", stepTraceEnv)
 	}
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	if err != nil {
@@ -83,5 +100,8 @@ func TestShippedBinaryCarriesNoTestMachinery(t *testing.T) {
 	tagged := build("outbox-relay-failpoint", "-tags", "failpoint")
 	if syms, env := failpoints(tagged); len(syms) == 0 || !env {
 		t.Errorf("a -tags failpoint build shows no failpoints (symbols %q, %s in its bytes: %v): the check above looks in the wrong place", syms, failpointEnv, env)
+	}
+	if traced := build("outbox-relay-steptrace", "-tags", "steptrace"); !holds(traced, stepTraceEnv) {
+		t.Errorf("a -tags steptrace build does not hold %s: the check above looks in the wrong place", stepTraceEnv)
 	}
 }

@@ -29,7 +29,8 @@ var relayParts = map[string][]string{
 	"catalog":    {"catalog.go", "placement.go"},
 	"batch":      {"batch.go"},
 	"delivery":   {"delivery.go", "kafkarecord.go", "exactlyonce.go", "lane.go", "lanes.go", "txnsettle.go", "atleastonce.go"},
-	"failpoints": {"failpoint.go", "failpoint_off.go"}, // test machinery any part may mark; empty in the shipped build
+	"failpoints": {"failpoint.go", "failpoint_off.go"},    // test machinery any part may mark; empty in the shipped build
+	"steptrace":  {"steptrace_on.go", "steptrace_off.go"}, // bench's latency breakdown; empty in the shipped build
 }
 
 // relayNever are the references that would run backwards along one row's

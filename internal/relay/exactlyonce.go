@@ -65,6 +65,7 @@ type commitJob struct {
 	// produce failed with.
 	released   bool
 	releaseErr error
+	at         time.Time // when it was sealed
 }
 
 // laneJob is a lane goroutine's work: a batch to commit, or the records
@@ -97,11 +98,13 @@ func (d *exactlyOnce) send(ctx context.Context, b part) (bool, error) {
 	var err error
 	if j := d.inflight; j != nil && !j.released {
 		for _, p := range b.records {
+			traceSend(p.rec.Record, true, nil)
 			d.held = append(d.held, p.rec)
 		}
 	} else {
 		ln := d.lanes[d.cur]
 		for _, p := range b.records {
+			traceSend(p.rec.Record, false, ln)
 			if err = ln.produce(p.rec); err != nil {
 				break
 			}
@@ -111,7 +114,7 @@ func (d *exactlyOnce) send(ctx context.Context, b part) (bool, error) {
 		d.mu.Unlock()
 		return false, err
 	}
-	j := &commitJob{ctx: ctx, lane: d.lanes[d.cur], seal: b.seal}
+	j := &commitJob{ctx: ctx, lane: d.lanes[d.cur], seal: b.seal, at: time.Now()}
 	d.inflight = j
 	d.cur = (d.cur + 1) % len(d.lanes)
 	d.mu.Unlock()
@@ -173,6 +176,7 @@ func (d *exactlyOnce) commit(ctx context.Context, ln *lane, j *commitJob) {
 		flushed = func() { next.jobs <- laneJob{release: j} }
 	}
 	cp, err := ln.commit(j.ctx, j.seal.cp, flushed)
+	traceCommit(ln, j.at, began, ln.flushedAt, ln.checkedAt)
 	took := time.Since(began)
 	d.acct.ended(j.seal, took, err)
 	c := committed{cp: cp, err: err, slow: slowSince(took, d.timeout, time.Now())}

@@ -34,6 +34,9 @@ type lane struct {
 	settle settling     // the wait for the coordinator after a commit (txnsettle.go)
 	check  laneCheck    // the second lane's check of the first (lanes.go)
 	jobs   chan laneJob // the lane goroutine's work (exactlyonce.go)
+	// flushedAt, checkedAt: when the last commit's records were all
+	// acknowledged, and its second-lane check done (the step trace's).
+	flushedAt, checkedAt time.Time
 }
 
 // newLane is a lane producing on cl (transactional).
@@ -75,6 +78,7 @@ func (s *lane) produce(rec outRecord) error {
 	if rec.span.Traced() {
 		s.traced = append(s.traced, rec)
 	}
+	traceProduce(s, rec.Record)
 	s.cl.Produce(s.pctx, rec.Record, s.promise)
 	return nil
 }
@@ -126,6 +130,7 @@ func (s *lane) commit(ctx context.Context, cp *checkpoint.Checkpoint, flushed fu
 	if err := s.err(); err != nil {
 		return nil, fmt.Errorf("produce batch: %w%s", s.classify(err), s.refusedAt())
 	}
+	s.flushedAt = time.Now()
 	hit("after-flush")
 	if err := s.lease.Err(); err != nil {
 		return nil, err // lost since (a failpoint may hold the commit here)
@@ -136,6 +141,7 @@ func (s *lane) commit(ctx context.Context, cp *checkpoint.Checkpoint, flushed fu
 	if err := s.firstLaneOurs(ctx); err != nil {
 		return nil, err
 	}
+	s.checkedAt = time.Now()
 	var before producerEpoch
 	known := true
 	if s.check.keepEpoch {

@@ -207,6 +207,7 @@ func (l *loop) took(batch []binlog.Event) {
 	}
 	l.r.metrics.BinlogBytes.Add(float64(size))
 	l.r.metrics.Progress()
+	traceTook()
 }
 
 func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) error {

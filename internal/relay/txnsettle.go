@@ -111,6 +111,7 @@ func (s *lane) settleNow(done chan struct{}) {
 	ctx, cancel := context.WithTimeout(s.pctx, settleMax)
 	defer cancel()
 	s.settle.answer = s.askSettled(ctx)
+	traceSettled(s)
 	close(done)
 }
 
