@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -146,6 +147,37 @@ type Row struct {
 // concurrent use.
 type Router struct {
 	cfg Config
+	// last is the topic of the aggregate type routed last, valid and not
+	// reserved (rows of one aggregate type come in runs): its name is not
+	// built and checked again for each row. A cache: Route's result is the
+	// same with or without it; safe for concurrent use.
+	last atomic.Pointer[topicOf]
+}
+
+// topicOf is the topic rows of aggregate type aggType go to.
+type topicOf struct{ aggType, topic string }
+
+// topic is the topic of aggregate type aggType, or an error wrapping
+// ErrBadRow when it is no valid or a reserved topic name.
+func (r *Router) topic(aggType string) (string, error) {
+	if t := r.last.Load(); t != nil && t.aggType == aggType {
+		return t.topic, nil
+	}
+	c := &r.cfg
+	var topic string
+	if c.TopicReplacement != "" {
+		topic = c.TopicRegex.ReplaceAllString(aggType, c.TopicReplacement)
+	} else {
+		topic = c.TopicPrefix + aggType
+	}
+	if err := ValidTopic(topic); err != nil {
+		return topic, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.AggregateTypeColumn, err)
+	}
+	if why := c.Reserved.Refuses(topic); why != "" {
+		return topic, fmt.Errorf("%w: column %q: %s", ErrBadRow, c.AggregateTypeColumn, why)
+	}
+	r.last.Store(&topicOf{aggType: aggType, topic: topic})
+	return topic, nil
 }
 
 // New returns a Router; cfg columns must be non-empty except EventTypeColumn.
@@ -223,16 +255,8 @@ func (r *Router) Route(row Row) (Record, error) {
 	if payload == nil && c.NullPayloadError {
 		return rec, fmt.Errorf("%w: column %q is NULL", ErrBadRow, c.PayloadColumn)
 	}
-	if c.TopicReplacement != "" {
-		rec.Topic = c.TopicRegex.ReplaceAllString(aggType, c.TopicReplacement)
-	} else {
-		rec.Topic = c.TopicPrefix + aggType
-	}
-	if err := ValidTopic(rec.Topic); err != nil {
-		return rec, fmt.Errorf("%w: column %q: %v", ErrBadRow, c.AggregateTypeColumn, err)
-	}
-	if why := c.Reserved.Refuses(rec.Topic); why != "" {
-		return rec, fmt.Errorf("%w: column %q: %s", ErrBadRow, c.AggregateTypeColumn, why)
+	if rec.Topic, err = r.topic(aggType); err != nil {
+		return rec, err
 	}
 	var eventType string
 	if c.EventTypeColumn != "" {
