@@ -4,12 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
-	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -21,10 +18,7 @@ import (
 // routing beyond picking columns by position.
 func baselineMain(args []string) error {
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	addr := fs.String("source", "", "host:port")
-	user := fs.String("user", "root", "")
-	pass := fs.String("password", "", "")
-	from := fs.String("from", "", "MariaDB GTID position to start after")
+	rf := replicaFlags(fs)
 	db := fs.String("db", "", "database of the outbox table")
 	brokers := fs.String("brokers", "", "")
 	prefix := fs.String("topic-prefix", "", "")
@@ -32,20 +26,11 @@ func baselineMain(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	host, portStr, _ := net.SplitHostPort(*addr)
-	port, _ := strconv.Atoi(portStr)
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID: 9999, Flavor: mysql.MariaDBFlavor, Host: host, Port: uint16(port), User: *user, Password: *pass,
-	})
+	syncer, stream, err := rf.start(replication.BinlogSyncerConfig{ServerID: 9999})
+	if err != nil {
+		return err
+	}
 	defer syncer.Close()
-	set, err := mysql.ParseMariadbGTIDSet(*from)
-	if err != nil {
-		return err
-	}
-	stream, err := syncer.StartSyncGTID(set)
-	if err != nil {
-		return err
-	}
 	cl, err := kgo.NewClient(baselineOpts(*brokers)...)
 	if err != nil {
 		return err

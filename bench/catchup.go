@@ -113,6 +113,21 @@ func (h *harness) relayCommandOf(bin string, cfg config.Config, args ...string) 
 	return cmd, nil
 }
 
+// contender runs one catch-up of contender run (baseline, raw, relayB, or
+// a relay delivery mode) over db's n rows from `from`; a relay run of
+// mode exactly-once writes its CPU profile to cpuProfile when not "".
+func (h *harness) contender(self, run, db, from string, n int, cpuProfile string) (catchUp, error) {
+	switch run {
+	case "baseline":
+		return h.baseline(self, db, from, n)
+	case "raw":
+		return h.raw(self, db, from)
+	case relayB:
+		return h.relayCatchUpOf(h.binB, db, from, n, string(config.ExactlyOnce), "")
+	}
+	return h.relayCatchUp(db, from, n, run, cpuProfile)
+}
+
 // relayCatchUp runs the relay from `from` until its committed checkpoint
 // counts n events; it records peak RSS and the time to the first record a
 // read_committed consumer sees.
@@ -340,38 +355,18 @@ func (h *harness) catchUpSection(self string, loads map[string][2]string, shapes
 		ratios := map[string][]float64{}
 		ofRaw := map[string][]float64{}
 		for _, run := range runs { // warm-up, not counted
-			var err error
-			switch run {
-			case "baseline":
-				_, err = h.baseline(self, db, from, n)
-			case "raw":
-				_, err = h.raw(self, db, from)
-			case relayB:
-				_, err = h.relayCatchUpOf(h.binB, db, from, n, string(config.ExactlyOnce), "")
-			default:
-				_, err = h.relayCatchUp(db, from, n, run, "")
-			}
-			if err != nil {
+			if _, err := h.contender(self, run, db, from, n, ""); err != nil {
 				return fmt.Errorf("warm up: %w", err)
 			}
 		}
 		for r := 0; r < rounds; r++ {
 			round := map[string]catchUp{}
 			for _, run := range roundOrder(runs, r) {
-				var c catchUp
-				var err error
-				switch {
-				case run == "baseline":
-					c, err = h.baseline(self, db, from, n)
-				case run == "raw":
-					c, err = h.raw(self, db, from)
-				case run == relayB:
-					c, err = h.relayCatchUpOf(h.binB, db, from, n, string(config.ExactlyOnce), "")
-				case shape == shapes[0] && run == string(config.ExactlyOnce) && r == 0:
-					c, err = h.relayCatchUp(db, from, n, run, profile)
-				default:
-					c, err = h.relayCatchUp(db, from, n, run, "")
+				cpuProfile := ""
+				if shape == shapes[0] && run == string(config.ExactlyOnce) && r == 0 {
+					cpuProfile = profile
 				}
+				c, err := h.contender(self, run, db, from, n, cpuProfile)
 				if err != nil {
 					return err
 				}

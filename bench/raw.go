@@ -23,30 +23,17 @@ import (
 // producing, committing) is its own cost.
 func rawMain(args []string) error {
 	fs := flag.NewFlagSet("raw", flag.ContinueOnError)
-	addr := fs.String("source", "", "host:port")
-	user := fs.String("user", "root", "")
-	pass := fs.String("password", "", "")
-	from := fs.String("from", "", "MariaDB GTID position to start after")
+	rf := replicaFlags(fs)
 	file := fs.String("file", "", "binlog file of the end position")
 	end := fs.Uint("end", 0, "binlog position to read up to (the end of the load)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	host, portStr, _ := net.SplitHostPort(*addr)
-	port, _ := strconv.Atoi(portStr)
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID: 9998, Flavor: mysql.MariaDBFlavor, Host: host, Port: uint16(port), User: *user, Password: *pass,
-		RawModeEnabled: true, DisableRetrySync: true,
-	})
+	syncer, stream, err := rf.start(replication.BinlogSyncerConfig{ServerID: 9998, RawModeEnabled: true, DisableRetrySync: true})
+	if err != nil {
+		return err
+	}
 	defer syncer.Close()
-	set, err := mysql.ParseMariadbGTIDSet(*from)
-	if err != nil {
-		return err
-	}
-	stream, err := syncer.StartSyncGTID(set)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	var cur string
@@ -63,6 +50,35 @@ func rawMain(args []string) error {
 			return nil
 		}
 	}
+}
+
+// replica is the source a contender reads as a replica (replicaFlags).
+type replica struct{ addr, user, pass, from *string }
+
+// replicaFlags adds the flags naming the source and the position a
+// contender reads from to fs.
+func replicaFlags(fs *flag.FlagSet) replica {
+	return replica{addr: fs.String("source", "", "host:port"), user: fs.String("user", "root", ""),
+		pass: fs.String("password", "", ""), from: fs.String("from", "", "MariaDB GTID position to start after")}
+}
+
+// start starts reading the source's binlog after from with a MariaDB
+// syncer of cfg (its source and credentials filled in). Close the syncer.
+func (r replica) start(cfg replication.BinlogSyncerConfig) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
+	host, portStr, _ := net.SplitHostPort(*r.addr)
+	port, _ := strconv.Atoi(portStr)
+	cfg.Flavor, cfg.Host, cfg.Port, cfg.User, cfg.Password = mysql.MariaDBFlavor, host, uint16(port), *r.user, *r.pass
+	set, err := mysql.ParseMariadbGTIDSet(*r.from)
+	if err != nil {
+		return nil, nil, err
+	}
+	syncer := replication.NewBinlogSyncer(cfg)
+	stream, err := syncer.StartSyncGTID(set)
+	if err != nil {
+		syncer.Close()
+		return nil, nil, err
+	}
+	return syncer, stream, nil
 }
 
 // raw runs rawMain's process over db's rows (from, to the end of its load).

@@ -18,6 +18,10 @@ import (
 type streamState struct {
 	frame framer
 	size  int
+	// file and pos: the end of the last event read (Reader.ReadPosition,
+	// published once per hand-off); "" until the server names its file.
+	file string
+	pos  uint32
 	// tableCache holds, by table id, the Table built from a table map event;
 	// the server sends one per transaction, mostly identical to the last.
 	// Cleared when DDL changes a captured table's layout, and past
@@ -387,7 +391,7 @@ func (r *Reader) commit(st *streamState, out frameOut, batch []Event) []Event {
 	if out.kind == KindCommit && out.xid == "" && f.xid == "" {
 		ev.Digest = st.digest.sum(f.gtid)
 	}
-	ev.File, ev.Pos = r.ReadPosition()
+	ev.File, ev.Pos = st.file, st.pos
 	st.size = 0
 	return append(batch, ev)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -152,9 +153,19 @@ func (d *rowsDigest) sum(gtid string) *TxDigest {
 	if !slices.Equal(d.last, d.tables) {
 		d.last = slices.Clone(d.tables)
 	}
-	var b [len(DigestScheme) + 1 + 16]byte
-	sum := strconv.AppendUint(append(append(b[:0], DigestScheme...), ':'), d.h.Sum64(), 16)
-	return &TxDigest{Tables: d.last, Rows: d.rows, Sum: string(sum)}
+	// The digest and its Sum's bytes in one allocation (one per
+	// transaction with captured rows).
+	box := new(digestBox)
+	sum := strconv.AppendUint(append(append(box.sum[:0], DigestScheme...), ':'), d.h.Sum64(), 16)
+	box.d = TxDigest{Tables: d.last, Rows: d.rows, Sum: unsafe.String(&sum[0], len(sum))}
+	return &box.d
+}
+
+// digestBox is a TxDigest with the bytes of its Sum, never written after
+// sum has made them.
+type digestBox struct {
+	d   TxDigest
+	sum [len(DigestScheme) + 1 + 16]byte
 }
 
 func appendBytes(b, v []byte) []byte {

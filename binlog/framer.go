@@ -247,7 +247,7 @@ func (f *framer) query(e *replication.QueryEvent) (frameOut, bool, error) {
 		f.set = e.GSet
 	}
 	q := strings.TrimSpace(stripComments(string(e.Query)))
-	shown := RedactStatement(q) // a statement's text in a message: never a password
+	shown := redactedText(q) // a statement's text in a message: never a password
 	switch f.state {
 	case stateIdle:
 		return frameOut{}, false, fmt.Errorf("%w: statement outside a GTID transaction: %.200s", ErrUnframed, shown)

@@ -58,6 +58,9 @@ type hotEvents struct {
 	xid         replication.XIDEvent
 	query       replication.QueryEvent
 	uncaptured  uncapturedRowsEvent
+	// rows: a captured table's rows event, decoded into a copy of its
+	// type's template (eventParser.rows).
+	rows replication.RowsEvent
 }
 
 // mappedTable is a table map as the stream's parser keeps it.
@@ -325,7 +328,7 @@ func (ep *eventParser) rows(ev *replication.BinlogEvent, body []byte) (bool, err
 		if t == nil {
 			return false, nil
 		}
-		e := new(replication.RowsEvent)
+		e := &ep.hotEvents.rows
 		*e = *t
 		ep.rowsType = h.EventType
 		if err := ep.streamRows(e, body); err != nil {

@@ -197,6 +197,37 @@ type Reader struct {
 	// streaming is closed at the first event of the stream (see Streaming).
 	streaming     chan struct{}
 	streamingOnce sync.Once
+	// free: batches the loop is done with (Release), for the next ones.
+	free chan []Event
+}
+
+// freeBatches is how many batches the loop is done with the reader keeps
+// for its next ones (two wait in the loop's channel, one is handled).
+const freeBatches = 4
+
+// Release gives back a batch Run sent, once the caller is done with it and
+// with every pointer into it: the reader fills it again with later events.
+// Optional (a batch not given back is collected as any other); safe to call
+// from any goroutine.
+func (r *Reader) Release(batch []Event) {
+	clear(batch) // nothing of its events stays reachable through it
+	select {
+	case r.free <- batch[:0]:
+	default:
+	}
+}
+
+// newBatch is an empty batch with room for room Events at least: one
+// given back (Release) when it has that room, else a new one.
+func (r *Reader) newBatch(room int) []Event {
+	select {
+	case b := <-r.free:
+		if cap(b) >= room {
+			return b
+		}
+	default:
+	}
+	return make([]Event, 0, room)
 }
 
 // Streaming is closed once Run has received the first event of its binlog
@@ -205,8 +236,9 @@ type Reader struct {
 func (r *Reader) Streaming() <-chan struct{} { return r.streaming }
 
 // ReadPosition is the binlog file and offset after the last event the
-// reader has read ("" before the server named its file). Safe to call while
-// Run runs; file and offset are read separately, good for a sample.
+// reader has converted, as of its last hand-off to the loop ("" before the
+// server named its file). Safe to call while Run runs; file and offset are
+// read separately, good for a sample.
 func (r *Reader) ReadPosition() (file string, pos uint32) {
 	if f := r.file.Load(); f != nil {
 		file = *f
@@ -218,21 +250,29 @@ func (r *Reader) ReadPosition() (file string, pos uint32) {
 // far. Safe to call while Run runs.
 func (r *Reader) Received() int64 { return r.gate.total.Load() }
 
-// track notes ev's place in the server's binlog files. Heartbeats and
-// events without a position (the server's fake rotate at the start, events
-// inside a compressed payload) leave it as it is.
-func (r *Reader) track(ev *replication.BinlogEvent) {
+// track notes ev's place in the server's binlog files, in st (published
+// for ReadPosition once per hand-off: publish). Heartbeats and events
+// without a position (the server's fake rotate at the start, events inside
+// a compressed payload) leave it as it is.
+func track(st *streamState, ev *replication.BinlogEvent) {
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
-		name := string(e.NextLogName)
-		r.file.Store(&name)
-		r.pos.Store(uint32(e.Position))
+		st.file, st.pos = string(e.NextLogName), uint32(e.Position)
 	case *replication.HeartbeatEvent:
 	default:
-		if p := ev.Header.LogPos; p > r.pos.Load() {
-			r.pos.Store(p)
+		if p := ev.Header.LogPos; p > st.pos {
+			st.pos = p
 		}
 	}
+}
+
+// publish makes st's place in the binlog what ReadPosition says.
+func (r *Reader) publish(st *streamState) {
+	if f := r.file.Load(); f == nil || *f != st.file {
+		name := st.file
+		r.file.Store(&name)
+	}
+	r.pos.Store(st.pos)
 }
 
 // NewReader returns a reader of srv (from source.Inspect) for cfg.Tables; tracker
@@ -258,7 +298,7 @@ func NewReader(cfg Config, srv *Server, tracker *schema.Tracker, logger *slog.Lo
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Reader{cfg: cfg, srv: srv, tables: tables, folded: folded, logger: logger, tracker: tracker,
-		gate: newReadGate(), streaming: make(chan struct{})}
+		gate: newReadGate(), streaming: make(chan struct{}), free: make(chan []Event, freeBatches)}
 }
 
 // captured reports whether db.table is a captured table, as the server
@@ -423,13 +463,14 @@ func (r *Reader) Run(ctx context.Context, from string, out chan<- []Event) error
 // can commit the transactions that ended before it.
 func (r *Reader) convertBurst(ctx context.Context, st *streamState, parser *eventParser, evs []*replication.BinlogEvent,
 	room int, out chan<- []Event) (int, error) {
-	batch := make([]Event, 0, max(16, room))
+	batch := r.newBatch(max(16, room))
 	size := 0
 	for i, ev := range evs {
 		evs[i] = nil // go-mysql's copy can go once converted
 		n := len(batch)
 		var err error
 		if batch, err = r.take(st, parser, ev, batch); err != nil {
+			r.publish(st)
 			if len(batch) > 0 {
 				if serr := send(ctx, out, batch); serr != nil {
 					return room, serr
@@ -443,12 +484,14 @@ func (r *Reader) convertBurst(ctx context.Context, st *streamState, parser *even
 		if size >= batchBytes {
 			// Large rows: hand on what is converted, so that the loop's
 			// channel holds a bounded number of bytes.
+			r.publish(st)
 			if err := send(ctx, out, batch); err != nil {
 				return room, err
 			}
-			batch, size = make([]Event, 0, len(batch)), 0
+			batch, size = r.newBatch(len(batch)), 0
 		}
 	}
+	r.publish(st)
 	room = len(batch) + len(batch)/4
 	if len(batch) == 0 {
 		return room, nil
@@ -512,7 +555,7 @@ func (r *Reader) take(st *streamState, parser *eventParser, ev *replication.Binl
 
 // step appends what ev, a decoded event, becomes to batch.
 func (r *Reader) step(st *streamState, ev *replication.BinlogEvent, batch []Event) ([]Event, error) {
-	r.track(ev)
+	track(st, ev)
 	batch, err := r.convert(st, ev, batch)
 	if err != nil && r.skipPublished(st, err) {
 		err = nil

@@ -15,6 +15,13 @@ import (
 // redacted replaces a credential literal.
 const redacted = "'<redacted>'"
 
+// redactedText is a statement that a message formats redacted
+// (RedactStatement): redacted only when formatted, not for every statement
+// that might be (a BEGIN of each transaction on MySQL).
+type redactedText string
+
+func (t redactedText) String() string { return RedactStatement(string(t)) }
+
 // RedactStatement returns q with every credential literal replaced by
 // '<redacted>': the string after IDENTIFIED BY, IDENTIFIED WITH|VIA plugin
 // BY|AS|USING, REPLACE (ALTER USER), PASSWORD('x') (and OLD_PASSWORD),

@@ -3,6 +3,8 @@ package binlog
 import (
 	"strings"
 	"testing"
+
+	"github.com/go-mysql-org/go-mysql/replication"
 )
 
 // TestRedactStatementHidesCredentials: each statement holds the
@@ -62,6 +64,29 @@ func TestRedactStatementHidesCredentials(t *testing.T) {
 	} {
 		if got := RedactStatement(q); got != q {
 			t.Errorf("RedactStatement(%q) = %q, want it unchanged", q, got)
+		}
+	}
+}
+
+// The framer's messages about a statement it cannot place (outside a GTID
+// transaction, an XA statement it cannot read) quote it redacted: a
+// credential in it never reaches the error, the rest does.
+func TestFramerQueryErrorsQuoteTheStatementRedacted(t *testing.T) {
+	for _, c := range []struct {
+		state groupState
+		q     string
+	}{
+		{stateIdle, "CREATE USER 'u'@'%' IDENTIFIED BY 'S3cr3t!'"},
+		{stateOpened, "XA START 'x', IDENTIFIED BY 'S3cr3t!'"},
+		{stateOpened, "XA COMMIT 'x' ONE PHASE IDENTIFIED BY 'S3cr3t!'"},
+	} {
+		f := framer{state: c.state, gtid: "0-1-7"}
+		_, _, err := f.query(&replication.QueryEvent{Query: []byte(c.q)})
+		if err == nil {
+			t.Fatalf("%q: no error", c.q)
+		}
+		if msg := err.Error(); strings.Contains(msg, "S3cr3t!") || !strings.Contains(msg, "<redacted>") {
+			t.Errorf("%q: error %q", c.q, msg)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"reflect"
 	"time"
 	"unsafe"
 
@@ -122,48 +121,6 @@ func checkCompressed(data []byte, bound func() (int64, string)) error {
 // default) two instants an hour apart at a DST change read alike, and every
 // one is off by the zone's offset once taken as UTC.
 var timestampLocation = time.UTC
-
-// rowsEventField is the index of one of go-mysql's unexported RowsEvent
-// fields of kind k, read with reflect; -1 when go-mysql has no such field,
-// and then every event goes to go-mysql.
-func rowsEventField(name string, k reflect.Kind) int {
-	f, ok := reflect.TypeFor[replication.RowsEvent]().FieldByName(name)
-	if !ok || f.Type.Kind() != k || len(f.Index) != 1 {
-		return -1
-	}
-	return f.Index[0]
-}
-
-// The decode options go-mysql keeps in each RowsEvent: compressed (a
-// MariaDB *_COMPRESSED_EVENT_V1, whose row images are zlib data),
-// parseTime (DATETIME and TIMESTAMP as time.Time, not text: not decoded
-// here) and timestampStringLocation (the zone TIMESTAMP text is rendered
-// in). decodeInsertRows follows the event's own options, never a copy.
-var (
-	rowsEventCompressed = rowsEventField("compressed", reflect.Bool)
-	rowsEventParseTime  = rowsEventField("parseTime", reflect.Bool)
-	rowsEventTSLocation = func() int {
-		i := rowsEventField("timestampStringLocation", reflect.Pointer)
-		if i < 0 || reflect.TypeFor[replication.RowsEvent]().Field(i).Type != reflect.TypeFor[*time.Location]() {
-			return -1
-		}
-		return i
-	}()
-)
-
-// eventOptions reads e's decode options: ok false when go-mysql lacks one
-// of them, or would give time.Time values (parseTime).
-func eventOptions(e *replication.RowsEvent) (compressed bool, loc *time.Location, ok bool) {
-	if rowsEventCompressed < 0 || rowsEventParseTime < 0 || rowsEventTSLocation < 0 {
-		return false, nil, false
-	}
-	v := reflect.ValueOf(e).Elem()
-	if v.Field(rowsEventParseTime).Bool() {
-		return false, nil, false
-	}
-	loc = (*time.Location)(v.Field(rowsEventTSLocation).UnsafePointer())
-	return v.Field(rowsEventCompressed).Bool(), loc, true
-}
 
 // colKind is how decodeInsertRows reads one column.
 type colKind uint8

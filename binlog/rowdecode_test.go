@@ -335,3 +335,45 @@ func TestTimestamp2Rendering(t *testing.T) {
 		}
 	}
 }
+
+// eventOptions reads the options go-mysql's parser left in each rows event
+// it made (compressed, parseTime, the TIMESTAMP zone), as reflect reads
+// them, for every combination: read at a wrong offset, a compressed event
+// would be taken for plain zlib-less images, or a time.Time-typed option
+// missed.
+func TestEventOptionsReadsTheEventsOwnOptions(t *testing.T) {
+	fde := synthFDE(t)
+	cols := []synthCol{{mysql.MYSQL_TYPE_LONGLONG, nil}}
+	tm := synthEvent(replication.TABLE_MAP_EVENT, synthTableMap(cols, []byte{0}))
+	img := binary.LittleEndian.AppendUint64([]byte{0}, 7)
+	plain := synthEvent(replication.WRITE_ROWS_EVENTv1, synthRows(false, len(cols), img))
+	comp := synthEvent(replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1, synthRows(false, len(cols), []byte{0x81, 9}))
+	zone := time.FixedZone("X", 3600)
+	for _, parseTime := range []bool{false, true} {
+		for _, loc := range []*time.Location{time.UTC, zone} {
+			for _, raw := range [][]byte{plain, comp} {
+				p := replication.NewBinlogParser()
+				p.SetFlavor(mysql.MariaDBFlavor)
+				p.SetParseTime(parseTime)
+				p.SetTimestampStringLocation(loc)
+				var got *replication.RowsEvent
+				p.SetRowsEventDecodeFunc(func(e *replication.RowsEvent, _ []byte) error { got = e; return nil })
+				for _, d := range [][]byte{fde, tm, raw} {
+					if _, err := p.Parse(d); err != nil {
+						t.Fatal(err)
+					}
+				}
+				v := reflect.ValueOf(got).Elem()
+				wantComp := v.Field(rowsEventCompressed).Bool()
+				wantLoc := (*time.Location)(v.Field(rowsEventTSLocation).UnsafePointer())
+				c, l, ok := eventOptions(got)
+				if ok == parseTime || (ok && (c != wantComp || l != wantLoc)) {
+					t.Errorf("parseTime %v loc %v compressed %v: eventOptions = %v, %v, %v", parseTime, loc, wantComp, c, l, ok)
+				}
+				if ok && c != (len(raw) == len(comp) && bytes.Equal(raw, comp)) {
+					t.Errorf("compressed %v for a %s", c, replication.EventType(raw[4]))
+				}
+			}
+		}
+	}
+}

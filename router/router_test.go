@@ -495,3 +495,31 @@ func TestRouteFindsColumnsWhateverTheirLetterCase(t *testing.T) {
 		}
 	}
 }
+
+// One Router routes rows of changing aggregate types, each to its own
+// topic, and still refuses a reserved or invalid topic after a valid one
+// and a valid one after a refused one (Route remembers the topic of the
+// aggregate type it routed last).
+func TestRouteTopicFollowsEachRowsAggregateType(t *testing.T) {
+	cfg := defaults()
+	cfg.Reserved = NewReserved("outbox.event.ckpt")
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct{ agg, topic, err string }{
+		{"alarm", "outbox.event.alarm", ""}, {"alarm", "outbox.event.alarm", ""}, {"order", "outbox.event.order", ""},
+		{"ckpt", "", "one of the relay's own topics"}, {"alarm", "outbox.event.alarm", ""}, {"al arm", "", "Kafka allows"},
+		{"al arm", "", "Kafka allows"}, {"order", "outbox.event.order", ""}, {"ckpt", "", "one of the relay's own topics"},
+	} {
+		rec, err := r.Route(Row{Columns: cols, Values: []any{int64(i), fmt.Sprint("e-", i), tc.agg, "d", "X", "{}", nil}})
+		switch {
+		case tc.err != "":
+			if !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("row %d (%s): error %v, want one saying %q", i, tc.agg, err, tc.err)
+			}
+		case err != nil || rec.Topic != tc.topic:
+			t.Fatalf("row %d (%s): topic %q, error %v; want %q", i, tc.agg, rec.Topic, err, tc.topic)
+		}
+	}
+}

@@ -50,6 +50,9 @@ type loop struct {
 	// only once the committed stream has answered for it.
 	sealing bool
 	prog    progress
+	// release gives a hand-off of the reader's back once every event of it
+	// is handled (binlog.Reader.Release); nil: none.
+	release func([]binlog.Event)
 }
 
 // progress is what the progress line last said.
@@ -150,6 +153,7 @@ func (l *loop) consume(ctx, fail context.Context, events <-chan []binlog.Event, 
 						return l.stop(herr)
 					}
 				}
+				l.handled(batch)
 			}
 			if errclass.Fatal(err) {
 				// A stop at a transaction the relay cannot publish (even with
@@ -174,6 +178,7 @@ func (l *loop) consume(ctx, fail context.Context, events <-chan []binlog.Event, 
 					return l.stop(err)
 				}
 			}
+			l.handled(batch)
 			if l.batch.quiet {
 				quiet.Reset(cmp.Or(l.r.quiet, catchUpQuiet))
 			}
@@ -208,6 +213,15 @@ func (l *loop) took(batch []binlog.Event) {
 	l.r.metrics.BinlogBytes.Add(float64(size))
 	l.r.metrics.Progress()
 	traceTook()
+}
+
+// handled gives batch back to the reader: every event of it is handled,
+// and nothing of the loop points into it (an XA transaction's rows are
+// copied: assembler.holdXA).
+func (l *loop) handled(batch []binlog.Event) {
+	if l.release != nil {
+		l.release(batch)
+	}
 }
 
 func (l *loop) handle(ctx context.Context, ev *binlog.Event, caughtUp bool) error {

@@ -137,8 +137,11 @@ func benchTopics() *catalog {
 }
 
 // runLoop runs a loop of r on srv into a counting delivery until it has
-// b.N records, fed from events; the timer runs from its start.
-func runLoop(b *testing.B, ctx context.Context, r *Relay, srv *binlog.Server, events chan []binlog.Event, readErr chan error, feed func()) {
+// b.N records, fed from events (their batches given back to release, when
+// not nil, as the attempt gives them back to its reader); the timer runs
+// from its start.
+func runLoop(b *testing.B, ctx context.Context, r *Relay, srv *binlog.Server, events chan []binlog.Event, readErr chan error,
+	release func([]binlog.Event), feed func()) {
 	b.Helper()
 	d := &countingDelivery{want: b.N, done: make(chan struct{}), out: make(chan committed)}
 	done := d.done
@@ -146,6 +149,7 @@ func runLoop(b *testing.B, ctx context.Context, r *Relay, srv *binlog.Server, ev
 	if err != nil {
 		b.Fatal(err)
 	}
+	l.release = release
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	loopDone := make(chan error, 1)
@@ -172,7 +176,7 @@ func BenchmarkPipelineOneRowTransaction(b *testing.B) {
 			r, src, srv := benchRelay(b, ctx, p)
 			events, readErr := make(chan []binlog.Event, 2), make(chan error, 1)
 			reader := binlog.NewReader(src, srv, schema.New(src.Tables, nil, nil), nil)
-			runLoop(b, ctx, r, srv, events, readErr, func() { readErr <- reader.Run(ctx, "", events) })
+			runLoop(b, ctx, r, srv, events, readErr, reader.Release, func() { readErr <- reader.Run(ctx, "", events) })
 		})
 	}
 }
@@ -239,7 +243,7 @@ func BenchmarkLoopOneRowTransaction(b *testing.B) {
 			feed := make(chan []binlog.Event)
 			stop := make(chan struct{})
 			defer close(stop)
-			runLoop(b, ctx, r, srv, feed, make(chan error, 1), func() {
+			runLoop(b, ctx, r, srv, feed, make(chan error, 1), nil, func() {
 				for {
 					for _, h := range handoffs {
 						select {

@@ -430,6 +430,7 @@ func (r *Relay) stream(ctx, gctx context.Context, g *errgroup.Group, a attemptSt
 	if done := l.asm.replay.done; done != nil {
 		reader.Published(done)
 	}
+	l.release = reader.Release
 	g.Go(func() error { readErr <- reader.Run(readCtx, from, events); return nil })
 	g.Go(func() error { r.sampleSource(gctx, srv, reader); return nil }) // behind bytes, binlog retention
 	var stale atomic.Pointer[error]

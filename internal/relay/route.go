@@ -31,6 +31,32 @@ type routing struct {
 	spans   *spans.Tracer // nil: tracing off
 	metrics *metrics.Metrics
 	log     zerolog.Logger
+	// slab: records not handed out yet (newRecord).
+	slab []kgo.Record
+}
+
+// slabRecords is how many records of small rows are allocated at once, and
+// slabBytes how large a row's key and value may be to take one of them: a
+// slab stays in memory while any record of it is, with what its records
+// point to (at most slabRecords x slabBytes of rows already published).
+const (
+	slabRecords = 128
+	slabBytes   = 4 << 10
+)
+
+// newRecord is an empty record for a row of size bytes of key and value:
+// one of a slab when the row is small (one allocation for many records),
+// else its own.
+func (s *routing) newRecord(size int) *kgo.Record {
+	if size > slabBytes {
+		return new(kgo.Record)
+	}
+	if len(s.slab) == 0 {
+		s.slab = make([]kgo.Record, slabRecords)
+	}
+	r := &s.slab[0]
+	s.slab = s.slab[1:]
+	return r
 }
 
 // outgoing is a record ready to produce and what it counts as.
@@ -64,7 +90,8 @@ func (s *routing) record(ctx context.Context, rt *route, row router.Row) (outgoi
 	if err != nil {
 		return out, err
 	}
-	out.kafka.Record = &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
+	out.kafka.Record = s.newRecord(len(rec.Key) + len(rec.Value))
+	*out.kafka.Record = kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Timestamp: rec.Timestamp}
 	if rec.HasPartition {
 		if rec.Partition >= info.partitions {
 			return out, fmt.Errorf("%w: partition %d, topic %s has %d", router.ErrBadRow, rec.Partition, rec.Topic, info.partitions)
