@@ -196,6 +196,7 @@ func (h *harness) startWith(ls *ha.Lease, alo bool) *attempt {
 		fail("new loop", err)
 	}
 	l.lease = ls
+	l.release = refill // as the reader's Release: the hand-off is filled again
 	l.pos.schema = tracker.Tables()
 	if a.cp == nil {
 		if err := l.commit(ctx); err != nil {
@@ -225,6 +226,20 @@ func (h *harness) startWith(ls *ha.Lease, alo bool) *attempt {
 		a.err = r.sizeRefused(a.err)
 	}()
 	return a
+}
+
+// refill stands for the reader's Release (binlog.Reader.Release), which
+// fills a hand-off the loop gave back with later events: it overwrites
+// every event of batch with one of another transaction, table and rows, so
+// that a loop still pointing into a hand-off it gave back (a held XA row, a
+// transaction split across hand-offs, a position or digest) publishes or
+// checkpoints what is not the script's, and the harness's checks fail.
+func refill(batch []binlog.Event) {
+	other := &binlog.Table{Schema: "refilled", Name: "refilled", Columns: []string{"refilled"}}
+	for i := range batch {
+		batch[i] = binlog.Event{Kind: binlog.KindRows, GTID: "0-9-9", XID: "refilled", Table: other, Op: binlog.OpDelete,
+			Rows: [][]any{{"refilled"}}, Digest: &binlog.TxDigest{Sum: "refilled"}, Note: "refilled", File: "refilled", Pos: 9}
+	}
 }
 
 // feed sends the events the reader has not sent yet whose script index is
