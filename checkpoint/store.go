@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,8 +16,11 @@ import (
 
 // Store reads and describes checkpoints in one topic.
 type Store struct {
-	topic      string
-	opts       []kgo.Opt // connection options (brokers, TLS, SASL)
+	topic string
+	opts  []kgo.Opt // connection options (brokers, TLS, SASL)
+	// build: its clients are built one at a time (newClient), by every
+	// copy of the store.
+	build      *sync.Mutex
 	stableWait time.Duration
 	// txnOnly: Load accepts only a checkpoint written in a transaction
 	// (see TransactionalOnly).
@@ -29,7 +33,20 @@ type Store struct {
 // NewStore returns a store for topic; opts carry the connection settings.
 // Its Load and History wait up to DefaultStableWait for open transactions.
 func NewStore(topic string, opts ...kgo.Opt) *Store {
-	return &Store{topic: topic, opts: opts, stableWait: DefaultStableWait}
+	return &Store{topic: topic, opts: opts, build: new(sync.Mutex), stableWait: DefaultStableWait}
+}
+
+// newClient is a client of extra and then the store's options. Built one
+// at a time: franz-go writes into a compression option's codecs as it
+// builds a client from it, and a store is read and written on several
+// goroutines at once (an attempt's load, a standby's, the background
+// audit's); building a client does no I/O.
+func (s *Store) newClient(extra ...kgo.Opt) (*kgo.Client, error) {
+	if s.build != nil {
+		s.build.Lock()
+		defer s.build.Unlock()
+	}
+	return kgo.NewClient(append(extra, s.opts...)...)
 }
 
 // Topic is the checkpoint topic's name.
@@ -259,7 +276,7 @@ const diagnoseBudget = 3 * time.Second
 // that ends, it reads up to the last stable offset with a bounded context of
 // its own and returns a *HeldBackError.
 func (s *Store) scan(ctx context.Context, name string, fn func(stored)) error {
-	cl, err := kgo.NewClient(s.opts...)
+	cl, err := s.newClient()
 	if err != nil {
 		return fmt.Errorf("load checkpoint: %w", err)
 	}
@@ -287,12 +304,11 @@ func (s *Store) read(ctx context.Context, name string, start, end int64, fn func
 	if end <= start {
 		return nil
 	}
-	opts := append([]kgo.Opt{
+	cl, err := s.newClient(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.topic: {0: kgo.NewOffset().At(start)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), // so the last offset below the LSO is seen even when it is a marker
-	}, s.opts...)
-	cl, err := kgo.NewClient(opts...)
+	)
 	if err != nil {
 		return fmt.Errorf("load checkpoint: %w", err)
 	}

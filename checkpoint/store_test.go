@@ -426,3 +426,40 @@ func TestWriteGivesUpOnARelayThatKeepsTakingItsIDBack(t *testing.T) {
 		t.Fatalf("%d commits tried, want %d", n, writeAttempts)
 	}
 }
+
+// One store is read on several goroutines at once (an attempt's load, the
+// standby's and the background audit's reads, `check`): franz-go writes
+// into the compression option a store's clients are built from as it
+// builds each, so the store builds them one at a time (a data race under
+// -race otherwise).
+func TestLoadsAtOnceFromOneStore(t *testing.T) {
+	c := kafkatest.Cluster(t, kfake.NumBrokers(1))
+	s := NewStore("checkpoints", kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if err := s.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, "p", 1, &Checkpoint{Name: "p", GTIDSet: "0-1-1", Flavor: "mariadb"}); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range cap(errs) {
+		go func() {
+			cp, err := s.Load(ctx, "p")
+			if err == nil && (cp == nil || cp.GTIDSet != "0-1-1") {
+				err = errors.New("load: not the checkpoint written")
+			}
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

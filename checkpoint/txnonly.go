@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Every writer of checkpoints in exactly-once delivery writes them in a
@@ -76,7 +75,7 @@ func (s *Store) TransactionalOnly() *Store {
 // relay of name runs. It returns once the record is visible to
 // read_committed readers (AwaitVisible).
 func (s *Store) WritePlain(ctx context.Context, name string, cp *Checkpoint) error {
-	cl, err := kgo.NewClient(s.opts...)
+	cl, err := s.newClient()
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}

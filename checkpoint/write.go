@@ -73,7 +73,7 @@ func takenOver(err error) bool { return kafkaerr.TakenOver(err) }
 
 // write is one attempt of Write.
 func (s *Store) write(ctx context.Context, name string, lanes int, cp *Checkpoint) error {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID(name)}, s.opts...)...)
+	cl, err := s.newClient(kgo.TransactionalID(name))
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
@@ -114,7 +114,7 @@ func (s *Store) write(ctx context.Context, name string, lanes int, cp *Checkpoin
 // commit nothing more, and its open transaction is aborted (or, already
 // being committed, completed) before this returns.
 func (s *Store) fence(ctx context.Context, id string) error {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.TransactionalID(id)}, s.opts...)...)
+	cl, err := s.newClient(kgo.TransactionalID(id))
 	if err != nil {
 		return err
 	}

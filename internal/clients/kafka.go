@@ -36,8 +36,8 @@ import (
 // value is not usable: NewKafka makes one.
 type Kafka struct {
 	cfg config.Config
-	// conn: brokers, timeouts, TLS, SASL, compression and linger, then the
-	// logger (WithLogger); every role starts from these.
+	// conn: brokers, timeouts, TLS, SASL, then the logger (WithLogger);
+	// every role starts from these and the producer settings (opts).
 	conn []kgo.Opt
 }
 
@@ -63,7 +63,7 @@ func NewKafka(cfg config.Config) (Kafka, error) {
 	if mech != nil {
 		opts = append(opts, kgo.SASL(mech))
 	}
-	return Kafka{cfg: cfg, conn: append(opts, producerSettings(cfg.Kafka)...)}, nil
+	return Kafka{cfg: cfg, conn: opts}, nil
 }
 
 // WithLogger is k with franz-go's logs in log (KafkaLogger), for every role.
@@ -74,7 +74,16 @@ func (k Kafka) WithLogger(log zerolog.Logger) Kafka {
 
 // with is k's connection options followed by opts, in a slice of its own.
 func (k Kafka) with(opts ...kgo.Opt) []kgo.Opt {
-	return append(slices.Clone(k.conn), opts...)
+	return append(k.opts(), opts...)
+}
+
+// opts is k's connection options and producer settings, made anew for each
+// role: franz-go writes into the compression option's codecs each time it
+// builds a client from it, and the roles' clients are built at once on
+// their goroutines (the lock group's member, an attempt's clients, the
+// background audit's), so no two may share it.
+func (k Kafka) opts() []kgo.Opt {
+	return append(slices.Clone(k.conn), producerSettings(k.cfg.Kafka)...)
 }
 
 // Admin is the options of a plain client: admin requests (topics, groups,
@@ -155,7 +164,7 @@ func (k Kafka) Producer(lane int, a Attempt) []kgo.Opt {
 		// moment (Apache Kafka, not kfake): refresh metadata quickly.
 		kgo.MetadataMinAge(250 * time.Millisecond),
 		kgo.MaxBufferedRecords(maxBuffered),
-	}, k.conn...)
+	}, k.opts()...)
 	if k.cfg.Kafka.Delivery == config.ExactlyOnce {
 		opts = append(opts, kgo.TransactionalID(k.cfg.Name), kgo.TransactionTimeout(k.cfg.Kafka.TransactionTimeout),
 			kgo.ProducerLinger(exactlyOnceLinger(k.cfg.Kafka.Linger)))
@@ -210,7 +219,7 @@ func (k Kafka) LockGroup(m LockMember) []kgo.Opt {
 		kgo.OnPartitionsRevoked(m.Revoked),
 		kgo.OnPartitionsLost(m.Lost),
 		kgo.WithHooks(m.Hooks),
-	}, k.conn...)
+	}, k.opts()...)
 	return append(opts, kgo.ClientID(m.ClientID))
 }
 

@@ -275,3 +275,54 @@ func TestProducerCompressions(t *testing.T) {
 		}
 	}
 }
+
+// The clients of one pipeline are built at once on their goroutines (the
+// lock group's member beside an attempt's producer and admin client, the
+// background audit's readers): franz-go writes into the compression
+// option's codecs when it builds a client, so no two roles' options may
+// share one (a data race under -race; two clients compressing by one
+// slice).
+func TestRolesShareNoOptionFranzGoWrites(t *testing.T) {
+	cfg := config.Default()
+	cfg.Name, cfg.Kafka.Brokers, cfg.Kafka.Compression = "p", []string{"127.0.0.1:1"}, config.CompressZstd
+	k, err := NewKafka(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k = k.WithLogger(zerolog.Nop())
+	anyTopic := Attempt{BatchMaxBytes: func(string) int32 { return 1 << 20 }}
+	roles := [][]kgo.Opt{k.Admin(), k.Admin(), k.Producer(0, anyTopic), k.Producer(1, anyTopic),
+		k.LockGroup(LockMember{InstanceID: "a", ClientID: "a", Hooks: newClientHook{}}), k.Replay(), k.DeadLetterReplay()}
+	clients := make([]*kgo.Client, len(roles))
+	errs := make([]error, len(roles))
+	done := make(chan int)
+	for i, opts := range roles {
+		go func() {
+			clients[i], errs[i] = kgo.NewClient(opts...)
+			done <- i
+		}()
+	}
+	for range roles {
+		<-done
+	}
+	seen := map[*kgo.CompressionCodec]int{}
+	for i, cl := range clients {
+		if errs[i] != nil {
+			t.Fatalf("role %d: %v", i, errs[i])
+		}
+		codecs, _ := cl.OptValue(kgo.ProducerBatchCompression).([]kgo.CompressionCodec)
+		cl.Close()
+		if len(codecs) == 0 {
+			t.Fatalf("role %d: no compression", i)
+		}
+		if j, ok := seen[&codecs[0]]; ok {
+			t.Errorf("roles %d and %d share one compression option", j, i)
+		}
+		seen[&codecs[0]] = i
+	}
+}
+
+// newClientHook is a hook that does nothing (LockGroup takes one).
+type newClientHook struct{}
+
+func (newClientHook) OnNewClient(*kgo.Client) {}
