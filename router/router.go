@@ -143,8 +143,9 @@ type Row struct {
 	Undecoded string
 }
 
-// Router routes rows. It keeps no state between calls and is safe for
-// concurrent use.
+// Router routes rows. Its result depends on the row and its Config alone
+// (it remembers the topic of the last aggregate type, a cache that changes
+// no result); safe for concurrent use.
 type Router struct {
 	cfg Config
 	// last is the topic of the aggregate type routed last, valid and not
