@@ -20,27 +20,13 @@ import (
 // with ErrLeaseLost and commits nothing more, where a stop of the term's
 // context alone (a clean revoke) commits what it holds and returns nil.
 func TestAttemptStopsWithLeaseLostWhenItsLeaseIsLost(t *testing.T) {
-	p, err := mysqlsource.Start(mysqlsource.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	tbl, err := p.CreateOutbox("app", "outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, tbl := startDoubleOutbox(t)
 	row := []any{int64(1), "ev-1", "alarm", "dev-1", "AlarmCreated", `{"deviceId":"dev-1"}`, time.Now()}
 	if _, err := p.Commit(mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: tbl, Rows: [][]any{row}}}}); err != nil {
 		t.Fatal(err)
 	}
 	k := kafkatest.Cluster(t, kfake.NumBrokers(1))
-	cfg := doubleConfig(t, "leased", 2002, p.Addr())
-	cfg.Kafka.Brokers = k.ListenAddrs()
-	cfg.Kafka.ReplicationFactor = 1
-	cfg.Kafka.RequestTimeout = 5 * time.Second
-	cfg.Kafka.CheckpointInterval = 100 * time.Millisecond
-	cfg.Log.ProgressInterval = 0
-	cfg.HTTP.Listen = ""
+	cfg := kfakeDoubleConfig(t, k, "leased", 2002, p.Addr())
 	r, err := New(cfg, zerolog.Nop(), metrics.New("test"))
 	if err != nil {
 		t.Fatal(err)

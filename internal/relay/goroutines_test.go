@@ -47,15 +47,7 @@ func TestMain(m *testing.M) {
 // stops; at the moment it returns no goroutine of the relay's code, or of
 // go-mysql's client, is left.
 func TestAttemptJoinsItsGoroutinesBeforeReturning(t *testing.T) {
-	p, err := mysqlsource.Start(mysqlsource.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	tbl, err := p.CreateOutbox("app", "outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, tbl := startDoubleOutbox(t)
 	row := []any{int64(1), "ev-1", "alarm", "dev-1", "AlarmCreated", `{"deviceId":"dev-1"}`, time.Now()}
 	if _, err := p.Commit(mysqlsource.Tx{Inserts: []mysqlsource.Insert{{Table: tbl, Rows: [][]any{row}}}}); err != nil {
 		t.Fatal(err)
@@ -67,13 +59,7 @@ func TestAttemptJoinsItsGoroutinesBeforeReturning(t *testing.T) {
 	defer replica.Close()
 	k := kafkatest.Cluster(t, kfake.NumBrokers(1))
 
-	cfg := doubleConfig(t, "joined", 2001, p.Addr(), replica.Addr())
-	cfg.Kafka.Brokers = k.ListenAddrs()
-	cfg.Kafka.ReplicationFactor = 1
-	cfg.Kafka.RequestTimeout = 5 * time.Second
-	cfg.Kafka.CheckpointInterval = 100 * time.Millisecond
-	cfg.Log.ProgressInterval = 0
-	cfg.HTTP.Listen = ""
+	cfg := kfakeDoubleConfig(t, k, "joined", 2001, p.Addr(), replica.Addr())
 	r, err := New(cfg, zerolog.Nop(), metrics.New("test"))
 	if err != nil {
 		t.Fatal(err)
@@ -202,5 +188,35 @@ func doubleConfig(t testing.TB, name string, serverID uint32, hosts ...string) c
 	if err := os.WriteFile(cfg.Source.ServerPublicKeyFile, mysqlsource.PublicKeyPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// startDoubleOutbox starts a MySQL double holding the outbox table
+// app.outbox; it closes when t ends.
+func startDoubleOutbox(t *testing.T) (*mysqlsource.Primary, *mysqlsource.Table) {
+	t.Helper()
+	p, err := mysqlsource.Start(mysqlsource.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	tbl, err := p.CreateOutbox("app", "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, tbl
+}
+
+// kfakeDoubleConfig is doubleConfig writing to the embedded cluster k:
+// checkpoints every 100 ms, no progress lines, no HTTP listener.
+func kfakeDoubleConfig(t testing.TB, k *kfake.Cluster, name string, serverID uint32, hosts ...string) config.Config {
+	t.Helper()
+	cfg := doubleConfig(t, name, serverID, hosts...)
+	cfg.Kafka.Brokers = k.ListenAddrs()
+	cfg.Kafka.ReplicationFactor = 1
+	cfg.Kafka.RequestTimeout = 5 * time.Second
+	cfg.Kafka.CheckpointInterval = 100 * time.Millisecond
+	cfg.Log.ProgressInterval = 0
+	cfg.HTTP.Listen = ""
 	return cfg
 }

@@ -30,15 +30,7 @@ import (
 // with -race too: the reader converts on its goroutine while go-mysql's
 // reads on).
 func TestRecordsCarryTheirOwnRowsAcrossTheReadersHandOffs(t *testing.T) {
-	p, err := mysqlsource.Start(mysqlsource.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	tbl, err := p.CreateOutbox("app", "outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, tbl := startDoubleOutbox(t)
 	type want struct{ topic, key, fill string }
 	wants := map[string]want{}
 	id := 0
@@ -76,14 +68,8 @@ func TestRecordsCarryTheirOwnRowsAcrossTheReadersHandOffs(t *testing.T) {
 	commit(mysqlsource.Tx{Inserts: rows(1, 10)})
 
 	k := kafkatest.Cluster(t, kfake.NumBrokers(1))
-	cfg := doubleConfig(t, "handoffs", 2003, p.Addr())
-	cfg.Kafka.Brokers = k.ListenAddrs()
-	cfg.Kafka.ReplicationFactor = 1
-	cfg.Kafka.RequestTimeout = 5 * time.Second
-	cfg.Kafka.CheckpointInterval = 100 * time.Millisecond
+	cfg := kfakeDoubleConfig(t, k, "handoffs", 2003, p.Addr())
 	cfg.Kafka.Batch.MaxRecords = 50
-	cfg.Log.ProgressInterval = 0
-	cfg.HTTP.Listen = ""
 	r, err := New(cfg, zerolog.Nop(), metrics.New("test"))
 	if err != nil {
 		t.Fatal(err)
