@@ -377,3 +377,16 @@ func TestEventOptionsReadsTheEventsOwnOptions(t *testing.T) {
 		}
 	}
 }
+
+// The go-mysql the module requires has the three RowsEvent fields the
+// decode options are read from, of the kinds read (rowoptions.go): without
+// them every rows event would go to go-mysql's decoder, slower, and a
+// MariaDB compressed rows event would be inflated without the bound
+// (checkCompressed is asked only of an event known to be compressed).
+func TestRowsEventOptionsAreFoundInGoMySQL(t *testing.T) {
+	if !rowsEventOptions.ok {
+		t.Fatalf("go-mysql's replication.RowsEvent lacks compressed, parseTime or timestampStringLocation as bool, bool, "+
+			"*time.Location (indexes %d %d %d): rowoptions.go must follow the go-mysql in go.mod",
+			rowsEventCompressed, rowsEventParseTime, rowsEventTSLocation)
+	}
+}
