@@ -523,3 +523,51 @@ func TestRouteTopicFollowsEachRowsAggregateType(t *testing.T) {
 		}
 	}
 }
+
+// One Router routes a run of rows whose aggregate types change as a fresh
+// Router routes each (it remembers the last type's topic): the same topic,
+// or the same error, whatever came before, with a prefix or a replacement,
+// with latin1 columns, with types a check refuses (reserved, invalid).
+func FuzzRouteRemembersNoTopicAFreshRouterWouldNotGive(f *testing.F) {
+	f.Add("alarm", "order", "ckpt", uint8(0))
+	f.Add("a b", "a b", "alarm", uint8(1))
+	f.Add("\xe9", "é", "\xe9", uint8(2))
+	f.Add("x", "", "__consumer_offsets", uint8(3))
+	f.Fuzz(func(t *testing.T, a, b, c string, knobs uint8) {
+		cfg := defaults()
+		cfg.Reserved = NewReserved("outbox.event.ckpt")
+		if knobs&1 != 0 {
+			cfg.TopicReplacement = "x.${routedByValue}"
+		}
+		if knobs&2 != 0 {
+			cfg.TopicPrefix = ""
+		}
+		route := func(r *Router, typ string) (string, string) {
+			row := Row{Columns: cols, Values: []any{int64(1), "e", typ, "k", "T", []byte("{}"), nil}}
+			if knobs&4 != 0 {
+				row.Latin1 = []bool{false, false, true, false, false, false, false}
+			}
+			rec, err := r.Route(row)
+			if err != nil {
+				return "", err.Error()
+			}
+			return rec.Topic, ""
+		}
+		one, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, typ := range []string{a, b, a, c, c, b, a} {
+			fresh, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotTopic, gotErr := route(one, typ)
+			wantTopic, wantErr := route(fresh, typ)
+			if gotTopic != wantTopic || gotErr != wantErr {
+				t.Fatalf("row %d, type %q: topic %q, error %q after the rows before it; a fresh router: %q, %q",
+					i, typ, gotTopic, gotErr, wantTopic, wantErr)
+			}
+		}
+	})
+}
