@@ -138,10 +138,13 @@ test-debezium: deps
 FUZZTIME ?= 30s
 FUZZ_BRIEF ?= 5s
 fuzz:
-	$(GO) test ./router/ -run '^$$' -fuzz FuzzRoute -fuzztime $(FUZZTIME)
+	$(GO) test ./router/ -run '^$$' -fuzz '^FuzzRoute$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./router/ -run '^$$' -fuzz '^FuzzRouteRemembersNoTopicAFreshRouterWouldNotGive$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./router/ -run '^$$' -fuzz '^FuzzTraceHeaders$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzDecodeInsertRows$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzHotPathRowsEvent$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzCheckEvent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/debezium/ -run '^$$' -fuzz '^FuzzDecodeOffsetFile$$' -fuzztime $(FUZZTIME)
 
 fuzz-brief:
