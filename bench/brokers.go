@@ -84,7 +84,11 @@ func (h *harness) startBroker(kind, addr string) (stop func(), desc string, err 
 		if ver == "" {
 			ver = "4.1.1 (deploy/dev/kafka.sh's default)"
 		}
-		return stop, fmt.Sprintf("Apache Kafka %s, one KRaft node on this machine (`deploy/dev/kafka.sh`, 512 MB heap, Kafka's JVM options, broker defaults), started for this run; topics of 6 partitions, replication factor 1.", ver), nil
+		heap := os.Getenv("KAFKA_HEAP") // kafka.sh's -Xms and -Xmx
+		if heap == "" {
+			heap = "512m (deploy/dev/kafka.sh's default)"
+		}
+		return stop, fmt.Sprintf("Apache Kafka %s, one KRaft node on this machine (`deploy/dev/kafka.sh`, heap %s, Kafka's JVM options, broker defaults), started for this run; topics of 6 partitions, replication factor 1.", ver, heap), nil
 	}
 	return nil, "", fmt.Errorf("unknown broker %q (kfake | kafka)", kind)
 }
