@@ -144,7 +144,6 @@ fuzz:
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzDecodeInsertRows$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzHotPathRowsEvent$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./binlog/ -run '^$$' -fuzz '^FuzzCheckEvent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/debezium/ -run '^$$' -fuzz '^FuzzDecodeOffsetFile$$' -fuzztime $(FUZZTIME)
 
 fuzz-brief:
