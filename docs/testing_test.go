@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -109,6 +110,74 @@ func TestMakeTestRunsEveryIntegrationPackage(t *testing.T) {
 	for _, dir := range dirs {
 		if !runs(dir) {
 			t.Errorf("%s has tests built only with -tags integration, and make test-integration does not run it: add ./%s/ to INTEGRATION_PKGS in the Makefile", dir, dir)
+		}
+	}
+}
+
+// `make test` fuzzes every fuzz target of the tree (FUZZ_TARGETS in the
+// Makefile, testing.md), and each entry names a fuzz target that exists
+// in its package: a target left out is fuzzed by nothing, and an entry
+// whose name matches none makes go test fuzz nothing and pass.
+func TestMakeFuzzNamesEveryFuzzTarget(t *testing.T) {
+	root := ".."
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?ms)^FUZZ_TARGETS\s*:?=((?:[^\n]*\\\n)*[^\n]*)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile: no FUZZ_TARGETS")
+	}
+	listed := map[string]bool{}
+	for _, f := range strings.Fields(strings.ReplaceAll(string(m[1]), "\\\n", " ")) {
+		parts := strings.Split(f, ":")
+		if len(parts) != 3 {
+			t.Fatalf("FUZZ_TARGETS entry %q: want package:name:executions", f)
+		}
+		if n, err := strconv.Atoi(parts[2]); err != nil || n <= 0 {
+			t.Errorf("FUZZ_TARGETS entry %q: executions %q is not a positive count", f, parts[2])
+		}
+		listed[strings.TrimSuffix(strings.TrimPrefix(parts[0], "./"), "/")+"."+parts[1]] = true
+	}
+	found := map[string]bool{}
+	fuzzFunc := regexp.MustCompile(`(?m)^func (Fuzz\w*)\(\w+ \*testing\.F\)`)
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		for _, fm := range fuzzFunc.FindAllSubmatch(src, -1) {
+			found[filepath.ToSlash(rel)+"."+string(fm[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) < 5 {
+		t.Fatalf("found %d fuzz targets (%v): the walk misses files", len(found), found)
+	}
+	for f := range found {
+		if !listed[f] {
+			t.Errorf("fuzz target %s is fuzzed by no make target: add it to FUZZ_TARGETS in the Makefile", f)
+		}
+	}
+	for f := range listed {
+		if !found[f] {
+			t.Errorf("FUZZ_TARGETS names %s, which is no fuzz target (go test would fuzz nothing and pass)", f)
 		}
 	}
 }
