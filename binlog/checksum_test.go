@@ -1,10 +1,12 @@
 package binlog
 
 import (
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 )
 
@@ -58,5 +60,94 @@ func TestParserRefusesAnEventWhoseChecksumDoesNotMatch(t *testing.T) {
 		s.e.tableMap(testTable).RawData, s.e.rowsEvent(OpInsert, testTable, 1).RawData, s.e.xidEvent().RawData)
 	if got, err := s.run(1 << 20); err != nil || len(got) != 2 {
 		t.Fatalf("a stream without checksums: %q, %v", got, err)
+	}
+}
+
+// rotation is a Rotate event to file at pos as the raw-mode syncer hands
+// it on: sealed as s's binlog seals its events (with a CRC32 when it has
+// checksums), decoded by the syncer from its bytes; corrupt changes a byte
+// of the name first, as the wire would.
+func (s *rawStream) rotation(file string, pos uint64, corrupt bool) *replication.BinlogEvent {
+	body := binary.LittleEndian.AppendUint64(nil, pos)
+	raw := s.seal(s.e.raw(replication.ROTATE_EVENT, append(body, file...)))
+	end := len(raw)
+	if s.checksum {
+		end -= replication.BinlogChecksumLength
+	}
+	if corrupt {
+		raw[end-1]++ // binlog.000002 becomes binlog.000003
+	}
+	h := &replication.EventHeader{}
+	if err := h.Decode(raw); err != nil {
+		s.t.Fatal(err)
+	}
+	e := &replication.RotateEvent{}
+	if err := e.Decode(raw[replication.EventHeaderSize:end]); err != nil {
+		s.t.Fatal(err)
+	}
+	return &replication.BinlogEvent{RawData: raw, Header: h, Event: e}
+}
+
+// runTracked parses and converts the stream as Run does, following its
+// place in the binlog files; it returns the file the reader is in.
+func (s *rawStream) runTracked() (string, error) {
+	f := newFixture(s.t, mysql.MySQLFlavor)
+	start, _ := ParseSet(mysql.MySQLFlavor, "")
+	ep := newEventParser(mysql.MySQLFlavor, start, func() (int64, string) { return 1 << 20, "the test's bound" }, f.r.captured)
+	var batch []Event
+	for _, ev := range s.evs {
+		ev, err := ep.parse(ev)
+		if err != nil {
+			return f.st.file, err
+		}
+		track(f.st, ev)
+		if batch, err = f.r.convert(f.st, ev, batch); err != nil {
+			return f.st.file, err
+		}
+	}
+	return f.st.file, nil
+}
+
+// Once the format description says CRC32, MySQL and MariaDB checksum what
+// the dump thread makes as well as what it reads: the rotation to the next
+// binlog file and the heartbeats. A rotation whose bytes changed stops the
+// reader with ErrChecksumMismatch before it moves to the file the changed
+// bytes name; a changed heartbeat stops it too. The rotation a dump starts
+// with, before any format description, carries no checksum (go-mysql
+// declares NONE) and is read as it is.
+func TestParserRefusesARotationOrHeartbeatWhoseChecksumDoesNotMatch(t *testing.T) {
+	stream := func(corrupt string) *rawStream {
+		s := newRawStream(t, true)
+		fake := newRawStream(t, false).rotation("binlog.000001", 4, false) // before the format description
+		s.evs = append([]*replication.BinlogEvent{fake}, s.evs...)
+		s.add(s.e.mysqlGTID(testSID, 1).RawData, s.e.raw(replication.QUERY_EVENT, s.e.query("", "BEGIN")),
+			s.e.tableMap(testTable).RawData, s.e.rowsEvent(OpInsert, testTable, 1).RawData, s.e.xidEvent().RawData)
+		s.evs = append(s.evs, s.rotation("binlog.000002", 4, corrupt == "rotation"))
+		for _, typ := range []replication.EventType{replication.HEARTBEAT_EVENT, replication.HEARTBEAT_LOG_EVENT_V2} {
+			body := []byte("binlog.000002")
+			if typ == replication.HEARTBEAT_LOG_EVENT_V2 { // MySQL 8.0.26+: the file name and the offset, as fields
+				body = append(append([]byte{1, byte(len(body))}, body...), 2, 1, 4, 0)
+			}
+			s.add(s.e.raw(typ, body))
+			if corrupt == typ.String() {
+				raw := s.evs[len(s.evs)-1].RawData
+				raw[len(raw)-replication.BinlogChecksumLength-1] ^= 0x01
+			}
+		}
+		return s
+	}
+	if file, err := stream("").runTracked(); err != nil || file != "binlog.000002" {
+		t.Fatalf("the stream as the server sent it: in %q, %v; want binlog.000002", file, err)
+	}
+	for _, corrupt := range []string{"rotation", replication.HEARTBEAT_EVENT.String(), replication.HEARTBEAT_LOG_EVENT_V2.String()} {
+		t.Run(corrupt, func(t *testing.T) {
+			file, err := stream(corrupt).runTracked()
+			if !errors.Is(err, ErrChecksumMismatch) {
+				t.Fatalf("a %s with a byte changed: %v; want %v", corrupt, err, ErrChecksumMismatch)
+			}
+			if file == "binlog.000003" {
+				t.Fatalf("a %s with a byte changed moved the reader to %q", corrupt, file)
+			}
+		})
 	}
 }

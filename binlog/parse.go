@@ -121,7 +121,7 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 		}
 	}()
 	if h.EventType != replication.FORMAT_DESCRIPTION_EVENT { // checked once decoded, below
-		if err := verify(h.EventType, ev.RawData, ep.checksum); err != nil {
+		if err := verify(ev.RawData, ep.checksum); err != nil {
 			return nil, eventError(h, ev.RawData, err)
 		}
 	}
@@ -134,7 +134,7 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 		if !ok {
 			return nil, eventError(h, ev.RawData, errors.New("format description not decoded"))
 		}
-		if err := verify(h.EventType, ev.RawData, fde.ChecksumAlgorithm == replication.BINLOG_CHECKSUM_ALG_CRC32); err != nil {
+		if err := verify(ev.RawData, fde.ChecksumAlgorithm == replication.BINLOG_CHECKSUM_ALG_CRC32); err != nil {
 			return nil, eventError(h, ev.RawData, err)
 		}
 		ep.fde, ep.format = ev.RawData, fde
@@ -175,16 +175,20 @@ func (ep *eventParser) parse(ev *replication.BinlogEvent) (out *replication.Binl
 	return parsed, nil
 }
 
-// verify checks raw, an event of type t, against the CRC32 it ends with
+// verify checks raw, an event, against the CRC32 it ends with
 // when checksum says its binlog has them (a format description: its own
 // algorithm byte, after it is decoded), as a replica's I/O thread does:
-// nothing the server wrote is decoded from other bytes. The events the
-// dump thread makes rather than reads from the binlog (rotations, a fake
-// one before the format description included, and heartbeats) carry a
-// checksum or not as the replica declared it (go-mysql declares NONE), and
-// nothing of a transaction: they are not checked.
-func verify(t replication.EventType, raw []byte, checksum bool) error {
-	if !checksum || t == replication.ROTATE_EVENT || t == replication.HEARTBEAT_EVENT || t == replication.HEARTBEAT_LOG_EVENT_V2 {
+// nothing the server wrote is decoded from other bytes. That holds for the
+// events the dump thread makes rather than reads from the binlog too: once
+// a format description said CRC32, MySQL and MariaDB checksum the
+// heartbeats and the rotations they send (a rotation to the next file, read
+// from the binlog or made for it) with the binlog's algorithm, and the
+// stream's position follows a rotation's name and offset. Only the rotation
+// a dump starts with comes before any format description: it carries a
+// checksum only if the replica declared CRC32 (go-mysql declares NONE), and
+// checksum is still false for it.
+func verify(raw []byte, checksum bool) error {
+	if !checksum {
 		return nil
 	}
 	n := len(raw) - replication.BinlogChecksumLength
