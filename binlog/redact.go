@@ -1,18 +1,26 @@
 package binlog
 
 import (
+	"slices"
 	"strings"
 )
 
 // Statements from the binlog can hold credentials in plain text: MariaDB
 // logs GRANT ... IDENTIFIED BY 'pw', CREATE USER, ALTER USER and SET
-// PASSWORD as they were written, and a statement-logged CHANGE MASTER or
-// CREATE SERVER carries a password too. The relay shows statement text in
-// logs and errors (a DDL it tracked, one it could not read): every such text
-// goes through RedactStatement first, and any message built from it or
-// from an error about it through RedactIn.
+// PASSWORD as they were written; CHANGE MASTER, CREATE SERVER, a FEDERATED
+// table's CONNECTION, AES_ENCRYPT's key and any other literal may be one.
+// The relay shows statement text in logs and errors (a DDL it tracked, one
+// it could not read): every such text goes through RedactStatement first,
+// and any message built from it or from an error about it through RedactIn.
+//
+// RedactStatement keeps no list of the places a credential may take (a
+// keyword a byte away from the list's is missed): it redacts every string
+// literal and every comment's text, and keeps only what it can prove is
+// none. Its lexer follows the server's (quotes doubled or escaped, comments
+// of the three kinds, executable comments read as code); where the
+// server's reading may differ from it, it redacts the rest of the statement.
 
-// redacted replaces a credential literal.
+// redacted replaces a literal.
 const redacted = "'<redacted>'"
 
 // redactedText is a statement that a message formats redacted
@@ -22,47 +30,81 @@ type redactedText string
 
 func (t redactedText) String() string { return RedactStatement(string(t)) }
 
-// RedactStatement returns q with every credential literal replaced by
-// '<redacted>': the string after IDENTIFIED BY, IDENTIFIED WITH|VIA plugin
-// BY|AS|USING, REPLACE (ALTER USER), PASSWORD('x') (and OLD_PASSWORD),
-// BY PASSWORD 'hash', SET PASSWORD ... = 'x', and NAME_PASSWORD = 'x' or
-// PASSWORD 'x' (CHANGE MASTER ... MASTER_PASSWORD, CREATE SERVER ...
-// OPTIONS (PASSWORD 'x')), a FEDERATED or CONNECT table's CONNECTION [=] 'dsn'
-// and CONNECT's OPTION_LIST [=] '...' (whole: they hold a user and password
-// in a syntax of their own), whether quoted with ' or ", with backslash
-// escapes or doubled quotes, with a character set introducer or not. An
-// unterminated credential literal (a statement cut short) is redacted to
-// the end.
+// RedactStatement returns q with every string literal ('...', "...", with
+// any prefix: X'..', N'..', _utf8mb4'..'), hexadecimal or bit literal
+// (0x.., 0b..) replaced by '<redacted>', and every comment's text (/* */,
+// -- , #) by <redacted>, but for a literal right after COMMENT or DEFAULT
+// (a table's or column's comment, a column's default: no statement takes a
+// credential there). An executable comment (/*! */, /*M! */) is read as
+// code. Where the server may read q otherwise than the redactor, the rest
+// of q from there is redacted whole:
+//   - a literal that ends elsewhere when a backslash escapes than when it
+//     does not (sql_mode NO_BACKSLASH_ESCAPES, or a double-quoted name
+//     under ANSI_QUOTES), or where a backslash or backquote follows a byte
+//     of 0x80 or more (in gbk, sjis or big5 it may be a character's
+//     second byte, not an escape or a quote);
+//   - text that a server reads as a comment and another as code: an
+//     executable comment's */ inside a literal, a quoted name or a line
+//     comment (a server older than the comment's version, or MySQL reading
+//     MariaDB's /*M!, ends the comment there), -- before a byte of 0x80 or
+//     more;
+//   - a literal, comment or quoted name left open (a statement cut short).
+//
+// Decimal numbers are kept: no statement takes a credential as one.
 func RedactStatement(q string) string {
-	spans := secretSpans(q)
+	spans := redactSpans(q)
 	if len(spans) == 0 {
 		return q
 	}
 	var b strings.Builder
 	last := 0
 	for _, s := range spans {
-		b.WriteString(q[last:s[0]])
-		b.WriteString(redacted)
-		last = s[1]
+		b.WriteString(q[last:s.start])
+		b.WriteString(s.with)
+		last = s.end
 	}
 	b.WriteString(q[last:])
 	return b.String()
 }
 
 // RedactIn returns msg, text that may quote statement q or parts of it
-// (a parser's error, a truncated copy), with each of q's credentials
-// replaced: as written between its quotes and as its value.
+// (a parser's error, a truncated copy), with what RedactStatement redacts
+// of q replaced wherever msg holds it: each literal as written, between
+// its quotes (4 bytes or more) and as its value; each comment's text and
+// the rest of a statement redacted to its end (4 bytes or more); and every
+// run of 8 or more letters and digits in any of them (a fragment quoted
+// another way). The longest go first: a shorter one inside a longer one
+// does not break it.
 func RedactIn(msg, q string) string {
-	for _, s := range secretSpans(q) {
-		lit := q[s[0]:s[1]]
-		raw, val := literalTexts(lit)
-		for _, secret := range []string{lit, raw, val} {
-			if secret != "" {
-				msg = strings.ReplaceAll(msg, secret, "<redacted>")
-			}
+	var texts []string
+	add := func(s string, least int) {
+		if len(s) >= least {
+			texts = append(texts, s)
 		}
 	}
+	for _, s := range redactSpans(q) {
+		text := q[s.start:s.end]
+		add(text, 1)
+		if s.literal {
+			raw, val := literalTexts(text)
+			add(raw, 4)
+			add(val, 4)
+		} else {
+			add(strings.TrimSpace(text), 4)
+		}
+		for _, run := range strings.FieldsFunc(text, func(r rune) bool { return !isAlnum(r) }) {
+			add(run, 8)
+		}
+	}
+	slices.SortFunc(texts, func(a, b string) int { return len(b) - len(a) })
+	for _, s := range texts {
+		msg = strings.ReplaceAll(msg, s, "<redacted>")
+	}
 	return msg
+}
+
+func isAlnum(r rune) bool {
+	return r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= 0x80
 }
 
 // literalTexts returns a string literal's text between its quotes (raw) and
@@ -91,142 +133,185 @@ func literalTexts(lit string) (raw, val string) {
 	return raw, b.String()
 }
 
-// sqlToken is one token of a statement: a word (keyword, identifier,
-// charset introducer), a string literal, or one punctuation byte.
-type sqlToken struct {
-	kind       byte // 'w' word, 's' string, 'p' punctuation
+// span is a part of a statement to redact: q[start:end] becomes with.
+type span struct {
 	start, end int
-	text       string // upper-cased for words
+	with       string
+	literal    bool // a literal ('...' or "..."), not a comment's text or the rest
 }
 
-// secretSpans lists the byte spans of q's credential literals (a charset
-// introducer included), in order.
-func secretSpans(q string) [][2]int {
-	toks := sqlTokens(q)
-	var spans [][2]int
-	identified := false // IDENTIFIED seen: BY, AS, USING, REPLACE take a credential
-	setPassword := len(toks) >= 2 && toks[0].text == "SET" && toks[1].text == "PASSWORD"
-	for i, t := range toks {
-		if t.kind == 'w' && t.text == "IDENTIFIED" {
-			identified = true
-		}
-		if t.kind != 's' {
-			continue
-		}
-		start := t.start
-		j := i - 1
-		if j >= 0 && toks[j].kind == 'w' && strings.HasPrefix(toks[j].text, "_") && toks[j].end == t.start {
-			start = toks[j].start // _utf8mb4'pw'
-			j--
-		}
-		if j < 0 {
-			continue
-		}
-		prev := toks[j]
-		secret := false
-		switch {
-		case prev.kind == 'w' && strings.HasSuffix(prev.text, "PASSWORD"):
-			secret = true // BY PASSWORD 'hash', OPTIONS (PASSWORD 'x')
-		case prev.kind == 'w' && dsnOption(prev.text), prev.kind == 'p' && prev.text == "=" && j > 0 && dsnOption(toks[j-1].text):
-			secret = true // CONNECTION [=] 'mysql://u:pw@h/db/t', OPTION_LIST='user=u,password=pw'
-		case prev.kind == 'w' && identified && (prev.text == "BY" || prev.text == "AS" || prev.text == "USING" || prev.text == "REPLACE"):
-			secret = true
-		case prev.kind == 'p' && prev.text == "(" && j > 0 && toks[j-1].kind == 'w' && strings.HasSuffix(toks[j-1].text, "PASSWORD"):
-			secret = true // PASSWORD('x'), OLD_PASSWORD('x')
-		case prev.kind == 'p' && prev.text == "=" && (setPassword || j > 0 && toks[j-1].kind == 'w' && strings.HasSuffix(toks[j-1].text, "PASSWORD")):
-			secret = true // SET PASSWORD FOR u = 'x', MASTER_PASSWORD = 'x'
-		}
-		if secret {
-			spans = append(spans, [2]int{start, t.end})
-		}
-	}
-	return spans
-}
-
-// dsnOption reports whether a table option named word holds a connection
-// string with its credentials: a FEDERATED or CONNECT table's CONNECTION,
-// CONNECT's OPTION_LIST.
-func dsnOption(word string) bool { return word == "CONNECTION" || word == "OPTION_LIST" }
-
-// sqlTokens splits q into tokens, skipping white space and comments; a
-// backquoted identifier is a word. A literal left open runs to the end.
-func sqlTokens(q string) []sqlToken {
-	var toks []sqlToken
+// redactSpans lists, in order, the parts of q that RedactStatement
+// replaces.
+func redactSpans(q string) []span {
+	var spans []span
+	rest := func(i int) []span { return append(spans, span{start: i, end: len(q), with: "<redacted>"}) }
+	// prev is the last word or punctuation of code read (upper case), for
+	// the literals kept; inExec: inside an executable comment.
+	prev, inExec := "", false
 	for i := 0; i < len(q); {
 		c := q[i]
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
 			i++
-		case c == '#' || c == '-' && strings.HasPrefix(q[i:], "-- ") || c == '-' && (q[i:] == "--" || strings.HasPrefix(q[i:], "--\n") || strings.HasPrefix(q[i:], "--\t")):
-			if n := strings.IndexByte(q[i:], '\n'); n >= 0 {
-				i += n + 1
-			} else {
-				i = len(q)
+		case inExec && c == '*' && i+1 < len(q) && q[i+1] == '/':
+			inExec, prev = false, ""
+			i += 2
+		case c == '#' || c == '-' && i+1 < len(q) && q[i+1] == '-' && (i+2 == len(q) || q[i+2] <= ' ' || q[i+2] == 0x7f):
+			// A line comment (-- needs white space or a control character
+			// after it, as the server's lexer reads it).
+			body := i + 1
+			if c == '-' {
+				body = i + 2 // after the white space that makes it a comment
+				if body < len(q) && q[body] != '\n' {
+					body++
+				}
 			}
-		case c == '/' && strings.HasPrefix(q[i:], "/*"):
-			if strings.HasPrefix(q[i:], "/*!") || strings.HasPrefix(q[i:], "/*M!") {
-				// executable comment: its body is part of the statement
-				i += 3
-				for i < len(q) && q[i] >= '0' && q[i] <= '9' || i < len(q) && q[i] == '!' {
+			end := strings.IndexByte(q[body:], '\n')
+			if end < 0 {
+				end = len(q)
+			} else {
+				end += body
+			}
+			if inExec && strings.Contains(q[body:end], "*/") {
+				return rest(i)
+			}
+			if end > body {
+				spans = append(spans, span{start: body, end: end, with: "<redacted>"})
+			}
+			i = end
+		case c == '-' && i+2 < len(q) && q[i+1] == '-' && q[i+2] >= 0x80:
+			return rest(i) // white space in the connection's character set?
+		case c == '/' && i+1 < len(q) && q[i+1] == '*':
+			if strings.HasPrefix(q[i+2:], "!") || strings.HasPrefix(q[i+2:], "M!") {
+				if inExec {
+					return rest(i)
+				}
+				i += 2 + strings.IndexByte(q[i+2:], '!') + 1
+				for i < len(q) && q[i] >= '0' && q[i] <= '9' {
 					i++
 				}
+				inExec, prev = true, ""
 				continue
 			}
-			if n := strings.Index(q[i+2:], "*/"); n >= 0 {
-				i += n + 4
-			} else {
-				i = len(q)
+			end := strings.Index(q[i+2:], "*/")
+			if end < 0 {
+				return rest(i)
 			}
+			if end > 0 {
+				spans = append(spans, span{start: i + 2, end: i + 2 + end, with: "<redacted>"})
+			}
+			i += 2 + end + 2
 		case c == '\'' || c == '"':
-			j := i + 1
-			for j < len(q) {
-				if q[j] == '\\' {
-					j += 2
-					continue
-				}
-				if q[j] == c {
-					if j+1 < len(q) && q[j+1] == c {
-						j += 2
-						continue
-					}
-					j++
-					break
-				}
-				j++
+			end, ok := literalEnd(q, i)
+			if !ok || inExec && strings.Contains(q[i:end], "*/") {
+				return rest(i)
 			}
-			j = min(j, len(q))
-			toks = append(toks, sqlToken{kind: 's', start: i, end: j})
-			i = j
+			if prev != "COMMENT" && prev != "DEFAULT" {
+				spans = append(spans, span{start: i, end: end, with: redacted, literal: true})
+			}
+			prev = "'"
+			i = end
 		case c == '`':
-			j := i + 1
-			for j < len(q) {
-				if q[j] == '`' {
-					if j+1 < len(q) && q[j+1] == '`' {
-						j += 2
-						continue
-					}
-					j++
-					break
-				}
-				j++
+			if i > 0 && q[i-1] >= 0x80 {
+				return rest(i) // a character's second byte in gbk, sjis or big5?
 			}
-			j = min(j, len(q))
-			toks = append(toks, sqlToken{kind: 'w', start: i, end: j, text: q[i:j]})
-			i = j
-		case c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80:
+			end, ok := nameEnd(q, i)
+			if !ok || inExec && strings.Contains(q[i:end], "*/") {
+				return rest(i)
+			}
+			prev = "`"
+			i = end
+		case isWordByte(c):
 			j := i
-			for j < len(q) && (q[j] == '_' || q[j] == '$' || q[j] >= '0' && q[j] <= '9' || q[j] >= 'a' && q[j] <= 'z' ||
-				q[j] >= 'A' && q[j] <= 'Z' || q[j] >= 0x80) {
+			for j < len(q) && isWordByte(q[j]) {
 				j++
 			}
-			toks = append(toks, sqlToken{kind: 'w', start: i, end: j, text: strings.ToUpper(q[i:j])})
+			if w := q[i:j]; hexOrBits(w) {
+				spans = append(spans, span{start: i, end: j, with: redacted, literal: true})
+				prev = "'"
+			} else {
+				prev = strings.ToUpper(w)
+			}
 			i = j
 		default:
-			toks = append(toks, sqlToken{kind: 'p', start: i, end: i + 1, text: q[i : i+1]})
+			prev = q[i : i+1]
 			i++
 		}
 	}
-	return toks
+	return spans
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+
+// hexOrBits reports whether word w is a hexadecimal (0x..) or bit (0b..)
+// literal: a string in the server's eyes.
+func hexOrBits(w string) bool {
+	if len(w) < 3 || w[0] != '0' {
+		return false
+	}
+	digits := "0123456789abcdefABCDEF"
+	switch w[1] {
+	case 'x':
+	case 'b':
+		digits = "01"
+	default:
+		return false
+	}
+	for i := 2; i < len(w); i++ {
+		if !strings.ContainsRune(digits, rune(w[i])) {
+			return false
+		}
+	}
+	return true
+}
+
+// literalEnd returns the end of the literal whose quote is at q[i], ok
+// false when the server may read its end elsewhere: its end with a
+// backslash escaping the next byte differs from its end without, or a
+// backslash follows a byte of 0x80 or more. A quote doubled stands for
+// itself either way. ok is false too when it is left open.
+func literalEnd(q string, i int) (int, bool) {
+	quote := q[i]
+	scan := func(escapes bool) int {
+		for j := i + 1; j < len(q); j++ {
+			switch {
+			case escapes && q[j] == '\\':
+				if q[j-1] >= 0x80 {
+					return -1
+				}
+				j++
+			case q[j] == quote && j+1 < len(q) && q[j+1] == quote:
+				j++
+			case q[j] == quote:
+				return j + 1
+			}
+		}
+		return -1
+	}
+	end := scan(true)
+	return end, end > 0 && end == scan(false)
+}
+
+// nameEnd returns the end of the backquoted name at q[i] (a backquote
+// doubled stands for itself), ok false when it is left open or holds a
+// backquote after a byte of 0x80 or more.
+func nameEnd(q string, i int) (int, bool) {
+	for j := i + 1; j < len(q); j++ {
+		if q[j] != '`' {
+			continue
+		}
+		if q[j-1] >= 0x80 {
+			return 0, false
+		}
+		if j+1 < len(q) && q[j+1] == '`' {
+			j++
+			continue
+		}
+		return j + 1, true
+	}
+	return 0, false
 }
 
 // redactedError is err with statement q's credentials redacted from its

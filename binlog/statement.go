@@ -22,7 +22,7 @@ func parseXID(s string) (string, error) {
 		return "", err
 	}
 	if strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), ";")) != "" {
-		return "", fmt.Errorf("read xid: unexpected %q", rest)
+		return "", fmt.Errorf("read xid: %d bytes of something else after it", len(rest)) // never quoted: it may hold a password
 	}
 	return xid, nil
 }
@@ -41,7 +41,7 @@ func xaEnd(s string) (xid string, onePhase bool, err error) {
 	case len(strings.Fields(rest)) == 2 && hasPrefixFold(rest, "ONE PHASE"):
 		return xid, true, nil
 	}
-	return "", false, fmt.Errorf("read xid: unexpected %q", rest)
+	return "", false, fmt.Errorf("read xid: %d bytes of something else after it", len(rest))
 }
 
 func readXID(s string) (xid, rest string, err error) {
@@ -102,7 +102,7 @@ func xidString(s string) ([]byte, string, error) {
 		return b, s[end:], nil
 	}
 	if len(s) == 0 || (s[0] != '\'' && s[0] != '"') {
-		return nil, "", fmt.Errorf("read xid: no string at %.40q", s)
+		return nil, "", fmt.Errorf("read xid: no string %d bytes before the end", len(s)) // never quoted: it may hold a password
 	}
 	quote := s[0]
 	var out []byte

@@ -109,7 +109,7 @@ func readCreate(body []token) (cols, unsigned, classes []string, err error) {
 		}
 		name, ok := el[0].ident()
 		if !ok || len(el) < 2 {
-			return nil, nil, nil, fmt.Errorf("%w: cannot read column definition %q", errSyntax, join(el))
+			return nil, nil, nil, fmt.Errorf("%w: cannot read column definition %q", errSyntax, shown(el))
 		}
 		cols = append(cols, name)
 		classes = append(classes, wordClass(el[1:]))
@@ -277,7 +277,7 @@ var neutralSpec = map[string]bool{"ALGORITHM": true, "LOCK": true, "FORCE": true
 // readSpec reads one ALTER TABLE specification without the TiDB parser.
 func readSpec(spec []token) ([]colOp, error) {
 	bad := func() ([]colOp, error) {
-		return nil, fmt.Errorf("%w: cannot read %q", errSyntax, join(spec))
+		return nil, fmt.Errorf("%w: cannot read %q", errSyntax, shown(spec))
 	}
 	if len(spec) == 0 || spec[0].kind != tWord {
 		return bad()

@@ -139,11 +139,22 @@ func quoted(s string, q byte, escapes bool) (string, int, bool) {
 
 // join renders tokens back into statement text: adjacent tokens stay
 // adjacent, others are separated by one space.
-func join(toks []token) string {
+func join(toks []token) string { return render(toks, false) }
+
+// shown renders tokens as join does, each string literal (and hexadecimal
+// or bit one, 0x.., 0b..) as '<redacted>': what an error quotes of a
+// statement, which may hold a password.
+func shown(toks []token) string { return render(toks, true) }
+
+func render(toks []token, redact bool) string {
 	var b strings.Builder
 	for i, tok := range toks {
 		if i > 0 && toks[i-1].end != tok.pos {
 			b.WriteByte(' ')
+		}
+		if redact && (tok.kind == tString || tok.kind == tWord && len(tok.text) > 2 && tok.text[0] == '0' && (tok.text[1] == 'x' || tok.text[1] == 'b')) {
+			b.WriteString("'<redacted>'")
+			continue
 		}
 		b.WriteString(tok.text)
 	}
