@@ -186,9 +186,10 @@ func TestSecretsNeverLogged(t *testing.T) {
 }
 
 // TestAccountStatementPasswordsNeverLogged: MariaDB writes account
-// statements to the binlog as they were typed, password included; the
-// relay reads them (and logs what it did with them at debug) without a
-// password reaching its log.
+// statements to the binlog as they were typed, password included (behind
+// a comment, in one read without backslash escapes); the relay reads them
+// (and logs what it did with them at debug) without a password reaching
+// its log.
 func TestAccountStatementPasswordsNeverLogged(t *testing.T) {
 	BrokerOnlyAsSink(t)
 	_, s, cfg := env.Pipeline(t)
@@ -196,9 +197,14 @@ func TestAccountStatementPasswordsNeverLogged(t *testing.T) {
 	r.WaitReady(t)
 	u := env.Unique("acct")
 	t.Cleanup(func() {
-		_ = env.DB.Exec("DROP USER IF EXISTS '"+u+"a'@'%'", "DROP USER IF EXISTS '"+u+"b'@'%'", "DROP USER IF EXISTS '"+u+"c'@'%'")
+		var drop []string
+		for _, c := range "abcdef" {
+			drop = append(drop, "DROP USER IF EXISTS '"+u+string(c)+"'@'%'")
+		}
+		_ = env.DB.Exec(drop...)
 	})
-	secrets := []string{"pw-create-1", "pw-grant-2", "pw-alter-3", "pw-set-4", "pw-via-5", "pw-quote-6", "6C8989366EAF75BB670AD8EA7A7FC1176A95CEF4"}
+	secrets := []string{"pw-create-1", "pw-grant-2", "pw-alter-3", "pw-set-4", "pw-via-5", "pw-quote-6", "6C8989366EAF75BB670AD8EA7A7FC1176A95CEF4",
+		"pw-nbe-7", "pw-comment-8", "pw-versioned-9"}
 	// A GRANT on the captured table is logged (the schema tracker says it
 	// ignored a statement mentioning it); the others pass through unlogged.
 	if err := env.DB.Exec(
@@ -209,6 +215,15 @@ func TestAccountStatementPasswordsNeverLogged(t *testing.T) {
 		"GRANT INSERT ON "+s.Table()+" TO '"+u+"b'@'%' IDENTIFIED VIA mysql_native_password USING PASSWORD(\"pw-via-5\")",
 		"GRANT SELECT ON "+s.Table()+" TO '"+u+"c'@'%' IDENTIFIED BY 'it''s \\' pw-quote-6'",
 		"GRANT SELECT ON "+s.Table()+" TO '"+u+"c'@'%' IDENTIFIED BY PASSWORD '*6C8989366EAF75BB670AD8EA7A7FC1176A95CEF4'",
+		"GRANT SELECT ON "+s.Table()+" TO '"+u+"d'@'%' IDENTIFIED BY 'x' /* the old one: pw-comment-8 */",
+		"/*!100000 GRANT SELECT ON "+s.Table()+" TO '"+u+"e'@'%' IDENTIFIED BY 'pw-versioned-9' */",
+	); err != nil {
+		t.Fatal(err)
+	}
+	// Without backslash escapes 'a\' is a whole password, and the second
+	// user's is the next literal (read with escapes, a bare word).
+	if err := env.DB.Exec("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')",
+		"GRANT SELECT ON "+s.Table()+" TO '"+u+"e'@'%' IDENTIFIED BY 'a\\', '"+u+"f'@'%' IDENTIFIED BY 'pw-nbe-7'",
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +241,34 @@ func TestAccountStatementPasswordsNeverLogged(t *testing.T) {
 		}
 	}
 	// The statements were read and logged (at debug), redacted.
-	if !strings.Contains(logs, u+"a") || !strings.Contains(logs, "<redacted>") {
+	if !strings.Contains(logs, "GRANT SELECT ON "+s.Table()+" TO") || !strings.Contains(logs, "<redacted>") {
 		t.Fatalf("the account statements were not logged at all, so this test proves nothing:\n%s", logs)
+	}
+}
+
+// A statement-logged change of the outbox stops the relay with an error
+// that shows the statement, and the log says it: a key it passes to
+// AES_ENCRYPT and a comment's text are redacted in both.
+func TestStatementLoggedStopShowsNoKey(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	if err := env.DB.Exec("SET SESSION binlog_format = 'STATEMENT'",
+		"INSERT INTO "+s.Table()+" /* deploy key pw-comment-11 */ (payload, event_id, aggregate_type, aggregate_id, event_type) "+
+			"VALUES (CONCAT('{', LEFT(AES_ENCRYPT('x', 'pw-aes-10'), 0), '}'), 'stmt-key', 'alarm', 'dev-k', 'AlarmCreated')"); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(time.Minute); err != nil || code != relay.ExitData {
+		t.Fatalf("relay on a statement-logged outbox insert: exit %d %v\n%s", code, err, p.Output())
+	}
+	out := p.Output()
+	for _, secret := range []string{"pw-aes-10", "pw-comment-11"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("%q reached the relay's output:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, "INSERT INTO "+s.Table()) || !strings.Contains(out, "AES_ENCRYPT('<redacted>', '<redacted>')") {
+		t.Fatalf("the stop does not show the statement, so this test proves nothing:\n%s", out)
 	}
 }
