@@ -149,6 +149,7 @@ FUZZ_TARGETS := \
 	./binlog/:FuzzFramer:3000 \
 	./binlog/:FuzzHotPathRowsEvent:8000 \
 	./binlog/:FuzzCheckEvent:15000 \
+	./binlog/:FuzzRedactStatementHidesTheSecret:20000 \
 	./internal/debezium/:FuzzDecodeOffsetFile:30000
 FUZZ_SCALE ?= 10
 FUZZTIME ?=
