@@ -4,16 +4,12 @@ package binlog_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
-	"github.com/outbox-relay/outbox-relay/internal/devdb"
-	"github.com/outbox-relay/outbox-relay/schema"
-	"github.com/outbox-relay/outbox-relay/source"
 )
 
 // MariaDB, binlog_checksum=CRC32 (its default), checksums the events its
@@ -25,29 +21,10 @@ import (
 func TestReaderVerifiesMariaDBHeartbeatsAndRotations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := devdb.Start(ctx, devdb.Options{Dir: t.TempDir(), Settings: map[string]string{"binlog-checksum": "CRC32"}})
-	if errors.Is(err, devdb.ErrNotInstalled) {
-		t.Skip("MariaDB not installed")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	if err := srv.Exec("CREATE DATABASE app", "CREATE TABLE app.outbox (id BIGINT AUTO_INCREMENT PRIMARY KEY, payload LONGTEXT NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	cfg := binlog.Config{Hosts: []string{srv.Addr}, User: "root", Password: devdb.RootPassword, Flavor: "auto",
-		Tables: []string{"app.outbox"}, ConnectTimeout: 5 * time.Second, ServerID: 4244, HeartbeatPeriod: 100 * time.Millisecond}
-	info, err := source.Inspect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := binlog.NewReader(cfg, info, schema.New(cfg.Tables, nil, nil), nil)
-	out := make(chan []binlog.Event, 16)
-	rctx, stop := context.WithCancel(ctx)
+	e := startGateEnv(t, ctx, map[string]string{"binlog-checksum": "CRC32"}, nil, 0)
+	e.cfg.HeartbeatPeriod = 100 * time.Millisecond
+	r, out, done, stop := e.start(ctx, e.info.Head)
 	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx, info.Head, out) }()
 	var rows, beats int
 	// take reads the reader's hand-offs until ok says what was wanted came.
 	take := func(what string, ok func() bool) {
@@ -75,7 +52,7 @@ func TestReaderVerifiesMariaDBHeartbeatsAndRotations(t *testing.T) {
 	take("heartbeats", func() bool { return beats >= 3 })
 	first, _ := r.ReadPosition()
 	for i := range 3 {
-		if err := srv.Exec("FLUSH BINARY LOGS", "INSERT INTO app.outbox (payload) VALUES ('{}')"); err != nil {
+		if err := e.srv.Exec("FLUSH BINARY LOGS", "INSERT INTO app.outbox (payload) VALUES ('{}')"); err != nil {
 			t.Fatal(err)
 		}
 		n := i + 1
