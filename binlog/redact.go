@@ -50,7 +50,10 @@ func (t redactedText) String() string { return RedactStatement(string(t)) }
 //     more;
 //   - a literal, comment or quoted name left open (a statement cut short).
 //
-// Decimal numbers are kept: no statement takes a credential as one.
+// Words and decimal numbers are kept: no clause that takes a credential
+// (IDENTIFIED BY, PASSWORD =, MASTER_PASSWORD =, OPTIONS (PASSWORD ...))
+// takes either; a number given to a function as its password or key
+// (PASSWORD(1234), AES_ENCRYPT(c, 1234)) shows.
 func RedactStatement(q string) string {
 	spans := redactSpans(q)
 	if len(spans) == 0 {
