@@ -46,8 +46,8 @@ func (t redactedText) String() string { return RedactStatement(string(t)) }
 //   - text that a server reads as a comment and another as code: an
 //     executable comment's */ inside a literal, a quoted name or a line
 //     comment (a server older than the comment's version, or MySQL reading
-//     MariaDB's /*M!, ends the comment there), -- before a byte of 0x80 or
-//     more;
+//     MariaDB's /*M!, ends the comment there), a line comment holding a
+//     NUL (the server's ends there), -- before a byte of 0x80 or more;
 //   - a literal, comment or quoted name left open (a statement cut short).
 //
 // Words and decimal numbers are kept: no clause that takes a credential
@@ -175,8 +175,8 @@ func redactSpans(q string) []span {
 			} else {
 				end += body
 			}
-			if inExec && strings.Contains(q[body:end], "*/") {
-				return rest(i)
+			if inExec && strings.Contains(q[body:end], "*/") || strings.IndexByte(q[body:end], 0) >= 0 {
+				return rest(i) // the server's line comment also ends at a NUL
 			}
 			if end > body {
 				spans = append(spans, span{start: body, end: end, with: "<redacted>"})

@@ -72,7 +72,7 @@ func secretLiteral(c *choices, mode lexMode, secret string) string {
 // mode reads whole.
 func gap(c *choices, mode lexMode) string {
 	opts := []string{" ", "\n", "\t", "\r\n", "\f", "\v", "  ", "/* c */", "/**/", "/* ' */", "/* \" ` */", "-- x\n", "--\t'\n",
-		"--\x01 ' \n", "--\r\"\n", "# ' \n", "#\n", " /*!80000 */ ", " /*M!100000 */ "}
+		"--\x01 ' \n", "--\r\"\n", "# ' \n", "#\n", "#\x00'' \n", " /*!80000 */ ", " /*M!100000 */ "}
 	switch mode {
 	case modeNoEscapes:
 		opts = append(opts, ` 'a\' `, ` "a\" `, ` 'a\\' `)

@@ -63,6 +63,8 @@ func TestRedactStatementHidesCredentials(t *testing.T) {
 		{"CREATE USER b IDENTIFIED BY 'x' --\x01' IDENTIFIED BY 'secret'", "secret", "CREATE USER b"},
 		{"CREATE USER b IDENTIFIED BY 'x' --\x7f' IDENTIFIED BY secret '", "secret", "CREATE USER b"},
 		{"CREATE USER b IDENTIFIED BY 'x' --\xa0' IDENTIFIED BY secret", "secret", "CREATE USER b"},
+		// A line comment ends at a NUL too.
+		{"CREATE USER b IDENTIFIED BY 'x' # \x00' \nIDENTIFIED BY secret '", "secret", "CREATE USER b"},
 	} {
 		got := RedactStatement(c.q)
 		if strings.Contains(got, c.secret) {
