@@ -36,7 +36,7 @@ func (t redactedText) String() string { return RedactStatement(string(t)) }
 // -- , #) by <redacted>, but for a literal right after COMMENT or DEFAULT
 // (a table's or column's comment, a column's default: no statement takes a
 // credential there). An executable comment (/*! */, /*M! */) is read as
-// code. Where the server may read q otherwise than the redactor, the rest
+// code, a hexadecimal or bit literal glued to its version digits too. Where the server may read q otherwise than the redactor, the rest
 // of q from there is redacted whole:
 //   - a literal that ends elsewhere when a backslash escapes than when it
 //     does not (sql_mode NO_BACKSLASH_ESCAPES, or a double-quoted name
@@ -190,10 +190,15 @@ func redactSpans(q string) []span {
 					return rest(i)
 				}
 				i += 2 + strings.IndexByte(q[i+2:], '!') + 1
+				inExec, prev = true, ""
+				if end, glued := versionGlued(q, i); glued {
+					spans = append(spans, span{start: i, end: end, with: redacted, literal: true})
+					prev, i = "'", end
+					continue
+				}
 				for i < len(q) && q[i] >= '0' && q[i] <= '9' {
 					i++
 				}
-				inExec, prev = true, ""
 				continue
 			}
 			end := strings.Index(q[i+2:], "*/")
@@ -268,6 +273,27 @@ func hexOrBits(w string) bool {
 		}
 	}
 	return true
+}
+
+// versionGlued reports whether the word at q[i], an executable comment's
+// version, holds a hexadecimal or bit literal after the digits a server
+// reads as the version (five, or six when a sixth follows, MySQL before
+// 8.0.34 five only; none when there are fewer than five: /*!0x41*/ is
+// 0x41) and returns the word's end.
+func versionGlued(q string, i int) (int, bool) {
+	end, digits := i, 0
+	for end < len(q) && isWordByte(q[end]) {
+		if end-i == digits && q[end] >= '0' && q[end] <= '9' {
+			digits++
+		}
+		end++
+	}
+	for _, n := range []int{0, 5, 6} {
+		if n <= digits && hexOrBits(q[i+n:end]) {
+			return end, true
+		}
+	}
+	return end, false
 }
 
 // literalEnd returns the end of the literal whose quote is at q[i], ok

@@ -65,6 +65,13 @@ func TestRedactStatementHidesCredentials(t *testing.T) {
 		{"CREATE USER b IDENTIFIED BY 'x' --\xa0' IDENTIFIED BY secret", "secret", "CREATE USER b"},
 		// A line comment ends at a NUL too.
 		{"CREATE USER b IDENTIFIED BY 'x' # \x00' \nIDENTIFIED BY secret '", "secret", "CREATE USER b"},
+		// A server reads 5 or 6 digits of an executable comment's version,
+		// or none when fewer: the rest is code, here a hexadecimal or bit
+		// literal.
+		{"SELECT AES_ENCRYPT(c, /*!0x736563726574*/) FROM t", "736563726574", "SELECT AES_ENCRYPT(c, /*!"},
+		{"SELECT AES_ENCRYPT(c, /*M!0b0111001101100101*/) FROM t", "0111001101100101", "*/) FROM t"},
+		{"SELECT AES_ENCRYPT(c, /*!1000000x736563726574 */) FROM t", "736563726574", "SELECT AES_ENCRYPT(c, /*!"},
+		{"SELECT AES_ENCRYPT(c, /*!123450x736563726574 */) FROM t", "736563726574", "SELECT AES_ENCRYPT(c, /*!"},
 	} {
 		got := RedactStatement(c.q)
 		if strings.Contains(got, c.secret) {
@@ -91,6 +98,8 @@ func TestRedactStatementHidesCredentials(t *testing.T) {
 	for _, q := range []string{
 		"ALTER TABLE app.outbox ADD COLUMN note VARCHAR(20) DEFAULT 'by' COMMENT 'identified by nothing'",
 		"CREATE TABLE t (a DECIMAL(10,2) NOT NULL DEFAULT 0) COMMENT 'identified by nothing'",
+		"/*!50100 PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10)) */",
+		"/*!1000000 SELECT 0xyz */",
 		"CREATE USER u IDENTIFIED VIA unix_socket",
 		"GRANT SELECT ON `app`.`outbox` TO u@localhost",
 		"/*!40101 SET NAMES utf8mb4 */",

@@ -80,9 +80,7 @@ func lex(s string, sq, dq bool) []token {
 			j := i + 2
 			if strings.HasPrefix(s[j:], "!") || strings.HasPrefix(s[j:], "M!") {
 				j += strings.IndexByte(s[j:], '!') + 1
-				for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-					j++
-				}
+				j += versionDigits(s[j:])
 				inExec = true
 				i = j
 				continue
@@ -113,6 +111,21 @@ func lex(s string, sq, dq bool) []token {
 		}
 	}
 	return out
+}
+
+// versionDigits returns how many digits at the start of s, after an
+// executable comment's /*! or /*M!, the server reads as its version: five,
+// or six when a sixth follows, and none when there are fewer than five (the
+// digits are then code: /*!0x41*/ holds 0x41).
+func versionDigits(s string) int {
+	n := 0
+	for n < len(s) && n < 6 && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	if n < 5 {
+		return 0
+	}
+	return n
 }
 
 // quoted reads a quoted token at the start of s: its value, its length,
