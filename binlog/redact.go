@@ -33,10 +33,11 @@ func (t redactedText) String() string { return RedactStatement(string(t)) }
 // RedactStatement returns q with every string literal ('...', "...", with
 // any prefix: X'..', N'..', _utf8mb4'..'), hexadecimal or bit literal
 // (0x.., 0b..) replaced by '<redacted>', and every comment's text (/* */,
-// -- , #) by <redacted>, but for a literal right after COMMENT or DEFAULT
-// (a table's or column's comment, a column's default: no statement takes a
-// credential there). An executable comment (/*! */, /*M! */) is read as
-// code, a hexadecimal or bit literal glued to its version digits too. Where the server may read q otherwise than the redactor, the rest
+// -- , #) by <redacted>: a literal after COMMENT or DEFAULT too (Spider
+// takes its connection's password in a table's or partition's COMMENT, a
+// stored routine's DECLARE a key as its DEFAULT). An executable comment
+// (/*! */, /*M! */) is read as code, a hexadecimal or bit literal glued to
+// its version digits too. Where the server may read q otherwise than the redactor, the rest
 // of q from there is redacted whole:
 //   - a literal that ends elsewhere when a backslash escapes than when it
 //     does not (sql_mode NO_BACKSLASH_ESCAPES, or a double-quoted name
@@ -148,16 +149,14 @@ type span struct {
 func redactSpans(q string) []span {
 	var spans []span
 	rest := func(i int) []span { return append(spans, span{start: i, end: len(q), with: "<redacted>"}) }
-	// prev is the last word or punctuation of code read (upper case), for
-	// the literals kept; inExec: inside an executable comment.
-	prev, inExec := "", false
+	inExec := false // inside an executable comment
 	for i := 0; i < len(q); {
 		c := q[i]
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
 			i++
 		case inExec && c == '*' && i+1 < len(q) && q[i+1] == '/':
-			inExec, prev = false, ""
+			inExec = false
 			i += 2
 		case c == '#' || c == '-' && i+1 < len(q) && q[i+1] == '-' && (i+2 == len(q) || q[i+2] <= ' ' || q[i+2] == 0x7f):
 			// A line comment (-- needs white space or a control character
@@ -190,10 +189,10 @@ func redactSpans(q string) []span {
 					return rest(i)
 				}
 				i += 2 + strings.IndexByte(q[i+2:], '!') + 1
-				inExec, prev = true, ""
+				inExec = true
 				if end, glued := versionGlued(q, i); glued {
 					spans = append(spans, span{start: i, end: end, with: redacted, literal: true})
-					prev, i = "'", end
+					i = end
 					continue
 				}
 				for i < len(q) && q[i] >= '0' && q[i] <= '9' {
@@ -214,10 +213,7 @@ func redactSpans(q string) []span {
 			if !ok || inExec && strings.Contains(q[i:end], "*/") {
 				return rest(i)
 			}
-			if prev != "COMMENT" && prev != "DEFAULT" {
-				spans = append(spans, span{start: i, end: end, with: redacted, literal: true})
-			}
-			prev = "'"
+			spans = append(spans, span{start: i, end: end, with: redacted, literal: true})
 			i = end
 		case c == '`':
 			if i > 0 && q[i-1] >= 0x80 {
@@ -227,22 +223,17 @@ func redactSpans(q string) []span {
 			if !ok || inExec && strings.Contains(q[i:end], "*/") {
 				return rest(i)
 			}
-			prev = "`"
 			i = end
 		case isWordByte(c):
 			j := i
 			for j < len(q) && isWordByte(q[j]) {
 				j++
 			}
-			if w := q[i:j]; hexOrBits(w) {
+			if hexOrBits(q[i:j]) {
 				spans = append(spans, span{start: i, end: j, with: redacted, literal: true})
-				prev = "'"
-			} else {
-				prev = strings.ToUpper(w)
 			}
 			i = j
 		default:
-			prev = q[i : i+1]
 			i++
 		}
 	}
