@@ -357,8 +357,11 @@ func (f *framer) undoTo(n int) {
 // logged, since a trigger or stored function it fires could write the
 // outbox without the relay seeing it.
 func (f *framer) statement(e *replication.QueryEvent, q string) error {
+	// The whole statement is redacted, SET STATEMENT ... FOR included: its
+	// FOR is found by a reader with backslash escapes, and where the server
+	// read none, the body may start inside one of its literals.
+	whole, shown := q, RedactStatement(q)
 	q = schema.StatementBody(q) // SET STATEMENT ... FOR: the statement it runs
-	shown := RedactStatement(q)
 	tables, dml, err := dmlTargets(string(e.Schema), q)
 	if err != nil {
 		// Only a statement that starts as a row change can be one: table
@@ -370,9 +373,9 @@ func (f *framer) statement(e *replication.QueryEvent, q string) error {
 		if f.mentionsCaptured(q) || !f.allowStatements {
 			return redactedError{fmt.Errorf("%w: transaction %s has a statement-logged change the relay cannot read (%s): %.200s; "+
 				"make the server log rows (binlog_format=ROW), then `outbox-relay checkpoint skip --gtid %s` once its "+
-				"outbox rows, if any, are published", ErrStatementLogged, f.gtid, parseProblem(err), shown, f.gtid), q}
+				"outbox rows, if any, are published", ErrStatementLogged, f.gtid, parseProblem(err), shown, f.gtid), whole}
 		}
-		f.warning = RedactIn(fmt.Sprintf("statement-logged change the relay cannot read (%s): %.200s", parseProblem(err), shown), q)
+		f.warning = RedactIn(fmt.Sprintf("statement-logged change the relay cannot read (%s): %.200s", parseProblem(err), shown), whole)
 		return nil
 	}
 	if !dml {
