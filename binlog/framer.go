@@ -395,10 +395,10 @@ func (f *framer) statement(e *replication.QueryEvent, q string) error {
 			"triggers or stored functions would not be in the binlog: %.200s; make the server log rows "+
 			"(binlog_format=ROW), publish such rows yourself if there are any, then `outbox-relay checkpoint skip --gtid %s` "+
 			"(source.statement_dml: warn only logs these, for servers where nothing but the application writes the outbox)",
-			ErrStatementLogged, f.gtid, tables, shown, f.gtid)
+			ErrStatementLogged, f.gtid, tablesShown(tables, string(e.Schema), whole), shown, f.gtid)
 	}
 	f.warning = fmt.Sprintf("statement-logged change of %v: outbox rows written by its triggers or stored functions "+
-		"would not be in the binlog; log rows (binlog_format=ROW): %.200s", tables, shown)
+		"would not be in the binlog; log rows (binlog_format=ROW): %.200s", tablesShown(tables, string(e.Schema), whole), shown)
 	return nil
 }
 

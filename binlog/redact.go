@@ -142,13 +142,14 @@ type span struct {
 	start, end int
 	with       string
 	literal    bool // a literal ('...' or "..."), not a comment's text or the rest
+	rest       bool // the rest of the statement, which the server may read otherwise
 }
 
 // redactSpans lists, in order, the parts of q that RedactStatement
 // replaces.
 func redactSpans(q string) []span {
 	var spans []span
-	rest := func(i int) []span { return append(spans, span{start: i, end: len(q), with: "<redacted>"}) }
+	rest := func(i int) []span { return append(spans, span{start: i, end: len(q), with: "<redacted>", rest: true}) }
 	inExec := false // inside an executable comment
 	for i := 0; i < len(q); {
 		c := q[i]
@@ -332,6 +333,29 @@ func nameEnd(q string, i int) (int, bool) {
 		return j + 1, true
 	}
 	return 0, false
+}
+
+// tablesShown returns tables, the tables (db.table) the SQL parser read in
+// q with backslash escapes, for a message: each as it is, but where the
+// server may have read q otherwise (RedactStatement redacts the rest of it
+// from there), a table whose name is not in the code before that part is
+// <redacted>: the parser may have read it from the server's literal.
+func tablesShown(tables []string, defaultDB, q string) []string {
+	spans := redactSpans(q)
+	if len(spans) == 0 || !spans[len(spans)-1].rest {
+		return tables
+	}
+	code := RedactStatement(q[:spans[len(spans)-1].start])
+	shown := make([]string, len(tables))
+	for i, t := range tables {
+		db, tbl, _ := strings.Cut(t, ".")
+		if strings.Contains(code, tbl) && (db == defaultDB || strings.Contains(code, db)) {
+			shown[i] = t
+		} else {
+			shown[i] = "<redacted>"
+		}
+	}
+	return shown
 }
 
 // redactedError is err with statement q's credentials redacted from its

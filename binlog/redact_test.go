@@ -170,3 +170,24 @@ func TestStatementLoggedChangeUnderSetStatementShowsNoLiteral(t *testing.T) {
 		}
 	}
 }
+
+// The tables a statement-logged change names are those the SQL parser read,
+// with backslash escapes: logged under NO_BACKSLASH_ESCAPES or in gbk, what
+// it reads as a second statement's table can be inside the server's
+// literal, and is not named.
+func TestStatementLoggedChangeNamesNoTableFromALiteral(t *testing.T) {
+	for _, q := range []string{
+		`DELETE FROM t WHERE a = 'x\' OR a = ' ; DELETE FROM Pw9 -- '`,
+		`DELETE FROM t WHERE a = 'x\' OR a = ' ; DELETE FROM Pw9.x -- '`,
+		"DELETE FROM t WHERE a = 'x\x81\\' OR a = ' ; DELETE FROM Pw9 -- '",
+	} {
+		for _, allow := range []bool{false, true} {
+			f := framer{state: stateOpened, gtid: "0-1-7", allowStatements: allow,
+				captured: func(db, table []byte) bool { return string(table) == "outbox" }}
+			_, _, err := f.query(&replication.QueryEvent{Schema: []byte("app"), Query: []byte(q)})
+			if msg := fmt.Sprint(err) + f.warning; strings.Contains(msg, "Pw9") || !strings.Contains(msg, "app.t") {
+				t.Errorf("%q (statement_dml allowed %v): error %v, warning %q", q, allow, err, f.warning)
+			}
+		}
+	}
+}
