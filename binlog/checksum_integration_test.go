@@ -76,3 +76,63 @@ func fileNumber(t *testing.T, file string) int {
 	}
 	return v
 }
+
+// binlog_checksum changed at runtime: MariaDB rotates to a file whose
+// format description says the new algorithm, and checksums the rotation
+// and the heartbeats by the file they belong to. A reader following the
+// change both ways reads every row and heartbeat without a mismatch, and
+// so does a reader started before the changes, whose stream crosses files
+// of both algorithms from their start.
+func TestReaderFollowsBinlogChecksumChangedAtRuntime(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := startGateEnv(t, ctx, map[string]string{"binlog-checksum": "CRC32"}, nil, 0)
+	e.cfg.HeartbeatPeriod = 100 * time.Millisecond
+	from := e.info.Head
+	read := func(r *binlog.Reader, out chan []binlog.Event, done chan error) func(what string, rows, beats int) {
+		var gotRows, gotBeats int
+		return func(what string, rows, beats int) {
+			t.Helper()
+			timeout := time.After(30 * time.Second)
+			rows, beats = gotRows+rows, gotBeats+beats
+			for gotRows < rows || gotBeats < beats {
+				select {
+				case batch := <-out:
+					for _, ev := range batch {
+						switch ev.Kind {
+						case binlog.KindRows:
+							gotRows += len(ev.Rows)
+						case binlog.KindHeartbeat:
+							gotBeats++
+						}
+					}
+					r.Release(batch)
+				case err := <-done:
+					t.Fatalf("waiting for %s: the reader ended: %v", what, err)
+				case <-timeout:
+					t.Fatalf("no %s within 30 s (%d rows, %d heartbeats)", what, gotRows, gotBeats)
+				}
+			}
+		}
+	}
+	r, out, done, stop := e.start(ctx, from)
+	defer stop()
+	take := read(r, out, done)
+	take("heartbeats", 0, 3)
+	for _, step := range [][]string{
+		{"SET GLOBAL binlog_checksum = NONE"},
+		{"FLUSH BINARY LOGS"},
+		{"SET GLOBAL binlog_checksum = CRC32"},
+		{"SET GLOBAL binlog_checksum = NONE", "SET GLOBAL binlog_checksum = CRC32"},
+	} {
+		if err := e.srv.Exec(append(step, "INSERT INTO app.outbox (payload) VALUES ('{}')")...); err != nil {
+			t.Fatal(err)
+		}
+		take(strings.Join(step, ", ")+" and a row", 1, 2)
+	}
+	stop()
+	// From the start again: the rows of files of both algorithms.
+	r2, out2, done2, stop2 := e.start(ctx, from)
+	defer stop2()
+	read(r2, out2, done2)("the rows again", 4, 2)
+}
