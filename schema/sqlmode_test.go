@@ -107,6 +107,28 @@ func TestSetStatementForAlterTracked(t *testing.T) {
 	}
 }
 
+// A SET STATEMENT ... FOR prefix is read in the event's sql_mode, like the
+// statement it runs: under NO_BACKSLASH_ESCAPES (or ANSI_QUOTES) 'x\' ends
+// where a reader with escapes goes on, and the FOR that reader finds is in
+// the server's second string; the statement read from there made v
+// UNSIGNED, the server's changed a comment. Without the event's sql_mode,
+// a prefix that reads differently by it is not followed.
+func TestSetStatementPrefixReadInTheEventsSQLMode(t *testing.T) {
+	for _, c := range []struct {
+		mode SQLMode
+		q    string
+	}{
+		{SQLMode{NoBackslashEscapes: true}, `SET STATEMENT a='x\', b=' FOR ALTER TABLE T MODIFY v INT UNSIGNED -- ' FOR ALTER TABLE T COMMENT 'c'`},
+		{SQLMode{ANSIQuotes: true}, `SET STATEMENT a="x\", b=" FOR ALTER TABLE T MODIFY v INT UNSIGNED -- " FOR ALTER TABLE T COMMENT 'c'`},
+		{SQLMode{Unknown: true}, `SET STATEMENT a='x\', b=' FOR ALTER TABLE T MODIFY v INT UNSIGNED -- ' FOR ALTER TABLE T COMMENT 'c'`},
+	} {
+		err, cols, u := applyUnder(t, c.mode, "CREATE TABLE T (id INT, v INT)", c.q)
+		if u != "" && errName(err) != "ErrUnparsed" {
+			t.Errorf("%+v %s: error %v, layout %s, unsigned %q: want none unsigned (the server's) or ErrUnparsed", c.mode, c.q, err, cols, u)
+		}
+	}
+}
+
 // The parser's NO_BACKSLASH_ESCAPES mode does not outlive its
 // statement: a default-mode statement after one with the mode reads \'
 // as an escaped quote again (TiDB path and fallback path alike).

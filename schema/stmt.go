@@ -54,19 +54,22 @@ var errQuoting = errors.New("a backslash before a quote reads differently by sql
 // parseStatement lexes query as mode says and classifies it by its
 // leading keywords (MariaDB's SET STATEMENT ... FOR prefix left out).
 func parseStatement(query string, mode SQLMode) *statement {
-	query = StatementBody(query)
 	sq, dq := mode.escapes()
-	toks := lex(query, sq, dq)
+	// The SET STATEMENT prefix is read in the mode too: read otherwise, its
+	// FOR may be inside the server's string.
+	whole := lex(query, sq, dq)
+	body := statementBody(query, whole)
+	toks := lex(body, sq, dq)
 	st := classify(toks)
 	switch {
 	case st.kind == kOther || st.bad != nil:
-	case slices.ContainsFunc(toks, func(t token) bool { return t.open }):
+	case slices.ContainsFunc(whole, func(t token) bool { return t.open }):
 		// No statement the server ran ends inside quotes: it read the
 		// text in another sql_mode than the event gives (a PREPAREd
 		// statement is logged with the mode of its EXECUTE).
 		st.bad = errOpenQuote
 	case mode.Unknown && strings.IndexByte(query, '\\') >= 0 &&
-		(!sameTokens(toks, lex(query, false, false)) || !sameTokens(toks, lex(query, true, false))):
+		(!sameTokens(whole, lex(query, false, false)) || !sameTokens(whole, lex(query, true, false))):
 		st.bad = errQuoting
 	}
 	return st
@@ -81,8 +84,12 @@ var errOpenQuote = errors.New("the statement ends inside quotes when read with t
 // prefix (settings for one statement: `SET STATEMENT lock_wait_timeout=5
 // FOR ALTER TABLE ...`), which leaves the statement itself to run. A
 // prefix it cannot read is left on (the statement is then read as a SET).
-func StatementBody(q string) string {
-	toks := lex(q, true, true)
+// It reads q with backslash escapes: a statement read in another sql_mode
+// gives its tokens to statementBody.
+func StatementBody(q string) string { return statementBody(q, lex(q, true, true)) }
+
+// statementBody is StatementBody of q, read as toks.
+func statementBody(q string, toks []token) string {
 	if len(toks) < 3 || !toks[0].is("SET") || !toks[1].is("STATEMENT") {
 		return q
 	}
