@@ -129,6 +129,22 @@ func TestNoBackslashEscapesCommentInventsNoUnsigned(t *testing.T) {
 	}
 }
 
+// A SET STATEMENT ... FOR prefix under NO_BACKSLASH_ESCAPES runs the
+// statement after its last FOR: default_master_connection='\' is a whole
+// string, and the MODIFY in the next one is a string too. Read with
+// escapes, the prefix ended at the FOR inside that string, and the tracker
+// made neg UNSIGNED (-5 published as 4294967291).
+func TestNoBackslashEscapesSetStatementPrefixKeepsSign(t *testing.T) {
+	BrokerOnlyAsSink(t)
+	got := publishAfterDDL(t, []string{"SET SESSION sql_mode='NO_BACKSLASH_ESCAPES'",
+		`SET STATEMENT default_master_connection='\', default_master_connection=' FOR ALTER TABLE app.ev MODIFY neg INT UNSIGNED NOT NULL -- ' ` +
+			`FOR ALTER TABLE app.ev COMMENT 'c'`},
+		"neg", "int(11)", fmt.Sprintf(signsInsert, "1", "-5"))
+	if want := "neg=-5 small=1"; got != want {
+		t.Fatalf("published %q, want %q", got, want)
+	}
+}
+
 // MariaDB ignores versioned comments of MySQL 5.7+ versions
 // (/*!50700 */ to /*!99999 */) and those above its own version, and the
 // tracker (lex) would run every executable comment as code, tracking neg
