@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -357,11 +358,34 @@ func (f *framer) undoTo(n int) {
 // logged, since a trigger or stored function it fires could write the
 // outbox without the relay seeing it.
 func (f *framer) statement(e *replication.QueryEvent, q string) error {
-	// The whole statement is redacted, SET STATEMENT ... FOR included: its
-	// FOR is found by a reader with backslash escapes, and where the server
-	// read none, the body may start inside one of its literals.
-	whole, shown := q, RedactStatement(q)
-	q = schema.StatementBody(q) // SET STATEMENT ... FOR: the statement it runs
+	// SET STATEMENT ... FOR: the statement it runs, after the FOR the
+	// server found reading the prefix in its sql_mode (read otherwise, the
+	// FOR may be inside one of its strings); without the event's mode,
+	// each reading's statement is checked.
+	mode := statusSQLMode(e.StatusVars)
+	if !mode.Unknown {
+		return f.statementBody(e, q, schema.StatementBodyIn(q, mode))
+	}
+	var checked []string
+	for _, m := range []schema.SQLMode{{}, {NoBackslashEscapes: true}, {ANSIQuotes: true}} {
+		body := schema.StatementBodyIn(q, m)
+		if slices.Contains(checked, body) {
+			continue
+		}
+		checked = append(checked, body)
+		if err := f.statementBody(e, q, body); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// statementBody checks body, the statement whole runs (whole itself, or
+// what follows its SET STATEMENT prefix).
+func (f *framer) statementBody(e *replication.QueryEvent, whole, q string) error {
+	// The whole statement is shown redacted, its prefix included: the
+	// redactor redacts the rest where a server may read it otherwise.
+	shown := RedactStatement(whole)
 	tables, dml, err := dmlTargets(string(e.Schema), q)
 	if err != nil {
 		// Only a statement that starts as a row change can be one: table

@@ -2,6 +2,8 @@ package binlog
 
 import (
 	"encoding/binary"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -320,4 +322,26 @@ func TestFramerIgnorable(t *testing.T) {
 		},
 		want: []string{"rows #1 a.outbox insert 1 xid=7831,,1", "prepare #1 xid=7831,,1 set=#1"},
 	}})
+}
+
+// A statement-logged change run under MariaDB's SET STATEMENT ... FOR is
+// found where the server found the statement: under NO_BACKSLASH_ESCAPES
+// default_master_connection='\' is a whole string and the SELECT is in the
+// next one; read with escapes, the prefix ended at the FOR inside it, and
+// the insert into the outbox after the last FOR was never seen (its rows
+// lost: source.statement_dml: warn only warned of a SELECT). Without the
+// event's sql_mode, each reading is checked.
+func TestFramerStopsOnOutboxChangeBehindSetStatementPrefix(t *testing.T) {
+	q := `SET STATEMENT default_master_connection='\', default_master_connection=' FOR SELECT 1 -- ' FOR INSERT INTO outbox (v) VALUES (1)`
+	for name, vars := range map[string][]byte{
+		"NO_BACKSLASH_ESCAPES": sqlModeStatusVars(1 << 20),
+		"sql_mode unknown":     nil,
+	} {
+		f := framer{state: stateTx, gtid: "0-1-7", allowStatements: true, // source.statement_dml: warn
+			captured: func(db, table []byte) bool { return string(table) == "outbox" }}
+		_, _, err := f.query(&replication.QueryEvent{Schema: []byte("a"), Query: []byte(q), StatusVars: vars})
+		if !errors.Is(err, ErrStatementLogged) || !strings.Contains(err.Error(), "a.outbox") {
+			t.Errorf("%s: error %v, warning %q: want ErrStatementLogged", name, err, f.warning)
+		}
+	}
 }

@@ -88,6 +88,14 @@ var errOpenQuote = errors.New("the statement ends inside quotes when read with t
 // gives its tokens to statementBody.
 func StatementBody(q string) string { return statementBody(q, lex(q, true, true)) }
 
+// StatementBodyIn is StatementBody of q read in sql_mode mode, as the
+// server read it: read otherwise, a prefix's FOR may be inside one of its
+// strings. Mode unknown, it is read with escapes.
+func StatementBodyIn(q string, mode SQLMode) string {
+	sq, dq := mode.escapes()
+	return statementBody(q, lex(q, sq, dq))
+}
+
 // statementBody is StatementBody of q, read as toks.
 func statementBody(q string, toks []token) string {
 	if len(toks) < 3 || !toks[0].is("SET") || !toks[1].is("STATEMENT") {
