@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -265,5 +266,29 @@ func TestDDLUnderSessionSQLModesKeepsSign(t *testing.T) {
 				t.Fatalf("published %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// A statement-logged outbox insert behind a SET STATEMENT prefix run under
+// NO_BACKSLASH_ESCAPES stops the relay, with source.statement_dml: warn
+// too. The failure guarded against: the prefix read with escapes ended at
+// the FOR inside default_master_connection's second string, the relay took
+// the SELECT there for the statement, warned of it and lost the row.
+func TestNoBackslashEscapesSetStatementOutboxInsertStops(t *testing.T) {
+	_, s, cfg := env.Pipeline(t)
+	SetStatementDML(&cfg, "warn")
+	path := WriteConfig(t, cfg)
+	p := env.StartProc(t, path)
+	waitStarted(t, p, cfg)
+	if err := env.DB.Exec("SET SESSION binlog_format = 'STATEMENT'", "SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES'",
+		`SET STATEMENT default_master_connection='\', default_master_connection=' FOR SELECT 1 -- ' FOR INSERT INTO `+s.Table()+
+			` (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('stmt-nbe', 'alarm', 'dev-n', 'AlarmCreated', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(time.Minute); err != nil || code != relay.ExitData {
+		t.Fatalf("relay on a statement-logged outbox insert behind SET STATEMENT: exit %d %v\n%s", code, err, p.Output())
+	}
+	if out := p.Output(); !strings.Contains(out, s.Table()) {
+		t.Fatalf("the stop does not name the outbox:\n%s", out)
 	}
 }
