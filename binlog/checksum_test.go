@@ -2,6 +2,7 @@ package binlog
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -149,5 +150,35 @@ func TestParserRefusesARotationOrHeartbeatWhoseChecksumDoesNotMatch(t *testing.T
 				t.Fatalf("a %s with a byte changed moved the reader to %q", corrupt, file)
 			}
 		})
+	}
+}
+
+// The error about an event that does not match its checksum shows the
+// bytes of its header, and of a query's fixed part, never those of a
+// statement or data it carries: a rows query event (MySQL's, MariaDB's
+// annotation) holds the statement as typed, a LOAD DATA block the file's
+// bytes.
+func TestChecksumMismatchErrorShowsNoStatementBytes(t *testing.T) {
+	secret := "/*pw-secret-1*/ INSERT INTO outbox VALUES (1)"
+	for name, c := range map[string]struct {
+		typ  replication.EventType
+		body []byte
+	}{
+		"rows query":       {replication.ROWS_QUERY_EVENT, append([]byte{byte(len(secret))}, secret...)},
+		"annotate rows":    {replication.MARIADB_ANNOTATE_ROWS_EVENT, []byte(secret)},
+		"begin load query": {replication.BEGIN_LOAD_QUERY_EVENT, append([]byte{1, 0, 0, 0}, secret...)},
+		"append block":     {replication.APPEND_BLOCK_EVENT, append([]byte{1, 0, 0, 0}, secret...)},
+	} {
+		s := newRawStream(t, true)
+		s.add(s.e.mysqlGTID(testSID, 1).RawData, s.e.raw(replication.QUERY_EVENT, s.e.query("", "BEGIN")), s.e.raw(c.typ, c.body))
+		raw := s.evs[len(s.evs)-1].RawData
+		raw[len(raw)-replication.BinlogChecksumLength-1] ^= 0x01
+		_, err := s.run(1 << 20)
+		if !errors.Is(err, ErrChecksumMismatch) {
+			t.Fatalf("%s: %v, want %v", name, err, ErrChecksumMismatch)
+		}
+		if msg := err.Error(); strings.Contains(msg, hex.EncodeToString([]byte("pw-s"))) || strings.Contains(msg, "pw-s") {
+			t.Errorf("%s: %s", name, msg)
+		}
 	}
 }

@@ -333,9 +333,12 @@ func eventError(h *replication.EventHeader, raw []byte, cause error) error {
 	if h != nil {
 		typ, pos = h.EventType.String(), h.LogPos
 	}
-	head := raw
-	if len(head) > 32 {
-		head = head[:32]
+	// The header, and a query's fixed part: none of the statement or data
+	// an event carries after them (a rows query event's statement, a LOAD
+	// DATA block), which may hold a password.
+	head := raw[:min(len(raw), replication.EventHeaderSize)]
+	if h != nil && (h.EventType == replication.QUERY_EVENT || h.EventType == replication.MARIADB_QUERY_COMPRESSED_EVENT) {
+		head = raw[:min(len(raw), replication.EventHeaderSize+13)]
 	}
 	err := fmt.Errorf("decode binlog event %s (end position %d, %d bytes, first %d: %x): %s", typ, pos, size, len(head), head, msg)
 	if sentinel != nil {
