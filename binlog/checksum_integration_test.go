@@ -4,6 +4,7 @@ package binlog_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,40 +26,15 @@ func TestReaderVerifiesMariaDBHeartbeatsAndRotations(t *testing.T) {
 	e.cfg.HeartbeatPeriod = 100 * time.Millisecond
 	r, out, done, stop := e.start(ctx, e.info.Head)
 	defer stop()
-	var rows, beats int
-	// take reads the reader's hand-offs until ok says what was wanted came.
-	take := func(what string, ok func() bool) {
-		t.Helper()
-		timeout := time.After(30 * time.Second)
-		for !ok() {
-			select {
-			case batch := <-out:
-				for _, ev := range batch {
-					switch ev.Kind {
-					case binlog.KindRows:
-						rows += len(ev.Rows)
-					case binlog.KindHeartbeat:
-						beats++
-					}
-				}
-				r.Release(batch)
-			case err := <-done:
-				t.Fatalf("waiting for %s: the reader ended: %v", what, err)
-			case <-timeout:
-				t.Fatalf("no %s within 30 s (%d rows, %d heartbeats)", what, rows, beats)
-			}
-		}
-	}
-	take("heartbeats", func() bool { return beats >= 3 })
+	take := reading(t, r, out, done)
+	take("heartbeats", 0, 3)
 	first, _ := r.ReadPosition()
 	for i := range 3 {
 		if err := e.srv.Exec("FLUSH BINARY LOGS", "INSERT INTO app.outbox (payload) VALUES ('{}')"); err != nil {
 			t.Fatal(err)
 		}
-		n := i + 1
-		take("the row after a rotation", func() bool { return rows >= n })
-		b := beats
-		take("heartbeats after the rotation", func() bool { return beats >= b+2 })
+		take(fmt.Sprintf("the row after rotation %d", i+1), 1, 0)
+		take("heartbeats after the rotation", 0, 2)
 	}
 	// Three rotations later the reader is three files on.
 	file, _ := r.ReadPosition()
@@ -89,35 +65,9 @@ func TestReaderFollowsBinlogChecksumChangedAtRuntime(t *testing.T) {
 	e := startGateEnv(t, ctx, map[string]string{"binlog-checksum": "CRC32"}, nil, 0)
 	e.cfg.HeartbeatPeriod = 100 * time.Millisecond
 	from := e.info.Head
-	read := func(r *binlog.Reader, out chan []binlog.Event, done chan error) func(what string, rows, beats int) {
-		var gotRows, gotBeats int
-		return func(what string, rows, beats int) {
-			t.Helper()
-			timeout := time.After(30 * time.Second)
-			rows, beats = gotRows+rows, gotBeats+beats
-			for gotRows < rows || gotBeats < beats {
-				select {
-				case batch := <-out:
-					for _, ev := range batch {
-						switch ev.Kind {
-						case binlog.KindRows:
-							gotRows += len(ev.Rows)
-						case binlog.KindHeartbeat:
-							gotBeats++
-						}
-					}
-					r.Release(batch)
-				case err := <-done:
-					t.Fatalf("waiting for %s: the reader ended: %v", what, err)
-				case <-timeout:
-					t.Fatalf("no %s within 30 s (%d rows, %d heartbeats)", what, gotRows, gotBeats)
-				}
-			}
-		}
-	}
 	r, out, done, stop := e.start(ctx, from)
 	defer stop()
-	take := read(r, out, done)
+	take := reading(t, r, out, done)
 	take("heartbeats", 0, 3)
 	for _, step := range [][]string{
 		{"SET GLOBAL binlog_checksum = NONE"},
@@ -134,5 +84,35 @@ func TestReaderFollowsBinlogChecksumChangedAtRuntime(t *testing.T) {
 	// From the start again: the rows of files of both algorithms.
 	r2, out2, done2, stop2 := e.start(ctx, from)
 	defer stop2()
-	read(r2, out2, done2)("the rows again", 4, 2)
+	reading(t, r2, out2, done2)("the rows again", 4, 2)
+}
+
+// reading returns take, which reads the reader's hand-offs until rows more
+// rows and beats more heartbeats than it has counted came, failing the
+// test if the reader ends or they do not come within 30 s.
+func reading(t *testing.T, r *binlog.Reader, out chan []binlog.Event, done chan error) (take func(what string, rows, beats int)) {
+	var gotRows, gotBeats int
+	return func(what string, rows, beats int) {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		rows, beats = gotRows+rows, gotBeats+beats
+		for gotRows < rows || gotBeats < beats {
+			select {
+			case batch := <-out:
+				for _, ev := range batch {
+					switch ev.Kind {
+					case binlog.KindRows:
+						gotRows += len(ev.Rows)
+					case binlog.KindHeartbeat:
+						gotBeats++
+					}
+				}
+				r.Release(batch)
+			case err := <-done:
+				t.Fatalf("waiting for %s: the reader ended: %v", what, err)
+			case <-timeout:
+				t.Fatalf("no %s within 30 s (%d rows, %d heartbeats)", what, gotRows, gotBeats)
+			}
+		}
+	}
 }
