@@ -23,8 +23,11 @@ const (
 
 // startBroker makes h.broker point at a broker of kind and returns how to
 // stop what it started and a line describing it. For kafka with addr set it
-// uses that broker as it is; otherwise it starts deploy/dev/kafka.sh on a
-// free port in a scratch directory.
+// uses that broker as it is; otherwise it starts deploy/dev/kafka.sh in a
+// scratch directory on a free port (KAFKA_PORT when set), with kafka.sh's
+// knobs from the environment: KAFKA_VERSION, KAFKA_HEAP, KAFKA_GC (the
+// collector: g1, zgc, shenandoah) and KAFKA_JVM_OPTS, named in desc with
+// the collector its GC log names.
 func (h *harness) startBroker(kind, addr string) (stop func(), desc string, err error) {
 	switch kind {
 	case brokerKfake:
@@ -57,9 +60,9 @@ func (h *harness) startBroker(kind, addr string) (stop func(), desc string, err 
 				}
 				h.brokerPID = pidFile(filepath.Join(h.brokerDir, "kafka.pid"))
 			}
-			return func() {}, fmt.Sprintf("Apache Kafka at %s (started by hand); topics of 6 partitions, replication factor 1.", addr), waitBroker(addr)
+			return func() {}, fmt.Sprintf("Apache Kafka at %s (started by hand, collector %s); topics of 6 partitions, replication factor 1.", addr, collectorOf(h.brokerDir)), waitBroker(addr)
 		}
-		port, err := freePortPair()
+		port, err := kafkaPort()
 		if err != nil {
 			return nil, "", err
 		}
@@ -88,7 +91,14 @@ func (h *harness) startBroker(kind, addr string) (stop func(), desc string, err 
 		if heap == "" {
 			heap = "512m (deploy/dev/kafka.sh's default)"
 		}
-		return stop, fmt.Sprintf("Apache Kafka %s, one KRaft node on this machine (`deploy/dev/kafka.sh`, heap %s, Kafka's JVM options, broker defaults), started for this run; topics of 6 partitions, replication factor 1.", ver, heap), nil
+		opts := "Kafka's JVM options"
+		if os.Getenv("KAFKA_JVM_OPTS") != "" {
+			opts = "KAFKA_JVM_OPTS " + os.Getenv("KAFKA_JVM_OPTS")
+		} else if gc := os.Getenv("KAFKA_GC"); gc != "" && gc != "g1" {
+			opts = "Kafka's JVM options with KAFKA_GC=" + gc
+		}
+		return stop, fmt.Sprintf("Apache Kafka %s, one KRaft node on this machine (`deploy/dev/kafka.sh`, heap %s, %s, collector %s, broker defaults), started for this run; topics of 6 partitions, replication factor 1.",
+			ver, heap, opts, collectorOf(dir)), nil
 	}
 	return nil, "", fmt.Errorf("unknown broker %q (kfake | kafka)", kind)
 }
@@ -101,6 +111,36 @@ func pidFile(path string) int {
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	return pid
+}
+
+// collectorOf names the collector the broker's JVM ran, from its GC log.
+func collectorOf(dir string) string {
+	if c := gcCollector(dir); c != "" {
+		return c + " (its GC log)"
+	}
+	return "unknown (no GC log)"
+}
+
+// kafkaPort is the port bench starts Apache Kafka on: KAFKA_PORT when set
+// (kafka.sh's own knob: a host where each user has a range of ports), which
+// must be free with its successor; otherwise a free pair.
+func kafkaPort() (int, error) {
+	v := os.Getenv("KAFKA_PORT")
+	if v == "" {
+		return freePortPair()
+	}
+	port, err := strconv.Atoi(v)
+	if err != nil || port <= 0 || port >= 65535 {
+		return 0, fmt.Errorf("KAFKA_PORT=%q: write a port number", v)
+	}
+	for _, p := range []int{port, port + 1} {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			return 0, fmt.Errorf("KAFKA_PORT=%d: the broker needs ports %d and %d: %w", port, port, port+1, err)
+		}
+		l.Close()
+	}
+	return port, nil
 }
 
 // freePortPair is a free port whose successor is free too: kafka.sh puts
@@ -161,7 +201,7 @@ func (h *harness) latencySection(seconds int, runs []latencyRun) error {
 	h.printf("From the writer's COMMIT returning to a read_committed consumer (FetchMaxWait 10 ms) receiving the record; "+
 		"transactions of an alarm record and 1 or 10 outbox rows (one INSERT), 4 writer connections, timed after %s at the same rate (not counted: a broker's JIT compiles its transaction path in the first thousands of transactions). "+
 		"The last column is the median of the last tenth of the events to arrive: it grows with the run when the relay does not keep up.\n\n", latencyWarmUp)
-	h.printf("The GC column is the broker's stop-the-world pauses during the run, from its GC log (Apache Kafka started by `deploy/dev/kafka.sh`; empty otherwise): an event committed during one waits for it, whatever the relay does.\n\n")
+	h.printf("The GC column is the broker's stop-the-world pauses during the run, and ZGC's allocation stalls when there were any, from its GC log (Apache Kafka started by `deploy/dev/kafka.sh`, collector %s; empty otherwise): an event committed during one waits for it, whatever the relay does.\n\n", collectorOf(h.brokerDir))
 	h.printf("| delivery | target events/s | events per transaction | achieved | events | p50 ms | p99 ms | max ms | last tenth p50 ms | broker GC pauses: n, longest, total ms |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range runs {
 		// With -relay-bin-b, each exactly-once run is measured with both
@@ -185,6 +225,9 @@ func (h *harness) latencySection(seconds int, runs []latencyRun) error {
 			h.printf("| %s | %d | %d | %.0f | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", label, r.rate, r.perTx, lat.achieved, len(lat.samples),
 				ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), ms(lat.quantile(1)), ms(lat.lastP50), lat.gc)
 		}
+	}
+	if h.latencySteps != "" {
+		keepGCLog(h.brokerDir, filepath.Join(h.latencySteps, "broker-gc.log"))
 	}
 	return nil
 }

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,58 +29,6 @@ type latencyResult struct {
 	gc string
 	// events: each event's commit and arrival (-latency-steps only).
 	events []eventTimes
-}
-
-// gcLog follows a JVM GC log (-Xlog:gc) from the size it had at mark.
-type gcLog struct {
-	path string
-	from int64
-}
-
-// markGC starts following dir's gc.log; nil when there is none.
-func markGC(dir string) *gcLog {
-	if dir == "" {
-		return nil
-	}
-	path := filepath.Join(dir, "gc.log")
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil
-	}
-	return &gcLog{path: path, from: st.Size()}
-}
-
-// gcPause matches a pause line: "[14.632s][info][gc] GC(19) Pause Young
-// (Normal) (G1 Evacuation Pause) 462M->169M(512M) 21.032ms".
-var gcPause = regexp.MustCompile(`\] GC\(\d+\) Pause .* ([0-9.]+)ms$`)
-
-// summary is the pauses logged since the mark: count, longest, total.
-func (g *gcLog) summary() string {
-	if g == nil {
-		return ""
-	}
-	f, err := os.Open(g.path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if _, err := f.Seek(g.from, io.SeekStart); err != nil {
-		return ""
-	}
-	var n int
-	var longest, total float64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		m := gcPause.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		d, _ := strconv.ParseFloat(m[1], 64)
-		n++
-		total += d
-		longest = max(longest, d)
-	}
-	return fmt.Sprintf("%d, %.0f, %.0f", n, longest, total)
 }
 
 func (l latencyResult) quantile(q float64) time.Duration {

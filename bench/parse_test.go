@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -98,5 +100,91 @@ func TestRoundOrder(t *testing.T) {
 	}
 	if !slices.Equal(runs, want[0]) {
 		t.Errorf("roundOrder changed its argument: %v", runs)
+	}
+}
+
+// Lines of real GC logs of deploy/dev/kafka.sh's broker (Apache Kafka
+// 4.1.1, OpenJDK 17.0.15): G1 (KAFKA_GC=g1, -Xlog:gc) and ZGC
+// (KAFKA_GC=zgc, -Xlog:gc,gc+phases; the stalls on a 256 MB heap).
+func TestGCLogCountsPausesAndStallsOfEachCollector(t *testing.T) {
+	for _, tc := range []struct {
+		name, log, collector, want string
+	}{
+		{"g1", `[0.010s] Using G1
+[2.406s] GC(2) Pause Young (Concurrent Start) (Metadata GC Threshold) 25M->8M(512M) 7.602ms
+[2.408s] GC(3) Concurrent Mark Cycle
+[2.428s] GC(3) Pause Remark 9M->9M(512M) 2.839ms
+[2.443s] GC(3) Pause Cleanup 10M->10M(512M) 0.078ms
+[2.459s] GC(3) Concurrent Mark Cycle 50.685ms
+[5.569s] GC(8) Pause Young (Prepare Mixed) (G1 Evacuation Pause) 53M->36M(512M) 22.170ms
+`, "G1", "4, 22, 33"},
+		{"zgc", `[0.066s] Using The Z Garbage Collector
+[10.970s] GC(40) Pause Mark Start 0.010ms
+[11.052s] GC(40) Concurrent Mark 82.128ms
+[11.052s] GC(40) Pause Mark End 0.020ms
+[11.052s] GC(40) Concurrent Mark Free 0.000ms
+[11.064s] GC(40) Concurrent Process Non-Strong References 11.988ms
+[11.064s] GC(40) Concurrent Reset Relocation Set 0.002ms
+[11.065s] GC(40) Concurrent Select Relocation Set 0.667ms
+[11.065s] GC(40) Pause Relocate Start 0.011ms
+[11.067s] GC(40) Concurrent Relocate 1.865ms
+[11.067s] GC(40) Garbage Collection (Allocation Rate) 222M(87%)->184M(72%)
+[5.626s] Allocation Stall (persister-state-manager-reaper) 11.807ms
+[5.627s] Allocation Stall (data-plane-kafka-request-handler-3) 26.349ms
+`, "The Z Garbage Collector", "3, 0.02, 0.04; allocation stalls 2, 26, 38"},
+		{"zgc without gc+phases", `[0.418s] Using The Z Garbage Collector
+[2.143s] GC(0) Garbage Collection (Warmup) 52M(10%)->30M(6%)
+`, "The Z Garbage Collector", "0, 0, 0"},
+		{"shenandoah", `[0.009s] Using Shenandoah
+[1.822s] Trigger: Metadata GC Threshold
+[1.822s] GC(0) Concurrent reset 0.066ms
+[1.823s] GC(0) Pause Init Mark (unload classes) 0.025ms
+[1.864s] GC(0) Pause Final Mark (unload classes) 0.105ms
+[1.877s] GC(0) Concurrent cleanup 67M->67M(512M) 0.137ms
+[1.896s] GC(0) Pause Init Update Refs 0.007ms
+[1.909s] GC(0) Pause Final Update Refs 0.045ms
+`, "Shenandoah", "4, 0.10, 0.18"},
+		{"decorated with level and tags", `[0.005s][info][gc] Using G1
+[14.632s][info][gc] GC(19) Pause Young (Normal) (G1 Evacuation Pause) 462M->169M(512M) 21.032ms
+`, "G1", "1, 21, 21"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "gc.log"), []byte(tc.log), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := gcCollector(dir); got != tc.collector {
+				t.Errorf("collector %q, want %q", got, tc.collector)
+			}
+			if got := tally(strings.NewReader(tc.log)).String(); got != tc.want {
+				t.Errorf("pauses %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if got := gcCollector(t.TempDir()); got != "" {
+		t.Errorf("collector without a GC log %q, want none", got)
+	}
+}
+
+// The GC log grows while a run goes on: summary counts only what came
+// after the mark.
+func TestGCLogSummaryCountsOnlyAfterTheMark(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gc.log")
+	before := "[0.066s] Using The Z Garbage Collector\n[0.597s] GC(0) Pause Mark Start 0.007ms\n"
+	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := markGC(dir)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("[5.627s] Allocation Stall (data-plane-kafka-request-handler-3) 26.349ms\n[11.052s] GC(40) Pause Mark End 0.020ms\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got, want := g.summary(), "1, 0.02, 0.02; allocation stalls 1, 26, 26"; got != want {
+		t.Fatalf("summary %q, want %q", got, want)
 	}
 }

@@ -31,8 +31,9 @@ import (
 //	EndTxn      -> EndTxn answered
 //	to consumer -> the consumer received it (markers, LSO, the fetch)
 
-// gcPauseAt is a pause of the broker's JVM: when its line appeared in the
-// GC log (the pause's end, within gcPoll) and how long it was.
+// gcPauseAt is a pause (or an allocation stall) of the broker's JVM: when
+// its line appeared in the GC log (the pause's end, within gcPoll) and how
+// long it was.
 type gcPauseAt struct {
 	end time.Time
 	dur time.Duration
@@ -79,8 +80,7 @@ func (g *gcLog) watch() func() []gcPauseAt {
 			lines := strings.Split(partial+string(buf[:n]), "\n")
 			partial = lines[len(lines)-1]
 			for _, l := range lines[:len(lines)-1] {
-				if m := gcPause.FindStringSubmatch(l); m != nil {
-					ms, _ := strconv.ParseFloat(m[1], 64)
+				if ms, _, ok := gcLine(l); ok { // a stall holds an event as a pause does
 					pauses = append(pauses, gcPauseAt{end: now, dur: time.Duration(ms * float64(time.Millisecond))})
 				}
 			}

@@ -17,7 +17,14 @@
 #   KAFKA_DIR      ${TMPDIR:-/tmp}/outbox-relay-kafka-$KAFKA_PORT
 #   KAFKA_CACHE    ${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/kafka-$KAFKA_VERSION
 #   KAFKA_HEAP     512m (-Xms and -Xmx, as kafka-server-start.sh sets both)
-#   KAFKA_JVM_OPTS Kafka's KAFKA_JVM_PERFORMANCE_OPTS (G1, 20 ms pause target)
+#   KAFKA_GC       g1: Kafka's own G1 options (20 ms pause target);
+#                  zgc: -XX:+UseZGC (pauses under a millisecond, its GC
+#                  threads run beside the broker's); shenandoah:
+#                  -XX:+UseShenandoahGC. The GC log (gc.log in KAFKA_DIR)
+#                  names the collector and has its pauses either way.
+#   KAFKA_JVM_OPTS Kafka's KAFKA_JVM_PERFORMANCE_OPTS with KAFKA_GC's
+#                  collector; set, it replaces them all (KAFKA_GC then only
+#                  chooses what the GC log records)
 #   KAFKA_SASL     unset; 1: least-privilege mode: an ACL authorizer
 #                  (StandardAuthorizer) and a SASL_PLAINTEXT listener with
 #                  SCRAM-SHA-256/512 on KAFKA_SASL_PORT (KAFKA_PORT+2). The
@@ -64,7 +71,16 @@ POM
 # The broker's JVM options are Kafka's own (kafka-server-start.sh: heap
 # fixed at its size, KAFKA_JVM_PERFORMANCE_OPTS of kafka-run-class.sh), so
 # it runs as users run it: the JVM's defaults aim G1 at 200 ms pauses.
-KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true}
+# KAFKA_GC swaps the collector for one an operator tunes for latency;
+# ZGC logs its pauses under gc+phases, the others under gc.
+KAFKA_GC=${KAFKA_GC:-g1}
+case $KAFKA_GC in
+  g1) GC_OPTS="-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent" GC_LOG=gc ;;
+  zgc) GC_OPTS="-XX:+UseZGC" GC_LOG=gc,gc+phases ;;
+  shenandoah) GC_OPTS="-XX:+UseShenandoahGC" GC_LOG=gc ;;
+  *) log "KAFKA_GC=$KAFKA_GC: write g1, zgc or shenandoah"; exit 2 ;;
+esac
+KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--server $GC_OPTS -XX:MaxInlineLevel=15 -Djava.awt.headless=true}
 
 java_kafka() { java -Xmx"$KAFKA_HEAP" -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" "$@"; }
 
@@ -137,8 +153,9 @@ start() {
   for attempt in 1 2 3 4 5; do
     : > "$KAFKA_DIR/server.log"
     # shellcheck disable=SC2086 # KAFKA_JVM_OPTS is a list of options
-    # GC log as kafka-server-start.sh keeps one (pauses only; bench reads it).
-    nohup java -Xms"$KAFKA_HEAP" -Xmx"$KAFKA_HEAP" $KAFKA_JVM_OPTS -Xlog:gc:file="$KAFKA_DIR/gc.log":uptime -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" \
+    # GC log as kafka-server-start.sh keeps one (the collector and its pauses;
+    # bench reads it).
+    nohup java -Xms"$KAFKA_HEAP" -Xmx"$KAFKA_HEAP" $KAFKA_JVM_OPTS -Xlog:"$GC_LOG":file="$KAFKA_DIR/gc.log":uptime -cp "$KAFKA_CACHE/libs/*" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" \
       kafka.Kafka "$KAFKA_DIR/server.properties" > "$KAFKA_DIR/kafka.out" 2>&1 &
     echo $! > "$PIDFILE"
     for _ in $(seq 1 600); do
