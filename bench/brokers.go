@@ -202,7 +202,7 @@ func (h *harness) latencySection(seconds int, runs []latencyRun) error {
 		"transactions of an alarm record and 1 or 10 outbox rows (one INSERT), 4 writer connections, timed after %s at the same rate (not counted: a broker's JIT compiles its transaction path in the first thousands of transactions). "+
 		"The last column is the median of the last tenth of the events to arrive: it grows with the run when the relay does not keep up.\n\n", latencyWarmUp)
 	h.printf("The GC column is the broker's stop-the-world pauses during the run, and ZGC's allocation stalls when there were any, from its GC log (Apache Kafka started by `deploy/dev/kafka.sh`, collector %s; empty otherwise): an event committed during one waits for it, whatever the relay does.\n\n", collectorOf(h.brokerDir))
-	h.printf("| delivery | target events/s | events per transaction | achieved | events | p50 ms | p99 ms | max ms | last tenth p50 ms | broker GC pauses: n, longest, total ms |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	h.printf("| delivery | target events/s | events per transaction | achieved | events | p50 ms | p99 ms | p99.9 ms | max ms | last tenth p50 ms | broker GC pauses: n, longest, total ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range runs {
 		// With -relay-bin-b, each exactly-once run is measured with both
 		// binaries, interleaved: A first in even runs, B first in odd ones.
@@ -222,8 +222,8 @@ func (h *harness) latencySection(seconds int, runs []latencyRun) error {
 			if bin == h.binB {
 				label += " (B)"
 			}
-			h.printf("| %s | %d | %d | %.0f | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", label, r.rate, r.perTx, lat.achieved, len(lat.samples),
-				ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), ms(lat.quantile(1)), ms(lat.lastP50), lat.gc)
+			h.printf("| %s | %d | %d | %.0f | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n", label, r.rate, r.perTx, lat.achieved, len(lat.samples),
+				ms(lat.quantile(0.5)), ms(lat.quantile(0.99)), ms(lat.quantile(0.999)), ms(lat.quantile(1)), ms(lat.lastP50), lat.gc)
 		}
 	}
 	if h.latencySteps != "" {
