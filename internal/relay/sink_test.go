@@ -163,12 +163,21 @@ func (a testSink) stored(t *testing.T) string {
 	return cp.GTIDSet
 }
 
-// pin writes a first checkpoint at gtids and waits until it is stored.
+// pin writes a first checkpoint at gtids and waits until it is stored. At
+// least once, the delivery's goroutine writes it and answers on the
+// committed stream, which pin reads: a test's next read of the stream
+// (waitDrain) is then the answer to its own batches, however the machine
+// schedules that goroutine against finish.
 func (a testSink) pin(t *testing.T, gtids string) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := a.commit(ctx, cpAt(gtids)); err != nil {
 		t.Fatal(err)
+	}
+	if a.alo != nil {
+		if cp, err := a.waitDrain(t); err != nil || cp.GTIDSet != gtids {
+			t.Fatalf("first checkpoint: drain wrote %v, %v; want %s", cp, err, gtids)
+		}
 	}
 	if _, err := a.finish(ctx); err != nil {
 		t.Fatal(err)
