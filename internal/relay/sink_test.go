@@ -527,3 +527,16 @@ func TestEnsureTopicNeverListedEndsNamingItWhenTheDeadlineCutsARequest(t *testin
 		t.Errorf("error %q: want the topic, how long it was asked for and the likely cause (marked for deletion)", msg)
 	}
 }
+
+// awaitSettleWait waits until the settle wait after the lane's last commit,
+// if one runs, has ended (exactly-once; the lane's next begin would wait
+// for it too).
+func (a testSink) awaitSettleWait() {
+	d := a.d.(*exactlyOnce)
+	d.mu.Lock()
+	done := a.settle.done
+	d.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
