@@ -251,17 +251,28 @@ func (s *atLeastOnce) stop(ctx context.Context, clean bool) (*checkpoint.Checkpo
 func (s *atLeastOnce) finish(ctx context.Context) (*checkpoint.Checkpoint, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.cl.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("flush batch: %w", ackTimeout(err))
-	}
-	if _, err := s.drain(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	left, cp := len(s.sealed), s.last
-	s.mu.Unlock()
-	if left > 0 {
-		return nil, fmt.Errorf("flush batch: %d batches not acknowledged", left)
+	var cp *checkpoint.Checkpoint
+	for {
+		if err := s.cl.Flush(ctx); err != nil {
+			return nil, fmt.Errorf("flush batch: %w", ackTimeout(err))
+		}
+		if _, err := s.drain(); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		left := len(s.sealed)
+		cp = s.last
+		s.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		// run's drain took the batches acknowledged when it began and
+		// produced their checkpoint record after the Flush returned: this
+		// drain left the batches acknowledged since to the next one, once
+		// that record is acknowledged (the next Flush waits for it).
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("flush batch: %d batches not acknowledged", left)
+		}
 	}
 	if err := s.cl.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("flush checkpoint: %w", err)
