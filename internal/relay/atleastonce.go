@@ -252,7 +252,7 @@ func (s *atLeastOnce) finish(ctx context.Context) (*checkpoint.Checkpoint, error
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var cp *checkpoint.Checkpoint
-	for {
+	for prev := -1; ; {
 		if err := s.cl.Flush(ctx); err != nil {
 			return nil, fmt.Errorf("flush batch: %w", ackTimeout(err))
 		}
@@ -273,6 +273,16 @@ func (s *atLeastOnce) finish(ctx context.Context) (*checkpoint.Checkpoint, error
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("flush batch: %d batches not acknowledged", left)
 		}
+		if left == prev {
+			// Nothing moved since the last pass (a state no acknowledgement
+			// should leave): wait a little before the next one rather than
+			// spinning until the timeout.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Millisecond):
+			}
+		}
+		prev = left
 	}
 	if err := s.cl.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("flush checkpoint: %w", err)
