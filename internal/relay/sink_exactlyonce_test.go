@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,8 +173,10 @@ func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string // "endtxn", "describe:<state>" and "produce", in arrival order
 	prepared := 0
+	var described atomic.Int64 // DescribeTransactions requests the broker took
 	c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
+		defer described.Add(1)
 		mu.Lock()
 		defer mu.Unlock()
 		if prepared == 0 {
@@ -194,7 +198,8 @@ func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
 			return nil, nil, false
 		})
 	}
-	s, ctx := txnSink(t, c)
+	var asked describeWrites
+	s, ctx := txnSink(t, c, kgo.WithHooks(&asked))
 	// The settle wait gives up after settleMax (50 ms): a machine that
 	// holds it that long (a loaded CI host) lets the produce go unwaited,
 	// as it should. Such an attempt proves nothing and is made again; a
@@ -204,6 +209,15 @@ func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
 		// The settle wait after the last attempt's commit has ended: the
 		// broker's PrepareCommit answers are for this attempt's.
 		s.awaitSettleWait()
+		// A settle wait that ran out of time may have left its last
+		// question in flight: the broker takes it now, not in this
+		// attempt's settle wait.
+		for deadline := time.Now().Add(10 * time.Second); described.Load() != asked.n.Load(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the broker took %d DescribeTransactions, the client wrote %d", described.Load(), asked.n.Load())
+			}
+			runtime.Gosched()
+		}
 		mu.Lock()
 		seen, prepared = nil, 2
 		mu.Unlock()
@@ -237,4 +251,13 @@ func TestExactlyOnceSettlesBeforeNextProduce(t *testing.T) {
 		t.Fatalf("requests from the first commit on: %s; want two PrepareCommit answers after its EndTxn, then the completed one, then the produce", got)
 	}
 	t.Fatalf("%d attempts, each settle wait out of time (%v): nothing measured", attempts, settleMax)
+}
+
+// describeWrites counts the DescribeTransactions requests a client wrote.
+type describeWrites struct{ n atomic.Int64 }
+
+func (d *describeWrites) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.DescribeTransactions) && err == nil {
+		d.n.Add(1)
+	}
 }

@@ -280,10 +280,11 @@ func TestBrokersRestarting(t *testing.T) {
 }
 
 // txnSink is an exactly-once delivery of one lane on c (transactional id
-// "t", checkpoint topic "cp"), with the context to use.
-func txnSink(t *testing.T, c *kfake.Cluster) (testSink, context.Context) {
+// "t", checkpoint topic "cp"), its client made with extra options too and
+// warmed on "data" and "cp" (warmProducer), with the context to use.
+func txnSink(t *testing.T, c *kfake.Cluster, extra ...kgo.Opt) (testSink, context.Context) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t"))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0), kgo.TransactionalID("t")}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,10 +294,42 @@ func txnSink(t *testing.T, c *kfake.Cluster) (testSink, context.Context) {
 	if err := store.EnsureTopic(ctx, kadm.NewClient(cl), 1); err != nil {
 		t.Fatal(err)
 	}
+	warmProducer(t, cl, store, "data", "cp")
 	ln := newLane(ctx, cl, store, deliveryOptions{timeout: 10 * time.Second})
 	d := newExactlyOnce([]*lane{ln}, newAccounting(nil))
 	runDelivery(t, d)
 	return testSink{lane: ln, d: d, cl: cl, store: store}, ctx
+}
+
+// warmProducer commits a transaction on cl with two records in each
+// of topics, before the test's own transactions. franz-go (v1.22.3)
+// partitions the first records of a topic new to the client before it
+// stores the topic's partitions (kgo storePartitionsUpdate); a transaction
+// ended in between, the metadata goroutine descheduled on a loaded host,
+// misses them: a commit whose only topic that is becomes an abort and
+// returns nil, and their sequences are not reset at the epoch bump, so the
+// next produce there is OUT_OF_ORDER_SEQUENCE_NUMBER. The second record of
+// a topic waits for that store (it takes the mutex the store holds).
+func warmProducer(t *testing.T, cl *kgo.Client, store *checkpoint.Store, topics ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range topics {
+		for range 2 {
+			rec := &kgo.Record{Topic: topic, Value: []byte("warm")}
+			if topic == "cp" {
+				rec = store.Record(&checkpoint.Checkpoint{Name: "warm", GTIDSet: "0-1-1", Flavor: "mariadb"})
+			}
+			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // testCatalog is a topic catalog on c (3 partitions per topic it creates),
