@@ -173,15 +173,27 @@ func TestPartitionsAddedKeepEachAggregateInOnePartition(t *testing.T) {
 		if out, errOut, code := env.CLI(t, "replay", "--config", WriteConfig(t, cfg), "--event-id", strings.Join(list, ","), "--yes"); code != 0 {
 			t.Fatalf("replay: exit %d: %s%s", code, out, errOut)
 		}
+		// replay returns once its commit is acknowledged; a broker writes
+		// the commit's markers to each partition after that (Apache Kafka
+		// does so asynchronously), and a read_committed reader sees a
+		// partition's records once its marker is written.
 		placed := map[string]int32{}
 		var replayed []Record
-		for _, rec := range Consume(t, k.Brokers, topic) {
-			if rec.Headers["replayed"] != "" {
-				replayed = append(replayed, rec)
-			} else {
-				placed[rec.Key] = rec.Partition
+		Eventually(t, 30*time.Second, func() error {
+			clear(placed)
+			replayed = replayed[:0]
+			for _, rec := range Consume(t, k.Brokers, topic) {
+				if rec.Headers["replayed"] != "" {
+					replayed = append(replayed, rec)
+				} else {
+					placed[rec.Key] = rec.Partition
+				}
 			}
-		}
+			if len(replayed) < len(list) {
+				return fmt.Errorf("%d of %d replayed records visible", len(replayed), len(list))
+			}
+			return nil
+		})
 		for _, rec := range replayed {
 			if rec.Partition != placed[rec.Key] {
 				t.Errorf("replay put %s (%s) in partition %d, its aggregate is in %d", rec.ID, rec.Key, rec.Partition, placed[rec.Key])
