@@ -109,11 +109,20 @@ func replayOnce(t *testing.T, k *Kafka, cfg config.Config, id string) []Record {
 	if out, errOut, code := env.CLI(t, "replay", "--config", WriteConfig(t, cfg), "--event-id", id, "--yes"); code != 0 {
 		t.Fatalf("replay: exit %d\n%s%s", code, out, errOut)
 	}
+	// A read_committed reader sees the replayed record once the broker has
+	// written the commit's marker to its partition, after replay returned.
 	var got []Record
-	for _, r := range Consume(t, k.Brokers, cfg.Router.TopicPrefix) {
-		if _, ok := r.Headers["replayed"]; ok {
-			got = append(got, r)
+	Eventually(t, 30*time.Second, func() error {
+		got = got[:0]
+		for _, r := range Consume(t, k.Brokers, cfg.Router.TopicPrefix) {
+			if _, ok := r.Headers["replayed"]; ok {
+				got = append(got, r)
+			}
 		}
-	}
+		if len(got) == 0 {
+			return fmt.Errorf("no replayed record of %s visible", id)
+		}
+		return nil
+	})
 	return got
 }
