@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"math/rand/v2"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 )
@@ -63,14 +65,42 @@ func binary(name string) (string, error) {
 	return "", ErrNotInstalled
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. It
+// is picked below the kernel's ephemeral range where it can: a port from
+// that range (what listening on port 0 hands out) is also the source port
+// of the next outgoing connection of any process, and a busy host's
+// connections took one between this call and a server's bind.
 func FreePort() (int, error) {
+	lo, hi := 10000, ephemeralLow()-1
+	for try := 0; try < 50 && hi > lo; try++ {
+		p := lo + rand.IntN(hi-lo+1)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue // taken: another
+		}
+		l.Close()
+		return p, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 1024 {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // Start initialises opts.Dir if it is new, starts mariadbd and waits until
@@ -207,6 +237,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(s.opts.Dir, "tmp"), 0o755); err != nil {
 		return err
 	}
+	logStart := s.logSize()
 	cmd := exec.Command(bin, s.args()...)
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
@@ -218,7 +249,7 @@ func (s *Server) Start(ctx context.Context) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		c, err := s.connect("root", RootPassword)
-		if err != nil {
+		if me := (*mysql.MyError)(nil); errors.As(err, &me) {
 			c, err = s.connect("root", "") // fresh, not yet secured
 		}
 		if err == nil {
@@ -232,7 +263,11 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		select {
 		case <-s.done:
-			return fmt.Errorf("mariadbd exited during start-up: %s", s.logTail())
+			tail := s.logSince(logStart)
+			if bindFailed(tail) {
+				return fmt.Errorf("%w: mariadbd could not bind %s: %s", errPortTaken, s.Addr, tail)
+			}
+			return fmt.Errorf("mariadbd exited during start-up: %s", tail)
 		case <-ctx.Done():
 			s.Kill()
 			return ctx.Err()
@@ -240,7 +275,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) {
 			s.Kill()
-			return fmt.Errorf("mariadbd did not answer within 60s: %s", s.logTail())
+			return fmt.Errorf("mariadbd did not answer within 60s: %s", s.logSince(logStart))
 		}
 	}
 }
@@ -271,16 +306,55 @@ func (s *Server) ours(c *client.Conn) error {
 	return nil
 }
 
-func (s *Server) logTail() string {
+// bindFailed tells whether a start-up's log says its TCP port was in use
+// (the port was taken by a process that is not a MySQL server, or that
+// does not answer).
+func bindFailed(log string) bool {
+	return strings.Contains(log, "Can't start server: Bind on TCP/IP port") &&
+		(strings.Contains(log, "error: 98") || strings.Contains(log, "Address already in use"))
+}
+
+func (s *Server) logSize() int64 {
+	fi, err := os.Stat(filepath.Join(s.opts.Dir, "error.log"))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logSince is what the server logged from offset on, its last 2,000 bytes.
+func (s *Server) logSince(offset int64) string {
 	b, _ := os.ReadFile(filepath.Join(s.opts.Dir, "error.log"))
+	if offset > int64(len(b)) {
+		offset = 0
+	}
+	b = b[offset:]
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
 }
 
+// connect logs in within 5 seconds: the dial and the handshake (a process
+// that accepts and never speaks holds a connection without a deadline
+// forever). The connection has no deadline after.
 func (s *Server) connect(user, pass string) (*client.Conn, error) {
-	return client.ConnectWithTimeout(s.Addr, user, pass, "", 2*time.Second)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return c, c.SetDeadline(time.Now().Add(5 * time.Second))
+	}
+	c, err := client.ConnectWithDialer(context.Background(), "tcp", s.Addr, user, pass, "", dial)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 func (s *Server) secure() error {
