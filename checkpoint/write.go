@@ -179,7 +179,11 @@ func (s *Store) prove(ctx context.Context, cl *kgo.Client, written *kgo.Record) 
 		defer cancel()
 		switch ended, commit, oerr := s.outcome(octx, written); {
 		case oerr != nil || !ended:
-			return fmt.Errorf("write checkpoint: commit not proved: %w; and no end of its transaction follows it in the partition (%v): the broker may abort it at the transaction's timeout: see `checkpoint show`, write again", err, oerr)
+			why := ""
+			if oerr != nil {
+				why = " (" + oerr.Error() + ")"
+			}
+			return fmt.Errorf("write checkpoint: commit not proved: the record at offset %d of %s is not visible to read_committed readers and no end of its transaction follows it%s: the broker may abort it at the transaction's timeout; see `checkpoint show`, and write again", written.Offset, s.topic, why)
 		case !commit:
 			return fmt.Errorf("write checkpoint: %w: the partition holds the abort of its transaction after offset %d (%w)", committed.ErrNotCommitted, written.Offset, err)
 		}
