@@ -13,31 +13,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/committed"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
-
-// abortCommits makes the broker abort the next n commits of transactional
-// id while their producer is answered success, as when the client never
-// sent its EndTxn and the broker aborted the transaction at its timeout.
-func abortCommits(c *kfake.Cluster, id string, n int32) *atomic.Int32 {
-	var aborted atomic.Int32
-	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		end := req.(*kmsg.EndTxnRequest)
-		if end.TransactionalID == id && end.Commit && aborted.Load() < n {
-			end.Commit = false // the broker aborts; its answer says no error
-			aborted.Add(1)
-		}
-		return nil, nil, false
-	})
-	return &aborted
-}
 
 // A write whose commit the broker aborted while the client was answered
 // success is written again: Write returns once the checkpoint is there.
 func TestWriteAgainWhenTheBrokerAbortedTheCommit(t *testing.T) {
 	s, _, c := newStoreCluster(t)
 	ctx := context.Background()
-	aborted := abortCommits(c, "alarms", 1)
+	aborted := kafkatest.AbortCommits(c, "alarms", 1)
 	if err := s.Write(ctx, "alarms", 2, &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"}); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +40,7 @@ func TestWriteFailsWhenTheBrokerAbortsEveryCommit(t *testing.T) {
 	if err := s.Write(ctx, "alarms", 2, &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"}); err != nil {
 		t.Fatal(err)
 	}
-	aborted := abortCommits(c, "alarms", 1<<30)
+	aborted := kafkatest.AbortCommits(c, "alarms", 1<<30)
 	err := s.Write(ctx, "alarms", 2, nil) // a tombstone
 	if !errors.Is(err, committed.ErrNotCommitted) || !strings.Contains(err.Error(), "checkpoint not written") {
 		t.Fatalf("write with every commit aborted: %v, want checkpoint not written", err)

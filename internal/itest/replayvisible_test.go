@@ -11,7 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
 // insertAlarms puts n outbox rows of n aggregates (alarm dev-0..) into s's
@@ -61,27 +62,14 @@ func TestReplayReturnsOnceEveryPartitionItWroteIsVisible(t *testing.T) {
 	}
 }
 
-// abortCommit makes kfake abort the next commit of transactional id while
-// its producer is answered success: as when franz-go ends a transaction
-// without sending EndTxn and the broker aborts it at its timeout.
+// abortCommit makes the harness's kfake abort the next commit of
+// transactional id while its producer is answered success.
 func abortCommit(t *testing.T, k *Kafka, id string) *atomic.Int32 {
 	t.Helper()
 	if k.Cluster == nil {
 		t.Skip("controls the broker's answers: kfake only")
 	}
-	var aborted atomic.Int32
-	c := k.Cluster
-	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		end := req.(*kmsg.EndTxnRequest)
-		if end.TransactionalID != id || !end.Commit || aborted.Load() > 0 {
-			c.KeepControl()
-			return nil, nil, false
-		}
-		end.Commit = false // the broker aborts; its answer says no error
-		aborted.Add(1)
-		return nil, nil, false
-	})
-	return &aborted
+	return kafkatest.AbortCommits(k.Cluster, id, 1)
 }
 
 // A replay transaction the broker aborted after its commit was answered is
