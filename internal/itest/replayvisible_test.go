@@ -50,14 +50,15 @@ func replayedIDs(t *testing.T, k *Kafka, topic string) (map[string]int, map[int3
 // no polling (the broker writes the commit's markers after answering it).
 func TestReplayReturnsOnceEveryPartitionItWroteIsVisible(t *testing.T) {
 	k, s, cfg := env.Pipeline(t)
-	cfg.Kafka.TopicPartitions = 8
-	ids := insertAlarms(t, s, 48)
-	out, errOut, code := env.CLI(t, "replay", "--config", WriteConfig(t, cfg), "--event-id", strings.Join(ids, ","), "--batch", "16", "--yes")
-	if code != 0 || !strings.Contains(out, "published 48 records in 3 transactions") {
+	cfg.Kafka.TopicPartitions = 32
+	ids := insertAlarms(t, s, 96)
+	out, errOut, code := env.CLI(t, "replay", "--config", WriteConfig(t, cfg), "--event-id", strings.Join(ids, ","), "--batch", "48", "--yes")
+	if code != 0 || !strings.Contains(out, "published 96 records in 2 transactions") {
 		t.Fatalf("replay: exit %d\n%s%s", code, out, errOut)
 	}
+	t.Log(strings.TrimSpace(out[strings.LastIndex(out, "replay: published"):]))
 	got, parts := replayedIDs(t, k, cfg.Router.TopicPrefix+"alarm")
-	if len(got) != len(ids) || len(parts) < 2 {
+	if len(got) != len(ids) || len(parts) < 16 {
 		t.Fatalf("right after replay returned, a read_committed reader sees %d of %d replayed records in %d partitions", len(got), len(ids), len(parts))
 	}
 }
