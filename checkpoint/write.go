@@ -7,13 +7,14 @@ package checkpoint
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outbox-relay/outbox-relay/internal/committed"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 )
 
@@ -43,12 +44,28 @@ func TransactionalIDs(name string) []string {
 // transaction, whose produce or commit is then refused (takenOver): nothing
 // of it is committed, and Write starts over, fencing the relay again, at
 // most writeAttempts times while ctx lasts.
+//
+// It returns nil only once the record is proved committed: visible to
+// read_committed readers and read back from the partition at its offset
+// (committed.Prove), whatever the commit answered. A transaction the broker
+// aborted after its commit was answered (the client never sent its EndTxn:
+// franz-go's first produce to a topic can race its metadata) is written
+// again, at most writeAttempts times, else an error wrapping
+// committed.ErrNotCommitted ("checkpoint not written"). Held back by an
+// older open transaction, it returns an error wrapping ErrNotVisible only
+// when the partition's log holds the commit marker of its transaction
+// after the record (committed, visible once that one ends), else an error
+// saying the commit is not proved.
 func (s *Store) Write(ctx context.Context, name string, lanes int, cp *Checkpoint) error {
 	for attempt := 1; ; attempt++ {
 		err := s.write(ctx, name, lanes, cp)
-		if err == nil || !errors.Is(err, errTakenOver) || attempt == writeAttempts || ctx.Err() != nil {
-			if err != nil && errors.Is(err, errTakenOver) {
+		retry := errors.Is(err, errTakenOver) || errors.Is(err, committed.ErrNotCommitted)
+		if err == nil || !retry || attempt == writeAttempts || ctx.Err() != nil {
+			switch {
+			case errors.Is(err, errTakenOver):
 				err = fmt.Errorf("%w (%d attempts: a relay of pipeline %s keeps starting again: stop it, then write)", err, attempt, name)
+			case errors.Is(err, committed.ErrNotCommitted):
+				err = fmt.Errorf("checkpoint not written (%d attempts): %w", attempt, err)
 			}
 			return err
 		}
@@ -107,7 +124,7 @@ func (s *Store) write(ctx context.Context, name string, lanes int, cp *Checkpoin
 		}
 		return fmt.Errorf("write checkpoint: commit: %w", err)
 	}
-	return s.AwaitVisible(ctx, kadm.NewClient(cl), written.Offset)
+	return s.prove(ctx, cl, written)
 }
 
 // fence initialises the transactional id: a producer that used it can
@@ -136,32 +153,83 @@ var ErrNotVisible = errors.New("committed checkpoint not yet visible")
 // A broker answers a transaction's commit before it has written the commit
 // markers; a reader that comes right after would still see the previous
 // checkpoint. It polls every few milliseconds until ctx ends, or until a
-// Kafka error that retrying cannot fix (not authorised).
+// Kafka error that retrying cannot fix (not authorised). Visible is not
+// committed: an aborted record is below the last stable offset too
+// (Write reads its record back).
 func (s *Store) AwaitVisible(ctx context.Context, adm *kadm.Client, offset int64) error {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	var lso int64 = -1
+	err := committed.AwaitVisible(ctx, adm, map[string]map[int32]int64{s.topic: {0: offset}})
+	if errors.Is(err, committed.ErrNotVisible) {
+		return fmt.Errorf("await checkpoint at offset %d of %s: %w: %w", offset, s.topic, ErrNotVisible, err)
+	}
+	if err != nil {
+		return fmt.Errorf("await checkpoint at offset %d of %s: %w", offset, s.topic, err)
+	}
+	return nil
+}
+
+// prove returns nil once written, the record of write's committed
+// transaction, is visible and read back (committed.ReadBack), an error
+// wrapping committed.ErrNotCommitted when it is not there (aborted).
+// Held back by an older open transaction, it tells from the partition's
+// log whether the transaction committed (outcome).
+func (s *Store) prove(ctx context.Context, cl *kgo.Client, written *kgo.Record) error {
+	err := s.AwaitVisible(ctx, kadm.NewClient(cl), written.Offset)
+	if errors.Is(err, ErrNotVisible) {
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), diagnoseBudget)
+		defer cancel()
+		switch ended, commit, oerr := s.outcome(octx, written); {
+		case oerr != nil || !ended:
+			why := ""
+			if oerr != nil {
+				why = " (" + oerr.Error() + ")"
+			}
+			return fmt.Errorf("write checkpoint: commit not proved: the record at offset %d of %s is not visible to read_committed readers and no end of its transaction follows it%s: the broker may abort it at the transaction's timeout; see `checkpoint show`, and write again", written.Offset, s.topic, why)
+		case !commit:
+			return fmt.Errorf("write checkpoint: %w: the partition holds the abort of its transaction after offset %d (%w)", committed.ErrNotCommitted, written.Offset, err)
+		}
+		return err // committed, visible once the older transaction ends
+	}
+	if err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	if err := committed.ReadBack(ctx, s.newClient, committed.Last([]*kgo.Record{written})); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	return nil
+}
+
+// outcome reads the partition, read_uncommitted, past written for the
+// marker that ended written's transaction (its producer id): ended is
+// false when there is none yet (ctx ended first).
+func (s *Store) outcome(ctx context.Context, written *kgo.Record) (ended, commit bool, err error) {
+	cl, err := s.newClient(
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.topic: {0: kgo.NewOffset().At(written.Offset + 1)}}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(),
+	)
+	if err != nil {
+		return false, false, err
+	}
+	defer cl.Close()
 	for {
-		l, err := adm.ListCommittedOffsets(ctx, s.topic)
-		if err == nil {
-			if o, ok := l.Lookup(s.topic, 0); ok && o.Err == nil {
-				if lso = o.Offset; lso > offset {
-					return nil
-				}
-			} else if ok {
-				err = o.Err
-			}
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return false, false, nil
 		}
-		if err != nil && ctx.Err() == nil && !transient(err) {
-			return fmt.Errorf("await checkpoint at offset %d of %s: %w", offset, s.topic, err)
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return false, false, fmt.Errorf("fetch %s: %w", s.topic, ferr)
 		}
-		select {
-		case <-ctx.Done():
-			if err == nil {
-				err = ctx.Err()
+		fs.EachRecord(func(r *kgo.Record) {
+			// A control record's key: version (int16), then type (int16: 0 abort, 1 commit).
+			if ended || !r.Attrs.IsControl() || r.ProducerID != written.ProducerID || len(r.Key) < 4 {
+				return
 			}
-			return fmt.Errorf("await checkpoint at offset %d of %s (last stable offset %d): %w: %w", offset, s.topic, lso, ErrNotVisible, err)
-		case <-tick.C:
+			ended, commit = true, binary.BigEndian.Uint16(r.Key[2:4]) == 1
+		})
+		if ended {
+			return ended, commit, nil
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
+	"github.com/outbox-relay/outbox-relay/internal/committed"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/source"
@@ -114,6 +115,9 @@ func deadLetterReplay(o dlReplayOpts) error {
 		return err
 	}
 	published, done, err := replayDeadLetters(ctx, cfg, k, items)
+	if errors.Is(err, committed.ErrNotVisible) {
+		return fmt.Errorf("dead-letter replay: %w; Kafka answered its commit but readers do not see it yet: run dead-letter list before replaying again", err)
+	}
 	if err != nil {
 		return fmt.Errorf("dead-letter replay: %w; nothing was replayed", err)
 	}
@@ -202,6 +206,11 @@ func replayDeadLetters(ctx context.Context, cfg config.Config, k clients.Kafka, 
 	}
 	if err := end(kgo.TryCommit); err != nil {
 		return 0, 0, fmt.Errorf("commit kafka transaction: %w", err)
+	}
+	if len(out) > 0 {
+		if err := proveCommitted(ctx, cfg, k, kadm.NewClient(cl), out); err != nil {
+			return 0, 0, err
+		}
 	}
 	return len(out), len(items) - len(keep), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
+	"github.com/outbox-relay/outbox-relay/internal/committed"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/router"
@@ -44,27 +45,78 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 		return 0, fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	prog := newProgress("replay")
 	defer prog.done()
 	began, txns := time.Now(), 0
 	prog.update("0 of %d records published", len(recs))
 	for start := 0; start < len(recs); start += batch {
 		chunk := recs[start:min(len(recs), start+batch)]
-		if err := cl.BeginTransaction(); err != nil {
-			return txns, fmt.Errorf("begin kafka transaction: %w", err)
-		}
-		if err := cl.ProduceSync(context.WithoutCancel(ctx), chunk...).FirstErr(); err != nil {
-			_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
-			return txns, fmt.Errorf("produce: %w (%d of %d published before)", err, start, len(recs))
-		}
-		if err := cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryCommit); err != nil {
-			return txns, fmt.Errorf("commit kafka transaction: %w (%d of %d published before)", err, start, len(recs))
+		for attempt := 1; ; attempt++ {
+			err := publishChunk(ctx, cfg, k, cl, adm, chunk)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, committed.ErrNotVisible) {
+				return txns, fmt.Errorf("%w (%d of %d published before; Kafka answered the commit of the next %d, which readers do not see yet)", err, start, len(recs), len(chunk))
+			}
+			if !errors.Is(err, committed.ErrNotCommitted) || attempt == replayAttempts {
+				return txns, fmt.Errorf("%w (%d of %d published before)", err, start, len(recs))
+			}
+			prog.update("transaction aborted by the broker after its commit was answered: publishing its %d records again", len(chunk))
 		}
 		txns++
 		done := start + len(chunk)
 		prog.update("%d of %d records published (%d records/s)", done, len(recs), perSecond(done, time.Since(began)))
 	}
 	return txns, nil
+}
+
+// replayAttempts bounds the publications of one transaction's records
+// that the broker aborted after their commit was answered.
+const replayAttempts = 3
+
+// publishChunk publishes chunk in one Kafka transaction and returns once
+// its records are proved committed (proveCommitted); an error wrapping
+// committed.ErrNotCommitted when the broker aborted it (none of it is
+// visible to read_committed readers: publishing it again duplicates
+// nothing for them).
+func publishChunk(ctx context.Context, cfg config.Config, k clients.Kafka, cl *kgo.Client, adm *kadm.Client, chunk []*kgo.Record) error {
+	if err := cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin kafka transaction: %w", err)
+	}
+	if err := cl.ProduceSync(context.WithoutCancel(ctx), chunk...).FirstErr(); err != nil {
+		_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
+		return fmt.Errorf("produce: %w", err)
+	}
+	if err := cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryCommit); err != nil {
+		return fmt.Errorf("commit kafka transaction: %w", err)
+	}
+	return proveCommitted(ctx, cfg, k, adm, chunk)
+}
+
+// proveCommitted returns once recs, produced in committed transactions,
+// are visible to read_committed readers in every partition written and the
+// last record of each is read back at its offset (committed.Prove): a
+// broker answers the commit before it writes the markers, and franz-go
+// can answer it for a transaction whose EndTxn it never sent (which the
+// broker aborts at the transaction's timeout). It waits at most the
+// transaction timeout and a request timeout. A principal not allowed to
+// read the topics (least privilege: WRITE only) cannot prove it: a warning
+// says so, and Kafka's answer to the commit stands.
+func proveCommitted(ctx context.Context, cfg config.Config, k clients.Kafka, adm *kadm.Client, recs []*kgo.Record) error {
+	pctx, cancel := context.WithTimeout(ctx, cfg.Kafka.TransactionTimeout+cfg.Kafka.RequestTimeout)
+	defer cancel()
+	newClient := func(extra ...kgo.Opt) (*kgo.Client, error) { return kgo.NewClient(append(extra, k.Admin()...)...) }
+	err := committed.Prove(pctx, adm, newClient, recs)
+	if kafkaerr.Denied(err) {
+		fmt.Fprintf(os.Stderr, "warning: the commit is not proved (%v): grant the principal READ on the topics written for replay to read its records back\n", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("prove the transaction committed: %w", err)
+	}
+	return nil
 }
 
 func publishInSession(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record) error {

@@ -8,6 +8,7 @@ package kafkatest
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,4 +98,22 @@ func PipelineConfig(c *kfake.Cluster, instance string) config.Config {
 	cfg.HA.HeartbeatInterval = 500 * time.Millisecond
 	cfg.HA.InstanceID = instance
 	return cfg
+}
+
+// AbortCommits makes c abort the next n commits (EndTxn) of transactional
+// id while their producer is answered success, as when franz-go ends a
+// transaction without sending its EndTxn and the broker aborts it at its
+// timeout. It returns the count of commits aborted so far.
+func AbortCommits(c *kfake.Cluster, id string, n int32) *atomic.Int32 {
+	var aborted atomic.Int32
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		end := req.(*kmsg.EndTxnRequest)
+		if end.TransactionalID == id && end.Commit && aborted.Load() < n {
+			end.Commit = false // kfake aborts; its answer says no error
+			aborted.Add(1)
+		}
+		return nil, nil, false
+	})
+	return &aborted
 }
