@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,5 +45,57 @@ func TestReplayProofUnderWriteOnlyPrincipalWarns(t *testing.T) {
 	recs := []*kgo.Record{{Topic: topic, Partition: 1, Key: []byte("1"), Value: []byte("{}")}}
 	if err := publishChunk(ctx, cfg, k, cl, kadm.NewClient(cl), recs); err != nil {
 		t.Fatalf("replay by a principal that may only write: %v", err)
+	}
+}
+
+// A replayed record that retention removes before it is read back (replay
+// keeps the events' timestamps: old events in a topic of shorter
+// retention.ms) committed: replay does not publish it again.
+func TestReplayDoesNotPublishAgainARecordDeletedBeforeItsReadBack(t *testing.T) {
+	const topic = "outbox.event.Order"
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	cfg := config.Default()
+	cfg.Name = "p"
+	cfg.Kafka.Brokers = kc.ListenAddrs()
+	cfg.Kafka.TransactionTimeout, cfg.Kafka.RequestTimeout = 5*time.Second, 5*time.Second
+	k, err := clients.NewKafka(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admCl, err := kgo.NewClient(k.Admin()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	var deleted atomic.Bool
+	kc.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		f := req.(*kmsg.FetchRequest)
+		if f.IsolationLevel != 1 || len(f.Topics) == 0 || len(f.Topics[0].Partitions) == 0 || !deleted.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		at := f.Topics[0].Partitions[0].FetchOffset + 1 // the read-back's record: retention deletes it
+		kc.SleepControl(func() {
+			if _, err := adm.DeleteRecords(context.Background(), kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: at}}}); err != nil {
+				t.Errorf("delete records: %v", err)
+			}
+		})
+		return nil, nil, false
+	})
+	ctx := context.Background()
+	recs := []*kgo.Record{{Topic: topic, Partition: 0, Key: []byte("1"), Value: []byte("{}")}}
+	if _, err := publishTransactional(ctx, cfg, recs, 10, nil); err != nil {
+		t.Fatalf("replay of a record deleted after its commit: %v", err)
+	}
+	if !deleted.Load() {
+		t.Fatal("the read-back never fetched: nothing was deleted")
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end, _ := ends.Lookup(topic, 0); end.Offset != 2 { // the record and its commit marker
+		t.Fatalf("end offset %d after one replayed record, want 2 (published once)", end.Offset)
 	}
 }
