@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,5 +98,45 @@ func TestReplayDoesNotPublishAgainARecordDeletedBeforeItsReadBack(t *testing.T) 
 	}
 	if end, _ := ends.Lookup(topic, 0); end.Offset != 2 { // the record and its commit marker
 		t.Fatalf("end offset %d after one replayed record, want 2 (published once)", end.Offset)
+	}
+}
+
+// Interrupted (Ctrl-C) while it proves a committed transaction, dead-letter
+// replay does not say that nothing was replayed: Kafka answered the commit
+// (records and the replay group's offsets), and it says so.
+func TestDeadLetterReplayInterruptedMidProofSaysTheCommitWasAnswered(t *testing.T) {
+	const topic, dlTopic = "outbox.event.Order", "outbox.dead-letter"
+	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, topic, dlTopic))
+	cfg := config.Default()
+	cfg.Name = "p"
+	cfg.Kafka.Brokers = kc.ListenAddrs()
+	cfg.Kafka.TransactionTimeout, cfg.Kafka.RequestTimeout = 5*time.Second, 5*time.Second
+	k, err := clients.NewKafka(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	var interrupted atomic.Bool
+	kc.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if req.(*kmsg.FetchRequest).IsolationLevel == 1 && interrupted.CompareAndSwap(false, true) {
+			interrupt() // Ctrl-C while the record is read back
+		}
+		return nil, nil, false
+	})
+	items := []dlItem{{
+		in:  &kgo.Record{Topic: dlTopic, Partition: 0, Offset: 0},
+		out: &kgo.Record{Topic: topic, Partition: 0, Key: []byte("1"), Value: []byte("{}")},
+	}}
+	_, _, err = replayDeadLetters(ctx, cfg, k, items)
+	if !interrupted.Load() {
+		t.Fatalf("the proof never read back (%v)", err)
+	}
+	if err == nil {
+		t.Fatal("dead-letter replay interrupted mid-proof: no error")
+	}
+	if msg := deadLetterReplayFailed(err).Error(); strings.Contains(msg, "nothing was replayed") || !strings.Contains(msg, "Kafka answered its commit") {
+		t.Fatalf("dead-letter replay interrupted after its commit: %q, want it to say the commit was answered, not that nothing was replayed", msg)
 	}
 }
