@@ -44,7 +44,7 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 	if err != nil {
 		return 0, fmt.Errorf("kafka client: %w", err)
 	}
-	defer cl.Close()
+	defer func() { cl.Close() }()
 	adm := kadm.NewClient(cl)
 	prog := newProgress("replay")
 	defer prog.done()
@@ -64,6 +64,14 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 				return txns, fmt.Errorf("%w (%d of %d published before)", err, start, len(recs))
 			}
 			prog.update("transaction aborted by the broker after its commit was answered: publishing its %d records again", len(chunk))
+			// The broker aborted it at its timeout and bumped the producer's
+			// epoch (EndTxn before v5): this client is fenced, a new one
+			// initialises the transactional id again.
+			cl.Close()
+			if cl, err = kgo.NewClient(k.Replay()...); err != nil {
+				return txns, fmt.Errorf("kafka client: %w", err)
+			}
+			adm = kadm.NewClient(cl)
 		}
 		txns++
 		done := start + len(chunk)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/outbox-relay/outbox-relay/internal/clients"
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -138,5 +140,54 @@ func TestDeadLetterReplayInterruptedMidProofSaysTheCommitWasAnswered(t *testing.
 	}
 	if msg := deadLetterReplayFailed(err).Error(); strings.Contains(msg, "nothing was replayed") || !strings.Contains(msg, "Kafka answered its commit") {
 		t.Fatalf("dead-letter replay interrupted after its commit: %q, want it to say the commit was answered, not that nothing was replayed", msg)
+	}
+}
+
+// A commit answered although its EndTxn never reached the broker (franz-go
+// can end a transaction so): the broker aborts the transaction at its
+// timeout and, with EndTxn before v5 (Kafka 3, transaction version 1),
+// bumps the producer's epoch, so the replay's client is fenced. Replay
+// publishes the records again with a client of its own: once, committed.
+func TestReplayPublishesAgainATransactionTheBrokerAbortedAtItsTimeout(t *testing.T) {
+	for _, endTxn := range []int16{4, 5} {
+		t.Run(fmt.Sprintf("EndTxn v%d", endTxn), func(t *testing.T) {
+			const topic = "outbox.event.Order"
+			versions := kversion.Stable()
+			versions.SetMaxKeyVersion(int16(kmsg.EndTxn), endTxn)
+			kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.MaxVersions(versions))
+			cfg := config.Default()
+			cfg.Name = "p"
+			cfg.Kafka.Brokers = kc.ListenAddrs()
+			cfg.Kafka.TransactionTimeout, cfg.Kafka.RequestTimeout = 1500*time.Millisecond, 5*time.Second
+			var lost atomic.Bool
+			kc.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				kc.KeepControl()
+				end := req.(*kmsg.EndTxnRequest)
+				if end.TransactionalID != "p.replay" || !end.Commit || !lost.CompareAndSwap(false, true) {
+					return nil, nil, false
+				}
+				resp := end.ResponseKind().(*kmsg.EndTxnResponse) // answered, never done
+				resp.Version = end.Version
+				resp.ProducerID, resp.ProducerEpoch = end.ProducerID, end.ProducerEpoch+1
+				return resp, nil, true
+			})
+			ctx := context.Background()
+			recs := []*kgo.Record{{Topic: topic, Partition: 0, Key: []byte("1"), Value: []byte("{}")}}
+			if _, err := publishTransactional(ctx, cfg, recs, 10, nil); err != nil {
+				t.Fatalf("replay after the broker aborted its answered commit: %v", err)
+			}
+			cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end, _ := ends.Lookup(topic, 0); !lost.Load() || end.Offset != 4 { // aborted record and marker, committed record and marker
+				t.Fatalf("commit lost %v, end offset %d, want 4 (aborted once, published again once)", lost.Load(), end.Offset)
+			}
+		})
 	}
 }
