@@ -19,6 +19,17 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
 
+// replayConfig is the configuration of pipeline p on kc, with the
+// transaction timeout given (the broker aborts a transaction left open
+// after it).
+func replayConfig(kc *kfake.Cluster, txnTimeout time.Duration) config.Config {
+	cfg := config.Default()
+	cfg.Name = "p"
+	cfg.Kafka.Brokers = kc.ListenAddrs()
+	cfg.Kafka.TransactionTimeout, cfg.Kafka.RequestTimeout = txnTimeout, 5*time.Second
+	return cfg
+}
+
 // A principal allowed only to write the topics (least privilege) cannot
 // read a replay's records back: the proof is skipped with a warning, and
 // the replay is not failed after its commit.
@@ -30,11 +41,8 @@ func TestReplayProofUnderWriteOnlyPrincipalWarns(t *testing.T) {
 			kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite, Allow: true},
 			kfake.ACL{Resource: kmsg.ACLResourceTypeTransactionalId, Name: "p.replay", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite, Allow: true},
 		))
-	cfg := config.Default()
-	cfg.Name = "p"
-	cfg.Kafka.Brokers = kc.ListenAddrs()
+	cfg := replayConfig(kc, 5*time.Second)
 	cfg.Kafka.SASL = config.SASL{Mechanism: config.SASLPlain, User: "relay", Password: "pw"}
-	cfg.Kafka.TransactionTimeout, cfg.Kafka.RequestTimeout = 5*time.Second, 5*time.Second
 	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +65,7 @@ func TestReplayProofUnderWriteOnlyPrincipalWarns(t *testing.T) {
 func TestReplayDoesNotPublishAgainARecordDeletedBeforeItsReadBack(t *testing.T) {
 	const topic = "outbox.event.Order"
 	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
-	cfg := config.Default()
-	cfg.Name = "p"
-	cfg.Kafka.Brokers = kc.ListenAddrs()
-	cfg.Kafka.TransactionTimeout, cfg.Kafka.RequestTimeout = 5*time.Second, 5*time.Second
+	cfg := replayConfig(kc, 5*time.Second)
 	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -109,10 +114,7 @@ func TestReplayDoesNotPublishAgainARecordDeletedBeforeItsReadBack(t *testing.T) 
 func TestDeadLetterReplayInterruptedMidProofSaysTheCommitWasAnswered(t *testing.T) {
 	const topic, dlTopic = "outbox.event.Order", "outbox.dead-letter"
 	kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, topic, dlTopic))
-	cfg := config.Default()
-	cfg.Name = "p"
-	cfg.Kafka.Brokers = kc.ListenAddrs()
-	cfg.Kafka.TransactionTimeout, cfg.Kafka.RequestTimeout = 5*time.Second, 5*time.Second
+	cfg := replayConfig(kc, 5*time.Second)
 	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -155,10 +157,7 @@ func TestReplayPublishesAgainATransactionTheBrokerAbortedAtItsTimeout(t *testing
 			versions := kversion.Stable()
 			versions.SetMaxKeyVersion(int16(kmsg.EndTxn), endTxn)
 			kc := kafkatest.Cluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.MaxVersions(versions))
-			cfg := config.Default()
-			cfg.Name = "p"
-			cfg.Kafka.Brokers = kc.ListenAddrs()
-			cfg.Kafka.TransactionTimeout, cfg.Kafka.RequestTimeout = 1500*time.Millisecond, 5*time.Second
+			cfg := replayConfig(kc, 1500*time.Millisecond)
 			var lost atomic.Bool
 			kc.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				kc.KeepControl()
