@@ -129,6 +129,13 @@ func AwaitVisible(ctx context.Context, adm *kadm.Client, offsets map[string]map[
 			if err == nil {
 				err = ctx.Err()
 			}
+			if len(held) == 0 { // no answer yet: every partition waited for
+				for _, t := range topics {
+					for p, o := range offsets[t] {
+						held = append(held, fmt.Sprintf("%s[%d] (written up to %d)", t, p, o))
+					}
+				}
+			}
 			slices.Sort(held)
 			return fmt.Errorf("await visibility of %s: %w: %w", strings.Join(held, ", "), ErrNotVisible, err)
 		case <-tick.C:

@@ -156,3 +156,15 @@ func TestReadBackOfARecordDeletedWithItsMarkerIsNotCalledAborted(t *testing.T) {
 		t.Fatalf("prove a record deleted with its commit marker: %v, want an error that is not ErrNotCommitted", err)
 	}
 }
+
+// Interrupted before the first answer, the wait still names the
+// partitions it waited for.
+func TestAwaitVisibleInterruptedNamesThePartitions(t *testing.T) {
+	_, _, adm, _ := cluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := AwaitVisible(ctx, adm, map[string]map[int32]int64{topic: {1: 7}})
+	if !errors.Is(err, ErrNotVisible) || !strings.Contains(err.Error(), topic+"[1]") {
+		t.Fatalf("await visibility interrupted: %v, want ErrNotVisible naming %s[1]", err, topic)
+	}
+}
