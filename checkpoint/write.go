@@ -7,7 +7,6 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -222,11 +221,9 @@ func (s *Store) outcome(ctx context.Context, written *kgo.Record) (ended, commit
 			return false, false, fmt.Errorf("fetch %s: %w", s.topic, ferr)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			// A control record's key: version (int16), then type (int16: 0 abort, 1 commit).
-			if ended || !r.Attrs.IsControl() || r.ProducerID != written.ProducerID || len(r.Key) < 4 {
-				return
+			if !ended {
+				ended, commit = committed.EndOf(r, written.ProducerID)
 			}
-			ended, commit = true, binary.BigEndian.Uint16(r.Key[2:4]) == 1
 		})
 		if ended {
 			return ended, commit, nil

@@ -15,7 +15,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/binlog"
 	"github.com/outbox-relay/outbox-relay/internal/clients"
-	"github.com/outbox-relay/outbox-relay/internal/committed"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaerr"
 	"github.com/outbox-relay/outbox-relay/source"
@@ -115,15 +114,22 @@ func deadLetterReplay(o dlReplayOpts) error {
 		return err
 	}
 	published, done, err := replayDeadLetters(ctx, cfg, k, items)
-	if errors.Is(err, committed.ErrNotVisible) {
-		return fmt.Errorf("dead-letter replay: %w; Kafka answered its commit but readers do not see it yet: run dead-letter list before replaying again", err)
-	}
 	if err != nil {
-		return fmt.Errorf("dead-letter replay: %w; nothing was replayed", err)
+		return deadLetterReplayFailed(err)
 	}
 	fmt.Printf("dead-letter: replayed %d records (%d skipped, %d ignored as not this pipeline's, %d already replayed by another run)\n",
 		published, skipped, ignored, done)
 	return nil
+}
+
+// deadLetterReplayFailed is the error dead-letter replay ends with when
+// replayDeadLetters failed: "nothing was replayed" only when nothing can
+// have been committed.
+func deadLetterReplayFailed(err error) error {
+	if errors.Is(err, errNotProved) {
+		return fmt.Errorf("dead-letter replay: %w; Kafka answered its commit: run dead-letter list before replaying again", err)
+	}
+	return fmt.Errorf("dead-letter replay: %w; nothing was replayed", err)
 }
 
 // replayDeadLetters publishes the items' records and commits the replay

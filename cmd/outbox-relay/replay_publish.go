@@ -44,7 +44,7 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 	if err != nil {
 		return 0, fmt.Errorf("kafka client: %w", err)
 	}
-	defer cl.Close()
+	defer func() { cl.Close() }()
 	adm := kadm.NewClient(cl)
 	prog := newProgress("replay")
 	defer prog.done()
@@ -57,13 +57,21 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 			if err == nil {
 				break
 			}
-			if errors.Is(err, committed.ErrNotVisible) {
-				return txns, fmt.Errorf("%w (%d of %d published before; Kafka answered the commit of the next %d, which readers do not see yet)", err, start, len(recs), len(chunk))
+			if errors.Is(err, errNotProved) {
+				return txns, fmt.Errorf("%w (%d of %d published before; Kafka answered the commit of the next %d, which is not proved: they may be published)", err, start, len(recs), len(chunk))
 			}
 			if !errors.Is(err, committed.ErrNotCommitted) || attempt == replayAttempts {
 				return txns, fmt.Errorf("%w (%d of %d published before)", err, start, len(recs))
 			}
 			prog.update("transaction aborted by the broker after its commit was answered: publishing its %d records again", len(chunk))
+			// The broker aborted it at its timeout and bumped the producer's
+			// epoch (EndTxn before v5): this client is fenced, a new one
+			// initialises the transactional id again.
+			cl.Close()
+			if cl, err = kgo.NewClient(k.Replay()...); err != nil {
+				return txns, fmt.Errorf("kafka client: %w", err)
+			}
+			adm = kadm.NewClient(cl)
 		}
 		txns++
 		done := start + len(chunk)
@@ -113,11 +121,21 @@ func proveCommitted(ctx context.Context, cfg config.Config, k clients.Kafka, adm
 		fmt.Fprintf(os.Stderr, "warning: the commit is not proved (%v): grant the principal READ on the topics written for replay to read its records back\n", err)
 		return nil
 	}
-	if err != nil {
+	if errors.Is(err, committed.ErrNotCommitted) {
 		return fmt.Errorf("prove the transaction committed: %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("prove the transaction committed: %w: %w", errNotProved, err)
 	}
 	return nil
 }
+
+// errNotProved is wrapped by proveCommitted's error when the proof ended
+// without an answer (not visible in time, interrupted, records removed,
+// a read failing): Kafka answered the commit, so what was published may
+// be committed. Callers branch on it to say so rather than "nothing was
+// published".
+var errNotProved = errors.New("commit answered but not proved")
 
 func publishInSession(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record) error {
 	if err := sess.Begin(); err != nil {

@@ -9,13 +9,15 @@
 // waits until each partition written is visible to read_committed readers
 // (AwaitVisible: its last stable offset past the last offset written), and
 // then reads the last record written to each back with read_committed at
-// its offset (ReadBack): an aborted record is never returned there. Prove
-// does both. checkpoint.Store.Write, replay and dead-letter replay use it.
+// its offset (ReadBack): an aborted record is never returned there, and
+// a record retention or compaction removed meanwhile is told committed or
+// aborted by the marker that ended its transaction. Prove does both. checkpoint.Store.Write, replay and dead-letter replay use it.
 package committed
 
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -127,6 +129,13 @@ func AwaitVisible(ctx context.Context, adm *kadm.Client, offsets map[string]map[
 			if err == nil {
 				err = ctx.Err()
 			}
+			if len(held) == 0 { // no answer yet: every partition waited for
+				for _, t := range topics {
+					for p, o := range offsets[t] {
+						held = append(held, fmt.Sprintf("%s[%d] (written up to %d)", t, p, o))
+					}
+				}
+			}
 			slices.Sort(held)
 			return fmt.Errorf("await visibility of %s: %w: %w", strings.Join(held, ", "), ErrNotVisible, err)
 		case <-tick.C:
@@ -134,12 +143,24 @@ func AwaitVisible(ctx context.Context, adm *kadm.Client, offsets map[string]map[
 	}
 }
 
-// ReadBack reads, with read_committed, each partition of last at the
-// offset of its record, and returns an error wrapping ErrNotCommitted
-// naming the partitions where that record is not returned, or returned
-// different (key, value, headers). Call it once the partitions' last
-// stable offsets are past those offsets (AwaitVisible): before that, the
-// read waits until ctx ends.
+// ErrUnprovable is wrapped by ReadBack's error when a record written is no
+// longer in its partition (retention, compaction or DeleteRecords removed
+// it, and the marker that ended its transaction with it) once the
+// partition was read to its end: whether it committed cannot be told from
+// the log. Not ErrNotCommitted: writing it again may duplicate it.
+var ErrUnprovable = errors.New("removed from the partition before it was read back: whether it committed cannot be told")
+
+// ReadBack reads, with read_committed, each partition of last from the
+// offset of its record. The record returned at its offset, as written
+// (key, value, headers), proves it. When it is not returned there
+// (read_committed drops an aborted record; retention or compaction may
+// have removed a committed one), the marker that ended its transaction
+// (its producer id) after it tells: a commit proves it, an abort makes
+// ReadBack's error wrap ErrNotCommitted. A partition read to its end
+// without that marker makes the error wrap ErrUnprovable. A record
+// returned different at its offset wraps ErrNotCommitted. Call it once the
+// partitions' last stable offsets are past those offsets (AwaitVisible):
+// before that, the read waits until ctx ends.
 func ReadBack(ctx context.Context, newClient NewClient, last map[string]map[int32]*kgo.Record) error {
 	parts := map[string]map[int32]kgo.Offset{}
 	left := 0
@@ -154,13 +175,14 @@ func ReadBack(ctx context.Context, newClient NewClient, last map[string]map[int3
 		return nil
 	}
 	cl, err := newClient(kgo.ConsumePartitions(parts), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords()) // an aborted record's place: the abort marker after it
+		kgo.KeepControlRecords(),                          // an aborted record's place: the abort marker after it
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())) // a record deleted: from the log start, for its marker
 	if err != nil {
 		return fmt.Errorf("read back: kafka client: %w", err)
 	}
 	defer cl.Close()
 	seen := map[string]map[int32]bool{}
-	var missing []string
+	var missing, gone []string
 	for left > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -176,19 +198,37 @@ func ReadBack(ctx context.Context, newClient NewClient, last map[string]map[int3
 			if want == nil || seen[p.Topic][p.Partition] {
 				return
 			}
-			for _, r := range p.Records {
-				if r.Offset < want.Offset {
-					continue
-				}
+			where := fmt.Sprintf("%s[%d]@%d", p.Topic, p.Partition, want.Offset)
+			decide := func(bad *[]string, why string) {
 				if seen[p.Topic] == nil {
 					seen[p.Topic] = map[int32]bool{}
 				}
 				seen[p.Topic][p.Partition] = true
 				left--
-				if r.Offset != want.Offset || r.Attrs.IsControl() || !same(r, want) {
-					missing = append(missing, fmt.Sprintf("%s[%d]@%d", p.Topic, p.Partition, want.Offset))
+				if bad != nil {
+					*bad = append(*bad, where+why)
 				}
-				return
+			}
+			for _, r := range p.Records {
+				switch ended, commit := EndOf(r, want.ProducerID); {
+				case r.Offset < want.Offset:
+				case r.Offset == want.Offset && !r.Attrs.IsControl():
+					if same(r, want) {
+						decide(nil, "")
+					} else {
+						decide(&missing, "")
+					}
+					return
+				case ended && commit: // committed, then removed from the log
+					decide(nil, "")
+					return
+				case ended:
+					decide(&missing, "")
+					return
+				}
+			}
+			if n := len(p.Records); n > 0 && p.Records[n-1].Offset+1 >= p.HighWatermark && p.Records[n-1].Offset >= want.Offset {
+				decide(&gone, fmt.Sprintf(" (log start offset %d, read to %d)", p.LogStartOffset, p.HighWatermark))
 			}
 		})
 	}
@@ -196,7 +236,21 @@ func ReadBack(ctx context.Context, newClient NewClient, last map[string]map[int3
 		slices.Sort(missing)
 		return fmt.Errorf("%w: %s not returned to a read_committed reader at the offsets written", ErrNotCommitted, strings.Join(missing, ", "))
 	}
+	if len(gone) > 0 {
+		slices.Sort(gone)
+		return fmt.Errorf("read back %s: %w (retention, compaction or deleted records; check the topic before writing again)", strings.Join(gone, ", "), ErrUnprovable)
+	}
 	return nil
+}
+
+// EndOf reports whether r is the marker that ended a transaction of
+// producer pid, and whether that marker is a commit (else an abort).
+func EndOf(r *kgo.Record, pid int64) (ended, commit bool) {
+	// A control record's key: version (int16), then type (int16: 0 abort, 1 commit).
+	if !r.Attrs.IsControl() || r.ProducerID != pid || len(r.Key) < 4 {
+		return false, false
+	}
+	return true, binary.BigEndian.Uint16(r.Key[2:4]) == 1
 }
 
 // same reports whether r, read, holds what w, written, held.

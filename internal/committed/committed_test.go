@@ -113,3 +113,58 @@ func TestAwaitVisibleNamesThePartitionsHeldBack(t *testing.T) {
 		t.Fatalf("prove behind an open transaction: %v, want ErrNotVisible naming %s[2] only", err, topic)
 	}
 }
+
+// A committed record that retention (or DeleteRecords, or compaction)
+// removed from its partition before it was read back is not reported as
+// aborted: its transaction's commit marker after it says it committed.
+// (Replay keeps the events' timestamps: old events replayed into a topic
+// of shorter retention.ms are deleted at the broker's next retention check.)
+func TestReadBackProvesACommittedRecordDeletedBeforeItIsRead(t *testing.T) {
+	_, opts, adm, newClient := cluster(t)
+	try := kgo.TryCommit
+	written := rec(0, "a")
+	transact(t, opts, "w", &try, written)
+	transact(t, opts, "later", &try, rec(0, "b")) // the partition goes on
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dels, err := adm.DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: written.Offset + 1}}})
+	if err != nil || dels.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, dels.Error())
+	}
+	if err := Prove(ctx, adm, newClient, []*kgo.Record{written}); err != nil {
+		t.Fatalf("prove a committed record deleted before its read-back: %v, want nil (its commit marker follows it)", err)
+	}
+}
+
+// A record deleted with its transaction's marker cannot be proved either
+// way: the error says so and is not ErrNotCommitted (which makes replay
+// publish it again).
+func TestReadBackOfARecordDeletedWithItsMarkerIsNotCalledAborted(t *testing.T) {
+	_, opts, adm, newClient := cluster(t)
+	try := kgo.TryCommit
+	written := rec(0, "a")
+	transact(t, opts, "w", &try, written)
+	transact(t, opts, "later", &try, rec(0, "b"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dels, err := adm.DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: written.Offset + 2}}})
+	if err != nil || dels.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, dels.Error())
+	}
+	err = Prove(ctx, adm, newClient, []*kgo.Record{written})
+	if err == nil || errors.Is(err, ErrNotCommitted) {
+		t.Fatalf("prove a record deleted with its commit marker: %v, want an error that is not ErrNotCommitted", err)
+	}
+}
+
+// Interrupted before the first answer, the wait still names the
+// partitions it waited for.
+func TestAwaitVisibleInterruptedNamesThePartitions(t *testing.T) {
+	_, _, adm, _ := cluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := AwaitVisible(ctx, adm, map[string]map[int32]int64{topic: {1: 7}})
+	if !errors.Is(err, ErrNotVisible) || !strings.Contains(err.Error(), topic+"[1]") {
+		t.Fatalf("await visibility interrupted: %v, want ErrNotVisible naming %s[1]", err, topic)
+	}
+}
