@@ -5,6 +5,7 @@ package relay
 // nothing once each topic's first commit is proved.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 )
@@ -60,6 +63,46 @@ func TestLanesFirstCommitTheBrokerNeverReceivedIsNotReported(t *testing.T) {
 			h.verify()
 		})
 	}
+}
+
+// A lane's first commit while another pipeline's open transaction holds
+// the shared checkpoint topic back is reported once the partition holds
+// its commit marker: the proof does not end the attempt of a healthy
+// pipeline beside a slow one.
+func TestLanesFirstCommitHeldBackByAnotherPipelineIsReported(t *testing.T) {
+	s := newScript("mariadb")
+	for i := range 3 {
+		s.tx(s.insert("order", fmt.Sprint(i), 1))
+	}
+	h := newHarness(t, s, func(c *config.Config) { c.Kafka.RequestTimeout = time.Second })
+	a := h.start() // the initial checkpoint: the first lane's proof
+	other, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...), kgo.TransactionalID("other-pipeline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	rec := h.relay.store.Record(&checkpoint.Checkpoint{Name: "other-pipeline", GTIDSet: "0-1-1", Flavor: "mariadb"})
+	if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// Both lanes' first commits of the data topic (the second lane's of the
+	// checkpoint topic too) behind the open transaction.
+	a.feed(s.through(2))
+	eventually(t, "the batches committed behind the open transaction, or the attempt ended", func() bool {
+		return eventsTotal(t, h) == 2 || !a.running()
+	})
+	if !a.running() {
+		t.Fatalf("the attempt ended: %v", a.wait())
+	}
+	if err := other.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	a.finish()
+	h.verify()
 }
 
 // The proof runs on a lane's first commit of each topic only (the data
