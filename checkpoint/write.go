@@ -166,13 +166,26 @@ func (s *Store) AwaitVisible(ctx context.Context, adm *kadm.Client, offset int64
 	return nil
 }
 
-// prove returns nil once written, the record of write's committed
-// transaction, is visible and read back (committed.ReadBack), an error
-// wrapping committed.ErrNotCommitted when it is not there (aborted).
-// Held back by an older open transaction, it tells from the partition's
-// log whether the transaction committed (outcome).
-func (s *Store) prove(ctx context.Context, cl *kgo.Client, written *kgo.Record) error {
-	err := s.AwaitVisible(ctx, kadm.NewClient(cl), written.Offset)
+// ErrCommitNotProved is wrapped by Prove's error when a record whose
+// transaction's commit was answered is neither visible to read_committed
+// readers nor followed by an end of its transaction within the context:
+// the commit may never have reached the broker (franz-go can answer a
+// commit it did not send), and the broker then aborts the transaction at
+// its timeout. Callers branch on it to report nothing as committed.
+var ErrCommitNotProved = errors.New("commit not proved")
+
+// Prove returns nil once written, a checkpoint record of a transaction
+// whose commit was answered success (produced: its offset set), is proved
+// committed: visible to read_committed readers and read back at its offset
+// (committed.ReadBack). Otherwise it returns an error wrapping
+// committed.ErrNotCommitted when it is not there (aborted, or the
+// partition holds the abort of its transaction); ErrNotVisible when an
+// older open transaction holds it back and the partition's log holds the
+// commit marker of its transaction after it (committed: visible once that
+// one ends); ErrCommitNotProved when it is not visible and no end of its
+// transaction follows it (outcome). adm is any client of the cluster.
+func (s *Store) Prove(ctx context.Context, adm *kadm.Client, written *kgo.Record) error {
+	err := s.AwaitVisible(ctx, adm, written.Offset)
 	if errors.Is(err, ErrNotVisible) {
 		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), diagnoseBudget)
 		defer cancel()
@@ -182,19 +195,28 @@ func (s *Store) prove(ctx context.Context, cl *kgo.Client, written *kgo.Record) 
 			if oerr != nil {
 				why = " (" + oerr.Error() + ")"
 			}
-			return fmt.Errorf("write checkpoint: commit not proved: the record at offset %d of %s is not visible to read_committed readers and no end of its transaction follows it%s: the broker may abort it at the transaction's timeout; see `checkpoint show`, and write again", written.Offset, s.topic, why)
+			return fmt.Errorf("%w: the record at offset %d of %s is not visible to read_committed readers and no end of its transaction follows it%s: the broker may abort it at the transaction's timeout", ErrCommitNotProved, written.Offset, s.topic, why)
 		case !commit:
-			return fmt.Errorf("write checkpoint: %w: the partition holds the abort of its transaction after offset %d (%w)", committed.ErrNotCommitted, written.Offset, err)
+			return fmt.Errorf("%w: the partition holds the abort of its transaction after offset %d (%v)", committed.ErrNotCommitted, written.Offset, err)
 		}
 		return err // committed, visible once the older transaction ends
 	}
 	if err != nil {
+		return err
+	}
+	return committed.ReadBack(ctx, s.newClient, committed.Last([]*kgo.Record{written}))
+}
+
+// prove is Prove of write's record, with what the commands say about it.
+func (s *Store) prove(ctx context.Context, cl *kgo.Client, written *kgo.Record) error {
+	switch err := s.Prove(ctx, kadm.NewClient(cl), written); {
+	case err == nil, errors.Is(err, ErrNotVisible) && !errors.Is(err, committed.ErrNotCommitted):
+		return err
+	case errors.Is(err, ErrCommitNotProved):
+		return fmt.Errorf("write checkpoint: %w; see `checkpoint show`, and write again", err)
+	default:
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
-	if err := committed.ReadBack(ctx, s.newClient, committed.Last([]*kgo.Record{written})); err != nil {
-		return fmt.Errorf("write checkpoint: %w", err)
-	}
-	return nil
 }
 
 // outcome reads the partition, read_uncommitted, past written for the

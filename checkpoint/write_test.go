@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/committed"
 	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
@@ -53,24 +50,6 @@ func TestWriteFailsWhenTheBrokerAbortsEveryCommit(t *testing.T) {
 	}
 }
 
-// dropCommit answers the next commit of transactional id success without
-// the broker seeing it, as franz-go does when it ends a transaction
-// without sending EndTxn: the transaction stays open until its timeout.
-func dropCommit(c *kfake.Cluster, id string) *atomic.Bool {
-	var dropped atomic.Bool
-	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		end := req.(*kmsg.EndTxnRequest)
-		if end.TransactionalID != id || !end.Commit || dropped.Load() {
-			c.KeepControl()
-			return nil, nil, false
-		}
-		dropped.Store(true)
-		resp := end.ResponseKind().(*kmsg.EndTxnResponse)
-		return resp, nil, true
-	})
-	return &dropped
-}
-
 // A commit the broker never received leaves the transaction open: Write
 // does not report the checkpoint written (nor committed and held back)
 // while it is, and writes it again once the broker aborted it at its
@@ -78,7 +57,7 @@ func dropCommit(c *kfake.Cluster, id string) *atomic.Bool {
 func TestWriteNeverReportsACommitTheBrokerNeverReceived(t *testing.T) {
 	long, _, c := newStoreCluster(t)
 	ctx := context.Background()
-	dropped := dropCommit(c, "alarms")
+	dropped := kafkatest.DropCommit(c, "alarms")
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	err := long.Write(short, "alarms", 2, &Checkpoint{Name: "alarms", GTIDSet: "0-1-7", Flavor: "mariadb"})
@@ -89,7 +68,7 @@ func TestWriteNeverReportsACommitTheBrokerNeverReceived(t *testing.T) {
 	// Without a deadline, once the broker aborted it at its timeout.
 	_, opts, c := newStoreCluster(t)
 	s := NewStore("checkpoints", append([]kgo.Opt{kgo.TransactionTimeout(time.Second)}, opts...)...)
-	dropped = dropCommit(c, "alarms")
+	dropped = kafkatest.DropCommit(c, "alarms")
 	began := time.Now()
 	if err := s.Write(ctx, "alarms", 2, &Checkpoint{Name: "alarms", GTIDSet: "0-1-9", Flavor: "mariadb"}); err != nil || !dropped.Load() {
 		t.Fatalf("write whose first commit was lost: %v (commit dropped: %v)", err, dropped.Load())

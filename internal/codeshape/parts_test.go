@@ -28,7 +28,7 @@ var relayParts = map[string][]string{
 	"route":      {"route.go", "recordcheck.go", "tracewarn.go"},
 	"catalog":    {"catalog.go", "placement.go"},
 	"batch":      {"batch.go"},
-	"delivery":   {"delivery.go", "kafkarecord.go", "exactlyonce.go", "lane.go", "lanes.go", "txnsettle.go", "atleastonce.go"},
+	"delivery":   {"delivery.go", "kafkarecord.go", "exactlyonce.go", "lane.go", "lanes.go", "laneproof.go", "txnsettle.go", "atleastonce.go"},
 	"failpoints": {"failpoint.go", "failpoint_off.go"},    // test machinery any part may mark; empty in the shipped build
 	"steptrace":  {"steptrace_on.go", "steptrace_off.go"}, // bench's latency breakdown; empty in the shipped build
 }

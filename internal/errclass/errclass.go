@@ -180,6 +180,9 @@ var foreign = []rule{
 	{is: checkpoint.ErrTablesChanged, class: ConfigStop, kind: "checkpoint"},
 	// Kafka has not yet made a committed checkpoint visible: Kafka's.
 	{is: checkpoint.ErrNotVisible, class: Transient, kind: "kafka"},
+	// A commit answered but not seen by the broker's log: the attempt ends
+	// and the next one's fencing aborts the transaction.
+	{is: checkpoint.ErrCommitNotProved, class: Transient, kind: "kafka"},
 	{is: config.ErrInvalid, class: ConfigStop, kind: "config"},
 }
 

@@ -117,3 +117,22 @@ func AbortCommits(c *kfake.Cluster, id string, n int32) *atomic.Int32 {
 	})
 	return &aborted
 }
+
+// DropCommit answers the next commit (EndTxn) of transactional id success
+// without the broker seeing it, as franz-go does when it ends a
+// transaction without sending EndTxn: the transaction stays open until
+// its timeout, or until a producer initialising the id aborts it. It
+// returns whether the commit was dropped yet.
+func DropCommit(c *kfake.Cluster, id string) *atomic.Bool {
+	var dropped atomic.Bool
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		end := req.(*kmsg.EndTxnRequest)
+		if end.TransactionalID != id || !end.Commit || dropped.Load() {
+			c.KeepControl()
+			return nil, nil, false
+		}
+		dropped.Store(true)
+		return end.ResponseKind(), nil, true
+	})
+	return &dropped
+}

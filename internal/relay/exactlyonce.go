@@ -37,7 +37,12 @@ import (
 // longer stand between two batches. The order of commits is kept: a batch
 // commits only after the one before it has committed; when that one fails,
 // the attempt ends and stop aborts the other lane's open transaction, so no
-// checkpoint ever covers a batch that was not committed.
+// checkpoint ever covers a batch that was not committed. "Committed" is the
+// client's answer, but for a lane's first commit of each topic (its first
+// transaction of an attempt writes topics all new to its client), which
+// franz-go can end without sending EndTxn: that one is reported only once
+// its checkpoint record is read back committed (laneproof.go), or the next
+// lane's checkpoint would cover a batch the broker later aborts.
 
 // exactlyOnce is the exactly-once delivery.
 type exactlyOnce struct {

@@ -33,6 +33,7 @@ type lane struct {
 	traced []outRecord
 	settle settling     // the wait for the coordinator after a commit (txnsettle.go)
 	check  laneCheck    // the second lane's check of the first (lanes.go)
+	topics laneTopics   // the topics its client wrote, proved committed or not (laneproof.go)
 	jobs   chan laneJob // the lane goroutine's work (exactlyonce.go)
 	// flushedAt, checkedAt: when the last commit's records were all
 	// acknowledged, and its second-lane check done (the step trace's).
@@ -79,6 +80,7 @@ func (s *lane) produce(rec outRecord) error {
 		s.traced = append(s.traced, rec)
 	}
 	traceProduce(s, rec.Record)
+	s.topics.note(rec.Topic)
 	s.cl.Produce(s.pctx, rec.Record, s.promise)
 	return nil
 }
@@ -95,7 +97,8 @@ func (s *lane) endSpans(err error) {
 
 // commit ends the open transaction (or a checkpoint-only one) with cp:
 // after it returns nil, every record of the batch and cp are durably
-// committed, and it returns cp. flushed (may be nil) is called once every
+// committed (proved so when the transaction held the client's first
+// records to a topic: laneproof.go), and it returns cp. flushed (may be nil) is called once every
 // record of the batch, its checkpoint among them, is acknowledged, before
 // EndTxn: records produced after that under the other lane's
 // transactional id land after all of them in every partition.
@@ -115,6 +118,7 @@ func (s *lane) commit(ctx context.Context, cp *checkpoint.Checkpoint, flushed fu
 	if err != nil {
 		return nil, err
 	}
+	s.topics.note(rec.Topic)
 	s.cl.Produce(s.pctx, rec, s.cpPromise)
 	flushErr := s.cl.Flush(ctx)
 	if err := s.lease.Err(); err != nil {
@@ -151,8 +155,12 @@ func (s *lane) commit(ctx context.Context, cp *checkpoint.Checkpoint, flushed fu
 		return nil, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
 	}
 	s.open, s.began = false, time.Time{}
-	s.endSpans(nil)
 	s.keepCommittedEpoch(ctx, before, known)
+	if err := s.proveCommitted(ctx, rec); err != nil {
+		s.endSpans(spans.ErrNotPublished) // its outcome unknown: published again
+		return nil, err
+	}
+	s.endSpans(nil)
 	return cp, nil
 }
 
@@ -187,6 +195,7 @@ func (s *lane) abort(ctx context.Context) error {
 		return fmt.Errorf("abort kafka transaction: %w", s.classify(err))
 	}
 	s.open, s.began = false, time.Time{}
+	s.topics.ended()
 	s.errMu.Lock()
 	s.firstErr = nil // the aborted records' errors (ErrAborting) end with them
 	s.refused = refusedBatch{}
