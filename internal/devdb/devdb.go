@@ -335,16 +335,25 @@ func (s *Server) logSince(offset int64) string {
 	return string(b)
 }
 
-// connect logs in within 5 seconds: the dial and the handshake (a process
-// that accepts and never speaks holds a connection without a deadline
-// forever). The connection has no deadline after.
+// loginTimeout bounds a login to a scratch server, the dial and the
+// handshake together, for Start's wait, Root, Exec and Query alike: long
+// enough for a server that is only slow (a loaded 2-core CI host runs three
+// test shards, each with its own server and relays, beside other test
+// processes: the relay's own source.connect_timeout is 5 s too), short
+// enough that a process that accepts and never speaks is given up on.
+const loginTimeout = 5 * time.Second
+
+// connect logs in within loginTimeout: the dial and the handshake (a
+// process that accepts and never speaks holds a connection without a
+// deadline forever). The connection has no deadline after.
 func (s *Server) connect(user, pass string) (*client.Conn, error) {
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
+		end := time.Now().Add(loginTimeout)
+		c, err := (&net.Dialer{Deadline: end}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return c, c.SetDeadline(time.Now().Add(5 * time.Second))
+		return c, c.SetDeadline(end)
 	}
 	c, err := client.ConnectWithDialer(context.Background(), "tcp", s.Addr, user, pass, "", dial)
 	if err != nil {
@@ -405,7 +414,7 @@ func (s *Server) Exec(stmts ...string) error {
 
 // Query runs one query as root and returns its rows as strings.
 func (s *Server) Query(q string) ([][]string, error) {
-	c, err := binlog.Connect(context.Background(), binlog.Config{User: "root", Password: RootPassword, ConnectTimeout: 2 * time.Second}, s.Addr)
+	c, err := binlog.Connect(context.Background(), binlog.Config{User: "root", Password: RootPassword, ConnectTimeout: loginTimeout}, s.Addr)
 	if err != nil {
 		return nil, err
 	}

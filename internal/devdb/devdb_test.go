@@ -7,7 +7,9 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // A port taken by another scratch server between FreePort and the bind:
@@ -69,6 +71,53 @@ func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
 		}
 		if p >= low || p < 10000 {
 			t.Fatalf("FreePort picked %d, want one in [10000, %d)", p, low)
+		}
+	}
+}
+
+// A server that does not run for a few seconds (a loaded host's scheduler,
+// a stall of its disk) is slow, not gone: Query, Exec and Root log in once
+// it runs again, within loginTimeout. Query gave up after 2 s.
+func TestLoginWaitsOutAServerStalledShorterThanTheLoginBound(t *testing.T) {
+	if _, err := binary("mariadbd"); err != nil {
+		t.Skip(err)
+	}
+	s, err := Start(context.Background(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	const stall = 3 * time.Second
+	for _, login := range []struct {
+		name string
+		do   func() error
+	}{
+		{"Query", func() error { _, err := s.Query("SELECT 1"); return err }},
+		{"Exec", func() error { return s.Exec("DO 1") }},
+		{"Root", func() error {
+			c, err := s.Root()
+			if err == nil {
+				c.Close()
+			}
+			return err
+		}},
+	} {
+		pid := s.cmd.Process.Pid
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		resumed := time.AfterFunc(stall, func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+		start := time.Now()
+		err := login.do()
+		took := time.Since(start)
+		if resumed.Stop() {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+		if err != nil {
+			t.Fatalf("%s while the server was stopped for %s: %v after %s; want an answer once it runs again", login.name, stall, err, took.Round(time.Millisecond))
+		}
+		if took < stall {
+			t.Fatalf("%s answered after %s, while the server was stopped for %s: the stall was not tested", login.name, took, stall)
 		}
 	}
 }
