@@ -71,7 +71,7 @@ func binary(name string) (string, error) {
 // of the next outgoing connection of any process, and a busy host's
 // connections took one between this call and a server's bind.
 func FreePort() (int, error) {
-	lo, hi := 10000, ephemeralLow()-1
+	lo, hi := 10000, min(ephemeralLow(), kafkaPorts)-1
 	for try := 0; try < 50 && hi > lo; try++ {
 		p := lo + rand.IntN(hi-lo+1)
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
@@ -88,6 +88,11 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// kafkaPorts is where the development and CI Kafka brokers listen
+// (deploy/dev/kafka.sh: 29092 and up, helpers' brokers up to 32900): a
+// broker restarted there must find its port free.
+const kafkaPorts = 29000
 
 // ephemeralLow is the first port of the kernel's ephemeral range (Linux's
 // default where it cannot be read).

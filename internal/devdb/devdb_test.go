@@ -61,9 +61,9 @@ func TestStartNamesAPortHeldByAnotherProcess(t *testing.T) {
 }
 
 // FreePort avoids the ephemeral range, whose ports outgoing connections
-// take as their source ports.
+// take as their source ports, and the Kafka brokers' ports.
 func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
-	low := ephemeralLow()
+	low := min(ephemeralLow(), kafkaPorts)
 	for range 20 {
 		p, err := FreePort()
 		if err != nil {
