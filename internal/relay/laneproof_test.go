@@ -174,3 +174,48 @@ func BenchmarkLaneTopicsNote(b *testing.B) {
 		})
 	}
 }
+
+// A lane's first commit held back by another pipeline's open transaction
+// on the shared checkpoint topic (a pipeline that crashed mid-commit holds
+// it up to its kafka.transaction_timeout) is reported as soon as its
+// commit marker is in the partition, not after kafka.request_timeout:
+// otherwise every attempt's start stalls a request timeout per lane.
+func TestLanesFirstCommitHeldBackIsReportedWithoutWaitingTheRequestTimeout(t *testing.T) {
+	const timeout = 8 * time.Second
+	s := newScript("mariadb")
+	for i := range 3 {
+		s.tx(s.insert("order", fmt.Sprint(i), 1))
+	}
+	h := newHarness(t, s, func(c *config.Config) { c.Kafka.RequestTimeout = timeout })
+	a := h.start()
+	other, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...), kgo.TransactionalID("other-pipeline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	rec := h.relay.store.Record(&checkpoint.Checkpoint{Name: "other-pipeline", GTIDSet: "0-1-1", Flavor: "mariadb"})
+	if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	a.feed(s.through(2)) // both lanes' first commits of the data topic
+	eventually(t, "the batches committed behind the open transaction, or the attempt ended", func() bool {
+		return eventsTotal(t, h) == 2 || !a.running()
+	})
+	took := time.Since(began)
+	if err := other.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	if !a.running() {
+		t.Fatalf("the attempt ended: %v", a.wait())
+	}
+	if took >= timeout/2 {
+		t.Errorf("the first commits behind another pipeline's open transaction took %s (kafka.request_timeout %s): the proof waited for visibility instead of finding the commit markers", took.Round(time.Millisecond), timeout)
+	}
+	a.finish()
+	h.verify()
+}
