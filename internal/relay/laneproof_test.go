@@ -219,3 +219,39 @@ func TestLanesFirstCommitHeldBackIsReportedWithoutWaitingTheRequestTimeout(t *te
 	a.finish()
 	h.verify()
 }
+
+// A lane's first commit that the client answered success while it ended
+// the transaction with an abort (franz-go under KIP-890 part 2 aborts a
+// commit when it knows of no partition written in it) is not reported
+// committed: the attempt ends, and every event is published once.
+func TestLanesFirstCommitTheBrokerAbortedIsNotReported(t *testing.T) {
+	s := newScript("mariadb")
+	for i := range 4 {
+		s.tx(s.insert("order", fmt.Sprint(i), 2))
+	}
+	h := newHarness(t, s, func(c *config.Config) { c.Kafka.RequestTimeout = 2 * time.Second })
+	id := h.cfg.Name + "#2"
+	var flipped atomic.Bool
+	h.kafka.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kafka.KeepControl()
+		if end := req.(*kmsg.EndTxnRequest); end.TransactionalID == id && end.Commit && !flipped.Load() {
+			flipped.Store(true)
+			end.Commit = false // aborted; the client answers its caller success
+		}
+		return nil, nil, false
+	})
+	a := h.start()
+	a.feed(s.through(2))
+	eventually(t, "the second batch committed or the attempt ended", func() bool {
+		return eventsTotal(t, h) == 4 || !a.running()
+	})
+	err := a.term()
+	if !flipped.Load() {
+		t.Fatal("the second lane's commit never reached the broker's control")
+	}
+	if !errors.Is(err, errNotProved) {
+		t.Errorf("attempt whose second lane's first commit the broker aborted ended with %v, want not proved committed", err)
+	}
+	h.start().finish()
+	h.verify()
+}
