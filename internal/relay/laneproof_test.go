@@ -76,19 +76,8 @@ func TestLanesFirstCommitHeldBackByAnotherPipelineIsReported(t *testing.T) {
 	}
 	h := newHarness(t, s, func(c *config.Config) { c.Kafka.RequestTimeout = time.Second })
 	a := h.start() // the initial checkpoint: the first lane's proof
-	other, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...), kgo.TransactionalID("other-pipeline"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := holdCheckpointTopic(t, h)
 	ctx := context.Background()
-	if err := other.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	rec := h.relay.store.Record(&checkpoint.Checkpoint{Name: "other-pipeline", GTIDSet: "0-1-1", Flavor: "mariadb"})
-	if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
 	// Both lanes' first commits of the data topic (the second lane's of the
 	// checkpoint topic too) behind the open transaction.
 	a.feed(s.through(2))
@@ -188,19 +177,8 @@ func TestLanesFirstCommitHeldBackIsReportedWithoutWaitingTheRequestTimeout(t *te
 	}
 	h := newHarness(t, s, func(c *config.Config) { c.Kafka.RequestTimeout = timeout })
 	a := h.start()
-	other, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...), kgo.TransactionalID("other-pipeline"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := holdCheckpointTopic(t, h)
 	ctx := context.Background()
-	if err := other.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	rec := h.relay.store.Record(&checkpoint.Checkpoint{Name: "other-pipeline", GTIDSet: "0-1-1", Flavor: "mariadb"})
-	if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
 	began := time.Now()
 	a.feed(s.through(2)) // both lanes' first commits of the data topic
 	eventually(t, "the batches committed behind the open transaction, or the attempt ended", func() bool {
@@ -254,4 +232,24 @@ func TestLanesFirstCommitTheBrokerAbortedIsNotReported(t *testing.T) {
 	}
 	h.start().finish()
 	h.verify()
+}
+
+// holdCheckpointTopic opens another pipeline's transaction holding a
+// record in the shared checkpoint topic: read_committed readers see
+// nothing past it until the returned client ends it.
+func holdCheckpointTopic(t *testing.T, h *harness) *kgo.Client {
+	t.Helper()
+	other, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...), kgo.TransactionalID("other-pipeline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	rec := h.relay.store.Record(&checkpoint.Checkpoint{Name: "other-pipeline", GTIDSet: "0-1-1", Flavor: "mariadb"})
+	if err := other.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return other
 }
