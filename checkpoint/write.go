@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -182,10 +183,18 @@ var ErrCommitNotProved = errors.New("commit not proved")
 // partition holds the abort of its transaction); ErrNotVisible when an
 // older open transaction holds it back and the partition's log holds the
 // commit marker of its transaction after it (committed: visible once that
-// one ends); ErrCommitNotProved when it is not visible and no end of its
+// one ends; told as soon as the marker is there, not once ctx ends:
+// awaitVisibleOrEnd); ErrCommitNotProved when it is not visible and no end of its
 // transaction follows it (outcome). adm is any client of the cluster.
 func (s *Store) Prove(ctx context.Context, adm *kadm.Client, written *kgo.Record) error {
-	err := s.AwaitVisible(ctx, adm, written.Offset)
+	err := s.awaitVisibleOrEnd(ctx, adm, written)
+	var end transactionEnd
+	if errors.As(err, &end) {
+		if !end.commit {
+			return fmt.Errorf("%w: the partition holds the abort of its transaction after offset %d", committed.ErrNotCommitted, written.Offset)
+		}
+		return fmt.Errorf("%w: the partition holds the commit of its transaction after offset %d", ErrNotVisible, written.Offset)
+	}
 	if errors.Is(err, ErrNotVisible) {
 		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), diagnoseBudget)
 		defer cancel()
@@ -205,6 +214,48 @@ func (s *Store) Prove(ctx context.Context, adm *kadm.Client, written *kgo.Record
 		return err
 	}
 	return committed.ReadBack(ctx, s.newClient, committed.Last([]*kgo.Record{written}))
+}
+
+// heldBackLook is how long Prove waits for its record to become visible
+// before it also reads the partition for the end of the record's
+// transaction: an older open transaction (another pipeline's, one that
+// crashed) can hold the record back for as long as that one stays open,
+// up to its transaction timeout.
+const heldBackLook = 200 * time.Millisecond
+
+// transactionEnd is what awaitVisibleOrEnd found in the partition's log
+// before its record became visible: the marker that ended its transaction.
+type transactionEnd struct{ commit bool }
+
+func (transactionEnd) Error() string { return "transaction ended, record not visible" }
+
+// awaitVisibleOrEnd is AwaitVisible of written, that returns a
+// transactionEnd as soon as the partition's log holds the marker ending
+// written's transaction while an older open transaction holds the record
+// back (outcome), instead of waiting for ctx to end.
+func (s *Store) awaitVisibleOrEnd(ctx context.Context, adm *kadm.Client, written *kgo.Record) error {
+	lctx, cancel := context.WithTimeout(ctx, heldBackLook)
+	err := s.AwaitVisible(lctx, adm, written.Offset)
+	cancel()
+	if !errors.Is(err, ErrNotVisible) || ctx.Err() != nil {
+		return err
+	}
+	vctx, stopVisible := context.WithCancel(ctx)
+	defer stopVisible()
+	ended := make(chan transactionEnd, 1)
+	go func() {
+		if end, commit, oerr := s.outcome(vctx, written); oerr == nil && end {
+			ended <- transactionEnd{commit: commit}
+			stopVisible()
+		}
+		close(ended)
+	}()
+	err = s.AwaitVisible(vctx, adm, written.Offset)
+	stopVisible()
+	if end, ok := <-ended; ok && (err != nil || !end.commit) {
+		return end
+	}
+	return err
 }
 
 // prove is Prove of write's record, with what the commands say about it.

@@ -76,19 +76,8 @@ func TestLanesFirstCommitHeldBackByAnotherPipelineIsReported(t *testing.T) {
 	}
 	h := newHarness(t, s, func(c *config.Config) { c.Kafka.RequestTimeout = time.Second })
 	a := h.start() // the initial checkpoint: the first lane's proof
-	other, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...), kgo.TransactionalID("other-pipeline"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := holdCheckpointTopic(t, h)
 	ctx := context.Background()
-	if err := other.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	rec := h.relay.store.Record(&checkpoint.Checkpoint{Name: "other-pipeline", GTIDSet: "0-1-1", Flavor: "mariadb"})
-	if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
 	// Both lanes' first commits of the data topic (the second lane's of the
 	// checkpoint topic too) behind the open transaction.
 	a.feed(s.through(2))
@@ -173,4 +162,94 @@ func BenchmarkLaneTopicsNote(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A lane's first commit held back by another pipeline's open transaction
+// on the shared checkpoint topic (a pipeline that crashed mid-commit holds
+// it up to its kafka.transaction_timeout) is reported as soon as its
+// commit marker is in the partition, not after kafka.request_timeout:
+// otherwise every attempt's start stalls a request timeout per lane.
+func TestLanesFirstCommitHeldBackIsReportedWithoutWaitingTheRequestTimeout(t *testing.T) {
+	const timeout = 8 * time.Second
+	s := newScript("mariadb")
+	for i := range 3 {
+		s.tx(s.insert("order", fmt.Sprint(i), 1))
+	}
+	h := newHarness(t, s, func(c *config.Config) { c.Kafka.RequestTimeout = timeout })
+	a := h.start()
+	other := holdCheckpointTopic(t, h)
+	ctx := context.Background()
+	began := time.Now()
+	a.feed(s.through(2)) // both lanes' first commits of the data topic
+	eventually(t, "the batches committed behind the open transaction, or the attempt ended", func() bool {
+		return eventsTotal(t, h) == 2 || !a.running()
+	})
+	took := time.Since(began)
+	if err := other.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	if !a.running() {
+		t.Fatalf("the attempt ended: %v", a.wait())
+	}
+	if took >= timeout/2 {
+		t.Errorf("the first commits behind another pipeline's open transaction took %s (kafka.request_timeout %s): the proof waited for visibility instead of finding the commit markers", took.Round(time.Millisecond), timeout)
+	}
+	a.finish()
+	h.verify()
+}
+
+// A lane's first commit that the client answered success while it ended
+// the transaction with an abort (franz-go under KIP-890 part 2 aborts a
+// commit when it knows of no partition written in it) is not reported
+// committed: the attempt ends, and every event is published once.
+func TestLanesFirstCommitTheBrokerAbortedIsNotReported(t *testing.T) {
+	s := newScript("mariadb")
+	for i := range 4 {
+		s.tx(s.insert("order", fmt.Sprint(i), 2))
+	}
+	h := newHarness(t, s, func(c *config.Config) { c.Kafka.RequestTimeout = 2 * time.Second })
+	id := h.cfg.Name + "#2"
+	var flipped atomic.Bool
+	h.kafka.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kafka.KeepControl()
+		if end := req.(*kmsg.EndTxnRequest); end.TransactionalID == id && end.Commit && !flipped.Load() {
+			flipped.Store(true)
+			end.Commit = false // aborted; the client answers its caller success
+		}
+		return nil, nil, false
+	})
+	a := h.start()
+	a.feed(s.through(2))
+	eventually(t, "the second batch committed or the attempt ended", func() bool {
+		return eventsTotal(t, h) == 4 || !a.running()
+	})
+	err := a.term()
+	if !flipped.Load() {
+		t.Fatal("the second lane's commit never reached the broker's control")
+	}
+	if !errors.Is(err, errNotProved) {
+		t.Errorf("attempt whose second lane's first commit the broker aborted ended with %v, want not proved committed", err)
+	}
+	h.start().finish()
+	h.verify()
+}
+
+// holdCheckpointTopic opens another pipeline's transaction holding a
+// record in the shared checkpoint topic: read_committed readers see
+// nothing past it until the returned client ends it.
+func holdCheckpointTopic(t *testing.T, h *harness) *kgo.Client {
+	t.Helper()
+	other, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Kafka.Brokers...), kgo.TransactionalID("other-pipeline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	rec := h.relay.store.Record(&checkpoint.Checkpoint{Name: "other-pipeline", GTIDSet: "0-1-1", Flavor: "mariadb"})
+	if err := other.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return other
 }
