@@ -222,8 +222,11 @@ func TestHTTPProbesAnswerUnderIdleAndSlowlorisLoad(t *testing.T) {
 // (127.0.0.2 and up) hold or churn connections in every way that keeps a
 // place without use, against the shipped limits; the kubelet, probing from
 // its own address (127.0.0.1) since the relay started, gets /healthz
-// answered within a second (a Kubernetes probe's timeout), every time,
-// and the server holds at most its limit of connections.
+// answered within a second (a Kubernetes probe's timeout), never failing
+// as many times in a row as the kubelet needs to act on the pod (the flood
+// runs in the test's own process: a loaded host that does not run it for
+// a second fails one probe of the server and the flood alike), and the
+// server holds at most its limit of connections.
 func TestHTTPProbesAnswerUnderFloodsFromManyHosts(t *testing.T) {
 	tinyWindow := func(_, _ string, c syscall.RawConn) error { // the answer fills the window at once
 		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024) })
@@ -300,13 +303,23 @@ func TestHTTPProbesAnswerUnderFloodsFromManyHosts(t *testing.T) {
 			}
 			defer func() { stop.Store(true); wg.Wait() }()
 			var worst time.Duration
+			failed := 0 // in a row
 			defer func() { t.Logf("slowest probe: %v", worst) }()
 			for round := range 15 {
 				time.Sleep(100 * time.Millisecond)
 				start := time.Now()
+				// The kubelet restarts the pod after failureThreshold (3 by
+				// default) probes in a row fail their 1 s timeout; one
+				// failure alone is a host that did not run the test
+				// process for a second (a loaded CI host), logged.
 				if err := probe(); err != nil {
-					t.Fatalf("round %d: /healthz did not answer within 1s: %v", round, err)
+					if failed++; failed == kubeletFailureThreshold {
+						t.Fatalf("round %d: /healthz did not answer within 1s %d times in a row: %v", round, failed, err)
+					}
+					t.Logf("round %d: /healthz did not answer within 1s: %v", round, err)
+					continue
 				}
+				failed = 0
 				worst = max(worst, time.Since(start))
 				if n := lln.(*roomListener).open(); n > defaultHTTPLimits.conns {
 					t.Fatalf("%d connections open, over the limit of %d", n, defaultHTTPLimits.conns)
@@ -315,6 +328,10 @@ func TestHTTPProbesAnswerUnderFloodsFromManyHosts(t *testing.T) {
 		})
 	}
 }
+
+// kubeletFailureThreshold is the kubelet's default failureThreshold: the
+// probes that fail in a row before it acts on a pod.
+const kubeletFailureThreshold = 3
 
 // fakeConn is a connection from addr for the listener's bookkeeping.
 type fakeConn struct {
