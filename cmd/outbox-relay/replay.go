@@ -194,7 +194,7 @@ func replay(out io.Writer, o replayOpts) error {
 		return err
 	}
 	began := time.Now()
-	txns, err := publishTransactional(ctx, cfg, recs, o.batch, nil)
+	txns, err := publishTransactional(ctx, cfg, recs, o.batch)
 	if err != nil {
 		return err
 	}

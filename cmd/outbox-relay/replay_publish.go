@@ -22,10 +22,8 @@ import (
 
 // publishTransactional produces recs in Kafka transactions of batch records
 // with the transactional id <name>.replay, reporting progress on stderr
-// every few seconds, and returns the number of transactions. When sess is
-// set (dead-letter replay), it is the producer and the consumed offsets
-// commit with it, in one transaction.
-func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Record, batch int, sess *kgo.GroupTransactSession) (int, error) {
+// every few seconds, and returns the number of transactions.
+func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Record, batch int) (int, error) {
 	k, err := clients.NewKafka(cfg)
 	if err != nil {
 		return 0, err
@@ -36,9 +34,6 @@ func publishTransactional(ctx context.Context, cfg config.Config, recs []*kgo.Re
 	}
 	if err := ensureTopics(ctx, cfg, k.Admin(), recs, counts); err != nil {
 		return 0, err
-	}
-	if sess != nil {
-		return 1, publishInSession(ctx, sess, recs)
 	}
 	cl, err := kgo.NewClient(k.Replay()...)
 	if err != nil {
@@ -136,24 +131,6 @@ func proveCommitted(ctx context.Context, cfg config.Config, k clients.Kafka, adm
 // be committed. Callers branch on it to say so rather than "nothing was
 // published".
 var errNotProved = errors.New("commit answered but not proved")
-
-func publishInSession(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record) error {
-	if err := sess.Begin(); err != nil {
-		return fmt.Errorf("begin kafka transaction: %w", err)
-	}
-	if err := sess.Client().ProduceSync(context.WithoutCancel(ctx), recs...).FirstErr(); err != nil {
-		_, _ = sess.End(context.WithoutCancel(ctx), kgo.TryAbort)
-		return fmt.Errorf("produce: %w", err)
-	}
-	committed, err := sess.End(context.WithoutCancel(ctx), kgo.TryCommit)
-	if err != nil {
-		return fmt.Errorf("commit kafka transaction: %w", err)
-	}
-	if !committed {
-		return errors.New("commit kafka transaction: aborted (the group rebalanced): nothing was replayed, run it again")
-	}
-	return nil
-}
 
 // ensureTopics creates the records' topics that are missing, as the relay
 // would (kafka.topic_partitions, kafka.replication_factor), places the

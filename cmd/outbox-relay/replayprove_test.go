@@ -93,7 +93,7 @@ func TestReplayDoesNotPublishAgainARecordDeletedBeforeItsReadBack(t *testing.T) 
 	})
 	ctx := context.Background()
 	recs := []*kgo.Record{{Topic: topic, Partition: 0, Key: []byte("1"), Value: []byte("{}")}}
-	if _, err := publishTransactional(ctx, cfg, recs, 10, nil); err != nil {
+	if _, err := publishTransactional(ctx, cfg, recs, 10); err != nil {
 		t.Fatalf("replay of a record deleted after its commit: %v", err)
 	}
 	if !deleted.Load() {
@@ -172,7 +172,7 @@ func TestReplayPublishesAgainATransactionTheBrokerAbortedAtItsTimeout(t *testing
 			})
 			ctx := context.Background()
 			recs := []*kgo.Record{{Topic: topic, Partition: 0, Key: []byte("1"), Value: []byte("{}")}}
-			if _, err := publishTransactional(ctx, cfg, recs, 10, nil); err != nil {
+			if _, err := publishTransactional(ctx, cfg, recs, 10); err != nil {
 				t.Fatalf("replay after the broker aborted its answered commit: %v", err)
 			}
 			cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
