@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/devdb"
 )
@@ -190,11 +191,83 @@ func kafkaCtl(t testing.TB, verb string) {
 	if script == "" {
 		t.Skip("stopping an external broker needs RELAY_TEST_KAFKA_CTL")
 	}
-	cmd := exec.Command("bash", "-c", script+" "+verb)
-	cmd.Dir = RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s broker: %v\n%s", verb, err, out)
+	run := func(verb string) {
+		t.Helper()
+		cmd := exec.Command("bash", "-c", script+" "+verb)
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s broker: %v\n%s\n%s", verb, err, out, brokerLogs())
+		}
 	}
+	run(verb)
+	if verb == "start" {
+		awaitBroker(t, func() { run("restart") })
+	}
+}
+
+// awaitBroker waits until the external broker just started answers Kafka
+// requests, and starts it again once (again) when it does not. The scripts
+// return once the broker logged its start and took a connection; a broker
+// that went down again right after (seen once in CI: a relay found it
+// refusing connections for two minutes after a start) does not answer:
+// asked from here, with the broker's logs.
+func awaitBroker(t testing.TB, again func()) {
+	t.Helper()
+	for try := 1; ; try++ {
+		err := brokerAnswers(60 * time.Second)
+		if err == nil {
+			return
+		}
+		if try == 2 {
+			t.Fatalf("the broker does not answer after its start: %v\n%s", err, brokerLogs())
+		}
+		t.Logf("the broker does not answer after its start (%v): starting it again\n%s", err, brokerLogs())
+		again()
+	}
+}
+
+// brokerAnswers waits up to limit for the external broker to answer a
+// metadata request.
+func brokerAnswers(limit time.Duration) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ExternalKafka()...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for {
+		if err = cl.Ping(ctx); err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// brokerLogs is the end of the external broker's logs (deploy/dev/kafka.sh
+// keeps them in KAFKA_DIR), for a failure.
+func brokerLogs() string {
+	dir := os.Getenv("KAFKA_DIR")
+	if dir == "" {
+		return "(KAFKA_DIR not set: no broker logs)"
+	}
+	var b strings.Builder
+	for _, name := range []string{"server.log", "kafka.out"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", name, err)
+			continue
+		}
+		if len(data) > 4000 {
+			data = data[len(data)-4000:]
+		}
+		fmt.Fprintf(&b, "--- %s (end):\n%s\n", name, data)
+	}
+	return b.String()
 }
 
 func (k *Kafka) Restart(t testing.TB) {
@@ -204,11 +277,16 @@ func (k *Kafka) Restart(t testing.TB) {
 		if script == "" {
 			t.Skip("restarting an external broker needs RELAY_TEST_KAFKA_RESTART")
 		}
-		cmd := exec.Command("bash", "-c", script)
-		cmd.Dir = RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("restart broker: %v\n%s", err, out)
+		restart := func() {
+			t.Helper()
+			cmd := exec.Command("bash", "-c", script)
+			cmd.Dir = RepoRoot()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("restart broker: %v\n%s\n%s", err, out, brokerLogs())
+			}
 		}
+		restart()
+		awaitBroker(t, restart)
 		return
 	}
 	k.Cluster.Close()
