@@ -169,6 +169,11 @@ func (k *Kafka) Stop(t testing.TB) {
 		// The shard's broker is up again for the next test, even when this
 		// one fails before it starts it (start reuses a running broker).
 		t.Cleanup(func() { kafkaCtl(t, "start") })
+		t.Cleanup(func() { // before that start: the broker as the test left it
+			if t.Failed() {
+				t.Logf("the broker's logs at the failure:\n%s", brokerLogs())
+			}
+		})
 		return
 	}
 	k.Cluster.Close()
