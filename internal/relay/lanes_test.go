@@ -209,7 +209,11 @@ func slowQuestion(t *testing.T, mode string) {
 		if len(r.TransactionalIDs) == 1 && r.TransactionalIDs[0] == name && time.Now().UnixNano() < loadingUntil.Load() {
 			asked.Add(1)
 			if mode == "hang" {
-				h.kafka.SleepControl(func() { time.Sleep(time.Until(time.Unix(0, loadingUntil.Load()))) })
+				h.kafka.SleepControl(func() { // until the load ends (the test may end it early)
+					for time.Now().UnixNano() < loadingUntil.Load() {
+						time.Sleep(10 * time.Millisecond)
+					}
+				})
 				return nil, nil, false
 			}
 			return describeTxnAnswer(req, func(st *kmsg.DescribeTransactionsResponseTransactionState) {
@@ -238,5 +242,10 @@ func slowQuestion(t *testing.T, mode string) {
 		err := a.wait()
 		t.Errorf("(%s) the second lane's question got no answer in time, which is documented to let the commit go on (after checkMax); the commit failed instead and ended the attempt: %v", mode, err)
 	}
+	// The coordinator is back before the stop: its final commit goes to
+	// the coordinator the settle wait asked about the first lane, which
+	// under "hang" holds that connection's requests (the EndTxn among
+	// them) until the load ends.
+	loadingUntil.Store(0)
 	dropControlAndFinish(h, a)
 }
