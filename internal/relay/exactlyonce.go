@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -148,7 +149,35 @@ func (d *exactlyOnce) run(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	d.answerUnbegun(ctx)
 	return nil
+}
+
+// answerUnbegun answers a commit handed to a lane whose goroutine ended
+// first (ctx ended with the job still queued: the goroutine's select may
+// take either): it was never begun, nothing of it is committed, and the
+// pipeline, which seals again only once the commit in flight has answered,
+// would wait for its answer forever (settleInflight). Called once every
+// lane goroutine has returned.
+func (d *exactlyOnce) answerUnbegun(ctx context.Context) {
+	for _, ln := range d.lanes {
+		for len(ln.jobs) > 0 {
+			j := <-ln.jobs
+			if j.commit == nil {
+				continue
+			}
+			d.mu.Lock()
+			if d.inflight == j.commit {
+				d.inflight = nil
+			}
+			d.mu.Unlock()
+			c := committed{err: fmt.Errorf("commit batch: not begun, the attempt ended first: %w", context.Cause(ctx))}
+			select {
+			case d.out <- c:
+			default: // an answer not yet read: no commit was waiting for this one
+			}
+		}
+	}
 }
 
 // work is ln's goroutine: it commits ln's batches and takes the records
